@@ -1,0 +1,126 @@
+"""Settings shared by every jupyter-vgpu process of a user: where the ledger lives, the
+CUDA-context allowance, and which GPUs (real or simulated) to use.
+
+Read from (later wins): ``jupyter_vgpu_config.{json,py}`` in Jupyter's config path, the host
+application's own config (``c.VGPU.*`` in ``jupyter_server_config.py``), then environment
+variables, so that a kernel, the server and ``jupyter vgpu`` all agree.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from jupyter_core.paths import jupyter_config_path, jupyter_data_dir
+from traitlets import Float, Unicode, default, validate
+from traitlets.config import Config, Configurable
+from traitlets.config.loader import JSONFileConfigLoader, PyFileConfigLoader
+
+from .errors import InvalidConfig, InvalidRequest
+from .units import MiB, format_bytes, parse_bytes
+
+ENV_LEDGER = "JUPYTER_VGPU_LEDGER"
+ENV_SIMULATE = "JUPYTER_VGPU_SIMULATE"
+ENV_CONTEXT = "JUPYTER_VGPU_CONTEXT_ALLOWANCE"
+
+#: What a CUDA context costs before a framework allocates anything (see README, "context allowance").
+DEFAULT_CONTEXT_ALLOWANCE = 300 * MiB
+
+
+class VGPU(Configurable):
+    """Node-wide jupyter-vgpu settings (``c.VGPU.<name>``)."""
+
+    ledger_path = Unicode(
+        help=f"""Path of the SQLite ledger that records every GPU slice of this user (or node,
+        when a broker owns it). The Jupyter server, its kernels and `jupyter vgpu` commands must
+        agree on it. Environment variable {ENV_LEDGER} overrides it. Default:
+        <jupyter data dir>/vgpu/ledger.sqlite.""",
+    ).tag(config=True)
+
+    simulate = Unicode(
+        "",
+        help=f"""Run on simulated GPUs instead of NVML: "2x16GiB" (count x memory) or the path
+        of a JSON file describing devices and per-process usage. Everything the user sees then
+        says the GPUs are simulated. Environment variable {ENV_SIMULATE} overrides it.""",
+    ).tag(config=True)
+
+    context_allowance = Unicode(
+        help=f"""GPU memory counted inside every slice for the CUDA context each process creates
+        (a context costs memory outside any framework limit). Framework limits are set to the
+        slice minus this allowance. A size such as "300MiB". Environment variable {ENV_CONTEXT}
+        overrides it. Default {format_bytes(DEFAULT_CONTEXT_ALLOWANCE)}.""",
+    ).tag(config=True)
+
+    poll_interval = Float(
+        0.25,
+        help="Seconds between attempts of a request that waits in line for a slice.",
+    ).tag(config=True)
+
+    @default("ledger_path")
+    def _default_ledger_path(self) -> str:
+        return os.environ.get(ENV_LEDGER) or str(Path(jupyter_data_dir()) / "vgpu" / "ledger.sqlite")
+
+    @default("simulate")
+    def _default_simulate(self) -> str:
+        return os.environ.get(ENV_SIMULATE, "")
+
+    @default("context_allowance")
+    def _default_context(self) -> str:
+        return os.environ.get(ENV_CONTEXT) or f"{DEFAULT_CONTEXT_ALLOWANCE // MiB}MiB"
+
+    @validate("context_allowance")
+    def _check_context(self, proposal: Any) -> str:
+        value = str(proposal["value"])
+        try:
+            parse_bytes(value, what="c.VGPU.context_allowance")
+        except InvalidRequest as error:
+            raise InvalidConfig(str(error)) from None
+        return value
+
+    @property
+    def context_allowance_bytes(self) -> int:
+        """The allowance in bytes."""
+        if value := os.environ.get(ENV_CONTEXT):
+            source = value
+        else:
+            source = self.context_allowance
+        try:
+            return parse_bytes(source, what=ENV_CONTEXT)
+        except InvalidRequest as error:
+            raise InvalidConfig(str(error)) from None
+
+    @property
+    def resolved_ledger_path(self) -> Path:
+        """The ledger path, environment first (kernels and commands inherit it)."""
+        return Path(os.environ.get(ENV_LEDGER) or self.ledger_path).expanduser()
+
+    @property
+    def resolved_simulate(self) -> str:
+        """The simulation spec in force ('' for real NVML), environment first."""
+        return os.environ.get(ENV_SIMULATE, self.simulate)
+
+
+def file_config() -> Config:
+    """``jupyter_vgpu_config.{json,py}`` from Jupyter's config path, lowest priority first."""
+    merged = Config()
+    for directory in reversed(jupyter_config_path()):
+        for loader_class, name in (
+            (JSONFileConfigLoader, "jupyter_vgpu_config.json"),
+            (PyFileConfigLoader, "jupyter_vgpu_config.py"),
+        ):
+            if not (Path(directory) / name).is_file():
+                continue
+            try:
+                merged.merge(loader_class(name, path=directory).load_config())
+            except Exception as error:
+                raise InvalidConfig(f"{Path(directory) / name} cannot be read: {error}") from None
+    return merged
+
+
+def load_settings(config: Config | None = None) -> VGPU:
+    """The settings in force: config files, then ``config`` (a host app's), then env."""
+    merged = file_config()
+    if config is not None:
+        merged.merge(config)
+    return VGPU(config=merged)

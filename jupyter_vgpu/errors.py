@@ -1,0 +1,38 @@
+"""Errors a user can cause, each with a message that names the value and the fix.
+
+Every layer raises these; every front end (CLI, provisioner, REST, magics) shows
+``str(error)`` alone, never a traceback.
+"""
+
+from __future__ import annotations
+
+
+class VGPUError(Exception):
+    """Base class for mistakes and refusals a user can act on."""
+
+
+class InvalidRequest(VGPUError, ValueError):
+    """A slice request (fraction, memory, GPU count, pinned GPU...) is malformed."""
+
+
+class InvalidConfig(VGPUError, ValueError):
+    """A configuration value (env var, traitlet, simulation file) is malformed."""
+
+
+class SliceUnavailable(VGPUError):
+    """The request is valid but does not fit now (and waiting did not help)."""
+
+
+class SliceNotFound(VGPUError, KeyError):
+    """No slice with that id exists in the ledger."""
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return str(self.args[0]) if self.args else "slice not found"
+
+
+class NotPermitted(VGPUError, PermissionError):
+    """The caller may not act on this slice (another user's) or exceeded a policy limit."""
+
+
+class LedgerError(VGPUError):
+    """The ledger file cannot be used (corrupt, unreadable, newer schema)."""

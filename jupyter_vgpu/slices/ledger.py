@@ -1,0 +1,596 @@
+"""The ledger: every GPU slice of a user (or node), durable in SQLite.
+
+Every process of the user (the Jupyter server, kernels, ``jupyter vgpu run``) opens the
+same file. Writes happen inside ``BEGIN IMMEDIATE`` transactions, so two processes never
+place against the same free memory; WAL keeps readers from blocking writers. A slice whose
+holder process is gone (pid plus start time, so a reused pid does not count) is reclaimed
+by the next reservation or by ``jupyter vgpu gc``.
+"""
+
+from __future__ import annotations
+
+import getpass
+import json
+import os
+import sqlite3
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..errors import LedgerError, NotPermitted, SliceNotFound, SliceUnavailable
+from ..gpus import Inventory, Snapshot
+from ..units import format_bytes
+from .holders import attribute, process_alive, process_start
+from .placement import GPUState, place
+from .request import SliceRequest
+
+SCHEMA_VERSION = 1
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS gpus (
+    uuid TEXT PRIMARY KEY, idx INTEGER NOT NULL, name TEXT NOT NULL,
+    memory_total INTEGER NOT NULL, seen REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS slices (
+    id TEXT PRIMARY KEY, owner TEXT NOT NULL, uid INTEGER NOT NULL,
+    holder_kind TEXT NOT NULL, holder TEXT NOT NULL,
+    pid INTEGER, pid_start REAL,
+    context_allowance INTEGER NOT NULL, logical_devices INTEGER NOT NULL,
+    request TEXT NOT NULL, labels TEXT NOT NULL, created REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS slice_gpus (
+    slice_id TEXT NOT NULL REFERENCES slices(id) ON DELETE CASCADE,
+    gpu_uuid TEXT NOT NULL, gpu_index INTEGER NOT NULL,
+    memory INTEGER NOT NULL, memory_total INTEGER NOT NULL,
+    PRIMARY KEY (slice_id, gpu_uuid));
+CREATE TABLE IF NOT EXISTS queue (
+    ticket INTEGER PRIMARY KEY AUTOINCREMENT, owner TEXT NOT NULL, uid INTEGER NOT NULL,
+    holder_kind TEXT NOT NULL, holder TEXT NOT NULL, pid INTEGER, pid_start REAL,
+    request TEXT NOT NULL, labels TEXT NOT NULL, created REAL NOT NULL);
+"""
+
+RECOVERY = (
+    "Move it aside and start a fresh ledger with `jupyter vgpu gc --reset-ledger` "
+    "(the old file is kept next to it as {name}.corrupt-<time>; running processes keep their GPU "
+    "memory, which then counts as used outside slices until they end)."
+)
+
+
+@dataclass(frozen=True)
+class Slice:
+    """A reservation: ``memory`` bytes on each of ``gpus`` (UUIDs), context allowance included."""
+
+    id: str
+    owner: str
+    uid: int
+    holder_kind: str  # "kernel" | "command"
+    holder: str  # kernel id, or the command line
+    pid: int | None
+    pid_start: float | None
+    gpus: tuple[str, ...]
+    gpu_indices: tuple[int, ...]
+    memory: tuple[int, ...]  # bytes reserved on each GPU, same order as gpus
+    memory_total: tuple[int, ...]  # each GPU's capacity
+    context_allowance: int
+    logical_devices: int
+    request: SliceRequest
+    labels: dict[str, str] = field(default_factory=dict)
+    created: float = 0.0
+
+    @property
+    def memory_per_gpu(self) -> int:
+        return min(self.memory) if self.memory else 0
+
+    @property
+    def memory_limit(self) -> int:
+        """What frameworks may allocate per GPU: the slice minus the context allowance."""
+        return max(0, self.memory_per_gpu - self.context_allowance)
+
+    @property
+    def fraction(self) -> float:
+        """The share of each GPU this slice holds (of the smallest, for mixed GPUs)."""
+        if not self.memory:
+            return 0.0
+        return min(m / t for m, t in zip(self.memory, self.memory_total))
+
+    def describe_holder(self) -> str:
+        if self.holder_kind == "kernel":
+            path = self.labels.get("path")
+            name = self.labels.get("kernel_display_name") or self.labels.get("kernel_name")
+            text = f"kernel {self.holder[:8]}"
+            if path:
+                text += f" ({path})"
+            elif name:
+                text += f" ({name})"
+            return text
+        return self.holder
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "owner": self.owner,
+            "uid": self.uid,
+            "holder_kind": self.holder_kind,
+            "holder": self.holder,
+            "pid": self.pid,
+            "gpus": list(self.gpus),
+            "gpu_indices": list(self.gpu_indices),
+            "memory_reserved": list(self.memory),
+            "memory_total": list(self.memory_total),
+            "memory_per_gpu": self.memory_per_gpu,
+            "memory_limit": self.memory_limit,
+            "context_allowance": self.context_allowance,
+            "fraction": self.fraction,
+            "logical_devices": self.logical_devices,
+            "request": self.request.to_dict(),
+            "request_text": self.request.describe(),
+            "labels": dict(self.labels),
+            "created": self.created,
+        }
+
+
+@dataclass
+class Ticket:
+    """A place in line for a request that waits."""
+
+    number: int
+    request: SliceRequest
+    last_reason: str = ""
+
+
+@dataclass(frozen=True)
+class Waiter:
+    ticket: int
+    position: int
+    owner: str
+    holder_kind: str
+    holder: str
+    pid: int | None
+    request: SliceRequest
+    labels: dict[str, str]
+    created: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "ticket": self.ticket,
+            "position": self.position,
+            "owner": self.owner,
+            "holder_kind": self.holder_kind,
+            "holder": self.holder,
+            "pid": self.pid,
+            "request": self.request.to_dict(),
+            "request_text": self.request.describe(),
+            "labels": dict(self.labels),
+            "created": self.created,
+            "waiting_seconds": max(0.0, time.time() - self.created),
+        }
+
+
+class Ledger:
+    """Reserve, release and list slices in the SQLite file at ``path``.
+
+    One instance per process is enough; it is safe to share between threads.
+    """
+
+    def __init__(
+        self,
+        path: str | Path,
+        inventory: Inventory,
+        *,
+        context_allowance: int,
+        poll_interval: float = 0.25,
+    ) -> None:
+        self.path = Path(path)
+        self.inventory = inventory
+        self.context_allowance = context_allowance
+        self.poll_interval = poll_interval
+        self._lock = threading.RLock()
+        self._db = self._open()
+
+    # -- opening, errors ---------------------------------------------------------------
+    def _open(self) -> sqlite3.Connection:
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        except OSError as error:
+            raise LedgerError(f"Cannot create the ledger folder {self.path.parent}: {error.strerror or error}.") from None
+        try:
+            db = sqlite3.connect(self.path, timeout=30, isolation_level=None, check_same_thread=False)
+        except sqlite3.Error as error:
+            raise LedgerError(f"Cannot open the ledger {self.path}: {error}.") from None
+        db.row_factory = sqlite3.Row
+        try:
+            db.execute("PRAGMA busy_timeout = 30000")
+            mode = db.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+            if str(mode).lower() != "wal":
+                raise LedgerError(f"The ledger {self.path} cannot use write-ahead logging (journal mode {mode}).")
+            db.execute("PRAGMA synchronous = NORMAL")
+            db.execute("PRAGMA foreign_keys = ON")
+            check = db.execute("PRAGMA quick_check").fetchone()[0]
+            if check != "ok":
+                raise sqlite3.DatabaseError(check)
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                for statement in filter(str.strip, _SCHEMA.split(";")):
+                    db.execute(statement)
+                row = db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+                if row is None:
+                    if db.execute("SELECT count(*) FROM slices").fetchone()[0]:
+                        raise sqlite3.DatabaseError("slices without a schema version")
+                    db.execute("INSERT INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
+                elif int(row[0]) > SCHEMA_VERSION:
+                    raise LedgerError(
+                        f"The ledger {self.path} was written by a newer jupyter-vgpu (schema {row[0]}, "
+                        f"this one reads {SCHEMA_VERSION}); upgrade jupyter-vgpu or point JUPYTER_VGPU_LEDGER elsewhere."
+                    )
+                db.execute("COMMIT")
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+        except LedgerError:
+            db.close()
+            raise
+        except sqlite3.OperationalError as error:
+            db.close()
+            if "locked" in str(error) or "busy" in str(error):
+                raise LedgerError(f"The ledger {self.path} stayed locked by another process for 30 s: {error}.") from None
+            raise LedgerError(f"Cannot use the ledger {self.path}: {error}.") from None
+        except sqlite3.DatabaseError as error:
+            db.close()
+            raise LedgerError(
+                f"The ledger {self.path} is corrupt ({error}). " + RECOVERY.format(name=self.path.name)
+            ) from None
+        return db
+
+    @contextmanager
+    def _transaction(self, write: bool = True) -> Iterator[sqlite3.Connection]:
+        with self._lock:
+            try:
+                self._db.execute("BEGIN IMMEDIATE" if write else "BEGIN")
+                try:
+                    yield self._db
+                except BaseException:
+                    self._db.execute("ROLLBACK")
+                    raise
+                self._db.execute("COMMIT")
+            except sqlite3.OperationalError as error:
+                raise LedgerError(f"The ledger {self.path} could not be used: {error}.") from None
+            except sqlite3.DatabaseError as error:
+                raise LedgerError(
+                    f"The ledger {self.path} is corrupt ({error}). " + RECOVERY.format(name=self.path.name)
+                ) from None
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    @staticmethod
+    def reset(path: str | Path) -> Path | None:
+        """Move a broken ledger (and its WAL files) aside; returns where it went, or None."""
+        source = Path(path)
+        if not source.exists():
+            return None
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        target = source.with_name(f"{source.name}.corrupt-{stamp}")
+        for suffix in ("-wal", "-shm"):
+            extra = source.with_name(source.name + suffix)
+            if extra.exists():
+                extra.rename(target.with_name(target.name + suffix))
+        source.rename(target)
+        return target
+
+    # -- reading ------------------------------------------------------------------------
+    def slices(self) -> list[Slice]:
+        """Every slice, oldest first."""
+        with self._transaction(write=False) as db:
+            return self._read_slices(db)
+
+    def get(self, slice_id: str) -> Slice:
+        """The slice with this id (a unique prefix of 6+ characters also works)."""
+        with self._transaction(write=False) as db:
+            return self._find(db, slice_id)
+
+    def waiting(self) -> list[Waiter]:
+        """Requests waiting in line, first in line first."""
+        with self._transaction(write=False) as db:
+            rows = db.execute("SELECT * FROM queue ORDER BY ticket").fetchall()
+        return [
+            Waiter(
+                ticket=row["ticket"],
+                position=position,
+                owner=row["owner"],
+                holder_kind=row["holder_kind"],
+                holder=row["holder"],
+                pid=row["pid"],
+                request=SliceRequest.from_dict(json.loads(row["request"])),
+                labels=json.loads(row["labels"]),
+                created=row["created"],
+            )
+            for position, row in enumerate(rows, start=1)
+        ]
+
+    def _read_slices(self, db: sqlite3.Connection, where: str = "", args: tuple[Any, ...] = ()) -> list[Slice]:
+        rows = db.execute(f"SELECT * FROM slices {where} ORDER BY created, id", args).fetchall()
+        gpu_rows: dict[str, list[sqlite3.Row]] = {}
+        for g in db.execute("SELECT * FROM slice_gpus ORDER BY slice_id, gpu_index").fetchall():
+            gpu_rows.setdefault(g["slice_id"], []).append(g)
+        result = []
+        for row in rows:
+            gs = gpu_rows.get(row["id"], [])
+            result.append(
+                Slice(
+                    id=row["id"],
+                    owner=row["owner"],
+                    uid=row["uid"],
+                    holder_kind=row["holder_kind"],
+                    holder=row["holder"],
+                    pid=row["pid"],
+                    pid_start=row["pid_start"],
+                    gpus=tuple(g["gpu_uuid"] for g in gs),
+                    gpu_indices=tuple(g["gpu_index"] for g in gs),
+                    memory=tuple(g["memory"] for g in gs),
+                    memory_total=tuple(g["memory_total"] for g in gs),
+                    context_allowance=row["context_allowance"],
+                    logical_devices=row["logical_devices"],
+                    request=SliceRequest.from_dict(json.loads(row["request"])),
+                    labels=json.loads(row["labels"]),
+                    created=row["created"],
+                )
+            )
+        return result
+
+    def _find(self, db: sqlite3.Connection, slice_id: str) -> Slice:
+        text = str(slice_id).strip()
+        found = self._read_slices(db, "WHERE id = ?", (text,))
+        if not found and len(text) >= 6:
+            found = self._read_slices(db, "WHERE id LIKE ? || '%'", (text,))
+        if len(found) != 1:
+            raise SliceNotFound(f"No slice {text!r} in the ledger {self.path}; `jupyter vgpu status` lists them.")
+        return found[0]
+
+    # -- reserving ----------------------------------------------------------------------
+    def reserve(
+        self,
+        request: SliceRequest,
+        *,
+        holder_kind: str,
+        holder: str,
+        pid: int | None = None,
+        owner: str | None = None,
+        uid: int | None = None,
+        labels: dict[str, str] | None = None,
+        wait: float = 0.0,
+    ) -> Slice:
+        """Reserve a slice for ``holder`` (kept alive by process ``pid``, default this one).
+
+        With ``wait`` > 0 the request waits in line (first come, first served) up to that many
+        seconds. Raises :class:`SliceUnavailable` with what is free where and who holds it.
+        """
+        fields = _holder_fields(request, holder_kind, holder, pid, owner, uid, labels)
+        if wait <= 0:
+            snapshot = self._available_snapshot()
+            with self._transaction() as db:
+                granted, reason = self._grant(db, snapshot, request, fields, ticket=None)
+            if granted is None:
+                raise SliceUnavailable(reason)
+            return granted
+        ticket = self.enqueue(request, holder_kind=holder_kind, holder=holder, pid=pid, owner=owner, uid=uid, labels=labels)
+        deadline = time.monotonic() + wait
+        try:
+            while True:
+                granted = self.try_grant(ticket, final=time.monotonic() >= deadline)
+                if granted is not None:
+                    return granted
+                time.sleep(max(0.001, min(self.poll_interval, deadline - time.monotonic())))
+        finally:
+            self.leave_queue(ticket)
+
+    def enqueue(
+        self,
+        request: SliceRequest,
+        *,
+        holder_kind: str,
+        holder: str,
+        pid: int | None = None,
+        owner: str | None = None,
+        uid: int | None = None,
+        labels: dict[str, str] | None = None,
+    ) -> Ticket:
+        """Take a place in line; :meth:`try_grant` then turns it into a slice."""
+        fields = _holder_fields(request, holder_kind, holder, pid, owner, uid, labels)
+        with self._transaction() as db:
+            cursor = db.execute(
+                "INSERT INTO queue (owner, uid, holder_kind, holder, pid, pid_start, request, labels, created)"
+                " VALUES (:owner, :uid, :holder_kind, :holder, :pid, :pid_start, :request, :labels, :created)",
+                fields,
+            )
+            assert cursor.lastrowid is not None
+            return Ticket(number=cursor.lastrowid, request=request)
+
+    def leave_queue(self, ticket: Ticket) -> None:
+        """Give up a place in line (no-op once granted)."""
+        with self._transaction() as db:
+            db.execute("DELETE FROM queue WHERE ticket = ?", (ticket.number,))
+
+    def try_grant(self, ticket: Ticket, *, final: bool = True) -> Slice | None:
+        """Grant the ticket's slice if it is first in line and fits.
+
+        Returns None while it should keep waiting. Raises :class:`SliceUnavailable` when it
+        cannot fit and ``final`` is set, or when no amount of waiting can help.
+        """
+        snapshot = self._available_snapshot()
+        with self._transaction() as db:
+            row = db.execute("SELECT * FROM queue WHERE ticket = ?", (ticket.number,)).fetchone()
+            if row is None:
+                raise SliceUnavailable("This request left the line (its process ended or it was cancelled).")
+            granted, reason = self._grant(db, snapshot, ticket.request, dict(row), ticket=ticket.number)
+        if granted is None:
+            ticket.last_reason = reason
+            if final:
+                raise SliceUnavailable(reason)
+        return granted
+
+    def _available_snapshot(self) -> Snapshot:
+        snapshot = self.inventory.snapshot()
+        if not snapshot.available:
+            raise SliceUnavailable(snapshot.message or "No GPU is available.")
+        return snapshot
+
+    def _grant(
+        self, db: sqlite3.Connection, snapshot: Snapshot, request: SliceRequest, fields: dict[str, Any], ticket: int | None
+    ) -> tuple[Slice | None, str]:
+        """Inside a write transaction: place and record the slice, or say why not."""
+        self._record_gpus(db, snapshot)
+        self._reap(db)
+        if ticket is None:
+            ahead = db.execute("SELECT count(*) FROM queue").fetchone()[0]
+        else:
+            ahead = db.execute("SELECT count(*) FROM queue WHERE ticket < ?", (ticket,)).fetchone()[0]
+        placement = place(request, self._gpu_states(db, snapshot), context_allowance=self.context_allowance)
+        if placement.permanent:
+            raise SliceUnavailable(f"Cannot reserve {request.describe()}: {placement.reason}")
+        if ahead or not placement:
+            reason = placement.reason
+            if ahead:
+                waiting = f"{ahead} earlier request{'s are' if ahead > 1 else ' is'} waiting in line for a slice."
+                reason = f"{waiting} {reason}".strip()
+            return None, reason
+        slice_id = uuid.uuid4().hex[:12]
+        db.execute(
+            "INSERT INTO slices (id, owner, uid, holder_kind, holder, pid, pid_start, context_allowance,"
+            " logical_devices, request, labels, created) VALUES (:id, :owner, :uid, :holder_kind, :holder,"
+            " :pid, :pid_start, :context, :logical, :request, :labels, :now)",
+            {**fields, "id": slice_id, "context": self.context_allowance, "logical": request.logical_devices, "now": time.time()},
+        )
+        db.executemany(
+            "INSERT INTO slice_gpus (slice_id, gpu_uuid, gpu_index, memory, memory_total) VALUES (?, ?, ?, ?, ?)",
+            [(slice_id, gpu.uuid, gpu.index, amount, gpu.total) for gpu, amount in placement.chosen],
+        )
+        if ticket is not None:
+            db.execute("DELETE FROM queue WHERE ticket = ?", (ticket,))
+        return self._find(db, slice_id), ""
+
+    def _record_gpus(self, db: sqlite3.Connection, snapshot: Snapshot) -> None:
+        now = time.time()
+        db.executemany(
+            "INSERT INTO gpus (uuid, idx, name, memory_total, seen) VALUES (?, ?, ?, ?, ?)"
+            " ON CONFLICT(uuid) DO UPDATE SET idx = excluded.idx, name = excluded.name,"
+            " memory_total = excluded.memory_total, seen = excluded.seen",
+            [(g.uuid, g.index, g.name, g.memory_total, now) for g in snapshot.gpus],
+        )
+
+    def _gpu_states(self, db: sqlite3.Connection, snapshot: Snapshot) -> list[GPUState]:
+        slices = self._read_slices(db)
+        _, foreign = attribute(snapshot, {s.id: s.pid for s in slices})
+        states = {
+            g.uuid: GPUState(uuid=g.uuid, index=g.index, name=g.name, total=g.memory_total, foreign=foreign.get(g.uuid, 0))
+            for g in snapshot.gpus
+        }
+        for s in slices:
+            for gpu_uuid, amount in zip(s.gpus, s.memory):
+                state = states.get(gpu_uuid)
+                if state is not None:
+                    state.reserved += amount
+                    state.holders.append((f"{s.describe_holder()} [{s.owner}]", amount))
+        return list(states.values())
+
+    # -- holders ------------------------------------------------------------------------
+    def attach(self, slice_id: str, pid: int) -> Slice:
+        """Make process ``pid`` the holder whose life keeps the slice (e.g. the kernel, once started)."""
+        with self._transaction() as db:
+            found = self._find(db, slice_id)
+            db.execute("UPDATE slices SET pid = ?, pid_start = ? WHERE id = ?", (pid, process_start(pid), found.id))
+            return self._find(db, found.id)
+
+    def update_labels(self, slice_id: str, **labels: str | None) -> Slice:
+        """Merge labels (None removes one), e.g. the notebook path once the session knows it."""
+        with self._transaction() as db:
+            found = self._find(db, slice_id)
+            merged = dict(found.labels)
+            for key, value in labels.items():
+                if value is None:
+                    merged.pop(key, None)
+                else:
+                    merged[key] = str(value)
+            db.execute("UPDATE slices SET labels = ? WHERE id = ?", (json.dumps(merged), found.id))
+            return self._find(db, found.id)
+
+    def release(self, slice_id: str, *, uid: int | None = None) -> Slice:
+        """Free a slice. With ``uid``, only that user's slices may be freed (root may free any)."""
+        with self._transaction() as db:
+            found = self._find(db, slice_id)
+            if uid is not None and uid != 0 and found.uid != uid:
+                raise NotPermitted(f"Slice {found.id} belongs to {found.owner}; you can release only your own slices.")
+            db.execute("DELETE FROM slices WHERE id = ?", (found.id,))
+            return found
+
+    def reap(self) -> list[Slice]:
+        """Free the slices (and places in line) of holders that are no longer running."""
+        with self._transaction() as db:
+            return self._reap(db)
+
+    def _reap(self, db: sqlite3.Connection) -> list[Slice]:
+        dead = [s for s in self._read_slices(db) if not process_alive(s.pid, s.pid_start)]
+        for s in dead:
+            db.execute("DELETE FROM slices WHERE id = ?", (s.id,))
+        for row in db.execute("SELECT ticket, pid, pid_start FROM queue").fetchall():
+            if not process_alive(row["pid"], row["pid_start"]):
+                db.execute("DELETE FROM queue WHERE ticket = ?", (row["ticket"],))
+        return dead
+
+    # -- checks ---------------------------------------------------------------------------
+    def overcommitted(self) -> list[tuple[str, int, int]]:
+        """GPUs whose reservations exceed their capacity, read from the database itself:
+        ``(uuid, reserved, total)``. Always empty unless something is badly wrong."""
+        with self._transaction(write=False) as db:
+            rows = db.execute(
+                "SELECT g.uuid, r.reserved, g.memory_total FROM gpus g JOIN"
+                " (SELECT gpu_uuid, SUM(memory) AS reserved FROM slice_gpus GROUP BY gpu_uuid) r"
+                " ON r.gpu_uuid = g.uuid WHERE r.reserved > g.memory_total"
+            ).fetchall()
+        return [(r[0], r[1], r[2]) for r in rows]
+
+    def describe_free(self) -> str:
+        """One line per GPU: what is free and who holds the rest."""
+        snapshot = self.inventory.snapshot()
+        with self._transaction(write=False) as db:
+            return "; ".join(s.explain() for s in self._gpu_states(db, snapshot))
+
+
+def _holder_fields(
+    request: SliceRequest,
+    holder_kind: str,
+    holder: str,
+    pid: int | None,
+    owner: str | None,
+    uid: int | None,
+    labels: dict[str, str] | None,
+) -> dict[str, Any]:
+    pid = os.getpid() if pid is None else pid
+    return {
+        "owner": owner or _current_user(),
+        "uid": os.getuid() if uid is None else uid,
+        "holder_kind": holder_kind,
+        "holder": holder,
+        "pid": pid,
+        "pid_start": process_start(pid),
+        "request": json.dumps(request.to_dict()),
+        "labels": json.dumps(labels or {}),
+        "created": time.time(),
+    }
+
+
+def _current_user() -> str:
+    try:
+        return getpass.getuser()
+    except Exception:
+        return str(os.getuid())
+
+
+def summary(slice_: Slice) -> str:
+    """``slice 1a2b3c4d5e6f: 4.0 GiB on GPU 0 (1/4 GPU)``."""
+    gpus = ", ".join(str(i) for i in slice_.gpu_indices)
+    return f"slice {slice_.id}: {format_bytes(slice_.memory_per_gpu)} on GPU {gpus} ({slice_.request.describe()})"

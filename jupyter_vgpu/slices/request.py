@@ -1,0 +1,124 @@
+"""What a user asks for: a share (fraction or memory) of one or more GPUs."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from ..errors import InvalidRequest
+from ..units import describe_fraction, format_bytes, parse_bytes, parse_fraction
+
+PLACEMENTS = ("binpack", "spread")
+
+
+@dataclass(frozen=True)
+class SliceRequest:
+    """A validated request. Exactly one of ``fraction`` and ``memory`` is set.
+
+    ``fraction`` is a share of each GPU's total memory; ``memory`` is bytes per GPU. Either
+    amount is the slice's whole footprint on the GPU, the CUDA-context allowance included.
+    """
+
+    fraction: float | None = None
+    memory: int | None = None
+    gpus: int = 1
+    gpu: str | None = None
+    logical_devices: int = 1
+    placement: str = "binpack"
+
+    @classmethod
+    def parse(
+        cls,
+        fraction: Any = None,
+        memory: Any = None,
+        *,
+        gpus: Any = 1,
+        gpu: Any = None,
+        logical_devices: Any = 1,
+        placement: Any = "binpack",
+        default_fraction: float | None = 1.0,
+    ) -> SliceRequest:
+        """Validate raw values (strings from a CLI, kernelspec JSON, env) into a request.
+
+        Each bad value raises :class:`InvalidRequest` with one sentence naming the value and
+        what is allowed.
+        """
+        if _given(fraction) and _given(memory):
+            raise InvalidRequest(
+                f"gpu_fraction ({fraction!r}) and gpu_memory ({memory!r}) are both set; set only one of them."
+            )
+        parsed_fraction = parse_fraction(fraction) if _given(fraction) else None
+        parsed_memory = parse_bytes(memory, what="gpu_memory") if _given(memory) else None
+        if parsed_fraction is None and parsed_memory is None:
+            if default_fraction is None:
+                raise InvalidRequest("Set gpu_fraction (e.g. 0.25) or gpu_memory (e.g. 6GiB).")
+            parsed_fraction = default_fraction
+        count = _positive_int(gpus, "gpus", "a whole number of GPUs, 1 or more")
+        logical = _positive_int(logical_devices, "logical_devices", "a whole number, 1 or more")
+        if str(placement) not in PLACEMENTS:
+            raise InvalidRequest(f"placement {placement!r} is not allowed; use one of: {', '.join(PLACEMENTS)}.")
+        pinned = None
+        if _given(gpu):
+            pinned = str(gpu).strip()
+            if count != 1:
+                raise InvalidRequest(f"A pinned GPU ({pinned!r}) needs gpus=1, not gpus={count}.")
+        return cls(
+            fraction=parsed_fraction,
+            memory=parsed_memory,
+            gpus=count,
+            gpu=pinned,
+            logical_devices=logical,
+            placement=str(placement),
+        )
+
+    def amount_on(self, memory_total: int) -> int:
+        """Bytes this request reserves on a GPU of ``memory_total`` bytes."""
+        if self.memory is not None:
+            return self.memory
+        assert self.fraction is not None
+        return int(math.floor(self.fraction * memory_total))
+
+    def describe(self) -> str:
+        """``1/4 GPU``, ``6.0 GiB``, ``2 x 1/2 GPU``, ``1 GPU``."""
+        if self.memory is not None:
+            share = format_bytes(self.memory)
+        else:
+            assert self.fraction is not None
+            share = "1 GPU" if self.fraction >= 1 else f"{describe_fraction(self.fraction)} GPU"
+        if self.gpus > 1:
+            share = f"{self.gpus} GPUs" if self.fraction == 1 else f"{self.gpus} x {share}"
+        if self.gpu is not None:
+            share += f" on GPU {self.gpu}"
+        return share
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> SliceRequest:
+        return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})
+
+
+def parse_share(text: str) -> SliceRequest:
+    """``"1/4"``, ``"25%"``, ``"0.25"`` (a fraction) or ``"6GiB"`` (memory), for one GPU."""
+    value = str(text).strip()
+    if value and value[-1].isalpha():
+        return SliceRequest.parse(memory=value)
+    return SliceRequest.parse(fraction=value)
+
+
+def _given(value: Any) -> bool:
+    return value is not None and not (isinstance(value, str) and value.strip() == "")
+
+
+def _positive_int(value: Any, name: str, allowed: str) -> int:
+    if isinstance(value, bool):
+        raise InvalidRequest(f"{name} {value!r} is not allowed; use {allowed}.")
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise InvalidRequest(f"{name} {value!r} is not allowed; use {allowed}.") from None
+    if not math.isfinite(number) or number != int(number) or number < 1:
+        raise InvalidRequest(f"{name} {value!r} is not allowed; use {allowed}.")
+    return int(number)

@@ -1,0 +1,107 @@
+"""Byte sizes and GPU shares as people write them: ``6GiB``, ``512MiB``, ``1/4``, ``25%``."""
+
+from __future__ import annotations
+
+import math
+import re
+from fractions import Fraction
+
+from .errors import InvalidRequest
+
+KiB = 1024
+MiB = 1024**2
+GiB = 1024**3
+
+_UNITS = {
+    "": 1,
+    "b": 1,
+    "k": 1000,
+    "kb": 1000,
+    "kib": KiB,
+    "m": 1000**2,
+    "mb": 1000**2,
+    "mib": MiB,
+    "g": 1000**3,
+    "gb": 1000**3,
+    "gib": GiB,
+    "t": 1000**4,
+    "tb": 1000**4,
+    "tib": 1024**4,
+}
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?|\.\d+)\s*([a-zA-Z]*)\s*$")
+ALLOWED_SIZES = "a size such as 6GiB, 512MiB, 1.5GB or a number of bytes"
+
+
+def parse_bytes(value: str | int | float, *, what: str = "memory") -> int:
+    """Parse ``"6GiB"``, ``"512MiB"``, ``"1.5GB"`` or a plain byte count into bytes.
+
+    Raises :class:`InvalidRequest` naming the value and the accepted forms.
+    """
+    if isinstance(value, bool):
+        raise InvalidRequest(f"{what} {value!r} is not {ALLOWED_SIZES}.")
+    if isinstance(value, (int, float)):
+        if not math.isfinite(value) or value <= 0:
+            raise InvalidRequest(f"{what} {value!r} must be a positive {ALLOWED_SIZES}.")
+        return int(value)
+    match = _SIZE.match(str(value))
+    if not match or match.group(2).lower() not in _UNITS:
+        raise InvalidRequest(f"{what} {value!r} is not {ALLOWED_SIZES}.")
+    number = float(match.group(1))
+    result = int(number * _UNITS[match.group(2).lower()])
+    if result <= 0:
+        raise InvalidRequest(f"{what} {value!r} must be larger than zero ({ALLOWED_SIZES}).")
+    return result
+
+
+def format_bytes(value: int | float | None, *, precision: int = 1) -> str:
+    """Human-readable binary size: ``4.0 GiB``, ``300 MiB``; ``n/a`` for unknown values."""
+    if value is None:
+        return "n/a"
+    value = float(value)
+    for unit, size in (("TiB", 1024**4), ("GiB", GiB), ("MiB", MiB), ("KiB", KiB)):
+        if abs(value) >= size:
+            scaled = value / size
+            if unit == "MiB" or unit == "KiB":
+                return f"{scaled:.0f} {unit}"
+            return f"{scaled:.{precision}f} {unit}"
+    return f"{value:.0f} B"
+
+
+_FRACTION = re.compile(r"^\s*(\d+)\s*/\s*(\d+)\s*$")
+_PERCENT = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*%\s*$")
+ALLOWED_FRACTIONS = "a share of a GPU in (0, 1], written 0.25, 1/4 or 25%"
+
+
+def parse_fraction(value: str | int | float, *, what: str = "gpu_fraction") -> float:
+    """Parse ``0.25``, ``"1/4"`` or ``"25%"`` into a float in (0, 1]."""
+    if isinstance(value, bool):
+        raise InvalidRequest(f"{what} {value!r} is not {ALLOWED_FRACTIONS}.")
+    result: float
+    if isinstance(value, (int, float)):
+        result = float(value)
+    else:
+        text = str(value)
+        if m := _FRACTION.match(text):
+            if int(m.group(2)) == 0:
+                raise InvalidRequest(f"{what} {value!r} divides by zero; use {ALLOWED_FRACTIONS}.")
+            result = float(Fraction(int(m.group(1)), int(m.group(2))))
+        elif m := _PERCENT.match(text):
+            result = float(m.group(1)) / 100
+        else:
+            try:
+                result = float(text)
+            except ValueError:
+                raise InvalidRequest(f"{what} {value!r} is not {ALLOWED_FRACTIONS}.") from None
+    if not math.isfinite(result) or not 0 < result <= 1:
+        raise InvalidRequest(f"{what} {value!r} is outside (0, 1]; use {ALLOWED_FRACTIONS}.")
+    return result
+
+
+def describe_fraction(fraction: float) -> str:
+    """``0.25`` -> ``1/4``, ``0.5`` -> ``1/2``, ``1.0`` -> ``1``; otherwise a percentage."""
+    if fraction >= 1:
+        return "1"
+    approx = Fraction(fraction).limit_denominator(16)
+    if abs(float(approx) - fraction) < 1e-6 and approx.numerator > 0:
+        return f"{approx.numerator}/{approx.denominator}"
+    return f"{fraction * 100:.0f}%"
