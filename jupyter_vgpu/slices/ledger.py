@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import LedgerError, NotPermitted, SliceNotFound, SliceUnavailable
+from ..errors import InvalidRequest, LedgerError, NotPermitted, SliceNotFound, SliceUnavailable
 from ..gpus import Inventory, Snapshot
 from ..units import format_bytes
 from .holders import attribute, process_alive, process_start
@@ -516,6 +516,43 @@ class Ledger:
                 else:
                     merged[key] = str(value)
             db.execute("UPDATE slices SET labels = ? WHERE id = ?", (json.dumps(merged), found.id))
+            return self._find(db, found.id)
+
+    def resize(self, slice_id: str, request: SliceRequest, *, uid: int | None = None) -> Slice:
+        """Change a slice's share on the GPUs it already has (the caller checks that no framework
+        has allocated yet). Raises :class:`SliceUnavailable` if the new share does not fit there."""
+        snapshot = self._available_snapshot()
+        with self._transaction() as db:
+            found = self._find(db, slice_id)
+            if uid is not None and uid != 0 and found.uid != uid:
+                raise NotPermitted(f"Slice {found.id} belongs to {found.owner}; you can resize only your own slices.")
+            if request.gpus != len(found.gpus):
+                raise InvalidRequest(
+                    f"A resize keeps the GPU count ({len(found.gpus)}); gpus={request.gpus} needs a new slice."
+                )
+            states = {s.uuid: s for s in self._gpu_states(db, snapshot)}
+            changes = []
+            for gpu_uuid, old in zip(found.gpus, found.memory):
+                state = states.get(gpu_uuid)
+                if state is None:
+                    raise SliceUnavailable(f"GPU {gpu_uuid} of slice {found.id} is no longer present.")
+                state.reserved -= old
+                state.holders = [h for h in state.holders if not h[0].startswith(found.describe_holder())]
+                need = request.amount_on(state.total)
+                if need <= self.context_allowance:
+                    raise InvalidRequest(
+                        f"{request.describe()} is {format_bytes(need)}, not more than the CUDA-context allowance "
+                        f"({format_bytes(self.context_allowance)}); ask for more memory."
+                    )
+                if need > state.free:
+                    raise SliceUnavailable(f"Cannot resize slice {found.id} to {request.describe()}: {state.explain()}.")
+                changes.append((need, found.id, gpu_uuid))
+            db.executemany("UPDATE slice_gpus SET memory = ? WHERE slice_id = ? AND gpu_uuid = ?", changes)
+            stored = {**request.to_dict(), "gpu": found.request.gpu, "placement": found.request.placement}
+            db.execute(
+                "UPDATE slices SET request = ?, logical_devices = ? WHERE id = ?",
+                (json.dumps(stored), request.logical_devices, found.id),
+            )
             return self._find(db, found.id)
 
     def release(self, slice_id: str, *, uid: int | None = None) -> Slice:
