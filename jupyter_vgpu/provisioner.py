@@ -1,0 +1,329 @@
+"""``vgpu-provisioner``: a GPU slice for every kernel it starts.
+
+jupyter_client creates one provisioner per kernel (from the kernelspec's
+``metadata.kernel_provisioner`` stanza, or as the server-wide default when
+``JUPYTER_DEFAULT_PROVISIONER_NAME=vgpu-provisioner``). Its life with a slice:
+
+* ``pre_launch`` reserves the slice in the ledger (waiting in line up to ``wait_timeout``),
+  sets the kernel environment from :func:`jupyter_vgpu.slices.slice_environment` (the same
+  mapping ``jupyter vgpu run`` uses) and adds ``--ext=jupyter_vgpu`` to ipykernel command lines;
+* ``post_launch`` makes the kernel process the slice's holder, so a kernel killed with
+  SIGKILL frees its slice at the next reservation or ``jupyter vgpu gc``;
+* ``shutdown_requested(restart=True)`` hands the slice back to the server process for the
+  restart, and the next ``pre_launch`` reuses it: a restarted kernel keeps its slice id;
+* ``cleanup(restart=False)`` releases it. Any failure after reserving releases it too.
+
+The slice id travels in ``get_provisioner_info``/``load_provisioner_info``, so a server that
+restarts and reconnects to its kernels keeps their slices.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+from typing import Any
+
+from jupyter_client.provisioning import LocalProvisioner
+from traitlets import Any as AnyTrait
+from traitlets import Enum, TraitError, Unicode, validate
+
+from .config import VGPU, load_settings
+from .errors import InvalidRequest, SliceNotFound, SliceUnavailable, VGPUError
+from .slices import Ledger, Slice, SliceRequest, cpu_environment, open_ledger, slice_environment
+from .slices.reports import remove_report
+from .units import parse_bytes, parse_fraction
+
+EXTENSION_ARG = "--ext=jupyter_vgpu"
+
+
+class InvalidKernelConfig(InvalidRequest, TraitError):
+    """A kernelspec or ``c.VGPUProvisioner`` value is not allowed (raised before any reservation)."""
+
+
+_ledgers: dict[tuple[str, str, int], Ledger] = {}
+_ledgers_lock = threading.Lock()
+
+
+def _shared_ledger(settings: VGPU) -> Ledger:
+    """One ledger connection per (path, GPUs, allowance) for all provisioners of a server."""
+    key = (str(settings.resolved_ledger_path), settings.resolved_simulate, settings.context_allowance_bytes)
+    with _ledgers_lock:
+        if key not in _ledgers:
+            _ledgers[key] = open_ledger(settings)
+        return _ledgers[key]
+
+
+def _check(proposal: Any, parse: Any) -> Any:
+    value = proposal["value"]
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return None
+    try:
+        parse(value)
+    except InvalidRequest as error:
+        raise InvalidKernelConfig(str(error)) from None
+    return value
+
+
+class VGPUProvisioner(LocalProvisioner):  # type: ignore[misc]
+    """Starts local kernels that each hold a GPU slice (``c.VGPUProvisioner.*`` or kernelspec config)."""
+
+    gpu_fraction = AnyTrait(
+        None,
+        allow_none=True,
+        help="""Share of each GPU's memory for this kernel, in (0, 1]: 0.25, "1/4" or "25%".
+        Exclusive with gpu_memory. With neither set the kernel gets whole GPUs.""",
+    ).tag(config=True)
+
+    gpu_memory = AnyTrait(
+        None,
+        allow_none=True,
+        help="""Absolute GPU memory per GPU for this kernel, e.g. "6GiB" or "512MiB"
+        (the CUDA-context allowance is counted inside it). Exclusive with gpu_fraction.""",
+    ).tag(config=True)
+
+    gpus = AnyTrait(1, help="How many GPUs this kernel gets; each gets the same share.").tag(config=True)
+
+    gpu = AnyTrait(
+        None,
+        allow_none=True,
+        help="Pin the kernel to one GPU, by index or UUID (needs gpus=1).",
+    ).tag(config=True)
+
+    logical_devices = AnyTrait(
+        1,
+        help="""Split each reserved GPU (or the CPU when there is none) into this many TensorFlow
+        logical devices sharing the slice, so MirroredStrategy runs on one physical GPU.""",
+    ).tag(config=True)
+
+    placement = Unicode(
+        "binpack",
+        help="""Which GPU to use when several fit: "binpack" fills the fullest GPU that still
+        fits (keeps whole GPUs free for big requests), "spread" uses the emptiest.""",
+    ).tag(config=True)
+
+    wait_timeout = AnyTrait(
+        0.0,
+        help="""Seconds to wait in line (first come, first served) for a slice when the GPUs are
+        full; 0 fails the kernel start at once with a message saying who holds what.""",
+    ).tag(config=True)
+
+    no_gpu = Enum(
+        ["cpu", "fail"],
+        default_value="cpu",
+        help="""What to do when the machine has no GPU (and none is simulated): "cpu" starts the
+        kernel on the CPU and says so in %vgpu and the server log; "fail" refuses to start it.""",
+    ).tag(config=True)
+
+    slice_id = Unicode(None, allow_none=True, help="The slice this kernel holds (set by the provisioner).")
+
+    @validate("gpu_fraction")
+    def _check_fraction(self, proposal: Any) -> Any:
+        return _check(proposal, parse_fraction)
+
+    @validate("gpu_memory")
+    def _check_memory(self, proposal: Any) -> Any:
+        return _check(proposal, lambda v: parse_bytes(v, what="gpu_memory"))
+
+    @validate("gpus")
+    def _check_gpus(self, proposal: Any) -> Any:
+        return _check(proposal, lambda v: SliceRequest.parse(gpus=v))
+
+    @validate("logical_devices")
+    def _check_logical(self, proposal: Any) -> Any:
+        return _check(proposal, lambda v: SliceRequest.parse(logical_devices=v))
+
+    @validate("placement")
+    def _check_placement(self, proposal: Any) -> Any:
+        return _check(proposal, lambda v: SliceRequest.parse(placement=v))
+
+    @validate("wait_timeout")
+    def _check_wait(self, proposal: Any) -> Any:
+        def parse(value: Any) -> float:
+            try:
+                seconds = float(value)
+            except (TypeError, ValueError):
+                seconds = -1.0
+            if isinstance(value, bool) or not 0 <= seconds < float("inf"):
+                raise InvalidRequest(f"wait_timeout {value!r} is not allowed; use a number of seconds, 0 or more.")
+            return seconds
+
+        return _check(proposal, parse) or 0.0
+
+    # -- helpers ------------------------------------------------------------------------
+    def _settings(self) -> VGPU:
+        config = getattr(self.parent, "config", None)
+        return load_settings(config)
+
+    def request(self) -> SliceRequest:
+        """The slice this kernel asks for, from the traits (already validated one by one)."""
+        try:
+            return SliceRequest.parse(
+                self.gpu_fraction,
+                self.gpu_memory,
+                gpus=self.gpus if self.gpus is not None else 1,
+                gpu=self.gpu,
+                logical_devices=self.logical_devices if self.logical_devices is not None else 1,
+                placement=self.placement or "binpack",
+            )
+        except InvalidRequest as error:
+            raise InvalidKernelConfig(f"Kernel '{self._display_name()}': {error}") from None
+
+    def _display_name(self) -> str:
+        spec = self.kernel_spec
+        return str(getattr(spec, "display_name", "") or getattr(self.parent, "kernel_name", "") or "kernel")
+
+    def _labels(self, env: dict[str, str]) -> dict[str, str]:
+        labels = {
+            "kernel_name": str(getattr(self.parent, "kernel_name", "") or ""),
+            "kernel_display_name": self._display_name(),
+        }
+        if env.get("JPY_SESSION_NAME"):
+            labels["path"] = env["JPY_SESSION_NAME"]
+        return {k: v for k, v in labels.items() if v}
+
+    @staticmethod
+    def _is_ipykernel(cmd: list[str]) -> bool:
+        return any(part.endswith("ipykernel_launcher") or part in ("ipykernel", "ipykernel.kernelapp") for part in cmd)
+
+    async def _reserve(self, ledger: Ledger, request: SliceRequest, labels: dict[str, str]) -> Slice:
+        """Reserve, waiting in line without blocking the server's event loop."""
+        wait = float(self.wait_timeout or 0)
+        kwargs: dict[str, Any] = {
+            "holder_kind": "kernel",
+            "holder": str(self.kernel_id),
+            "pid": os.getpid(),
+            "labels": labels,
+        }
+        if wait <= 0:
+            return await asyncio.to_thread(ledger.reserve, request, **kwargs)
+        ticket = await asyncio.to_thread(ledger.enqueue, request, **kwargs)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + wait
+        try:
+            while True:
+                final = loop.time() >= deadline
+                granted = await asyncio.to_thread(ledger.try_grant, ticket, final=final)
+                if granted is not None:
+                    return granted
+                if ticket.last_reason:
+                    self.log.info("Kernel %s waits in line for %s: %s", self.kernel_id, request.describe(), ticket.last_reason)
+                await asyncio.sleep(min(ledger.poll_interval, max(0.0, deadline - loop.time())) or 0.01)
+        except SliceUnavailable as error:
+            raise SliceUnavailable(f"Waited {wait:g} s in line for {request.describe()}. {error}") from None
+        finally:
+            await asyncio.to_thread(ledger.leave_queue, ticket)
+
+    async def _release(self) -> None:
+        if not self.slice_id:
+            return
+        slice_id, self.slice_id = self.slice_id, None
+        ledger = _shared_ledger(self._settings())
+        try:
+            await asyncio.to_thread(ledger.release, slice_id)
+        except SliceNotFound:
+            pass  # reaped already
+        except VGPUError as error:
+            self.log.warning("Could not release GPU slice %s: %s", slice_id, error)
+        await asyncio.to_thread(remove_report, ledger.path, slice_id)
+
+    # -- provisioner API ----------------------------------------------------------------
+    async def pre_launch(self, **kwargs: Any) -> dict[str, Any]:
+        """Called by the kernel manager before each (re)start: reserve or reuse the slice,
+        then let LocalProvisioner build the command. Releases the slice if anything fails."""
+        request = self.request()
+        settings = self._settings()
+        env: dict[str, str] = dict(kwargs.get("env") or os.environ)
+        ledger = await asyncio.to_thread(_shared_ledger, settings)
+        reserved_now = False
+        try:
+            snapshot = await asyncio.to_thread(ledger.inventory.snapshot)
+            if not snapshot.available:
+                if self.no_gpu == "fail":
+                    raise SliceUnavailable(f"Kernel '{self._display_name()}' needs a GPU: {snapshot.message}")
+                reason = f"{snapshot.message} This kernel runs on the CPU."
+                self.log.warning("Kernel %s: %s", self.kernel_id, reason)
+                env.update(cpu_environment(logical_devices=request.logical_devices, reason=reason))
+            else:
+                slice_ = None
+                if self.slice_id:
+                    try:
+                        slice_ = await asyncio.to_thread(ledger.attach, self.slice_id, os.getpid())
+                    except SliceNotFound:
+                        self.log.warning("Slice %s of kernel %s was reclaimed; reserving anew.", self.slice_id, self.kernel_id)
+                        self.slice_id = None
+                if slice_ is None:
+                    slice_ = await self._reserve(ledger, request, self._labels(env))
+                    self.slice_id = slice_.id
+                    reserved_now = True
+                env.update(
+                    slice_environment(slice_, ledger_path=str(ledger.path), simulate=settings.resolved_simulate)
+                )
+                self.log.info(
+                    "Kernel %s holds GPU slice %s: %s", self.kernel_id, slice_.id, slice_.request.describe()
+                )
+            kwargs["env"] = env
+            kwargs = await super().pre_launch(**kwargs)
+            cmd = list(kwargs.get("cmd") or [])
+            if self._is_ipykernel(cmd) and EXTENSION_ARG not in cmd:
+                cmd.append(EXTENSION_ARG)
+            kwargs["cmd"] = cmd
+            return kwargs
+        except BaseException:
+            if reserved_now:
+                await self._release()
+            raise
+
+    async def launch_kernel(self, cmd: list[str], **kwargs: Any) -> Any:
+        try:
+            return await super().launch_kernel(cmd, **kwargs)
+        except BaseException:
+            await self._release()
+            raise
+
+    async def post_launch(self, **kwargs: Any) -> None:
+        """The kernel process now exists: make it the slice's holder."""
+        await super().post_launch(**kwargs)
+        if self.slice_id and self.pid:
+            ledger = _shared_ledger(self._settings())
+            try:
+                await asyncio.to_thread(ledger.attach, self.slice_id, int(self.pid))
+            except VGPUError as error:
+                self.log.warning("Could not attach slice %s to kernel pid %s: %s", self.slice_id, self.pid, error)
+
+    async def shutdown_requested(self, restart: bool = False) -> None:
+        """Before a restart the kernel process ends: the server keeps the slice meanwhile."""
+        await super().shutdown_requested(restart=restart)
+        if restart and self.slice_id:
+            ledger = _shared_ledger(self._settings())
+            try:
+                await asyncio.to_thread(ledger.attach, self.slice_id, os.getpid())
+            except VGPUError:
+                pass
+
+    async def kill(self, restart: bool = False) -> None:
+        if restart and self.slice_id:
+            await self.shutdown_requested(restart=True)
+        await super().kill(restart=restart)
+
+    async def cleanup(self, restart: bool = False) -> None:
+        """Called after the kernel ends: a restart keeps the slice, a shutdown frees it."""
+        await super().cleanup(restart=restart)
+        if not restart:
+            await self._release()
+
+    async def get_provisioner_info(self) -> dict[str, Any]:
+        info: dict[str, Any] = await super().get_provisioner_info()
+        info["vgpu_slice_id"] = self.slice_id
+        return info
+
+    async def load_provisioner_info(self, provisioner_info: dict[str, Any]) -> None:
+        await super().load_provisioner_info(provisioner_info)
+        self.slice_id = provisioner_info.get("vgpu_slice_id")
+        if self.slice_id and self.pid:
+            ledger = _shared_ledger(self._settings())
+            try:
+                await asyncio.to_thread(ledger.attach, self.slice_id, int(self.pid))
+            except SliceNotFound:
+                self.log.warning("Slice %s of kernel %s is no longer in the ledger.", self.slice_id, self.kernel_id)
+                self.slice_id = None
