@@ -24,7 +24,7 @@ import os
 import threading
 from typing import Any
 
-from jupyter_client.provisioning import LocalProvisioner
+from jupyter_client.provisioning.local_provisioner import LocalProvisioner
 from traitlets import Any as AnyTrait
 from traitlets import Enum, TraitError, Unicode, validate
 
@@ -294,7 +294,11 @@ class VGPUProvisioner(LocalProvisioner):  # type: ignore[misc]
     async def shutdown_requested(self, restart: bool = False) -> None:
         """Before a restart the kernel process ends: the server keeps the slice meanwhile."""
         await super().shutdown_requested(restart=restart)
-        if restart and self.slice_id:
+        if restart:
+            await self._hold_for_restart()
+
+    async def _hold_for_restart(self) -> None:
+        if self.slice_id:
             ledger = _shared_ledger(self._settings())
             try:
                 await asyncio.to_thread(ledger.attach, self.slice_id, os.getpid())
@@ -302,9 +306,14 @@ class VGPUProvisioner(LocalProvisioner):  # type: ignore[misc]
                 pass
 
     async def kill(self, restart: bool = False) -> None:
-        if restart and self.slice_id:
-            await self.shutdown_requested(restart=True)
+        if restart:
+            await self._hold_for_restart()
         await super().kill(restart=restart)
+
+    async def terminate(self, restart: bool = False) -> None:
+        if restart:
+            await self._hold_for_restart()
+        await super().terminate(restart=restart)
 
     async def cleanup(self, restart: bool = False) -> None:
         """Called after the kernel ends: a restart keeps the slice, a shutdown frees it."""

@@ -3,4 +3,4 @@
 from .inventory import GPU, GPUProcess, Inventory, Snapshot
 from .simulated import SimulatedNVML, parse_spec
 
-__all__ = ["GPU", "GPUProcess", "Inventory", "Snapshot", "SimulatedNVML", "parse_spec"]
+__all__ = ["GPU", "GPUProcess", "Inventory", "SimulatedNVML", "Snapshot", "parse_spec"]

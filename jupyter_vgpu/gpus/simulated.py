@@ -66,19 +66,19 @@ class _Utilization:
 @dataclass
 class _Process:
     pid: int
-    usedGpuMemory: int | None  # noqa: N815 - pynvml's name
-    gpuInstanceId: int = 0xFFFFFFFF  # noqa: N815
-    computeInstanceId: int = 0xFFFFFFFF  # noqa: N815
+    usedGpuMemory: int | None
+    gpuInstanceId: int = 0xFFFFFFFF
+    computeInstanceId: int = 0xFFFFFFFF
 
 
 @dataclass
 class _ProcessSample:
     pid: int
-    timeStamp: int  # noqa: N815
-    smUtil: int  # noqa: N815
-    memUtil: int  # noqa: N815
-    encUtil: int = 0  # noqa: N815
-    decUtil: int = 0  # noqa: N815
+    timeStamp: int
+    smUtil: int
+    memUtil: int
+    encUtil: int = 0
+    decUtil: int = 0
 
 
 @dataclass
@@ -214,47 +214,47 @@ class SimulatedNVML:
         return devices[handle]
 
     # -- the pynvml subset -------------------------------------------------------------
-    def nvmlInit(self) -> None:  # noqa: N802
+    def nvmlInit(self) -> None:
         return None
 
-    def nvmlShutdown(self) -> None:  # noqa: N802
+    def nvmlShutdown(self) -> None:
         return None
 
-    def nvmlSystemGetDriverVersion(self) -> str:  # noqa: N802
+    def nvmlSystemGetDriverVersion(self) -> str:
         return "simulated"
 
-    def nvmlDeviceGetCount(self) -> int:  # noqa: N802
+    def nvmlDeviceGetCount(self) -> int:
         return len(self._current())
 
-    def nvmlDeviceGetHandleByIndex(self, index: int) -> int:  # noqa: N802
+    def nvmlDeviceGetHandleByIndex(self, index: int) -> int:
         self._device(index)
         return index
 
-    def nvmlDeviceGetName(self, handle: int) -> str:  # noqa: N802
+    def nvmlDeviceGetName(self, handle: int) -> str:
         return self._device(handle).name
 
-    def nvmlDeviceGetUUID(self, handle: int) -> str:  # noqa: N802
+    def nvmlDeviceGetUUID(self, handle: int) -> str:
         return self._device(handle).uuid
 
-    def nvmlDeviceGetMemoryInfo(self, handle: int) -> _Memory:  # noqa: N802
+    def nvmlDeviceGetMemoryInfo(self, handle: int) -> _Memory:
         device = self._device(handle)
         used = device.base_used + sum(b or 0 for _, b, _ in device.processes)
         used = min(used, device.memory_total)
         return _Memory(total=device.memory_total, used=used, free=device.memory_total - used)
 
-    def nvmlDeviceGetUtilizationRates(self, handle: int) -> _Utilization:  # noqa: N802
+    def nvmlDeviceGetUtilizationRates(self, handle: int) -> _Utilization:
         device = self._device(handle)
         util = device.utilization or min(100, sum(u for _, _, u in device.processes))
         return _Utilization(gpu=util, memory=0)
 
-    def nvmlDeviceGetMigMode(self, handle: int) -> list[int]:  # noqa: N802
+    def nvmlDeviceGetMigMode(self, handle: int) -> list[int]:
         self._device(handle)
         return [0, 0]
 
-    def nvmlDeviceGetComputeRunningProcesses(self, handle: int) -> list[_Process]:  # noqa: N802
+    def nvmlDeviceGetComputeRunningProcesses(self, handle: int) -> list[_Process]:
         return [_Process(pid=pid, usedGpuMemory=used) for pid, used, _ in self._device(handle).processes]
 
-    def nvmlDeviceGetProcessUtilization(self, handle: int, timestamp: int) -> list[_ProcessSample]:  # noqa: N802
+    def nvmlDeviceGetProcessUtilization(self, handle: int, timestamp: int) -> list[_ProcessSample]:
         samples = [_ProcessSample(pid=p, timeStamp=0, smUtil=u, memUtil=0) for p, _, u in self._device(handle).processes]
         if not samples:
             raise NVMLError(NVML_ERROR_NOT_FOUND)
@@ -270,4 +270,4 @@ def describe(spec: str) -> str:
     return ", ".join(format_bytes(d.memory_total, precision=0) for d in devices)
 
 
-__all__ = ["NVMLError", "SimulatedNVML", "SimulatedDevice", "parse_spec", "describe", "GiB"]
+__all__ = ["GiB", "NVMLError", "SimulatedDevice", "SimulatedNVML", "describe", "parse_spec"]

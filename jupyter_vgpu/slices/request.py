@@ -11,6 +11,16 @@ from ..units import describe_fraction, format_bytes, parse_bytes, parse_fraction
 
 PLACEMENTS = ("binpack", "spread")
 
+#: How the command line spells the request's settings, for messages.
+CLI_NAMES = {
+    "gpu_fraction": "-p/--fraction",
+    "gpu_memory": "-m/--memory",
+    "gpus": "-n/--gpus",
+    "gpu": "--gpu",
+    "logical_devices": "--logical-devices",
+    "placement": "--placement",
+}
+
 
 @dataclass(frozen=True)
 class SliceRequest:
@@ -38,31 +48,38 @@ class SliceRequest:
         logical_devices: Any = 1,
         placement: Any = "binpack",
         default_fraction: float | None = 1.0,
+        names: dict[str, str] | None = None,
     ) -> SliceRequest:
         """Validate raw values (strings from a CLI, kernelspec JSON, env) into a request.
 
         Each bad value raises :class:`InvalidRequest` with one sentence naming the value and
-        what is allowed.
+        what is allowed. ``names`` renames the settings in messages (e.g. ``{"gpu_fraction":
+        "-p/--fraction"}`` for a command line); by default they are the kernelspec keys.
         """
+        name = {key: key for key in ("gpu_fraction", "gpu_memory", "gpus", "gpu", "logical_devices", "placement")}
+        name.update(names or {})
         if _given(fraction) and _given(memory):
             raise InvalidRequest(
-                f"gpu_fraction ({fraction!r}) and gpu_memory ({memory!r}) are both set; set only one of them."
+                f"{name['gpu_fraction']} ({fraction!r}) and {name['gpu_memory']} ({memory!r}) are both set; "
+                "set only one of them."
             )
-        parsed_fraction = parse_fraction(fraction) if _given(fraction) else None
-        parsed_memory = parse_bytes(memory, what="gpu_memory") if _given(memory) else None
+        parsed_fraction = parse_fraction(fraction, what=name["gpu_fraction"]) if _given(fraction) else None
+        parsed_memory = parse_bytes(memory, what=name["gpu_memory"]) if _given(memory) else None
         if parsed_fraction is None and parsed_memory is None:
             if default_fraction is None:
-                raise InvalidRequest("Set gpu_fraction (e.g. 0.25) or gpu_memory (e.g. 6GiB).")
+                raise InvalidRequest(f"Set {name['gpu_fraction']} (e.g. 0.25) or {name['gpu_memory']} (e.g. 6GiB).")
             parsed_fraction = default_fraction
-        count = _positive_int(gpus, "gpus", "a whole number of GPUs, 1 or more")
-        logical = _positive_int(logical_devices, "logical_devices", "a whole number, 1 or more")
+        count = _positive_int(gpus, name["gpus"], "a whole number of GPUs, 1 or more")
+        logical = _positive_int(logical_devices, name["logical_devices"], "a whole number, 1 or more")
         if str(placement) not in PLACEMENTS:
-            raise InvalidRequest(f"placement {placement!r} is not allowed; use one of: {', '.join(PLACEMENTS)}.")
+            raise InvalidRequest(
+                f"{name['placement']} {placement!r} is not allowed; use one of: {', '.join(PLACEMENTS)}."
+            )
         pinned = None
         if _given(gpu):
             pinned = str(gpu).strip()
             if count != 1:
-                raise InvalidRequest(f"A pinned GPU ({pinned!r}) needs gpus=1, not gpus={count}.")
+                raise InvalidRequest(f"A pinned GPU ({name['gpu']} {pinned!r}) needs one GPU, not {count}.")
         return cls(
             fraction=parsed_fraction,
             memory=parsed_memory,

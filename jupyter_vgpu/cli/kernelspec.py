@@ -1,0 +1,232 @@
+"""``jupyter vgpu kernelspec install | list | remove``: sliced kernels for the kernel picker.
+
+A sliced kernelspec is a copy of an installed one (``python3`` by default: its argv, env,
+metadata such as ``supported_encryption`` and logos are kept) whose metadata names the
+``vgpu-provisioner`` with the slice to reserve, and whose display name says the slice:
+"Python 3 (1/4 GPU)", "Python 3 (8 GiB GPU)", "Python 3 (2 GPUs)".
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from jupyter_client.kernelspec import KernelSpecManager, NoSuchKernel
+
+from ..errors import InvalidRequest
+from ..slices import SliceRequest
+from ..slices.request import CLI_NAMES
+from ..units import describe_fraction, format_bytes
+
+PROVISIONER = "vgpu-provisioner"
+DEFAULT_SET = ("1/4", "1/2", "1")
+
+
+def add_parser(commands: Any) -> None:
+    parser = commands.add_parser("kernelspec", help="install, list or remove sliced kernelspecs")
+    sub = parser.add_subparsers(dest="kernelspec_command", metavar="ACTION", parser_class=type(parser))
+
+    install = sub.add_parser(
+        "install",
+        help="install a kernelspec that reserves a slice (or --defaults: 1/4, 1/2 and a full GPU)",
+    )
+    amount = install.add_mutually_exclusive_group()
+    amount.add_argument("-p", "--fraction", metavar="FRACTION", help="share of each GPU: 0.25, 1/4 or 25%%")
+    amount.add_argument("-m", "--memory", metavar="MEMORY", help="memory per GPU, e.g. 8GiB")
+    amount.add_argument("--defaults", action="store_true", help="install 1/4, 1/2 and full-GPU kernels")
+    install.add_argument("-n", "--gpus", default="1", metavar="N", help="number of GPUs (default 1)")
+    install.add_argument("--logical-devices", default="1", metavar="K", help="TensorFlow logical devices per GPU")
+    install.add_argument("--wait", default="0", metavar="SECONDS", help="wait in line up to SECONDS at kernel start")
+    install.add_argument("--source", default="python3", metavar="KERNEL", help="kernelspec to copy (default python3)")
+    install.add_argument("--name", help="kernelspec name (default derived, e.g. python3-vgpu-1-4)")
+    install.add_argument("--display-name", help='name in the kernel picker (default e.g. "Python 3 (1/4 GPU)")')
+    where = install.add_mutually_exclusive_group()
+    where.add_argument("--user", action="store_true", help="install for the current user")
+    where.add_argument("--sys-prefix", action="store_true", help="install into this Python environment")
+    where.add_argument("--prefix", metavar="PREFIX", help="install under PREFIX/share/jupyter/kernels")
+    install.set_defaults(handler=install_command)
+
+    listing = sub.add_parser("list", help="list sliced kernelspecs")
+    listing.add_argument("--json", action="store_true")
+    listing.set_defaults(handler=list_command)
+
+    remove = sub.add_parser("remove", help="remove sliced kernelspecs by name (or --all)")
+    remove.add_argument("names", nargs="*", metavar="NAME")
+    remove.add_argument("--all", action="store_true", help="remove every sliced kernelspec")
+    remove.set_defaults(handler=remove_command)
+    parser.set_defaults(handler=lambda args: parser.print_help() or 2)
+
+
+def _base_display(display_name: str) -> str:
+    # "Python 3 (ipykernel)" -> "Python 3"
+    return re.sub(r"\s*\([^)]*\)\s*$", "", display_name).strip() or display_name
+
+
+def describe_slice(request: SliceRequest) -> str:
+    """What the picker shows in parentheses: ``1/4 GPU``, ``8 GiB GPU``, ``2 GPUs``."""
+    if request.memory is not None:
+        share = f"{format_bytes(request.memory, precision=0 if request.memory % (1 << 30) == 0 else 1)} GPU"
+    else:
+        assert request.fraction is not None
+        share = "GPU" if request.fraction >= 1 else f"{describe_fraction(request.fraction)} GPU"
+        if request.fraction >= 1 and request.gpus == 1:
+            share = "1 GPU"
+    if request.gpus > 1:
+        share = f"{request.gpus} GPUs" if request.fraction == 1 else f"{request.gpus} × {share}"
+    if request.logical_devices > 1:
+        share += f", {request.logical_devices} devices"
+    return share
+
+
+def default_name(source: str, request: SliceRequest) -> str:
+    if request.memory is not None:
+        part = format_bytes(request.memory, precision=1).replace(" ", "").replace(".0", "").replace(".", "_").lower()
+    else:
+        assert request.fraction is not None
+        part = "1" if request.fraction >= 1 else describe_fraction(request.fraction).replace("/", "-").replace("%", "pct")
+        part = part if request.fraction < 1 else "full"
+    name = f"{source}-vgpu-{part}"
+    if request.gpus > 1:
+        name += f"-x{request.gpus}"
+    if request.logical_devices > 1:
+        name += f"-ld{request.logical_devices}"
+    return name
+
+
+def install(
+    request: SliceRequest,
+    *,
+    source: str = "python3",
+    name: str | None = None,
+    display_name: str | None = None,
+    wait: float = 0.0,
+    user: bool = False,
+    prefix: str | None = None,
+    manager: KernelSpecManager | None = None,
+) -> tuple[str, str, str]:
+    """Install one sliced kernelspec; returns (name, display name, path)."""
+    manager = manager or KernelSpecManager()
+    try:
+        spec = manager.get_kernel_spec(source)
+    except NoSuchKernel:
+        known = ", ".join(sorted(manager.find_kernel_specs())) or "none"
+        raise InvalidRequest(f"No kernelspec named {source!r} to copy; installed: {known}.") from None
+    source_dir = Path(spec.resource_dir)
+    try:
+        data: dict[str, Any] = json.loads((source_dir / "kernel.json").read_text())
+    except (OSError, ValueError):
+        data = spec.to_dict()
+    config: dict[str, Any] = {}
+    if request.fraction is not None:
+        config["gpu_fraction"] = request.fraction
+    if request.memory is not None:
+        config["gpu_memory"] = format_bytes(request.memory).replace(" ", "")
+    if request.gpus != 1:
+        config["gpus"] = request.gpus
+    if request.logical_devices != 1:
+        config["logical_devices"] = request.logical_devices
+    if wait:
+        config["wait_timeout"] = wait
+    metadata = dict(data.get("metadata") or {})
+    metadata["kernel_provisioner"] = {"provisioner_name": PROVISIONER, "config": config}
+    metadata["jupyter_vgpu"] = {"slice": describe_slice(request), "source": source}
+    data["metadata"] = metadata
+    data["display_name"] = display_name or f"{_base_display(str(data.get('display_name') or source))} ({describe_slice(request)})"
+    kernel_name = name or default_name(source, request)
+    if not re.fullmatch(r"[a-zA-Z0-9._-]+", kernel_name):
+        raise InvalidRequest(f"Kernelspec name {kernel_name!r} may use only letters, digits, '.', '_' and '-'.")
+    with tempfile.TemporaryDirectory() as tmp:
+        staged = Path(tmp) / kernel_name
+        shutil.copytree(source_dir, staged)
+        (staged / "kernel.json").write_text(json.dumps(data, indent=1))
+        try:
+            path = manager.install_kernel_spec(str(staged), kernel_name, user=user, prefix=prefix, replace=True)
+        except PermissionError as error:
+            raise InvalidRequest(
+                f"Cannot write the kernelspec to {error.filename}: permission denied; use --user or --sys-prefix."
+            ) from None
+    return kernel_name, str(data["display_name"]), path
+
+
+def sliced_specs(manager: KernelSpecManager | None = None) -> dict[str, dict[str, Any]]:
+    """Installed kernelspecs that use the vgpu-provisioner: name -> {display_name, config, path}."""
+    manager = manager or KernelSpecManager()
+    found = {}
+    for name, path in sorted(manager.find_kernel_specs().items()):
+        try:
+            data = json.loads((Path(path) / "kernel.json").read_text())
+        except (OSError, ValueError):
+            continue
+        prov = (data.get("metadata") or {}).get("kernel_provisioner") or {}
+        if prov.get("provisioner_name") == PROVISIONER:
+            found[name] = {"display_name": data.get("display_name"), "config": prov.get("config") or {}, "path": path}
+    return found
+
+
+def install_command(args: argparse.Namespace) -> int:
+    prefix = sys.prefix if args.sys_prefix else args.prefix
+    try:
+        seconds = float(args.wait)
+    except ValueError:
+        seconds = -1.0
+    if not 0 <= seconds < float("inf"):
+        raise InvalidRequest(f"--wait {args.wait!r} is not allowed; use a number of seconds, 0 or more.")
+    if args.defaults:
+        if args.name or args.display_name:
+            raise InvalidRequest("--defaults installs several kernelspecs; it cannot take --name or --display-name.")
+        requests = [SliceRequest.parse(f, gpus=args.gpus, logical_devices=args.logical_devices, names=CLI_NAMES) for f in DEFAULT_SET]
+    else:
+        if args.fraction is None and args.memory is None:
+            raise InvalidRequest("Say how much GPU: -p FRACTION (e.g. 1/4), -m MEMORY (e.g. 8GiB) or --defaults.")
+        requests = [SliceRequest.parse(
+                args.fraction, args.memory, gpus=args.gpus, logical_devices=args.logical_devices, names=CLI_NAMES
+            )
+        ]
+    for request in requests:
+        name, display, path = install(
+            request,
+            source=args.source,
+            name=args.name,
+            display_name=args.display_name,
+            wait=seconds,
+            user=args.user,
+            prefix=prefix,
+        )
+        print(f"Installed kernelspec {name} ({display!r}) in {path}")
+    return 0
+
+
+def list_command(args: argparse.Namespace) -> int:
+    specs = sliced_specs()
+    if args.json:
+        json.dump(specs, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+        return 0
+    if not specs:
+        print("No sliced kernelspecs. Install some with `jupyter vgpu kernelspec install --defaults --user`.")
+        return 0
+    width = max(len(n) for n in specs) + 2
+    for name, info in specs.items():
+        print(f"  {name:<{width}}{info['display_name']!s:<28}{info['path']}")
+    return 0
+
+
+def remove_command(args: argparse.Namespace) -> int:
+    manager = KernelSpecManager()
+    specs = sliced_specs(manager)
+    names = list(specs) if args.all else list(args.names)
+    if not names:
+        raise InvalidRequest("Name the kernelspecs to remove (see `jupyter vgpu kernelspec list`) or use --all.")
+    for name in names:
+        if name not in specs:
+            raise InvalidRequest(f"{name!r} is not a sliced kernelspec; sliced ones: {', '.join(specs) or 'none'}.")
+    for name in names:
+        path = manager.remove_kernel_spec(name)
+        print(f"Removed kernelspec {name} from {path}")
+    return 0

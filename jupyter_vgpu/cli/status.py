@@ -1,0 +1,177 @@
+"""``jupyter vgpu status`` (an nvidia-smi-like view of slices), ``release`` and ``gc``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+from typing import Any
+
+from ..config import load_settings
+from ..slices import Ledger, Slice, open_ledger
+from ..slices.holders import attribute
+from ..units import format_bytes
+
+BAR_WIDTH = 40
+
+
+def add_parser(commands: Any) -> None:
+    parser = commands.add_parser("status", help="show GPUs, slices and who waits in line")
+    parser.add_argument("--json", action="store_true", help="machine-readable output")
+    parser.set_defaults(handler=status)
+
+
+def add_release_parser(commands: Any) -> None:
+    parser = commands.add_parser("release", help="free a slice by id (your own; root: any)")
+    parser.add_argument("slice_id", metavar="SLICE_ID")
+    parser.set_defaults(handler=release)
+
+
+def add_gc_parser(commands: Any) -> None:
+    parser = commands.add_parser("gc", help="free slices whose processes are gone")
+    parser.add_argument(
+        "--reset-ledger",
+        action="store_true",
+        help="move a corrupt ledger aside (kept as <file>.corrupt-<time>) and start a fresh one",
+    )
+    parser.set_defaults(handler=gc)
+
+
+def collect(ledger: Ledger) -> dict[str, Any]:
+    """Everything ``status`` shows, as JSON-ready data."""
+    snapshot = ledger.inventory.snapshot()
+    slices = ledger.slices()
+    waiting = ledger.waiting()
+    used, foreign = attribute(snapshot, {s.id: s.pid for s in slices})
+    gpus = []
+    for gpu in snapshot.gpus:
+        reserved = sum(m for s in slices for u, m in zip(s.gpus, s.memory) if u == gpu.uuid)
+        data = gpu.to_dict()
+        data.update(
+            memory_reserved=reserved,
+            memory_foreign=foreign.get(gpu.uuid, 0),
+            memory_reservable=max(0, gpu.memory_total - reserved - foreign.get(gpu.uuid, 0)),
+        )
+        gpus.append(data)
+    slice_rows = []
+    for s in slices:
+        row = s.to_dict()
+        per_gpu = used.get(s.id)
+        row["memory_used"] = sum(per_gpu.values()) if per_gpu else (0 if snapshot.available else None)
+        row["holder_text"] = s.describe_holder()
+        slice_rows.append(row)
+    return {
+        "simulated": snapshot.simulated,
+        "available": snapshot.available,
+        "message": snapshot.message,
+        "gpus_source": ledger.inventory.describe(),
+        "ledger": str(ledger.path),
+        "gpus": gpus,
+        "slices": slice_rows,
+        "waiting": [w.to_dict() for w in waiting],
+    }
+
+
+def status(args: argparse.Namespace) -> int:
+    ledger = open_ledger(load_settings())
+    data = collect(ledger)
+    if args.json:
+        json.dump(data, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        sys.stdout.write(render(data))
+    return 0
+
+
+def _bar(parts: list[tuple[int, str]], total: int, width: int = BAR_WIDTH) -> str:
+    cells = ""
+    for amount, char in parts:
+        cells += char * int(round(width * amount / total)) if total else ""
+    cells = cells[:width]
+    return "[" + cells + "." * (width - len(cells)) + "]"
+
+
+def render(data: dict[str, Any]) -> str:
+    """The human table: a header, one block per GPU, slices, the line of waiters."""
+    width = min(shutil.get_terminal_size((100, 20)).columns, 120)
+    lines = []
+    header = f"jupyter-vgpu · GPUs: {data['gpus_source']}"
+    if data["simulated"]:
+        header += "  ** SIMULATED GPUs, not real hardware **"
+    lines.append(header)
+    lines.append(f"ledger: {data['ledger']}")
+    if not data["available"]:
+        lines.append("")
+        lines.append(f"No GPU: {data['message']}")
+    by_gpu: dict[str, list[dict[str, Any]]] = {}
+    for row in data["slices"]:
+        for uuid in row["gpus"]:
+            by_gpu.setdefault(uuid, []).append(row)
+    rule = "+" + "-" * (width - 2) + "+"
+    for gpu in data["gpus"]:
+        total = gpu["memory_total"]
+        util = f"{gpu['utilization']}%" if gpu["utilization"] is not None else "n/a"
+        lines.append(rule)
+        lines.append(f"| GPU {gpu['index']}  {gpu['name']}  {gpu['uuid']}  util {util}".ljust(width - 1) + "|")
+        bar = _bar([(gpu["memory_reserved"], "#"), (gpu["memory_foreign"], "x")], total)
+        summary = (
+            f"reserved {format_bytes(gpu['memory_reserved'])} / {format_bytes(total)}"
+            f"  used {format_bytes(gpu['memory_used'])}  free {format_bytes(gpu['memory_reservable'])}"
+        )
+        lines.append(f"| {bar} {summary}".ljust(width - 1) + "|")
+        if gpu["memory_foreign"]:
+            lines.append(f"|   x = {format_bytes(gpu['memory_foreign'])} used by processes without a slice".ljust(width - 1) + "|")
+        lines.append(rule)
+        rows = by_gpu.get(gpu["uuid"], [])
+        if not rows:
+            lines.append("  (no slices)")
+            continue
+        lines.append(f"  {'SLICE':<13}{'OWNER':<10}{'RESERVED':>10}{'USED':>11}{'CONTEXT':>10}  HOLDER")
+        for row in rows:
+            index = row["gpus"].index(gpu["uuid"])
+            lines.append(
+                f"  {row['id']:<13}{row['owner'][:9]:<10}{format_bytes(row['memory_reserved'][index]):>10}"
+                f"{format_bytes(row['memory_used']):>11}{format_bytes(row['context_allowance']):>10}"
+                f"  {row['holder_text']} [{row['request_text']}]"
+            )
+    if data["waiting"]:
+        lines.append("")
+        lines.append("Waiting in line:")
+        for w in data["waiting"]:
+            lines.append(
+                f"  #{w['position']:<3} {w['owner'][:9]:<10} {w['request_text']:<14} "
+                f"{w['holder_kind']} {w['holder']}  waiting {w['waiting_seconds']:.0f} s"
+            )
+    if not data["slices"] and data["available"]:
+        lines.append("No slices. Start one with `jupyter vgpu run -p 0.25 -- COMMAND` or a sliced kernel.")
+    return "\n".join(lines) + "\n"
+
+
+def release(args: argparse.Namespace) -> int:
+    ledger = open_ledger(load_settings())
+    freed: Slice = ledger.release(args.slice_id, uid=os.getuid())
+    note = ""
+    if freed.holder_kind == "kernel":
+        note = " The kernel keeps running; its GPU memory now counts as used outside slices."
+    print(f"Released slice {freed.id} ({freed.describe_holder()}, {freed.request.describe()}).{note}")
+    return 0
+
+
+def gc(args: argparse.Namespace) -> int:
+    settings = load_settings()
+    if args.reset_ledger:
+        moved = Ledger.reset(settings.resolved_ledger_path)
+        if moved is None:
+            print(f"No ledger at {settings.resolved_ledger_path}; nothing to reset.")
+        else:
+            print(f"Moved the ledger to {moved}; a fresh one starts at {settings.resolved_ledger_path}.")
+        open_ledger(settings)
+        return 0
+    ledger = open_ledger(settings)
+    freed = ledger.reap()
+    for s in freed:
+        print(f"Freed slice {s.id} ({s.describe_holder()}): its process {s.pid} is gone.")
+    print(f"{len(freed)} slice{'s' if len(freed) != 1 else ''} freed; {len(ledger.slices())} in use.")
+    return 0
