@@ -8,9 +8,10 @@ import psutil
 
 from ..gpus import Snapshot
 
-# Two readings of one process's start time agree to within clock-tick rounding; a reused
-# pid belongs to a process started later, far outside this.
-_START_TOLERANCE = 0.1
+# psutil derives a start time from boot time plus clock ticks (10 ms), identically in every
+# process, so two readings of one process agree to within float rounding; a reused pid
+# belongs to a process that started at least one tick later.
+_START_TOLERANCE = 0.001
 
 
 def process_start(pid: int) -> float | None:

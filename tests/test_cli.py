@@ -1,0 +1,204 @@
+"""`jupyter vgpu ...` as a user types it: real processes, real signals, one ledger."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from jupyter_vgpu.slices import open_ledger
+
+JUPYTER_VGPU = [str(Path(sys.executable).parent / "jupyter-vgpu")]
+
+
+def vgpu(*args: str, check: bool = False, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    result = subprocess.run([*JUPYTER_VGPU, *args], capture_output=True, text=True, timeout=timeout)
+    if check:
+        assert result.returncode == 0, result.stderr
+    return result
+
+
+def wait_until(predicate, timeout: float = 15.0) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not met in time")
+        time.sleep(0.05)
+
+
+def test_jupyter_vgpu_is_a_jupyter_subcommand(vgpu_env: dict[str, str]) -> None:
+    jupyter = Path(sys.executable).parent / "jupyter"
+    result = subprocess.run([str(jupyter), "vgpu", "--version"], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0
+    assert result.stdout.startswith("jupyter-vgpu ")
+
+
+def test_status_says_the_gpus_are_simulated_and_lists_slices(vgpu_env: dict[str, str]) -> None:
+    empty = vgpu("status", check=True).stdout
+    assert "SIMULATED GPUs" in empty
+    assert "No slices" in empty
+    sleeper = subprocess.Popen([*JUPYTER_VGPU, "run", "-p", "1/4", "--", "sleep", "30"])
+    try:
+        wait_until(lambda: "sleep 30" in vgpu("status").stdout)
+        text = vgpu("status", check=True).stdout
+        assert "GPU 0  Simulated GPU 16GiB" in text
+        assert "reserved 4.0 GiB / 16.0 GiB" in text
+        line = next(line for line in text.splitlines() if "sleep 30" in line)
+        assert "4.0 GiB" in line and "300 MiB" in line and "[1/4 GPU]" in line
+        data = json.loads(vgpu("status", "--json", check=True).stdout)
+        assert data["simulated"] is True
+        (entry,) = data["slices"]
+        assert entry["holder"] == "sleep 30" and entry["memory_reserved"] == [4 << 30]
+        assert data["gpus"][0]["memory_reservable"] == 12 << 30
+    finally:
+        sleeper.terminate()
+        sleeper.wait(20)
+    assert sleeper.returncode == 128 + signal.SIGTERM  # SIGTERM was passed on to the command
+    assert open_ledger().slices() == []
+
+
+def test_run_gives_the_command_the_kernel_environment(vgpu_env: dict[str, str]) -> None:
+    script = "import json, os; print(json.dumps({k: v for k, v in os.environ.items() if 'VGPU' in k or k.startswith(('CUDA', 'XLA', 'CUPY'))}))"
+    result = vgpu("run", "-q", "-m", "4GiB", "--", sys.executable, "-c", script, check=True)
+    env = json.loads(result.stdout)
+    assert env["CUDA_VISIBLE_DEVICES"].startswith("GPU-")
+    assert env["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
+    assert env["JUPYTER_VGPU_FRACTION"] == "0.25"
+    assert int(env["JUPYTER_VGPU_MEMORY_LIMIT"]) == (4 << 30) - (300 << 20)
+    assert env["XLA_PYTHON_CLIENT_PREALLOCATE"] == "false"
+    assert env["CUPY_GPU_MEMORY_LIMIT"] == env["JUPYTER_VGPU_MEMORY_LIMIT"]
+    assert env["JUPYTER_VGPU_LEDGER"] == vgpu_env["JUPYTER_VGPU_LEDGER"]
+    assert result.stderr == ""  # -q
+
+
+def test_run_passes_the_exit_code_through_and_frees_the_slice(vgpu_env: dict[str, str]) -> None:
+    result = vgpu("run", "-p", "0.5", "--", sys.executable, "-c", "raise SystemExit(7)")
+    assert result.returncode == 7
+    assert "slice" in result.stderr and "2.0 GiB" not in result.stderr
+    assert open_ledger().slices() == []
+
+
+def test_sigkill_of_run_and_its_child_frees_the_slice(vgpu_env: dict[str, str]) -> None:
+    runner = subprocess.Popen([*JUPYTER_VGPU, "run", "-p", "1", "--", "sleep", "60"])
+    wait_until(lambda: any(s.pid != runner.pid for s in open_ledger().slices()))
+    (held,) = open_ledger().slices()
+    child = psutil.Process(held.pid)  # the holder is the command itself
+    assert child.ppid() == runner.pid
+    os.kill(runner.pid, signal.SIGKILL)
+    child.kill()
+    runner.wait(10)
+    child.wait(10)
+    # The next reservation reaps the dead holder and gets the whole GPU.
+    result = vgpu("run", "-p", "1", "--", "true")
+    assert result.returncode == 0, result.stderr
+
+
+def test_gc_frees_slices_of_dead_processes(vgpu_env: dict[str, str]) -> None:
+    runner = subprocess.Popen([*JUPYTER_VGPU, "run", "-p", "1/2", "--", "sleep", "60"])
+    wait_until(lambda: any(s.pid != runner.pid for s in open_ledger().slices()))
+    (held,) = open_ledger().slices()
+    os.kill(runner.pid, signal.SIGKILL)
+    os.kill(held.pid, signal.SIGKILL)
+    runner.wait(10)
+    wait_until(lambda: not psutil.pid_exists(held.pid) or psutil.Process(held.pid).status() == psutil.STATUS_ZOMBIE)
+    result = vgpu("gc", check=True)
+    assert f"Freed slice {held.id}" in result.stdout
+    assert "1 slice freed; 0 in use." in result.stdout
+
+
+def test_release_frees_a_slice_and_unknown_ids_are_one_sentence(vgpu_env: dict[str, str]) -> None:
+    sleeper = subprocess.Popen([*JUPYTER_VGPU, "run", "-p", "1/4", "--", "sleep", "30"])
+    try:
+        wait_until(lambda: len(open_ledger().slices()) == 1)
+        (held,) = open_ledger().slices()
+        result = vgpu("release", held.id, check=True)
+        assert f"Released slice {held.id}" in result.stdout
+        assert open_ledger().slices() == []
+    finally:
+        sleeper.kill()
+        sleeper.wait(10)
+    missing = vgpu("release", "doesnotexist")
+    assert missing.returncode != 0
+    assert missing.stderr.strip() == (
+        f"jupyter vgpu: No slice 'doesnotexist' in the ledger {vgpu_env['JUPYTER_VGPU_LEDGER']}; `jupyter vgpu status` lists them."
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["run", "-p", "1.5", "--", "true"], "-p/--fraction '1.5' is outside (0, 1]"),
+        (["run", "-p", "abc", "--", "true"], "-p/--fraction 'abc' is not a share of a GPU"),
+        (["run", "-m", "12XB", "--", "true"], "-m/--memory '12XB' is not a size"),
+        (["run", "-n", "0", "--", "true"], "-n/--gpus '0' is not allowed"),
+        (["run", "--wait", "soon", "--", "true"], "--wait 'soon' is not allowed"),
+        (["run", "-p", "0.5"], "No command given"),
+        (["run", "--", "no-such-command-xyz"], "Command not found: 'no-such-command-xyz'"),
+        (["run", "-p", "0.5", "-m", "1GiB", "--", "true"], "not allowed with argument"),
+        (["run", "-m", "40GiB", "--", "true"], "more than the largest GPU here (16.0 GiB)"),
+    ],
+)
+def test_bad_arguments_get_one_clear_sentence_and_leave_nothing_behind(
+    vgpu_env: dict[str, str], args: list[str], message: str
+) -> None:
+    result = vgpu(*args)
+    assert result.returncode != 0
+    assert message in result.stderr
+    assert "Traceback" not in result.stderr
+    assert open_ledger().slices() == []
+
+
+def test_full_gpu_refusal_says_who_holds_it(vgpu_env: dict[str, str]) -> None:
+    holder = subprocess.Popen([*JUPYTER_VGPU, "run", "-p", "3/4", "--", "sleep", "30"])
+    try:
+        wait_until(lambda: len(open_ledger().slices()) == 1)
+        result = vgpu("run", "-p", "1/2", "--", "true")
+        assert result.returncode == 3
+        assert "Not enough free GPU memory for 1/2 GPU" in result.stderr
+        assert "sleep 30" in result.stderr
+    finally:
+        holder.kill()
+        holder.wait(10)
+
+
+def test_waiting_in_line_shows_in_status_then_runs(vgpu_env: dict[str, str]) -> None:
+    holder = subprocess.Popen([*JUPYTER_VGPU, "run", "-q", "-p", "1", "--", "sleep", "3"])
+    wait_until(lambda: len(open_ledger().slices()) == 1)
+    waiter = subprocess.Popen(
+        [*JUPYTER_VGPU, "run", "-q", "-p", "1/2", "--wait", "30", "--", "echo", "got it"], stdout=subprocess.PIPE, text=True
+    )
+    wait_until(lambda: "Waiting in line:" in vgpu("status").stdout)
+    assert "#1" in vgpu("status").stdout
+    out, _ = waiter.communicate(timeout=30)
+    holder.wait(10)
+    assert waiter.returncode == 0 and out.strip() == "got it"
+
+
+def test_corrupt_ledger_message_and_documented_way_back(vgpu_env: dict[str, str]) -> None:
+    path = Path(vgpu_env["JUPYTER_VGPU_LEDGER"])
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(b"garbage" * 1000)
+    broken = vgpu("status")
+    assert broken.returncode != 0
+    assert "is corrupt" in broken.stderr and "jupyter vgpu gc --reset-ledger" in broken.stderr
+    assert "Traceback" not in broken.stderr
+    reset = vgpu("gc", "--reset-ledger", check=True)
+    assert "Moved the ledger to" in reset.stdout
+    kept = list(path.parent.glob("ledger.sqlite.corrupt-*"))
+    assert len(kept) == 1 and kept[0].read_bytes().startswith(b"garbage")
+    assert vgpu("status").returncode == 0
+
+
+def test_bad_simulation_variable_is_one_sentence(vgpu_env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("JUPYTER_VGPU_SIMULATE", "lots")
+    result = vgpu("status")
+    assert result.returncode != 0
+    assert "JUPYTER_VGPU_SIMULATE='lots' is not a device spec" in result.stderr
+    assert "Traceback" not in result.stderr

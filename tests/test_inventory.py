@@ -1,0 +1,90 @@
+"""GPU inventory from the simulated NVML (the real one is exercised in tests/gpu)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from jupyter_vgpu.errors import InvalidConfig
+from jupyter_vgpu.gpus import Inventory, SimulatedNVML
+from jupyter_vgpu.units import GiB
+
+
+def test_short_spec_gives_identical_idle_gpus_with_stable_uuids() -> None:
+    first = Inventory("2x16GiB").snapshot()
+    again = Inventory("2x16GiB").snapshot()
+    assert first.simulated and first.available
+    assert [g.memory_total for g in first.gpus] == [16 * GiB, 16 * GiB]
+    assert [g.uuid for g in first.gpus] == [g.uuid for g in again.gpus]
+    assert len({g.uuid for g in first.gpus}) == 2
+    assert all(g.uuid.startswith("GPU-") for g in first.gpus)
+
+
+def test_json_spec_gives_devices_and_per_process_usage(tmp_path: Path) -> None:
+    path = tmp_path / "gpus.json"
+    path.write_text(
+        json.dumps(
+            {
+                "devices": [{"name": "NVIDIA A100-SXM4-40GB", "memory": "40GiB", "utilization": 35}, {"memory": "16GiB"}],
+                "processes": [{"gpu": 0, "pid": 4242, "memory": "3GiB", "utilization": 20}, {"gpu": 1, "pid": 7}],
+            }
+        )
+    )
+    snap = Inventory(str(path)).snapshot()
+    a100, small = snap.gpus
+    assert a100.name == "NVIDIA A100-SXM4-40GB" and a100.utilization == 35
+    assert a100.memory_used == 3 * GiB
+    assert [(p.pid, p.used, p.utilization) for p in a100.processes] == [(4242, 3 * GiB, 20)]
+    assert [(p.pid, p.used) for p in small.processes] == [(7, None)]  # NVML may not know a process's memory
+
+
+def test_json_file_changes_are_seen_without_restarting(tmp_path: Path) -> None:
+    path = tmp_path / "gpus.json"
+    path.write_text(json.dumps({"devices": [{"memory": "16GiB"}]}))
+    inventory = Inventory(str(path))
+    assert inventory.snapshot().gpus[0].memory_used == 0
+    path.write_text(json.dumps({"devices": [{"memory": "16GiB"}], "processes": [{"gpu": 0, "pid": 1, "memory": "5GiB"}]}))
+    assert inventory.snapshot().gpus[0].memory_used == 5 * GiB
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [("banana", "not a device spec"), ("0x16GiB", "asks for 0 GPUs"), ("2x16XB", "not a device spec")],
+)
+def test_bad_simulation_specs_say_what_is_allowed(spec: str, message: str) -> None:
+    with pytest.raises(InvalidConfig, match=message):
+        Inventory(spec).snapshot()
+
+
+def test_bad_simulation_files_name_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "broken.json"
+    path.write_text("{not json")
+    with pytest.raises(InvalidConfig, match="broken.json cannot be read as JSON"):
+        Inventory(str(path)).snapshot()
+    path.write_text(json.dumps({"devices": [{"memory": "16GiB"}], "processes": [{"gpu": 5, "pid": 1}]}))
+    with pytest.raises(InvalidConfig, match="names gpu 5, which is not listed"):
+        Inventory(str(path)).snapshot()
+
+
+def test_failing_nvml_queries_become_not_available() -> None:
+    class Flaky(SimulatedNVML):
+        def nvmlDeviceGetUtilizationRates(self, handle: int) -> object:
+            raise self.NVMLError(3)
+
+        def nvmlDeviceGetComputeRunningProcesses(self, handle: int) -> list[object]:
+            raise self.NVMLError(3)
+
+    gpu = Inventory("1x16GiB", nvml=Flaky("1x16GiB")).snapshot().gpus[0]
+    assert gpu.utilization is None
+    assert gpu.processes == ()
+    assert gpu.memory_total == 16 * GiB
+
+
+def test_no_driver_is_a_clear_no_gpu_state() -> None:
+    snapshot = Inventory("").snapshot()  # this machine has no NVIDIA driver
+    assert not snapshot.available
+    assert not snapshot.simulated
+    assert snapshot.gpus == ()
+    assert "GPU" in (snapshot.message or "")

@@ -1,0 +1,293 @@
+"""The ledger: placement, multi-GPU, waiting in line, reaping, corruption, concurrency."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import random
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from jupyter_vgpu.errors import InvalidRequest, LedgerError, NotPermitted, SliceNotFound, SliceUnavailable
+from jupyter_vgpu.gpus import Inventory
+from jupyter_vgpu.slices import Ledger, SliceRequest
+from jupyter_vgpu.units import GiB, MiB
+
+CONTEXT = 300 * MiB
+
+
+def make_ledger(path: Path, spec: str = "2x16GiB") -> Ledger:
+    return Ledger(path, Inventory(spec), context_allowance=CONTEXT, poll_interval=0.05)
+
+
+@pytest.fixture
+def ledger(tmp_path: Path) -> Ledger:
+    return make_ledger(tmp_path / "ledger.sqlite")
+
+
+def reserve(ledger: Ledger, share: str | float, **kwargs: object) -> object:
+    request = SliceRequest.parse(memory=share) if isinstance(share, str) and share[-1].isalpha() else SliceRequest.parse(share, **kwargs)  # type: ignore[arg-type]
+    return ledger.reserve(request, holder_kind="command", holder=f"test {share}")
+
+
+def test_binpack_fills_the_fullest_gpu_that_fits(ledger: Ledger) -> None:
+    first = reserve(ledger, 0.5)
+    second = reserve(ledger, 0.25)
+    assert first.gpu_indices == second.gpu_indices == (0,)  # type: ignore[attr-defined]
+    third = reserve(ledger, 0.5)  # 0.25 left on GPU 0: goes to GPU 1
+    assert third.gpu_indices == (1,)  # type: ignore[attr-defined]
+    fourth = reserve(ledger, 0.25)  # fits GPU 0 exactly: the fullest that fits
+    assert fourth.gpu_indices == (0,)  # type: ignore[attr-defined]
+
+
+def test_spread_uses_the_emptiest_gpu(ledger: Ledger) -> None:
+    reserve(ledger, 0.25)
+    spread = ledger.reserve(SliceRequest.parse(0.25, placement="spread"), holder_kind="command", holder="x")
+    assert spread.gpu_indices == (1,)
+
+
+def test_ties_break_by_gpu_index(ledger: Ledger) -> None:
+    assert reserve(ledger, 0.5).gpu_indices == (0,)  # type: ignore[attr-defined]
+
+
+def test_memory_requests_reserve_exact_bytes_and_frameworks_get_less_the_context(ledger: Ledger) -> None:
+    s = reserve(ledger, "6GiB")
+    assert s.memory == (6 * GiB,)  # type: ignore[attr-defined]
+    assert s.memory_limit == 6 * GiB - CONTEXT  # type: ignore[attr-defined]
+    assert s.context_allowance == CONTEXT  # type: ignore[attr-defined]
+
+
+def test_multi_gpu_request_gets_distinct_gpus_with_the_same_share(ledger: Ledger) -> None:
+    s = ledger.reserve(SliceRequest.parse(0.5, gpus=2), holder_kind="command", holder="ddp")
+    assert sorted(s.gpu_indices) == [0, 1]
+    assert s.memory == (8 * GiB, 8 * GiB)
+    with pytest.raises(SliceUnavailable, match="needs 3 GPUs but this machine has 2"):
+        ledger.reserve(SliceRequest.parse(0.1, gpus=3), holder_kind="command", holder="x")
+
+
+def test_pinned_gpu_by_index_or_uuid(ledger: Ledger) -> None:
+    gpus = ledger.inventory.snapshot().gpus
+    assert reserve(ledger, 0.25, gpu="1").gpu_indices == (1,)  # type: ignore[attr-defined]
+    assert reserve(ledger, 0.25, gpu=gpus[1].uuid).gpu_indices == (1,)  # type: ignore[attr-defined]
+    with pytest.raises(InvalidRequest, match="GPU '7' does not exist"):
+        reserve(ledger, 0.25, gpu="7")
+
+
+def test_full_gpus_refuse_with_what_is_free_and_who_holds_it(ledger: Ledger) -> None:
+    for _ in range(8):
+        reserve(ledger, 0.25)
+    with pytest.raises(SliceUnavailable) as caught:
+        reserve(ledger, 0.25)
+    message = str(caught.value)
+    assert "Not enough free GPU memory for 1/4 GPU" in message
+    assert "GPU 0 (Simulated GPU 16GiB): 0 B free of 16.0 GiB" in message
+    assert "reserved by test 0.25" in message
+
+
+def test_a_request_bigger_than_any_gpu_fails_at_once_even_when_waiting(ledger: Ledger) -> None:
+    start = time.monotonic()
+    with pytest.raises(SliceUnavailable, match="more than the largest GPU"):
+        ledger.reserve(SliceRequest.parse(memory="20GiB"), holder_kind="command", holder="x", wait=5)
+    assert time.monotonic() - start < 4
+
+
+def test_slices_no_bigger_than_the_context_allowance_are_refused(ledger: Ledger) -> None:
+    with pytest.raises(InvalidRequest, match="not more than the CUDA-context allowance"):
+        reserve(ledger, "200MiB")
+
+
+def test_memory_used_by_processes_without_a_slice_is_not_reservable(tmp_path: Path) -> None:
+    spec = tmp_path / "gpus.json"
+    spec.write_text(json.dumps({"devices": [{"memory": "16GiB"}], "processes": [{"gpu": 0, "pid": 999999, "memory": "10GiB"}]}))
+    ledger = make_ledger(tmp_path / "l.sqlite", str(spec))
+    reserve(ledger, "6GiB")
+    with pytest.raises(SliceUnavailable, match="10.0 GiB used by processes without a slice"):
+        reserve(ledger, "1GiB")
+
+
+def test_memory_used_inside_a_slice_is_not_counted_twice(tmp_path: Path) -> None:
+    spec = tmp_path / "gpus.json"
+    spec.write_text(json.dumps({"devices": [{"memory": "16GiB"}], "processes": [{"gpu": 0, "pid": os.getpid(), "memory": "7GiB"}]}))
+    ledger = make_ledger(tmp_path / "l.sqlite", str(spec))
+    ledger.reserve(SliceRequest.parse(0.5), holder_kind="command", holder="mine", pid=os.getpid())
+    assert ledger.reserve(SliceRequest.parse(0.5), holder_kind="command", holder="other")
+
+
+def test_release_frees_and_unknown_ids_are_clear(ledger: Ledger) -> None:
+    s = reserve(ledger, 1.0)
+    ledger.release(s.id[:8])  # type: ignore[attr-defined]
+    assert ledger.slices() == []
+    with pytest.raises(SliceNotFound, match="No slice 'nope'"):
+        ledger.release("nope")
+
+
+def test_only_the_owner_may_release(ledger: Ledger) -> None:
+    s = ledger.reserve(SliceRequest.parse(0.5), holder_kind="command", holder="x", uid=4242, owner="bob")
+    with pytest.raises(NotPermitted, match="belongs to bob"):
+        ledger.release(s.id, uid=1000)
+    ledger.release(s.id, uid=4242)
+
+
+def test_dead_holders_are_reaped_on_the_next_reservation(ledger: Ledger) -> None:
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    ledger.reserve(SliceRequest.parse(1.0, gpus=2), holder_kind="command", holder="doomed", pid=child.pid)
+    with pytest.raises(SliceUnavailable):
+        reserve(ledger, 0.5)
+    child.kill()
+    child.wait()
+    assert reserve(ledger, 0.5)
+    assert [s.holder for s in ledger.slices()] == ["test 0.5"]
+
+
+def test_a_reused_pid_does_not_keep_a_dead_holders_slice(ledger: Ledger) -> None:
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    s = ledger.reserve(SliceRequest.parse(0.5), holder_kind="command", holder="old", pid=child.pid)
+    child.kill()
+    child.wait()
+    time.sleep(0.05)  # a reused pid always belongs to a later process
+    # The kernel hands the dead holder's pid to a new process: the ledger still has the old
+    # start time, and now a live (different) process answers to the pid.
+    newcomer = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        with sqlite3.connect(ledger.path) as db:
+            db.execute("UPDATE slices SET pid = ? WHERE id = ?", (newcomer.pid, s.id))
+        assert [x.id for x in ledger.reap()] == [s.id]
+    finally:
+        newcomer.kill()
+        newcomer.wait()
+
+
+def test_waiting_in_line_is_first_come_first_served(ledger: Ledger) -> None:
+    holders = [ledger.reserve(SliceRequest.parse(1.0, gpus=2), holder_kind="command", holder="all")]
+    order: list[str] = []
+
+    def wait_for(name: str, share: float) -> None:
+        local = make_ledger(ledger.path)
+        s = local.reserve(SliceRequest.parse(share), holder_kind="command", holder=name, wait=20)
+        order.append(name)
+        holders.append(s)
+
+    first = threading.Thread(target=wait_for, args=("first", 1.0))
+    first.start()
+    deadline = time.monotonic() + 5
+    while not ledger.waiting() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    second = threading.Thread(target=wait_for, args=("second", 0.25))
+    second.start()
+    while len(ledger.waiting()) < 2 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert [(w.position, w.holder) for w in ledger.waiting()] == [(1, "first"), (2, "second")]
+    with pytest.raises(SliceUnavailable, match="2 earlier requests are waiting in line"):
+        reserve(ledger, 0.1)  # a newcomer does not jump the line
+    ledger.release(holders[0].id)
+    first.join(10)
+    second.join(10)
+    assert order == ["first", "second"]
+    assert ledger.waiting() == []
+
+
+def test_waiting_times_out_with_the_reason_and_leaves_the_line(ledger: Ledger) -> None:
+    ledger.reserve(SliceRequest.parse(1.0, gpus=2), holder_kind="command", holder="all")
+    with pytest.raises(SliceUnavailable, match="Not enough free GPU memory"):
+        ledger.reserve(SliceRequest.parse(0.5), holder_kind="command", holder="x", wait=0.3)
+    assert ledger.waiting() == []
+
+
+def test_resize_changes_the_share_in_place_or_says_why_not(ledger: Ledger) -> None:
+    a = ledger.reserve(SliceRequest.parse(0.5, gpu="0"), holder_kind="command", holder="a")
+    b = ledger.reserve(SliceRequest.parse(0.25, gpu="0"), holder_kind="command", holder="b")
+    grown = ledger.resize(a.id, SliceRequest.parse(0.75))
+    assert grown.memory == (12 * GiB,) and grown.gpu_indices == (0,)
+    with pytest.raises(SliceUnavailable, match="Cannot resize"):
+        ledger.resize(b.id, SliceRequest.parse(0.5))
+    assert ledger.get(b.id).memory == (4 * GiB,)
+
+
+def test_a_corrupt_ledger_says_so_and_how_to_recover_without_losing_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "ledger.sqlite"
+    path.write_bytes(b"this is not a database" * 100)
+    with pytest.raises(LedgerError) as caught:
+        make_ledger(path)
+    assert "is corrupt" in str(caught.value)
+    assert "jupyter vgpu gc --reset-ledger" in str(caught.value)
+    moved = Ledger.reset(path)
+    assert moved is not None and moved.read_bytes().startswith(b"this is not a database")
+    assert make_ledger(path).slices() == []
+
+
+def test_a_ledger_from_a_newer_version_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "ledger.sqlite"
+    make_ledger(path).close()
+    with sqlite3.connect(path) as db:
+        db.execute("UPDATE meta SET value = '99' WHERE key = 'schema_version'")
+    with pytest.raises(LedgerError, match="newer jupyter-vgpu"):
+        make_ledger(path)
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root can read any file")
+def test_an_unreadable_ledger_is_a_clear_error(tmp_path: Path) -> None:
+    path = tmp_path / "ledger.sqlite"
+    make_ledger(path).close()
+    path.chmod(0)
+    with pytest.raises(LedgerError, match="ledger"):
+        make_ledger(path)
+
+
+def _worker(path: str, seed: int, operations: int, results: multiprocessing.Queue[tuple[int, int, int]]) -> None:
+    rng = random.Random(seed)
+    ledger = make_ledger(Path(path))
+    held: list[str] = []
+    granted = refused = 0
+    for _ in range(operations):
+        if held and (rng.random() < 0.45 or len(held) > 3):
+            ledger.release(held.pop(rng.randrange(len(held))))
+        else:
+            share = rng.choice([0.125, 0.25, 0.5, 0.75, 1.0])
+            gpus = rng.choice([1, 1, 1, 2])
+            try:
+                held.append(ledger.reserve(SliceRequest.parse(share, gpus=gpus), holder_kind="command", holder=f"w{seed}").id)
+                granted += 1
+            except SliceUnavailable:
+                refused += 1
+        assert ledger.overcommitted() == []
+    for slice_id in held:
+        ledger.release(slice_id)
+    results.put((seed, granted, refused))
+
+
+@pytest.mark.slow
+def test_four_processes_hammering_one_ledger_never_overcommit(tmp_path: Path) -> None:
+    path = tmp_path / "ledger.sqlite"
+    make_ledger(path).close()
+    context = multiprocessing.get_context("spawn")
+    results: multiprocessing.Queue[tuple[int, int, int]] = context.Queue()
+    workers = [context.Process(target=_worker, args=(str(path), seed, 80, results)) for seed in range(4)]
+    for w in workers:
+        w.start()
+    outcomes = [results.get(timeout=120) for _ in workers]
+    for w in workers:
+        w.join(30)
+        assert w.exitcode == 0
+    assert sum(g + r for _, g, r in outcomes) >= 200
+    assert sum(r for _, _, r in outcomes) > 0  # the GPUs really filled up
+    with sqlite3.connect(path) as db:
+        over = db.execute(
+            "SELECT g.uuid FROM gpus g JOIN (SELECT gpu_uuid, SUM(memory) AS r FROM slice_gpus GROUP BY gpu_uuid) s"
+            " ON s.gpu_uuid = g.uuid WHERE s.r > g.memory_total"
+        ).fetchall()
+        assert over == []
+        assert db.execute("SELECT count(*) FROM slices").fetchone()[0] == 0
+
+
+def test_a_ledger_path_that_cannot_be_created_is_a_clear_error(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    with pytest.raises(LedgerError, match="Cannot create the ledger folder"):
+        make_ledger(blocker / "ledger.sqlite")
