@@ -1,0 +1,182 @@
+/**
+ * The REST contract of the jupyter-vgpu server extension (docs/rest.md), typed.
+ *
+ * The UI talks to nothing else: every number it shows comes from these replies.
+ */
+import { URLExt } from '@jupyterlab/coreutils';
+import { ServerConnection } from '@jupyterlab/services';
+
+/** One GPU, as `GET /api/vgpu/devices` describes it. */
+export interface IDevice {
+  index: number;
+  uuid: string;
+  name: string;
+  memory_total: number;
+  memory_used: number | null;
+  memory_reserved: number;
+  memory_foreign: number;
+  memory_reservable: number;
+  utilization: number | null;
+  utilization_history: [number, number | null][];
+  mig_mode: boolean;
+  tier: string;
+  slices: string[];
+}
+
+export interface IDevicesReply {
+  simulated: boolean;
+  available: boolean;
+  message: string | null;
+  driver: string;
+  interval: number;
+  devices: IDevice[];
+}
+
+/** The state of a slice's usage against its reservation, decided by the server. */
+export type SliceState = 'ok' | 'near' | 'over' | 'unknown';
+
+/** One reservation: a kernel's or a `jupyter vgpu run` command's. */
+export interface ISlice {
+  id: string;
+  holder_kind: 'kernel' | 'command';
+  kernel_id: string | null;
+  kernel_name: string | null;
+  kernel_display_name: string | null;
+  path: string | null;
+  command: string | string[] | null;
+  owner: string | null;
+  pid: number | null;
+  gpus: string[];
+  gpu_indices: number[];
+  fraction: number | null;
+  request_text: string;
+  memory_reserved: number;
+  context_allowance: number;
+  memory_limit: number;
+  memory_used: number | null;
+  utilization: number | null;
+  usage_source: 'measured' | 'reported' | 'none';
+  tier: string;
+  state: SliceState;
+  frameworks?: { [name: string]: { status: string; detail?: string } };
+  history?: { t: number; used: number | null; util: number | null }[];
+  watchdog?: {
+    action: string;
+    events: { t: number; action: string; message: string }[];
+  };
+  created: number;
+}
+
+/** A request waiting in line for a slice. */
+export interface IWaiting {
+  ticket: number;
+  position: number;
+  holder_kind: 'kernel' | 'command';
+  holder: string;
+  request_text: string;
+  waiting_seconds: number;
+  labels: { [key: string]: string };
+}
+
+export interface ISlicesReply {
+  simulated: boolean;
+  interval: number;
+  slices: ISlice[];
+  waiting: IWaiting[];
+}
+
+export interface IKernelReply {
+  kernel_id: string;
+  slice: ISlice | null;
+}
+
+/**
+ * A failed call, with the message the server gave when it gave one.
+ *
+ * `status` is 0 when the server could not be reached at all.
+ */
+export class VGPUApiError extends Error {
+  constructor(
+    message: string,
+    readonly status: number
+  ) {
+    super(message);
+  }
+}
+
+/**
+ * Call `/api/vgpu/<route>` under the server's base URL, with its auth.
+ */
+export async function requestAPI<T>(
+  route: string,
+  init: RequestInit = {},
+  settings: ServerConnection.ISettings = ServerConnection.makeSettings()
+): Promise<T> {
+  const url = URLExt.join(settings.baseUrl, 'api', 'vgpu', route);
+  let response: Response;
+  try {
+    response = await ServerConnection.makeRequest(url, init, settings);
+  } catch (error) {
+    throw new VGPUApiError(
+      `The Jupyter server could not be reached (${String(error)}).`,
+      0
+    );
+  }
+  const text = await response.text();
+  let data: any = null;
+  if (text.length > 0) {
+    try {
+      data = JSON.parse(text);
+    } catch {
+      data = null;
+    }
+  }
+  if (!response.ok) {
+    const message =
+      (data && typeof data.message === 'string' && data.message) ||
+      (response.status === 404
+        ? 'The jupyter-vgpu server extension is not enabled on this server.'
+        : `The server answered ${response.status} ${response.statusText}.`);
+    throw new VGPUApiError(message, response.status);
+  }
+  return data as T;
+}
+
+/** The three reads the UI needs, bound to one server's settings. */
+export class VGPUClient {
+  constructor(readonly serverSettings: ServerConnection.ISettings) {}
+
+  devices(): Promise<IDevicesReply> {
+    return requestAPI<IDevicesReply>('devices', {}, this.serverSettings);
+  }
+
+  slices(): Promise<ISlicesReply> {
+    return requestAPI<ISlicesReply>('slices', {}, this.serverSettings);
+  }
+
+  /** The slice a kernel holds, or null (also null for a kernel the server does not know). */
+  async kernelSlice(kernelId: string): Promise<ISlice | null> {
+    try {
+      const reply = await requestAPI<IKernelReply>(
+        `kernels/${encodeURIComponent(kernelId)}`,
+        {},
+        this.serverSettings
+      );
+      return reply.slice;
+    } catch (error) {
+      if (error instanceof VGPUApiError && error.status === 404) {
+        return null;
+      }
+      throw error;
+    }
+  }
+
+  /** Release a slice held by a `jupyter vgpu run` command. */
+  async release(sliceId: string): Promise<void> {
+    await requestAPI<unknown>(
+      `slices/${encodeURIComponent(sliceId)}`,
+      { method: 'DELETE' },
+      this.serverSettings
+    );
+  }
+}

@@ -1,0 +1,79 @@
+/**
+ * One GPU: its memory bar stacked by slice, utilisation, and a row per slice on it.
+ */
+import * as React from 'react';
+
+import { IDevice, ISlice } from './api';
+import { DeviceBar, Sparkline } from './bars';
+import { formatBytes, formatPercent, formatUsage } from './format';
+import { ISliceActions, SliceRow } from './slicerow';
+
+export function DeviceCard(props: {
+  device: IDevice;
+  slices: ISlice[];
+  colour: (sliceId: string) => number;
+  actions: ISliceActions;
+}): JSX.Element {
+  const { device, slices, colour, actions } = props;
+  const history = device.utilization_history.map(([, util]) => util);
+  const used =
+    device.memory_used ??
+    device.memory_foreign +
+      slices.reduce((sum, s) => sum + (s.memory_used ?? 0), 0);
+  return (
+    <section
+      className="jp-vgpu-DeviceCard"
+      data-gpu-index={device.index}
+      aria-label={`GPU ${device.index}`}
+    >
+      <header className="jp-vgpu-DeviceCard-header">
+        <span className="jp-vgpu-DeviceCard-index">GPU {device.index}</span>
+        <span className="jp-vgpu-DeviceCard-name" title={device.uuid}>
+          {device.name}
+        </span>
+        {device.mig_mode && <span className="jp-vgpu-Chip">MIG</span>}
+      </header>
+      <DeviceBar device={device} slices={slices} colour={colour} />
+      <div className="jp-vgpu-DeviceCard-stats">
+        <span
+          className="jp-vgpu-DeviceCard-memory"
+          title="Memory used by all processes / total"
+        >
+          {formatUsage(used, device.memory_total)}
+        </span>
+        <span className="jp-vgpu-DeviceCard-free" title="Memory a new slice can still reserve">
+          free {formatBytes(device.memory_reservable)}
+        </span>
+        <span className="jp-vgpu-DeviceCard-util" title="GPU utilisation">
+          util {formatPercent(device.utilization)}
+        </span>
+        <Sparkline values={history} title="Utilisation history" />
+      </div>
+      {slices.length > 0 || device.memory_foreign > 0 ? (
+        <ul className="jp-vgpu-DeviceCard-slices">
+          {slices.map(slice => (
+            <SliceRow
+              key={slice.id}
+              slice={slice}
+              colour={colour(slice.id)}
+              actions={actions}
+            />
+          ))}
+          {device.memory_foreign > 0 && (
+            <li className="jp-vgpu-ForeignRow">
+              <span className="jp-vgpu-SliceRow-dot jp-vgpu-mod-foreign" aria-hidden="true" />
+              <span className="jp-vgpu-ForeignRow-label">other processes (no slice)</span>
+              <span className="jp-vgpu-ForeignRow-memory">
+                {formatBytes(device.memory_foreign)}
+              </span>
+            </li>
+          )}
+        </ul>
+      ) : (
+        <p className="jp-vgpu-DeviceCard-empty">
+          No slices on this GPU.
+        </p>
+      )}
+    </section>
+  );
+}

@@ -1,0 +1,85 @@
+/**
+ * How sizes, shares and holders read in the sidebar and the status bar.
+ */
+import { PathExt } from '@jupyterlab/coreutils';
+
+import { ISlice } from './api';
+
+const MiB = 1024 ** 2;
+const GiB = 1024 ** 3;
+
+/** "2.1 GiB", "512 MiB"; "–" when unknown. */
+export function formatBytes(bytes: number | null | undefined): string {
+  if (bytes === null || bytes === undefined || !isFinite(bytes)) {
+    return '–';
+  }
+  if (Math.abs(bytes) >= GiB) {
+    return `${(bytes / GiB).toFixed(1)} GiB`;
+  }
+  return `${Math.round(bytes / MiB)} MiB`;
+}
+
+/**
+ * "2.1 / 4.0 GiB": both numbers in the unit of the larger one, so they compare at a glance.
+ */
+export function formatUsage(
+  used: number | null | undefined,
+  total: number
+): string {
+  const inGiB = total >= GiB;
+  const unit = inGiB ? GiB : MiB;
+  const digits = inGiB ? 1 : 0;
+  const show = (value: number | null | undefined) =>
+    value === null || value === undefined || !isFinite(value)
+      ? '–'
+      : (value / unit).toFixed(digits);
+  return `${show(used)} / ${show(total)} ${inGiB ? 'GiB' : 'MiB'}`;
+}
+
+/** "63%", or "–" when NVML cannot say. */
+export function formatPercent(value: number | null | undefined): string {
+  return value === null || value === undefined ? '–' : `${Math.round(value)}%`;
+}
+
+/** A share in [0, 1] of `total`, clamped so bars never overflow. */
+export function share(part: number | null | undefined, total: number): number {
+  if (!part || !total || part < 0) {
+    return 0;
+  }
+  return Math.min(1, part / total);
+}
+
+/** The command line of a `jupyter vgpu run` holder, as one string. */
+export function commandText(slice: ISlice): string {
+  if (Array.isArray(slice.command)) {
+    return slice.command.join(' ');
+  }
+  return slice.command ?? '';
+}
+
+/**
+ * What a user calls the holder of a slice: the notebook's file name, the command, or the kernel.
+ */
+export function holderLabel(slice: ISlice): string {
+  if (slice.holder_kind === 'command') {
+    return `jupyter vgpu run ${commandText(slice)}`.trim();
+  }
+  if (slice.path) {
+    return PathExt.basename(slice.path);
+  }
+  return slice.kernel_id
+    ? `kernel ${slice.kernel_id.slice(0, 8)}`
+    : `slice ${slice.id}`;
+}
+
+/** Words for the server's usage state. */
+export function stateText(slice: ISlice): string | null {
+  switch (slice.state) {
+    case 'near':
+      return 'Near its slice: the next allocation may fail.';
+    case 'over':
+      return 'Over its slice: it uses memory reserved for others.';
+    default:
+      return null;
+  }
+}

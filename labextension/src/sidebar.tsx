@@ -1,0 +1,244 @@
+/**
+ * The "GPUs" panel in the left area: one card per GPU, one row per slice.
+ */
+import { Clipboard, Dialog, showDialog } from '@jupyterlab/apputils';
+import { ServiceManager } from '@jupyterlab/services';
+import {
+  ReactWidget,
+  refreshIcon,
+  UseSignal
+} from '@jupyterlab/ui-components';
+import { CommandRegistry } from '@lumino/commands';
+import * as React from 'react';
+
+import { ISlice } from './api';
+import { DeviceCard } from './devicecard';
+import { holderLabel } from './format';
+import { gpuIcon } from './icons';
+import { GPUModel } from './model';
+import { ISliceActions } from './slicerow';
+
+function Header(props: { model: GPUModel }): JSX.Element {
+  const { model } = props;
+  const snapshot = model.snapshot;
+  const count = snapshot?.devices.devices.length ?? 0;
+  return (
+    <div className="jp-vgpu-Header">
+      <h2 className="jp-vgpu-Header-title">GPUs</h2>
+      {snapshot?.devices.simulated && (
+        <span
+          className="jp-vgpu-Chip jp-vgpu-mod-simulated"
+          title="These GPUs are simulated (JUPYTER_VGPU_SIMULATE): no real hardware is used."
+        >
+          simulated
+        </span>
+      )}
+      {snapshot && snapshot.devices.available && (
+        <span className="jp-vgpu-Header-count">
+          {count === 1 ? '1 GPU' : `${count} GPUs`}
+        </span>
+      )}
+      <button
+        className="jp-Button jp-mod-minimal jp-vgpu-Header-refresh"
+        title="Refresh"
+        aria-label="Refresh"
+        onClick={() => void model.refresh()}
+      >
+        <refreshIcon.react tag="span" elementSize="normal" />
+      </button>
+    </div>
+  );
+}
+
+function Message(props: {
+  kind: 'loading' | 'error' | 'no-gpu' | 'empty';
+  title: string;
+  children?: React.ReactNode;
+}): JSX.Element {
+  return (
+    <div className={`jp-vgpu-Message jp-vgpu-mod-${props.kind}`} role="status">
+      <p className="jp-vgpu-Message-title">{props.title}</p>
+      {props.children}
+    </div>
+  );
+}
+
+function Body(props: { model: GPUModel; actions: ISliceActions }): JSX.Element {
+  const { model, actions } = props;
+  const snapshot = model.snapshot;
+  const error = model.error;
+  const banner = error && (
+    <Message kind="error" title="The GPU server extension does not answer.">
+      <p className="jp-vgpu-Message-detail">{error.message}</p>
+      <p className="jp-vgpu-Message-detail">
+        Retrying less often until it answers.{' '}
+        <button className="jp-vgpu-mod-link" onClick={() => void model.refresh()}>
+          Retry now
+        </button>
+      </p>
+    </Message>
+  );
+  if (!snapshot) {
+    return banner || <Message kind="loading" title="Reading the GPUs…" />;
+  }
+  const { devices, slices } = snapshot;
+  if (!devices.available) {
+    return (
+      <>
+        {banner}
+        <Message kind="no-gpu" title="No GPU on this server.">
+          {devices.message && (
+            <p className="jp-vgpu-Message-detail">{devices.message}</p>
+          )}
+          <p className="jp-vgpu-Message-detail">
+            Kernels run on the CPU. To try jupyter-vgpu anyway, start the server with
+            JUPYTER_VGPU_SIMULATE=2x16GiB.
+          </p>
+        </Message>
+      </>
+    );
+  }
+  const byCreation = [...slices.slices].sort((a, b) => a.created - b.created);
+  return (
+    <>
+      {banner}
+      {slices.slices.length === 0 && (
+        <Message kind="empty" title="No kernel holds a GPU slice.">
+          <p className="jp-vgpu-Message-detail">
+            Start a sliced kernel such as “Python 3 (1/4 GPU)” from the launcher, or run
+            a command with <code>jupyter vgpu run -p 0.25 -- python train.py</code>.
+          </p>
+        </Message>
+      )}
+      {devices.devices.map(device => (
+        <DeviceCard
+          key={device.uuid}
+          device={device}
+          slices={byCreation.filter(
+            s => s.gpu_indices.includes(device.index) || s.gpus.includes(device.uuid)
+          )}
+          colour={id => model.colour(id)}
+          actions={actions}
+        />
+      ))}
+      {slices.waiting.length > 0 && (
+        <section className="jp-vgpu-Waiting" aria-label="Waiting for a slice">
+          <h3 className="jp-vgpu-Waiting-title">Waiting for a slice</h3>
+          <ol>
+            {slices.waiting.map(w => (
+              <li key={w.ticket} className="jp-vgpu-Waiting-row">
+                <span>{w.holder}</span>
+                <span>{w.request_text}</span>
+                <span>{Math.round(w.waiting_seconds)} s</span>
+              </li>
+            ))}
+          </ol>
+        </section>
+      )}
+    </>
+  );
+}
+
+/**
+ * The sidebar widget. It renders whatever the model holds and turns row actions into
+ * JupyterLab commands and services calls, so the rest of the UI updates natively.
+ */
+export class GPUSidebar extends ReactWidget {
+  constructor(options: GPUSidebar.IOptions) {
+    super();
+    this.model = options.model;
+    this._commands = options.commands;
+    this._services = options.serviceManager;
+    this.id = 'jupyter-vgpu-sidebar';
+    this.addClass('jp-vgpu-Sidebar');
+    this.title.icon = gpuIcon;
+    this.title.caption = 'GPUs: slices and usage per kernel';
+    this._actions = {
+      openNotebook: path =>
+        void this._commands.execute('docmanager:open', { path }),
+      shutdownKernel: slice => void this._shutdownKernel(slice),
+      releaseSlice: slice => void this._releaseSlice(slice),
+      copySliceId: slice => Clipboard.copyToSystem(slice.id)
+    };
+  }
+
+  readonly model: GPUModel;
+
+  protected onAfterShow(): void {
+    void this.model.refresh();
+  }
+
+  render(): JSX.Element {
+    return (
+      <UseSignal signal={this.model.changed}>
+        {() => (
+          <div className="jp-vgpu-Sidebar-content">
+            <Header model={this.model} />
+            <div className="jp-vgpu-Sidebar-body">
+              <Body model={this.model} actions={this._actions} />
+            </div>
+          </div>
+        )}
+      </UseSignal>
+    );
+  }
+
+  private async _shutdownKernel(slice: ISlice): Promise<void> {
+    const kernelId = slice.kernel_id;
+    if (!kernelId) {
+      return;
+    }
+    const result = await showDialog({
+      title: 'Shut down kernel?',
+      body: `Shut down the kernel of ${holderLabel(slice)} (${slice.kernel_display_name ?? slice.kernel_name ?? kernelId})? Its GPU slice is released and unsaved variables are lost.`,
+      buttons: [Dialog.cancelButton(), Dialog.warnButton({ label: 'Shut Down' })]
+    });
+    if (!result.button.accept) {
+      return;
+    }
+    try {
+      // The kernels service tells every session and notebook using this kernel.
+      await this._services.kernels.shutdown(kernelId);
+    } catch (error) {
+      await showDialog({
+        title: 'Could not shut down the kernel',
+        body: String(error),
+        buttons: [Dialog.okButton()]
+      });
+    }
+    await this.model.refresh();
+  }
+
+  private async _releaseSlice(slice: ISlice): Promise<void> {
+    const result = await showDialog({
+      title: 'Release slice?',
+      body: `Release slice ${slice.id} of “${holderLabel(slice)}”? The command keeps running, but its memory is no longer reserved and another kernel may take it.`,
+      buttons: [Dialog.cancelButton(), Dialog.warnButton({ label: 'Release' })]
+    });
+    if (!result.button.accept) {
+      return;
+    }
+    try {
+      await this.model.client.release(slice.id);
+    } catch (error) {
+      await showDialog({
+        title: 'Could not release the slice',
+        body: String(error instanceof Error ? error.message : error),
+        buttons: [Dialog.okButton()]
+      });
+    }
+    await this.model.refresh();
+  }
+
+  private _actions: ISliceActions;
+  private _commands: CommandRegistry;
+  private _services: ServiceManager.IManager;
+}
+
+export namespace GPUSidebar {
+  export interface IOptions {
+    model: GPUModel;
+    commands: CommandRegistry;
+    serviceManager: ServiceManager.IManager;
+  }
+}

@@ -1,0 +1,158 @@
+/**
+ * One reservation in a GPU card: who holds it, how much it uses, and what can be done to it.
+ */
+import {
+  closeIcon,
+  copyIcon,
+  kernelIcon,
+  terminalIcon
+} from '@jupyterlab/ui-components';
+import * as React from 'react';
+
+import { ISlice } from './api';
+import { SliceBar, usedPerGPU } from './bars';
+import {
+  commandText,
+  formatBytes,
+  formatPercent,
+  formatUsage,
+  holderLabel,
+  stateText
+} from './format';
+
+/** What a row can ask the application to do. */
+export interface ISliceActions {
+  openNotebook(path: string): void;
+  shutdownKernel(slice: ISlice): void;
+  releaseSlice(slice: ISlice): void;
+  copySliceId(slice: ISlice): void;
+}
+
+function Holder(props: {
+  slice: ISlice;
+  actions: ISliceActions;
+}): JSX.Element {
+  const { slice, actions } = props;
+  const label = holderLabel(slice);
+  if (slice.holder_kind === 'kernel' && slice.path) {
+    const path = slice.path;
+    return (
+      <button
+        className="jp-vgpu-SliceRow-holder jp-vgpu-mod-link"
+        title={`Open ${path}`}
+        onClick={() => actions.openNotebook(path)}
+      >
+        {label}
+      </button>
+    );
+  }
+  return (
+    <span
+      className="jp-vgpu-SliceRow-holder"
+      title={slice.holder_kind === 'command' ? commandText(slice) : label}
+    >
+      {label}
+    </span>
+  );
+}
+
+function details(slice: ISlice): string {
+  const lines = [
+    `Slice ${slice.id}: ${slice.request_text}`,
+    `Enforcement: ${slice.tier}`,
+    `Frameworks may allocate ${formatBytes(slice.memory_limit)} per GPU` +
+      ` (${formatBytes(slice.context_allowance)} is kept for the CUDA context)`
+  ];
+  if (slice.usage_source === 'reported') {
+    lines.push('Usage reported by the kernel itself (NVML cannot see its processes).');
+  } else if (slice.usage_source === 'none') {
+    lines.push('Usage unknown: neither NVML nor the kernel reports it.');
+  }
+  if (slice.pid) {
+    lines.push(`pid ${slice.pid}${slice.owner ? `, owner ${slice.owner}` : ''}`);
+  }
+  for (const [name, fw] of Object.entries(slice.frameworks ?? {})) {
+    lines.push(`${name}: ${fw.status}${fw.detail ? ` (${fw.detail})` : ''}`);
+  }
+  return lines.join('\n');
+}
+
+/** A row of the GPU card for one slice. */
+export function SliceRow(props: {
+  slice: ISlice;
+  colour: number;
+  actions: ISliceActions;
+}): JSX.Element {
+  const { slice, colour, actions } = props;
+  const warning = stateText(slice);
+  const isKernel = slice.holder_kind === 'kernel';
+  const KindIcon = isKernel ? kernelIcon : terminalIcon;
+  return (
+    <li
+      className={`jp-vgpu-SliceRow jp-vgpu-mod-${slice.state}`}
+      data-slice-id={slice.id}
+      data-kernel-id={slice.kernel_id ?? ''}
+      title={details(slice)}
+    >
+      <span
+        className={`jp-vgpu-SliceRow-dot jp-vgpu-colour-${colour}`}
+        aria-hidden="true"
+      />
+      <div className="jp-vgpu-SliceRow-main">
+        <div className="jp-vgpu-SliceRow-line">
+          <Holder slice={slice} actions={actions} />
+          {warning && (
+            <span
+              className="jp-vgpu-SliceRow-warning"
+              role="status"
+              title={warning}
+              aria-label={warning}
+            >
+              ⚠
+            </span>
+          )}
+          <span className="jp-vgpu-SliceRow-actions">
+            <button
+              className="jp-Button jp-mod-minimal jp-vgpu-action-copy"
+              title={`Copy slice id ${slice.id}`}
+              aria-label="Copy slice id"
+              onClick={() => actions.copySliceId(slice)}
+            >
+              <copyIcon.react tag="span" elementSize="small" />
+            </button>
+            <button
+              className={`jp-Button jp-mod-minimal ${isKernel ? 'jp-vgpu-action-shutdown' : 'jp-vgpu-action-release'}`}
+              title={isKernel ? 'Shut down this kernel' : 'Release this slice'}
+              aria-label={isKernel ? 'Shut down kernel' : 'Release slice'}
+              onClick={() =>
+                isKernel ? actions.shutdownKernel(slice) : actions.releaseSlice(slice)
+              }
+            >
+              <closeIcon.react tag="span" elementSize="small" />
+            </button>
+          </span>
+        </div>
+        <div className="jp-vgpu-SliceRow-line jp-vgpu-SliceRow-sub">
+          <KindIcon.react tag="span" elementSize="small" className="jp-vgpu-SliceRow-kind" />
+          <span className="jp-vgpu-SliceRow-kernel">
+            {isKernel
+              ? slice.kernel_display_name ?? slice.kernel_name ?? 'kernel'
+              : `command, ${slice.request_text}`}
+          </span>
+          <span className="jp-vgpu-SliceRow-tier" title="Enforcement tier">
+            {slice.tier}
+          </span>
+        </div>
+        <div className="jp-vgpu-SliceRow-line">
+          <SliceBar slice={slice} colour={colour} />
+          <span className="jp-vgpu-SliceRow-memory">
+            {formatUsage(usedPerGPU(slice), slice.memory_reserved)}
+          </span>
+          <span className="jp-vgpu-SliceRow-util" title="GPU utilisation">
+            {formatPercent(slice.utilization)}
+          </span>
+        </div>
+      </div>
+    </li>
+  );
+}

@@ -1,0 +1,153 @@
+/**
+ * The status bar item: the slice of the current notebook's (or console's) kernel.
+ */
+import { ISessionContext } from '@jupyterlab/apputils';
+import { ReactWidget, UseSignal } from '@jupyterlab/ui-components';
+import { Poll } from '@lumino/polling';
+import { ISignal, Signal } from '@lumino/signaling';
+import { Widget } from '@lumino/widgets';
+import * as React from 'react';
+
+import { ISlice, VGPUClient } from './api';
+import { usedPerGPU } from './bars';
+import { formatUsage, stateText } from './format';
+import { gpuIcon } from './icons';
+
+/**
+ * Follows one session context at a time and keeps its kernel's slice fresh
+ * (`GET /api/vgpu/kernels/<id>`); `slice` is null for kernels without one.
+ */
+export class KernelSliceModel {
+  constructor(client: VGPUClient, interval: number) {
+    this._client = client;
+    this._poll = new Poll({
+      auto: true,
+      factory: () => this._fetch(),
+      frequency: { interval, backoff: true, max: 60 * 1000 },
+      name: 'jupyter-vgpu:status',
+      standby: () => (this._kernelId() ? 'when-hidden' : true)
+    });
+  }
+
+  get changed(): ISignal<this, void> {
+    return this._changed;
+  }
+
+  get slice(): ISlice | null {
+    return this._slice;
+  }
+
+  set interval(ms: number) {
+    this._poll.frequency = { ...this._poll.frequency, interval: ms };
+  }
+
+  /** Follow this session context (a notebook's or console's), or none. */
+  set sessionContext(context: ISessionContext | null) {
+    if (context === this._context) {
+      return;
+    }
+    this._context?.kernelChanged.disconnect(this._onKernel, this);
+    this._context?.statusChanged.disconnect(this._onKernel, this);
+    this._context = context;
+    context?.kernelChanged.connect(this._onKernel, this);
+    context?.statusChanged.connect(this._onKernel, this);
+    this._onKernel();
+  }
+
+  dispose(): void {
+    this.sessionContext = null;
+    this._poll.dispose();
+    Signal.clearData(this);
+  }
+
+  private _kernelId(): string | null {
+    return this._context?.session?.kernel?.id ?? null;
+  }
+
+  private _onKernel(): void {
+    const id = this._kernelId();
+    if (id !== this._lastKernelId) {
+      this._lastKernelId = id;
+      this._set(null); // never show the previous kernel's slice for this one
+    }
+    void this._poll.refresh();
+  }
+
+  private async _fetch(): Promise<void> {
+    const id = this._kernelId();
+    if (!id) {
+      this._set(null);
+      return;
+    }
+    try {
+      const slice = await this._client.kernelSlice(id);
+      if (id === this._kernelId()) {
+        this._set(slice);
+      }
+    } catch (error) {
+      this._set(null);
+      throw error;
+    }
+  }
+
+  private _set(slice: ISlice | null): void {
+    this._slice = slice;
+    this._changed.emit();
+  }
+
+  private _changed = new Signal<this, void>(this);
+  private _client: VGPUClient;
+  private _context: ISessionContext | null = null;
+  private _lastKernelId: string | null = null;
+  private _poll: Poll;
+  private _slice: ISlice | null = null;
+}
+
+/** Whether a widget has a kernel session (notebooks and consoles do). */
+export function sessionContextOf(widget: Widget | null): ISessionContext | null {
+  const context = (widget as { sessionContext?: ISessionContext } | null)
+    ?.sessionContext;
+  return context && typeof context.kernelChanged?.connect === 'function'
+    ? context
+    : null;
+}
+
+/** "GPU 2.1 / 4.0 GiB", coloured when near or over the slice; a click opens the sidebar. */
+export class GPUStatusItem extends ReactWidget {
+  constructor(model: KernelSliceModel, onClick: () => void) {
+    super();
+    this.model = model;
+    this._onClick = onClick;
+    this.addClass('jp-vgpu-StatusItem');
+    this.addClass('jp-mod-highlighted');
+  }
+
+  readonly model: KernelSliceModel;
+
+  render(): JSX.Element {
+    return (
+      <UseSignal signal={this.model.changed}>
+        {() => {
+          const slice = this.model.slice;
+          if (!slice) {
+            return <span />;
+          }
+          const warning = stateText(slice);
+          const text = `GPU ${formatUsage(usedPerGPU(slice), slice.memory_reserved)}`;
+          return (
+            <span
+              className={`jp-vgpu-StatusItem-content jp-vgpu-mod-${slice.state}`}
+              title={`${slice.request_text}, slice ${slice.id} (${slice.tier})${warning ? `\n${warning}` : ''}\nClick to show the GPUs panel.`}
+              onClick={this._onClick}
+            >
+              <gpuIcon.react tag="span" elementSize="small" className="jp-vgpu-StatusItem-icon" />
+              <span className="jp-vgpu-StatusItem-text">{text}</span>
+            </span>
+          );
+        }}
+      </UseSignal>
+    );
+  }
+
+  private _onClick: () => void;
+}
