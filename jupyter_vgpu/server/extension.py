@@ -1,0 +1,190 @@
+"""The jupyter_server extension: REST API, usage monitor, watchdog and Prometheus metrics.
+
+``pip install jupyter-vgpu`` enables it (jupyter-config/jupyter_server_config.d). Every option
+below is ``c.VGPUServer.<name>`` in ``jupyter_server_config.py`` (or ``jupyter_vgpu_config.py``);
+where the ledger is and which GPUs (real or simulated) to use are ``c.VGPU.*`` settings shared
+with kernels and commands (:mod:`jupyter_vgpu.config`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from jupyter_server.extension.application import ExtensionApp
+from jupyter_server.serverapp import ServerApp
+from traitlets import Enum, Float, Int, TraitError, validate
+
+from .. import __version__
+from ..config import load_settings
+from ..errors import VGPUError
+from ..slices import Ledger, open_ledger
+from . import handlers
+from .metrics import collector
+from .monitor import UsageMonitor
+from .watchdog import ACTIONS, Watchdog
+
+
+class VGPUServer(ExtensionApp):
+    """GPU slices in Jupyter Server: who uses what, and what happens to a kernel over its slice."""
+
+    name = "jupyter_vgpu"
+    version = __version__
+    description = __doc__ or ""
+    load_other_extensions = True
+
+    monitor_interval = Float(
+        2.0,
+        help="""Seconds between two usage samples. Each sample is one pass over NVML for all
+        GPUs and processes plus one read of the ledger, on a worker thread (never the server's
+        event loop). It is also how quickly the sidebar, the metrics and the watchdog see a
+        change. Shorter costs more CPU; below 0.1 s is refused.""",
+    ).tag(config=True)
+
+    history_seconds = Float(
+        300.0,
+        help="""How many seconds of usage history to keep per slice and per GPU (for the sparklines
+        in the sidebar). Kept in memory only; a server restart starts it afresh.""",
+    ).tag(config=True)
+
+    reap_interval = Float(
+        10.0,
+        help="""Seconds between two sweeps that free the slices of kernels and commands whose
+        process has ended (killed, crashed, or a server that went away without cleaning up).
+        A kernel shut down normally frees its slice at once; this is the safety net.""",
+    ).tag(config=True)
+
+    over_limit_action = Enum(
+        list(ACTIONS),
+        default_value="warn",
+        help="""What to do with a kernel whose processes use more GPU memory than its slice
+        reserves (beyond over_limit_tolerance, for longer than over_limit_grace):
+        "none" (only show it), "warn" (log it and show a warning in the API and sidebar),
+        "interrupt" (as the interrupt button: stops the running cell, memory already held
+        stays held), "restart" (frees the memory; the kernel keeps its slice and loses its
+        variables), "shutdown" (frees the memory and the slice). Applied once per episode:
+        a kernel gets the action again only after it has come back within its limit.
+        Slices held by commands (`jupyter vgpu run`) or by kernels of another server are only
+        warned about. This watches usage after the fact; it cannot stop an allocation from
+        happening (framework limits set at import do that, cooperatively).""",
+    ).tag(config=True)
+
+    over_limit_tolerance = Float(
+        0.05,
+        help="""How far a slice may go over its reservation before it counts as over its limit,
+        as a share of the reservation (0.05 = 5%). Frameworks and CUDA allocate in chunks and
+        the CUDA context allowance is an estimate, so a small overshoot is normal.""",
+    ).tag(config=True)
+
+    over_limit_grace = Float(
+        10.0,
+        help="""Seconds a slice must stay over its limit before over_limit_action is applied, so a
+        short spike (a temporary buffer) is tolerated. 0 acts on the first sample that is over.""",
+    ).tag(config=True)
+
+    watchdog_events = Int(
+        20,
+        help="How many watchdog events to keep (and show in the API) per slice.",
+    ).tag(config=True)
+
+    @validate("monitor_interval")
+    def _check_interval(self, proposal: Any) -> float:
+        value = float(proposal["value"])
+        if not value >= 0.1:
+            raise TraitError(f"c.VGPUServer.monitor_interval {value!r} is too short; use 0.1 seconds or more.")
+        return value
+
+    @validate("history_seconds", "reap_interval", "over_limit_tolerance", "over_limit_grace")
+    def _check_not_negative(self, proposal: Any) -> float:
+        value = float(proposal["value"])
+        if not value >= 0:
+            raise TraitError(f"c.VGPUServer.{proposal['trait'].name} {value!r} must be 0 or more.")
+        return value
+
+    def _config_file_name_default(self) -> str:
+        # c.VGPUServer.* may sit next to c.VGPU.* in jupyter_vgpu_config.py.
+        return "jupyter_vgpu_config"
+
+    def initialize_settings(self) -> None:
+        assert self.serverapp is not None
+        ledger: Ledger | None = None
+        problem = None
+        try:
+            settings = load_settings(self.serverapp.config)
+            ledger = open_ledger(settings)
+        except VGPUError as error:
+            problem = str(error)
+            self.log.error("jupyter-vgpu: %s The GPU API answers with this message until it is fixed.", problem)
+        manager = self.serverapp.kernel_manager
+        self.monitor = UsageMonitor(
+            ledger,
+            interval=self.monitor_interval,
+            history_seconds=self.history_seconds,
+            reap_interval=self.reap_interval,
+            kernel_pids=lambda: kernel_pids(manager),
+            log=self.log,
+            problem=problem,
+        )
+        self.watchdog = Watchdog(
+            manager,
+            action=self.over_limit_action,
+            tolerance=self.over_limit_tolerance,
+            grace=self.over_limit_grace,
+            max_events=self.watchdog_events,
+            log=self.log,
+            on_action=self.monitor.reap_soon,
+        )
+        self.monitor.listeners.append(self.watchdog.check)
+        self.settings[handlers.MONITOR] = self.monitor
+        self.settings[handlers.WATCHDOG] = self.watchdog
+        where = f"ledger {ledger.path}, {ledger.inventory.describe()}" if ledger is not None else "no ledger"
+        self.log.info(
+            "jupyter-vgpu: monitoring every %.3g s (%s); over-limit action: %s.",
+            self.monitor_interval,
+            where,
+            self.over_limit_action,
+        )
+
+    def initialize_handlers(self) -> None:
+        self.handlers.extend(handlers.routes())
+
+    async def _start_jupyter_server_extension(self, serverapp: Any) -> None:
+        collector().add(self.monitor)
+        self.monitor.start()
+
+    async def stop_extension(self) -> None:
+        collector().remove(self.monitor)
+        await self.watchdog.stop()
+        await self.monitor.stop()
+
+
+def kernel_pids(manager: Any) -> dict[str, int]:
+    """Kernel id -> pid of each kernel the server runs locally (remote kernels have none)."""
+    pids = {}
+    for kernel_id in list(manager.list_kernel_ids()):
+        try:
+            pid = getattr(manager.get_kernel(kernel_id).provisioner, "pid", None)
+        except KeyError:
+            continue
+        if isinstance(pid, int) and pid > 0:
+            pids[kernel_id] = pid
+    return pids
+
+
+# -- module-level hooks ------------------------------------------------------------------------
+# jupyter_vgpu._jupyter_server_extension_points names this module without an "app", so the
+# server calls these functions. They run VGPUServer as if it had been named, and give it to the
+# extension point, so that the server also calls its start and stop hooks.
+
+
+def _link_jupyter_server_extension(serverapp: ServerApp) -> None:
+    """Nothing to link: VGPUServer reads the server's config when it is loaded."""
+
+
+def _load_jupyter_server_extension(serverapp: ServerApp) -> VGPUServer:
+    extension = VGPUServer()
+    extension._link_jupyter_server_extension(serverapp)
+    extension.initialize()  # type: ignore[no-untyped-call]
+    point = serverapp.extension_manager.extension_points.get(__name__)
+    if point is not None and point.app is None:
+        point._app = extension  # so start_all_points / stop_all_extensions reach it
+    return extension

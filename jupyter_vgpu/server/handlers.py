@@ -1,0 +1,159 @@
+"""REST handlers for ``/api/vgpu/...`` (the JSON contract is docs/rest.md).
+
+Every handler requires a logged-in user and is authorised against resource ``vgpu`` (``read``
+for GET, ``write`` for DELETE). Handlers read the monitor's latest sample, which is at most one
+interval old; the only blocking work (releasing a slice) runs on the monitor's worker thread.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+from jupyter_core.utils import ensure_async
+from jupyter_server.auth.decorator import authorized
+from jupyter_server.base.handlers import APIHandler
+from tornado import web
+
+from ..errors import NotPermitted, SliceNotFound
+from ..slices import Slice
+from .monitor import UsageMonitor
+from .views import KernelInfo, devices_view, slice_view, slices_view
+from .watchdog import Watchdog
+
+MONITOR = "jupyter_vgpu_monitor"
+WATCHDOG = "jupyter_vgpu_watchdog"
+
+
+class VGPUHandler(APIHandler):
+    """Base: the monitor and watchdog of this server, and what it knows about its kernels."""
+
+    auth_resource = "vgpu"
+
+    @property
+    def monitor(self) -> UsageMonitor:
+        monitor: UsageMonitor = self.settings[MONITOR]
+        return monitor
+
+    @property
+    def watchdog(self) -> Watchdog:
+        watchdog: Watchdog = self.settings[WATCHDOG]
+        return watchdog
+
+    async def kernels(self) -> dict[str, KernelInfo]:
+        """This server's kernels: kernelspec name and notebook path (from the session manager)."""
+        manager = self.kernel_manager
+        paths: dict[str, str] = {}
+        sessions: list[dict[str, Any]] = await ensure_async(self.session_manager.list_sessions())  # type: ignore[no-untyped-call]
+        for session in sessions:
+            kernel = session.get("kernel") or {}
+            if kernel.get("id") and session.get("path"):
+                paths[kernel["id"]] = session["path"]
+        result = {}
+        for kernel_id in manager.list_kernel_ids():
+            try:
+                name = manager.get_kernel(kernel_id).kernel_name
+            except KeyError:  # shut down while we looked
+                continue
+            result[kernel_id] = KernelInfo(name=name or None, path=paths.get(kernel_id))
+        return result
+
+    def write_json(self, data: dict[str, Any]) -> None:
+        self.set_header("Content-Type", "application/json")
+        self.set_header("Cache-Control", "no-store")
+        self.finish(json.dumps(data))
+
+    def fail(self, status: int, message: str) -> None:
+        """Answer ``{"message": ...}`` with ``status``. (Not ``HTTPError``: tornado treats its
+        message as a %-format, and ours quote user input and file paths.)"""
+        self.log.info("jupyter-vgpu: %s %s: %s", status, self.request.path, message)
+        self.set_status(status)
+        self.write_json({"message": message, "reason": None})
+
+
+class DevicesHandler(VGPUHandler):
+    """``GET /api/vgpu/devices``: every GPU with its memory, reservations and utilisation."""
+
+    @web.authenticated
+    @authorized
+    async def get(self) -> None:
+        sample = await self.monitor.current()
+        self.write_json(devices_view(sample, self.monitor, self.watchdog))
+
+
+class SlicesHandler(VGPUHandler):
+    """``GET /api/vgpu/slices``: every slice with its holder and live usage; the waiting line."""
+
+    @web.authenticated
+    @authorized
+    async def get(self) -> None:
+        sample = await self.monitor.current()
+        self.write_json(slices_view(sample, self.monitor, self.watchdog, await self.kernels()))
+
+
+class SliceHandler(VGPUHandler):
+    """``GET /api/vgpu/slices/<id>``: one slice; ``DELETE``: release a slice held by a command."""
+
+    @web.authenticated
+    @authorized
+    async def get(self, slice_id: str) -> None:
+        sample = await self.monitor.current()
+        usage = sample.find(slice_id)
+        if usage is None:
+            return self.fail(404, f"No slice {slice_id!r} exists; GET /api/vgpu/slices lists them.")
+        self.write_json(slice_view(usage, self.monitor, self.watchdog, await self.kernels()))
+
+    @web.authenticated
+    @authorized
+    async def delete(self, slice_id: str) -> None:
+        ledger = self.monitor.ledger
+        if ledger is None:
+            return self.fail(503, self.monitor.problem or "The jupyter-vgpu ledger is not available.")
+        try:
+            found: Slice = await self.monitor.call(ledger.get, slice_id)
+        except SliceNotFound as error:
+            return self.fail(404, str(error))
+        if found.holder_kind == "kernel":
+            return self.fail(
+                409,
+                f"Slice {found.id} is held by kernel {found.holder}; shut the kernel down instead "
+                "(that frees its slice).",
+            )
+        try:
+            await self.monitor.call(lambda: ledger.release(found.id, uid=os.getuid()))
+        except SliceNotFound as error:  # released by someone else meanwhile
+            return self.fail(404, str(error))
+        except NotPermitted as error:
+            return self.fail(403, str(error))
+        self.log.info("jupyter-vgpu: released slice %s of %s at the user's request.", found.id, found.holder)
+        await self.monitor.refresh()
+        self.set_status(204)
+        self.finish()
+
+
+class KernelHandler(VGPUHandler):
+    """``GET /api/vgpu/kernels/<kernel_id>``: one kernel's slice and usage."""
+
+    @web.authenticated
+    @authorized
+    async def get(self, kernel_id: str) -> None:
+        sample = await self.monitor.current()
+        kernels = await self.kernels()
+        usage = sample.for_kernel(kernel_id)
+        if usage is None and kernel_id not in kernels:
+            return self.fail(
+                404, f"No kernel {kernel_id!r} runs on this server, and no GPU slice is held for that kernel id."
+            )
+        view = slice_view(usage, self.monitor, self.watchdog, kernels) if usage is not None else None
+        self.write_json({"kernel_id": kernel_id, "slice": view})
+
+
+def routes() -> list[tuple[str, type[VGPUHandler]]]:
+    """URL patterns relative to the server's base_url (the extension joins them onto it)."""
+    return [
+        (r"/api/vgpu/devices", DevicesHandler),
+        (r"/api/vgpu/slices", SlicesHandler),
+        (r"/api/vgpu/slices/([^/]+)", SliceHandler),
+        (r"/api/vgpu/kernels/([^/]+)", KernelHandler),
+    ]

@@ -1,0 +1,101 @@
+"""Prometheus gauges for GPUs and slices on jupyter_server's ``/metrics``.
+
+jupyter_server serves ``prometheus_client``'s default registry. Rather than keeping labelled
+``Gauge`` children that would linger after a slice ends, one collector is registered there and
+builds the gauges from the monitor's latest sample at scrape time: a scrape costs no NVML call
+and shows exactly the slices that exist.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+
+from prometheus_client import REGISTRY
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from .monitor import UsageMonitor
+
+_PREFIX = "jupyter_vgpu"
+
+
+class VGPUCollector(Collector):
+    """Reads the latest sample of every running monitor (one per server in this process)."""
+
+    def __init__(self) -> None:
+        self._monitors: list[UsageMonitor] = []
+        self._lock = threading.Lock()
+
+    def add(self, monitor: UsageMonitor) -> None:
+        with self._lock:
+            if monitor not in self._monitors:
+                self._monitors.append(monitor)
+
+    def remove(self, monitor: UsageMonitor) -> None:
+        with self._lock:
+            if monitor in self._monitors:
+                self._monitors.remove(monitor)
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        gpu_labels = ["gpu", "uuid"]
+        slice_labels = ["slice", "kernel_id"]
+        gpu_total = GaugeMetricFamily(f"{_PREFIX}_gpu_memory_total_bytes", "GPU memory capacity.", labels=gpu_labels)
+        gpu_used = GaugeMetricFamily(
+            f"{_PREFIX}_gpu_memory_used_bytes", "GPU memory in use by all processes (NVML).", labels=gpu_labels
+        )
+        gpu_reserved = GaugeMetricFamily(
+            f"{_PREFIX}_gpu_memory_reserved_bytes", "GPU memory reserved by jupyter-vgpu slices.", labels=gpu_labels
+        )
+        gpu_util = GaugeMetricFamily(
+            f"{_PREFIX}_gpu_utilization_percent", "GPU utilisation (NVML), percent.", labels=gpu_labels
+        )
+        slice_reserved = GaugeMetricFamily(
+            f"{_PREFIX}_slice_memory_reserved_bytes",
+            "GPU memory a slice reserves, all its GPUs, context allowance included.",
+            labels=slice_labels,
+        )
+        slice_used = GaugeMetricFamily(
+            f"{_PREFIX}_slice_memory_used_bytes",
+            "GPU memory a slice's processes use, all its GPUs (absent when unknown).",
+            labels=slice_labels,
+        )
+        slice_util = GaugeMetricFamily(
+            f"{_PREFIX}_slice_utilization_percent",
+            "GPU utilisation of a slice's processes, percent (absent when unknown).",
+            labels=slice_labels,
+        )
+        with self._lock:
+            samples = [m.latest for m in self._monitors if m.latest is not None]
+        for sample in samples:
+            for entry in sample.gpus:
+                labels = [str(entry.gpu.index), entry.gpu.uuid]
+                gpu_total.add_metric(labels, entry.gpu.memory_total)
+                gpu_reserved.add_metric(labels, entry.reserved)
+                if entry.gpu.memory_used is not None:
+                    gpu_used.add_metric(labels, entry.gpu.memory_used)
+                if entry.gpu.utilization is not None:
+                    gpu_util.add_metric(labels, entry.gpu.utilization)
+            for usage in sample.slices:
+                kernel_id = usage.slice.holder if usage.slice.holder_kind == "kernel" else ""
+                labels = [usage.slice.id, kernel_id]
+                slice_reserved.add_metric(labels, usage.memory_reserved_total)
+                if usage.memory_used is not None:
+                    slice_used.add_metric(labels, usage.memory_used)
+                if usage.utilization is not None:
+                    slice_util.add_metric(labels, usage.utilization)
+        yield from (gpu_total, gpu_used, gpu_reserved, gpu_util, slice_reserved, slice_used, slice_util)
+
+
+_collector: VGPUCollector | None = None
+_registration = threading.Lock()
+
+
+def collector() -> VGPUCollector:
+    """The process's one collector, registered in the default registry on first use."""
+    global _collector
+    with _registration:
+        if _collector is None:
+            _collector = VGPUCollector()
+            REGISTRY.register(_collector)
+        return _collector

@@ -1,0 +1,223 @@
+"""The usage monitor: one sampling loop for the whole server.
+
+Each tick reads the inventory once (one NVML pass for every GPU and process), the ledger once,
+and maps GPU processes to slices. All of that blocks (NVML, SQLite, psutil), so it runs on the
+monitor's own single worker thread; the event loop only receives the finished :class:`Sample`,
+appends it to a few minutes of history and hands it to listeners (the watchdog).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from ..errors import VGPUError
+from ..gpus import GPU, Snapshot
+from ..slices import Ledger, Waiter
+from .usage import ProcessOwners, ReportCache, SliceUsage, slice_usage
+
+T = TypeVar("T")
+
+#: One point of history: (time, memory used in bytes or None, utilisation % or None).
+Point = tuple[float, int | None, int | None]
+Listener = Callable[["Sample"], Awaitable[None]]
+
+
+@dataclass(frozen=True)
+class GPUUsage:
+    """One GPU with what the ledger reserves on it and what processes without a slice use."""
+
+    gpu: GPU
+    reserved: int
+    foreign: int
+    slices: tuple[str, ...]
+
+    @property
+    def reservable(self) -> int:
+        return max(0, self.gpu.memory_total - self.reserved - self.foreign)
+
+
+@dataclass(frozen=True)
+class Sample:
+    """Everything one tick saw. ``message`` says why it is empty when something failed."""
+
+    taken_at: float
+    snapshot: Snapshot
+    gpus: tuple[GPUUsage, ...]
+    slices: tuple[SliceUsage, ...]
+    waiting: tuple[Waiter, ...]
+    message: str | None = None
+
+    def find(self, slice_id: str) -> SliceUsage | None:
+        return next((u for u in self.slices if u.slice.id == slice_id), None)
+
+    def for_kernel(self, kernel_id: str) -> SliceUsage | None:
+        return next((u for u in self.slices if u.slice.holder_kind == "kernel" and u.slice.holder == kernel_id), None)
+
+
+class UsageMonitor:
+    """Samples GPU usage per slice every ``interval`` seconds.
+
+    ``kernel_pids`` is called on the event loop before each tick and returns the current pid
+    of each kernel this server runs (kernel id -> pid); a kernel slice is attributed through
+    that pid, which is right even in the moment between a restart and the ledger learning
+    the new pid. ``ledger`` may be None when it could not be opened; ``problem`` says why.
+    """
+
+    def __init__(
+        self,
+        ledger: Ledger | None,
+        *,
+        interval: float = 2.0,
+        history_seconds: float = 300.0,
+        reap_interval: float = 10.0,
+        kernel_pids: Callable[[], Mapping[str, int]] = dict,
+        log: logging.Logger | None = None,
+        problem: str | None = None,
+    ) -> None:
+        self.ledger = ledger
+        self.interval = interval
+        self.history_length = max(1, math.ceil(history_seconds / interval))
+        self.reap_every = max(1, round(reap_interval / interval))
+        self.kernel_pids = kernel_pids
+        self.log = log or logging.getLogger("jupyter_vgpu.server")
+        self.problem = problem
+        self.latest: Sample | None = None
+        self.slice_history: dict[str, deque[Point]] = {}
+        self.gpu_history: dict[str, deque[Point]] = {}
+        self.listeners: list[Listener] = []
+        self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="jupyter-vgpu-monitor")
+        self._owners = ProcessOwners()
+        self._reports = ReportCache(ledger.path) if ledger is not None else None
+        self._ticks = 0
+        self._reap_soon = False
+        self._last_error: str | None = None
+        self._lock: asyncio.Lock | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    # -- one tick (worker thread) -----------------------------------------------------------
+    def collect(self, kernel_pids: Mapping[str, int] | None = None) -> Sample:
+        """Take one sample. Blocking: call it on :attr:`executor`, never on the event loop."""
+        now = time.time()
+        if self.ledger is None:
+            return _empty(now, self.problem or "The jupyter-vgpu ledger is not available.")
+        try:
+            snapshot = self.ledger.inventory.snapshot()
+            if self._reap_soon or self._ticks % self.reap_every == 0:
+                self._reap_soon = False
+                for dead in self.ledger.reap():
+                    self.log.info(
+                        "jupyter-vgpu: freed slice %s of %s, which has ended.", dead.id, dead.describe_holder()
+                    )
+            slices = self.ledger.slices()
+            waiting = tuple(self.ledger.waiting())
+        except VGPUError as error:
+            return _empty(now, str(error), simulated=self.ledger.inventory.simulated)
+        finally:
+            self._ticks += 1
+        pids = kernel_pids or {}
+        holder_pids = {s.id: (pids.get(s.holder) or s.pid) if s.holder_kind == "kernel" else s.pid for s in slices}
+        attribution = self._owners.attribute(snapshot, holder_pids)
+        assert self._reports is not None
+        self._reports.forget({s.id for s in slices})
+        usages = tuple(
+            slice_usage(s, holder_pids[s.id], attribution, snapshot, self._reports.get(s.id)) for s in slices
+        )
+        gpus = []
+        for gpu in snapshot.gpus:
+            on_gpu = [(s.id, amount) for s in slices for uuid, amount in zip(s.gpus, s.memory) if uuid == gpu.uuid]
+            gpus.append(
+                GPUUsage(
+                    gpu=gpu,
+                    reserved=sum(amount for _, amount in on_gpu),
+                    foreign=attribution.foreign.get(gpu.uuid, 0),
+                    slices=tuple(sid for sid, _ in on_gpu),
+                )
+            )
+        return Sample(now, snapshot, tuple(gpus), usages, waiting, snapshot.message)
+
+    # -- on the event loop ------------------------------------------------------------------
+    async def refresh(self) -> Sample:
+        """Take a sample now (off the loop), record its history and tell the listeners."""
+        if self._lock is None:
+            self._lock = asyncio.Lock()
+        async with self._lock:
+            pids = dict(self.kernel_pids())
+            sample = await self.call(self.collect, pids)
+            self._record(sample)
+            self.latest = sample
+        if sample.message != self._last_error:
+            self._last_error = sample.message
+            if sample.message:
+                self.log.warning("jupyter-vgpu: %s", sample.message)
+        for listener in list(self.listeners):
+            try:
+                await listener(sample)
+            except Exception:
+                self.log.exception("jupyter-vgpu: a usage listener failed")
+        return sample
+
+    async def current(self) -> Sample:
+        """The latest sample, taking the first one if none exists yet."""
+        return self.latest if self.latest is not None else await self.refresh()
+
+    async def call(self, function: Callable[..., T], *args: Any) -> T:
+        """Run blocking ``function`` on the monitor's worker thread (after any tick in progress)."""
+        return await asyncio.get_running_loop().run_in_executor(self.executor, function, *args)
+
+    def reap_soon(self) -> None:
+        """Free dead holders' slices on the next tick (e.g. after the watchdog shut a kernel down)."""
+        self._reap_soon = True
+
+    def _record(self, sample: Sample) -> None:
+        for usage in sample.slices:
+            history = self.slice_history.setdefault(usage.slice.id, deque(maxlen=self.history_length))
+            history.append((sample.taken_at, usage.memory_used, usage.utilization))
+        for entry in sample.gpus:
+            history = self.gpu_history.setdefault(entry.gpu.uuid, deque(maxlen=self.history_length))
+            history.append((sample.taken_at, entry.gpu.memory_used, entry.gpu.utilization))
+        if sample.message is None:  # a failed tick says nothing about which slices ended
+            live = {u.slice.id for u in sample.slices}
+            for sid in [s for s in self.slice_history if s not in live]:
+                del self.slice_history[sid]
+
+    async def _run(self) -> None:
+        while True:
+            started = time.monotonic()
+            try:
+                await self.refresh()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                self.log.exception("jupyter-vgpu: the usage monitor's tick failed")
+            await asyncio.sleep(max(0.0, self.interval - (time.monotonic() - started)))
+
+    def start(self) -> None:
+        """Start sampling on the running event loop."""
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._run(), name="jupyter-vgpu-monitor")
+
+    async def stop(self) -> None:
+        """Stop sampling, wait for a tick in progress, and close the ledger."""
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+            self._task = None
+        self.executor.shutdown(wait=True)
+        if self.ledger is not None:
+            self.ledger.close()
+
+
+def _empty(now: float, message: str, *, simulated: bool = False) -> Sample:
+    snapshot = Snapshot(gpus=(), simulated=simulated, available=False, message=message, taken_at=now)
+    return Sample(now, snapshot, (), (), (), message)

@@ -1,0 +1,174 @@
+"""What each slice uses right now, worked out from one inventory snapshot.
+
+A GPU process belongs to a slice when the slice's holder is that process or one of its
+ancestors (the rule of :func:`jupyter_vgpu.slices.holders.attribute`), so ``!python train.py``
+run from a notebook counts against that notebook. Walking a process's parents costs about half
+a millisecond, so :class:`Attribution` remembers each GPU process's owner across ticks: a
+process keeps its ancestors for life, and an entry is dropped when its pid leaves NVML's list
+(which is also when a pid could be reused) or when the set of holders changes.
+
+Usage is ``measured`` when NVML shows the slice's processes, ``reported`` when it cannot (NVML
+reports host pids, which a kernel in a container does not have) and the kernel's own report
+says what its frameworks hold, and ``none`` when neither can say.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..gpus import Snapshot
+from ..slices import Slice
+from ..slices.holders import ancestors
+from ..slices.reports import read_report, report_path
+
+#: A slice at or above this share of its reservation is "near" its limit.
+NEAR = 0.9
+
+MEASURED = "measured"
+REPORTED = "reported"
+NO_USAGE = "none"
+
+
+@dataclass
+class Attribution:
+    """Per tick: memory and utilisation of every GPU process, split by slice, and the rest."""
+
+    used: dict[str, dict[str, int]] = field(default_factory=dict)  # slice id -> gpu uuid -> bytes
+    utilization: dict[str, dict[str, int]] = field(default_factory=dict)  # slice id -> gpu uuid -> %
+    foreign: dict[str, int] = field(default_factory=dict)  # gpu uuid -> bytes used outside slices
+    foreign_pids: dict[str, int] = field(default_factory=dict)  # gpu uuid -> processes outside slices
+
+
+class ProcessOwners:
+    """Which slice (if any) each GPU process belongs to, remembered across ticks."""
+
+    def __init__(self) -> None:
+        self._holders: dict[int, str] = {}
+        self._owner: dict[int, str | None] = {}
+
+    def attribute(self, snapshot: Snapshot, holders: Mapping[str, int | None]) -> Attribution:
+        by_pid = {pid: sid for sid, pid in holders.items() if pid}
+        if by_pid != self._holders:
+            self._holders = by_pid
+            self._owner = {}
+        seen: set[int] = set()
+        result = Attribution()
+        for gpu in snapshot.gpus:
+            for proc in gpu.processes:
+                seen.add(proc.pid)
+                if proc.pid in self._owner:
+                    sid = self._owner[proc.pid]
+                else:
+                    sid = next((by_pid[p] for p in ancestors(proc.pid) if p in by_pid), None)
+                    self._owner[proc.pid] = sid
+                amount = proc.used or 0
+                if sid is None:
+                    result.foreign[gpu.uuid] = result.foreign.get(gpu.uuid, 0) + amount
+                    result.foreign_pids[gpu.uuid] = result.foreign_pids.get(gpu.uuid, 0) + 1
+                    continue
+                per_gpu = result.used.setdefault(sid, {})
+                per_gpu[gpu.uuid] = per_gpu.get(gpu.uuid, 0) + amount
+                if proc.utilization is not None:
+                    util = result.utilization.setdefault(sid, {})
+                    util[gpu.uuid] = min(100, util.get(gpu.uuid, 0) + proc.utilization)
+        for pid in [p for p in self._owner if p not in seen]:
+            del self._owner[pid]
+        return result
+
+
+class ReportCache:
+    """The kernels' own reports (``slices.reports``), re-read only when a file changes."""
+
+    def __init__(self, ledger_path: str | Path) -> None:
+        self.ledger_path = Path(ledger_path)
+        self._cache: dict[str, tuple[tuple[float, int], dict[str, Any] | None]] = {}
+
+    def get(self, slice_id: str) -> dict[str, Any] | None:
+        try:
+            st = os.stat(report_path(self.ledger_path, slice_id))
+        except OSError:
+            self._cache.pop(slice_id, None)
+            return None
+        stamp = (st.st_mtime, st.st_size)
+        cached = self._cache.get(slice_id)
+        if cached is not None and cached[0] == stamp:
+            return cached[1]
+        report = read_report(self.ledger_path, slice_id)
+        self._cache[slice_id] = (stamp, report)
+        return report
+
+    def forget(self, keep: set[str]) -> None:
+        for sid in [s for s in self._cache if s not in keep]:
+            del self._cache[sid]
+
+
+@dataclass(frozen=True)
+class SliceUsage:
+    """One slice and what it uses at the time of a sample."""
+
+    slice: Slice
+    pid: int | None  # the process whose tree is attributed to the slice
+    used_by_gpu: dict[str, int]  # measured bytes per GPU uuid (empty unless measured)
+    memory_used: int | None  # all GPUs of the slice; None when unknown
+    utilization: int | None
+    source: str  # MEASURED | REPORTED | NO_USAGE
+    report: dict[str, Any] | None
+
+    @property
+    def memory_reserved_total(self) -> int:
+        return sum(self.slice.memory)
+
+    @property
+    def state(self) -> str:
+        """``ok``, ``near`` (>= 90% of the reservation), ``over`` or ``unknown``."""
+        if self.memory_used is None:
+            return "unknown"
+        reserved = self.memory_reserved_total
+        if self.memory_used > reserved:
+            return "over"
+        if reserved and self.memory_used >= NEAR * reserved:
+            return "near"
+        return "ok"
+
+    def overshoot(self) -> float:
+        """How far usage exceeds the reservation, as a share of it (0 when within).
+
+        Measured usage is compared GPU by GPU (a slice holds the same share on each GPU);
+        reported usage, which has no per-GPU split, against the whole reservation.
+        """
+        if self.memory_used is None:
+            return 0.0
+        if self.used_by_gpu:
+            worst = 0.0
+            for gpu, reserved in zip(self.slice.gpus, self.slice.memory):
+                if reserved:
+                    worst = max(worst, self.used_by_gpu.get(gpu, 0) / reserved - 1)
+            return max(0.0, worst)
+        total = self.memory_reserved_total
+        return max(0.0, self.memory_used / total - 1) if total else 0.0
+
+
+def slice_usage(
+    slice_: Slice, pid: int | None, attribution: Attribution, snapshot: Snapshot, report: dict[str, Any] | None
+) -> SliceUsage:
+    """Combine NVML's attribution and the kernel's report into one figure for ``slice_``."""
+    used = attribution.used.get(slice_.id)
+    if used:
+        utils = attribution.utilization.get(slice_.id, {})
+        util = round(sum(utils.values()) / len(slice_.gpus)) if utils and slice_.gpus else None
+        return SliceUsage(slice_, pid, dict(used), sum(used.values()), util, MEASURED, report)
+    reported = report.get("memory_used") if report else None
+    if isinstance(reported, (int, float)) and not isinstance(reported, bool) and reported > 0:
+        return SliceUsage(slice_, pid, {}, int(reported), None, REPORTED, report)
+    # Nothing matched. If NVML sees no unclaimed process on the slice's GPUs, the slice truly
+    # uses nothing; if it does, those may be this kernel's under pids we cannot map.
+    gpus = snapshot.by_uuid()
+    if snapshot.available and all(g in gpus and not attribution.foreign_pids.get(g) for g in slice_.gpus):
+        return SliceUsage(slice_, pid, {}, 0, 0, MEASURED, report)
+    if isinstance(reported, (int, float)) and not isinstance(reported, bool):
+        return SliceUsage(slice_, pid, {}, int(reported), None, REPORTED, report)
+    return SliceUsage(slice_, pid, {}, None, None, NO_USAGE, report)

@@ -1,0 +1,139 @@
+"""The JSON the REST API returns (shapes documented in docs/rest.md).
+
+Built from the monitor's latest sample plus what only the server knows at request time: the
+notebook path of each kernel (session manager) and the kernel's name (kernel manager).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from .monitor import Point, Sample, UsageMonitor
+from .usage import MEASURED, NO_USAGE, SliceUsage
+from .watchdog import Watchdog
+
+
+@dataclass(frozen=True)
+class KernelInfo:
+    """What the server knows about one of its kernels when a request comes in."""
+
+    name: str | None
+    path: str | None
+
+
+def _points(history: Iterable[Point]) -> list[dict[str, Any]]:
+    return [{"t": t, "used": used, "util": util} for t, used, util in history]
+
+
+def tier(usage: SliceUsage, watchdog: Watchdog) -> str:
+    """The enforcement tier in force for a slice (DESIGN.md, "Enforcement tiers")."""
+    parts = []
+    # Kernels and `jupyter vgpu run` commands start with the slice's framework limits in their env.
+    if usage.slice.holder_kind in ("kernel", "command"):
+        parts.append("cooperative")
+    if watchdog.action != "none" and usage.source != NO_USAGE:
+        parts.append("watched")
+    return "+".join(parts) or "none"
+
+
+def slice_view(
+    usage: SliceUsage, monitor: UsageMonitor, watchdog: Watchdog, kernels: Mapping[str, KernelInfo]
+) -> dict[str, Any]:
+    s = usage.slice
+    is_kernel = s.holder_kind == "kernel"
+    kernel = kernels.get(s.holder) if is_kernel else None
+    report = usage.report or {}
+    frameworks = report.get("frameworks")
+    return {
+        "id": s.id,
+        "holder_kind": s.holder_kind,
+        "kernel_id": s.holder if is_kernel else None,
+        "kernel_name": (s.labels.get("kernel_name") or (kernel.name if kernel else None)) if is_kernel else None,
+        "kernel_display_name": s.labels.get("kernel_display_name") if is_kernel else None,
+        "path": ((kernel.path if kernel else None) or s.labels.get("path")) if is_kernel else None,
+        "command": None if is_kernel else s.holder,
+        "running_here": kernel is not None,
+        "owner": s.owner,
+        "pid": usage.pid,
+        "gpus": list(s.gpus),
+        "gpu_indices": list(s.gpu_indices),
+        "fraction": s.fraction,
+        "request_text": s.request.describe(),
+        "memory_reserved": s.memory_per_gpu,
+        "memory_reserved_total": usage.memory_reserved_total,
+        "context_allowance": s.context_allowance,
+        "memory_limit": s.memory_limit,
+        "memory_used": usage.memory_used,
+        "memory_used_by_gpu": dict(usage.used_by_gpu) if usage.source == MEASURED else None,
+        "utilization": usage.utilization,
+        "usage_source": usage.source,
+        "tier": tier(usage, watchdog),
+        "state": usage.state,
+        "frameworks": frameworks if isinstance(frameworks, dict) else {},
+        "history": _points(monitor.slice_history.get(s.id, ())),
+        "watchdog": {"action": watchdog.action, "events": [e.to_dict() for e in watchdog.events(s.id)]},
+        "labels": dict(s.labels),
+        "created": s.created,
+    }
+
+
+def slices_view(
+    sample: Sample, monitor: UsageMonitor, watchdog: Watchdog, kernels: Mapping[str, KernelInfo]
+) -> dict[str, Any]:
+    return {
+        "simulated": sample.snapshot.simulated,
+        "available": sample.snapshot.available,
+        "message": sample.message,
+        "interval": monitor.interval,
+        "taken_at": sample.taken_at,
+        "slices": [slice_view(u, monitor, watchdog, kernels) for u in sample.slices],
+        "waiting": [w.to_dict() for w in sample.waiting],
+        "watchdog": {
+            "action": watchdog.action,
+            "tolerance": watchdog.tolerance,
+            "grace": watchdog.grace,
+            "events": [e.to_dict() for e in watchdog.recent_events()],
+        },
+    }
+
+
+def devices_view(sample: Sample, monitor: UsageMonitor, watchdog: Watchdog) -> dict[str, Any]:
+    devices = []
+    for entry in sample.gpus:
+        gpu = entry.gpu
+        history = list(monitor.gpu_history.get(gpu.uuid, ()))
+        if gpu.mig_mode:
+            gpu_tier = "hard"
+        elif watchdog.action != "none":
+            gpu_tier = "watched"
+        else:
+            gpu_tier = "cooperative"
+        devices.append(
+            {
+                "index": gpu.index,
+                "uuid": gpu.uuid,
+                "name": gpu.name,
+                "memory_total": gpu.memory_total,
+                "memory_used": gpu.memory_used,
+                "memory_reserved": entry.reserved,
+                "memory_foreign": entry.foreign,
+                "memory_reservable": entry.reservable,
+                "utilization": gpu.utilization,
+                "utilization_history": [[t, util] for t, _, util in history],
+                "history": _points(history),
+                "mig_mode": gpu.mig_mode,
+                "tier": gpu_tier,
+                "slices": list(entry.slices),
+            }
+        )
+    return {
+        "simulated": sample.snapshot.simulated,
+        "available": sample.snapshot.available,
+        "message": sample.message,
+        "driver": sample.snapshot.driver,
+        "interval": monitor.interval,
+        "taken_at": sample.taken_at,
+        "devices": devices,
+    }

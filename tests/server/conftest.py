@@ -1,0 +1,190 @@
+"""A real Jupyter Server (non-root base URL) with the jupyter-vgpu extension, real ipykernel
+kernels started through its REST API with the vgpu provisioner, on a simulated GPU whose
+per-pid usage the test writes (``simulation_file``)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from jupyter_client.asynchronous.client import AsyncKernelClient
+
+# pytest-jupyter has no entry point; its fixtures come in by import (pytest_plugins is only
+# allowed in the rootdir's conftest). Its own hooks that run coroutine tests are left out:
+# pytest-asyncio (asyncio_mode=auto) runs them, and jp_asyncio_loop below is that loop.
+from pytest_jupyter.jupyter_server import *  # noqa: F403
+from traitlets.config import Config
+
+del pytest_pycollect_makeitem, pytest_pyfunc_call  # type: ignore[name-defined]  # noqa: F821
+
+
+@pytest.fixture
+async def jp_asyncio_loop() -> AsyncIterator[asyncio.AbstractEventLoop]:
+    """The loop pytest-asyncio runs the test on, so the server and the test share it."""
+    yield asyncio.get_running_loop()
+
+
+KERNEL = "python3-vgpu"
+DISPLAY_NAME = "Python 3 (1/4 GPU)"
+INTERVAL = 0.2
+GiB = 1024**3
+
+
+@pytest.fixture
+def vgpu_action() -> str:
+    """``c.VGPUServer.over_limit_action`` for the test's server (parametrize to change)."""
+    return "warn"
+
+
+@pytest.fixture
+def vgpu_grace() -> float:
+    return 0.0
+
+
+@pytest.fixture
+def vgpu_kernelspec(jp_data_dir: Path) -> str:
+    """A kernelspec whose kernels get a quarter of the GPU from ``vgpu-provisioner``."""
+    folder = jp_data_dir / "kernels" / KERNEL
+    folder.mkdir(parents=True, exist_ok=True)
+    spec = {
+        "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+        "display_name": DISPLAY_NAME,
+        "language": "python",
+        "metadata": {"kernel_provisioner": {"provisioner_name": "vgpu-provisioner", "config": {"gpu_fraction": 0.25}}},
+    }
+    (folder / "kernel.json").write_text(json.dumps(spec))
+    return KERNEL
+
+
+@pytest.fixture
+def jp_server_config(simulation_file: Any, vgpu_kernelspec: str, vgpu_action: str, vgpu_grace: float) -> Config:
+    return Config(
+        {
+            "ServerApp": {"jpserver_extensions": {"jupyter_vgpu": True}},
+            "VGPUServer": {
+                "monitor_interval": INTERVAL,
+                "reap_interval": 2 * INTERVAL,
+                "over_limit_action": vgpu_action,
+                "over_limit_grace": vgpu_grace,
+            },
+        }
+    )
+
+
+Fetch = Callable[..., Awaitable[Any]]
+
+
+@pytest.fixture
+async def vgpu_server(jp_serverapp: Any) -> Any:
+    """The server with its extensions started, as ``jupyter server`` does once its loop runs
+    (pytest-jupyter's ``jp_serverapp`` initialises the server but does not start extensions)."""
+    await jp_serverapp.extension_manager.start_all_extensions()
+    return jp_serverapp
+
+
+def extension(serverapp: Any) -> Any:
+    """The running VGPUServer extension app."""
+    from jupyter_vgpu.server.extension import VGPUServer
+
+    return next(
+        a for apps in serverapp.extension_manager.extension_apps.values() for a in apps if isinstance(a, VGPUServer)
+    )
+
+
+async def get_json(jp_fetch: Fetch, *parts: str) -> Any:
+    response = await jp_fetch(*parts)
+    return json.loads(response.body)
+
+
+async def until(check: Callable[[], Awaitable[Any]], timeout: float = 30.0, what: str = "condition") -> Any:
+    """Poll ``check`` until it returns something truthy; fail after ``timeout`` seconds."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while True:
+        result = await check()
+        if result:
+            return result
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        await asyncio.sleep(INTERVAL / 2)
+
+
+class Kernel:
+    """A kernel started through the server's REST API, and a client to run code in it."""
+
+    def __init__(self, serverapp: Any, kernel_id: str) -> None:
+        self.serverapp = serverapp
+        self.id = kernel_id
+        self.client: AsyncKernelClient | None = None
+
+    @property
+    def manager(self) -> Any:
+        return self.serverapp.kernel_manager.get_kernel(self.id)
+
+    @property
+    def pid(self) -> int:
+        return int(self.manager.provisioner.pid)
+
+    @property
+    def alive(self) -> bool:
+        return self.id in self.serverapp.kernel_manager
+
+    async def connect(self) -> AsyncKernelClient:
+        if self.client is None:
+            self.client = self.manager.client()
+            self.client.start_channels()
+            await self.client.wait_for_ready(timeout=60)
+        return self.client
+
+    async def run(self, code: str, timeout: float = 60) -> tuple[dict[str, Any], str]:
+        """Execute ``code``; returns the reply content and what it printed."""
+        client = await self.connect()
+        printed: list[str] = []
+
+        def output(msg: dict[str, Any]) -> None:
+            if msg["msg_type"] == "stream":
+                printed.append(msg["content"]["text"])
+
+        reply = await client.execute_interactive(code, output_hook=output, timeout=timeout)
+        return reply["content"], "".join(printed)
+
+    def close(self) -> None:
+        if self.client is not None:
+            self.client.stop_channels()
+            self.client = None
+
+
+@pytest.fixture
+async def start_kernel(jp_fetch: Fetch, vgpu_server: Any) -> AsyncIterator[Callable[..., Awaitable[Kernel]]]:
+    """Start kernels through ``POST /api/kernels`` (or ``/api/sessions`` with a notebook path)."""
+    kernels: list[Kernel] = []
+
+    async def start(name: str = KERNEL, path: str | None = None) -> Kernel:
+        if path is None:
+            model = await get_json_post(jp_fetch, ("api", "kernels"), {"name": name})
+            kernel_id = model["id"]
+        else:
+            body = {"path": path, "type": "notebook", "name": Path(path).name, "kernel": {"name": name}}
+            model = await get_json_post(jp_fetch, ("api", "sessions"), body)
+            kernel_id = model["kernel"]["id"]
+        kernel = Kernel(vgpu_server, kernel_id)
+        kernels.append(kernel)
+        return kernel
+
+    yield start
+    for kernel in kernels:
+        kernel.close()
+
+
+async def get_json_post(jp_fetch: Fetch, parts: tuple[str, ...], body: dict[str, Any]) -> Any:
+    response = await jp_fetch(*parts, method="POST", body=json.dumps(body))
+    return json.loads(response.body)
+
+
+def usage(pid: int, memory: str, utilization: int = 0, gpu: int = 0) -> dict[str, Any]:
+    """One process entry of the JSON simulation."""
+    return {"gpu": gpu, "pid": pid, "memory": memory, "utilization": utilization}

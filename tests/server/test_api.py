@@ -1,0 +1,142 @@
+"""The REST routes: authentication, authorisation, shapes, and answers for unknown ids."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from typing import Any
+
+import pytest
+from jupyter_server.auth import Authorizer
+from tornado.httpclient import HTTPClientError
+
+from jupyter_vgpu.slices import SliceRequest, open_ledger
+
+from .conftest import DISPLAY_NAME, KERNEL, get_json, until
+
+ROUTES = [
+    ("GET", ("api", "vgpu", "devices")),
+    ("GET", ("api", "vgpu", "slices")),
+    ("GET", ("api", "vgpu", "slices", "0123456789ab")),
+    ("DELETE", ("api", "vgpu", "slices", "0123456789ab")),
+    ("GET", ("api", "vgpu", "kernels", "00000000-0000-0000-0000-000000000000")),
+]
+
+
+@pytest.mark.parametrize(("method", "parts"), ROUTES)
+async def test_every_route_refuses_requests_without_a_token(
+    jp_fetch: Any, vgpu_server: Any, method: str, parts: tuple[str, ...]
+) -> None:
+    with pytest.raises(HTTPClientError) as refused:
+        await jp_fetch(*parts, method=method, headers={"Authorization": ""})
+    assert refused.value.code in (401, 403)
+
+
+class NoGPUForAnyone(Authorizer):
+    """Lets users do everything except touch the ``vgpu`` resource."""
+
+    def is_authorized(self, handler: Any, user: Any, action: str, resource: str) -> bool:
+        return resource != "vgpu"
+
+
+@pytest.mark.parametrize(("method", "parts"), ROUTES)
+async def test_every_route_asks_the_authorizer_for_resource_vgpu(
+    jp_fetch: Any, jp_server_config: Any, vgpu_server: Any, method: str, parts: tuple[str, ...]
+) -> None:
+    vgpu_server.web_app.settings["authorizer"] = NoGPUForAnyone(parent=vgpu_server)
+    with pytest.raises(HTTPClientError) as refused:
+        await jp_fetch(*parts, method=method)
+    assert refused.value.code == 403
+
+
+async def test_devices_describe_the_simulated_gpu(jp_fetch: Any, vgpu_server: Any) -> None:
+    data = await get_json(jp_fetch, "api", "vgpu", "devices")
+    assert data["simulated"] is True and data["available"] is True
+    (gpu,) = data["devices"]
+    assert gpu["name"] == "Simulated A100"
+    assert gpu["memory_total"] == 16 * 1024**3
+    assert gpu["memory_reserved"] == 0 and gpu["memory_reservable"] == gpu["memory_total"]
+    assert gpu["tier"] == "watched"
+
+
+async def test_a_kernel_started_through_the_server_appears_with_its_slice(jp_fetch: Any, start_kernel: Any) -> None:
+    kernel = await start_kernel(path="work/train.ipynb")
+
+    async def listed() -> Any:
+        data = await get_json(jp_fetch, "api", "vgpu", "slices")
+        return next((s for s in data["slices"] if s["kernel_id"] == kernel.id), None)
+
+    entry = await until(listed, what="the kernel's slice in /api/vgpu/slices")
+    assert entry["holder_kind"] == "kernel"
+    assert entry["kernel_name"] == KERNEL and entry["kernel_display_name"] == DISPLAY_NAME
+    assert entry["path"] == "work/train.ipynb"
+    assert entry["fraction"] == 0.25 and entry["request_text"] == "1/4 GPU"
+    assert entry["memory_reserved"] == 4 * 1024**3
+    assert entry["memory_limit"] == entry["memory_reserved"] - entry["context_allowance"]
+    assert entry["pid"] == kernel.pid
+    assert entry["tier"] == "cooperative+watched"
+
+    one = await get_json(jp_fetch, "api", "vgpu", "kernels", kernel.id)
+    assert one["kernel_id"] == kernel.id and one["slice"]["id"] == entry["id"]
+    devices = await get_json(jp_fetch, "api", "vgpu", "devices")
+    assert devices["devices"][0]["slices"] == [entry["id"]]
+    assert devices["devices"][0]["memory_reserved"] == 4 * 1024**3
+
+
+async def test_a_kernel_without_a_slice_answers_with_slice_null(jp_fetch: Any, start_kernel: Any) -> None:
+    kernel = await start_kernel(name="python3")
+    data = await get_json(jp_fetch, "api", "vgpu", "kernels", kernel.id)
+    assert data == {"kernel_id": kernel.id, "slice": None}
+
+
+async def test_an_unknown_kernel_is_404_with_a_message(jp_fetch: Any, vgpu_server: Any) -> None:
+    with pytest.raises(HTTPClientError) as missing:
+        await jp_fetch("api", "vgpu", "kernels", "no-such-kernel")
+    assert missing.value.code == 404
+    assert "no-such-kernel" in json.loads(missing.value.response.body)["message"]
+
+
+async def test_an_unknown_slice_is_404_with_a_message(jp_fetch: Any, vgpu_server: Any) -> None:
+    for method in ("GET", "DELETE"):
+        with pytest.raises(HTTPClientError) as missing:
+            await jp_fetch("api", "vgpu", "slices", "0123456789ab", method=method)
+        assert missing.value.code == 404
+        assert "0123456789ab" in json.loads(missing.value.response.body)["message"]
+
+
+async def test_delete_releases_a_command_slice(jp_fetch: Any, vgpu_server: Any) -> None:
+    command = subprocess.Popen(["sleep", "60"])
+    try:
+        ledger = open_ledger()
+        held = ledger.reserve(
+            SliceRequest.parse(fraction=0.5), holder_kind="command", holder="python eval.py", pid=command.pid
+        )
+        listed = await until(lambda: _slice_ids(jp_fetch), what="the command's slice to be listed")
+        assert held.id in listed
+        response = await jp_fetch("api", "vgpu", "slices", held.id, method="DELETE")
+        assert response.code == 204
+        assert held.id not in await _slice_ids(jp_fetch)
+        assert ledger.slices() == []
+        ledger.close()
+    finally:
+        command.kill()
+        command.wait()
+
+
+async def test_delete_refuses_a_kernel_slice(jp_fetch: Any, start_kernel: Any) -> None:
+    kernel = await start_kernel()
+    entry = await until(lambda: _kernel_slice(jp_fetch, kernel.id), what="the kernel's slice")
+    with pytest.raises(HTTPClientError) as refused:
+        await jp_fetch("api", "vgpu", "slices", entry["id"], method="DELETE")
+    assert refused.value.code == 409
+    assert "shut the kernel down" in json.loads(refused.value.response.body)["message"]
+    assert kernel.alive
+
+
+async def _slice_ids(jp_fetch: Any) -> list[str]:
+    data = await get_json(jp_fetch, "api", "vgpu", "slices")
+    return [s["id"] for s in data["slices"]]
+
+
+async def _kernel_slice(jp_fetch: Any, kernel_id: str) -> Any:
+    return (await get_json(jp_fetch, "api", "vgpu", "kernels", kernel_id))["slice"]
