@@ -1,0 +1,59 @@
+"""One adapter per framework: how to fit it into the slice, and what it can tell about itself.
+
+Adapters receive the framework module from the post-import hook (or from ``sys.modules``);
+none of them imports a framework. Their methods may raise: :mod:`..hooks` and the magics
+turn any failure into a record or a "not available" line, never into a broken import.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from .base import Framework
+from .cupy import CuPy
+from .jax import JAX
+from .pytorch import PyTorch
+from .tensorflow import TensorFlow
+
+if TYPE_CHECKING:
+    from ..state import KernelState
+
+#: Every framework the kernel layer configures, in the order ``%vgpu`` lists them.
+FRAMEWORKS: tuple[Framework, ...] = (TensorFlow(), PyTorch(), JAX(), CuPy())
+
+
+def by_name(name: str) -> Framework:
+    """The adapter whose report key is ``name`` (``tensorflow``, ``torch``, ``jax``, ``cupy``)."""
+    for framework in FRAMEWORKS:
+        if framework.name == name:
+            return framework
+    raise KeyError(name)
+
+
+def imported(state: KernelState) -> list[tuple[Framework, Any]]:
+    """The frameworks the user has imported, with their modules."""
+    found = []
+    for framework in FRAMEWORKS:
+        module = state.imported(framework.module)
+        if module is not None:
+            found.append((framework, module))
+    return found
+
+
+def framework_memory(state: KernelState) -> tuple[int | None, int | None]:
+    """GPU memory the imported frameworks say they hold now and at peak (None: nobody can tell)."""
+    used: int | None = None
+    peak: int | None = None
+    for framework, module in imported(state):
+        try:
+            now, most = framework.memory(module)
+        except Exception:
+            continue
+        if now is not None:
+            used = (used or 0) + now
+        if most is not None:
+            peak = (peak or 0) + most
+    return used, peak
+
+
+__all__ = ["FRAMEWORKS", "Framework", "by_name", "framework_memory", "imported"]

@@ -1,0 +1,115 @@
+"""PyTorch: ``torch.cuda.set_per_process_memory_fraction`` on each visible device.
+
+Setting the fraction needs CUDA initialised, and initialising it from the import hook would
+cost a CUDA context (~300 MiB and seconds) in kernels that may never use the GPU. PyTorch has
+its own queue for exactly this: ``torch.cuda._lazy_call`` runs a callable inside
+``torch.cuda._lazy_init`` (the first CUDA use), or at once if CUDA is already up. PyTorch
+queues its own ``manual_seed`` and capability checks there. It is underscored but stable
+across PyTorch 1.x and 2.x; without it the limit is applied when ``%vgpu`` next looks.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import TYPE_CHECKING, Any
+
+from ...units import format_bytes
+from ..state import APPLIED, FAILED, PENDING, SKIPPED, FrameworkRecord
+from .base import Framework
+
+if TYPE_CHECKING:
+    from ..state import KernelState
+
+
+def cuda_initialised(torch: Any) -> bool:
+    try:
+        return bool(torch.cuda.is_initialized())
+    except Exception:
+        return False
+
+
+class PyTorch(Framework):
+    name = "torch"
+    title = "PyTorch"
+    module = "torch"
+
+    def configure(self, torch: Any, state: KernelState) -> FrameworkRecord:
+        if getattr(torch.version, "cuda", None) is None and getattr(torch.version, "hip", None) is None:
+            return FrameworkRecord(self.title, SKIPPED, "this PyTorch build has no CUDA: nothing to limit")
+        if not state.facts.sliced:
+            return FrameworkRecord(self.title, SKIPPED, "no slice in this kernel: PyTorch may use whole GPUs")
+        if cuda_initialised(torch):
+            return self.apply(torch, state, late=True)
+        lazy_call = getattr(torch.cuda, "_lazy_call", None)
+        if lazy_call is None:
+            return FrameworkRecord(self.title, PENDING, "applied by %vgpu once CUDA is initialised (no lazy-init queue here)")
+        lazy_call(lambda: self._when_cuda_starts(torch, state))
+        return FrameworkRecord(
+            self.title,
+            PENDING,
+            "applied when PyTorch initialises CUDA (its first CUDA tensor); importing it created no CUDA context",
+        )
+
+    def _when_cuda_starts(self, torch: Any, state: KernelState) -> None:
+        # Runs inside torch.cuda._lazy_init: an exception here would surface as a
+        # DeferredCudaCallError in the user's first CUDA call, so none may escape.
+        try:
+            record = self.apply(torch, state)
+        except Exception as error:
+            record = FrameworkRecord(self.title, FAILED, f"{type(error).__name__}: {error}")
+            print(f"jupyter-vgpu: could not limit PyTorch's GPU memory ({error}).", file=sys.stderr)
+        try:
+            state.record(self.name, record)
+        except Exception:
+            pass
+
+    def apply(self, torch: Any, state: KernelState, *, late: bool = False) -> FrameworkRecord:
+        """Set the fraction on every visible device (CUDA must be initialised or initialising)."""
+        limit = state.facts.memory_limit
+        assert limit is not None
+        fractions = []
+        for index in range(torch.cuda.device_count()):
+            total = int(torch.cuda.get_device_properties(index).total_memory)
+            fraction = max(0.0, min(1.0, limit / total))
+            torch.cuda.set_per_process_memory_fraction(fraction, index)
+            fractions.append(fraction)
+        if not fractions:
+            return FrameworkRecord(self.title, SKIPPED, "PyTorch sees no CUDA device")
+        shown = ", ".join(f"{f:.3f}" for f in fractions)
+        detail = f"memory fraction {shown} ({format_bytes(limit)} per GPU)"
+        if late:
+            detail += "; set after PyTorch had initialised CUDA, so memory it held before is not counted"
+        return FrameworkRecord(self.title, APPLIED, detail)
+
+    def refresh(self, torch: Any, state: KernelState) -> FrameworkRecord | None:
+        record = state.records.get(self.name)
+        if record is not None and record.status == PENDING and cuda_initialised(torch):
+            return self.apply(torch, state, late=True)
+        return None
+
+    def holds_gpu(self, torch: Any) -> str | None:
+        if cuda_initialised(torch):
+            return "PyTorch has initialised CUDA with the current limit."
+        return None  # the queued limit reads the slice when CUDA starts
+
+    def devices(self, torch: Any) -> list[str]:
+        if not cuda_initialised(torch):
+            return ["CUDA not initialised yet (the limit is applied when it is)"]
+        lines = []
+        for index in range(torch.cuda.device_count()):
+            name = torch.cuda.get_device_name(index)
+            total = torch.cuda.get_device_properties(index).total_memory
+            lines.append(f"cuda:{index} {name} ({format_bytes(total)})")
+        return lines
+
+    def memory(self, torch: Any) -> tuple[int | None, int | None]:
+        if not cuda_initialised(torch):
+            return None, None
+        count = torch.cuda.device_count()
+        used = sum(int(torch.cuda.memory_reserved(i)) for i in range(count))
+        peak = sum(int(torch.cuda.max_memory_reserved(i)) for i in range(count))
+        return used, peak
+
+    def oom_errors(self, torch: Any) -> tuple[type[BaseException], ...]:
+        error = getattr(torch.cuda, "OutOfMemoryError", None)
+        return (error,) if isinstance(error, type) else ()

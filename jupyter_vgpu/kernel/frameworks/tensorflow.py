@@ -1,0 +1,106 @@
+"""TensorFlow: logical devices with a memory limit, set before its runtime starts.
+
+``tf.config.list_physical_devices`` and ``set_logical_device_configuration`` do not start
+the runtime (no CUDA context); TensorFlow creates the logical devices when it runs its first
+op. One physical GPU split into N logical GPUs lets ``MirroredStrategy`` run N replicas on
+it; with no GPU the CPU is split the same way.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import TYPE_CHECKING, Any
+
+from ...units import MiB, format_bytes
+from ..state import APPLIED, SKIPPED, TOO_LATE, FrameworkRecord
+from .base import Framework
+
+if TYPE_CHECKING:
+    from ..state import KernelState
+
+
+def runtime_started(tf: Any) -> bool:
+    """Whether TensorFlow has created its devices (after which they cannot change)."""
+    context = sys.modules.get("tensorflow.python.eager.context")
+    if context is None:
+        return False
+    try:
+        return bool(getattr(context.context(), "_initialized", False))
+    except Exception:
+        return False
+
+
+def _plural(count: int, word: str) -> str:
+    return f"{count} {word}{'' if count == 1 else 's'}"
+
+
+class TensorFlow(Framework):
+    name = "tensorflow"
+    title = "TensorFlow"
+    module = "tensorflow"
+
+    def configure(self, tf: Any, state: KernelState) -> FrameworkRecord:
+        facts = state.facts
+        count = max(1, facts.logical_devices)
+        try:
+            gpus = tf.config.list_physical_devices("GPU")
+            if gpus and facts.sliced:
+                assert facts.memory_limit is not None
+                per_device = max(1, facts.memory_limit // MiB // count)
+                config = [tf.config.LogicalDeviceConfiguration(memory_limit=per_device) for _ in range(count)]
+                for gpu in gpus:
+                    tf.config.set_logical_device_configuration(gpu, config)
+                each = f"on each of {_plural(len(gpus), 'GPU')}" if len(gpus) > 1 else "on its GPU"
+                detail = f"{_plural(count, 'logical GPU')} of {format_bytes(per_device * MiB)} {each}"
+                return FrameworkRecord(self.title, APPLIED, detail)
+            if gpus:
+                return FrameworkRecord(
+                    self.title, SKIPPED, f"no slice in this kernel: TensorFlow may use all of {_plural(len(gpus), 'GPU')}"
+                )
+            if count > 1:
+                cpu = tf.config.list_physical_devices("CPU")[0]
+                tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration() for _ in range(count)])
+                detail = f"no GPU visible to TensorFlow: the CPU is split into {count} logical devices (MirroredStrategy: {count} replicas)"
+                return FrameworkRecord(self.title, APPLIED, detail)
+            return FrameworkRecord(self.title, SKIPPED, "TensorFlow sees no GPU (CPU-only build or no CUDA device): nothing to limit")
+        except RuntimeError as error:
+            if "initialized" not in str(error):
+                raise
+            return FrameworkRecord(
+                self.title,
+                TOO_LATE,
+                "TensorFlow had already created its devices before jupyter-vgpu loaded, so they are not limited "
+                "to this slice and may take the whole GPU; restart the kernel and import TensorFlow in a cell",
+            )
+
+    def devices(self, tf: Any) -> list[str]:
+        lines = []
+        if runtime_started(tf):
+            for device in tf.config.list_logical_devices():
+                lines.append(f"{device.name} (logical)")
+            return lines
+        for physical in tf.config.list_physical_devices():
+            kind = physical.device_type
+            configs = tf.config.get_logical_device_configuration(physical) or []
+            if not configs:
+                lines.append(f"{physical.name} (physical, no logical split)")
+                continue
+            for number, config in enumerate(configs):
+                limit = getattr(config, "memory_limit", None)
+                size = f", {format_bytes(limit * MiB)}" if limit else ""
+                lines.append(f"{kind}:{number} (logical, configured{size}; TensorFlow creates it at its first op)")
+        return lines
+
+    def memory(self, tf: Any) -> tuple[int | None, int | None]:
+        if not runtime_started(tf):
+            return None, None
+        used: int | None = None
+        peak: int | None = None
+        for device in tf.config.list_logical_devices("GPU"):
+            info = tf.config.experimental.get_memory_info(device.name)
+            used = (used or 0) + int(info.get("current", 0))
+            peak = (peak or 0) + int(info.get("peak", 0))
+        return used, peak
+
+    def oom_errors(self, tf: Any) -> tuple[type[BaseException], ...]:
+        return (tf.errors.ResourceExhaustedError,)

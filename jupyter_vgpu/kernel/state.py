@@ -1,0 +1,185 @@
+"""What this kernel knows about its slice, and what it has done to each framework.
+
+One :class:`KernelState` per kernel process. The slice comes from the environment the
+provisioner (or ``jupyter vgpu run``) set; the framework records come from the post-import
+hooks. Every change is written to the slice's report so the server can show it.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import InvalidConfig
+from ..gpus import Inventory
+from ..slices.reports import write_report
+
+#: Statuses a framework record can have, in the words the report and ``%vgpu`` use.
+APPLIED = "applied"  # the framework's limit is set to the slice
+PENDING = "pending"  # set up to apply when the framework initialises CUDA (PyTorch)
+TOO_LATE = "too-late"  # the framework had initialised before the hook ran: no limit
+SKIPPED = "skipped"  # nothing to do (no GPU for it to see, CPU-only build...)
+FAILED = "failed"  # the hook raised; the user's import went on without a limit
+RECORDED = "recorded"  # configured by environment variables set before start (JAX)
+
+
+@dataclass(frozen=True)
+class SliceFacts:
+    """The slice as the kernel environment describes it (DESIGN.md, "Kernel environment").
+
+    ``slice_id`` is None in a kernel without a slice; ``no_gpu_reason`` is set when the
+    provisioner started the kernel on the CPU.
+    """
+
+    slice_id: str | None = None
+    gpus: tuple[str, ...] = ()
+    fraction: float | None = None
+    memory_limit: int | None = None
+    memory_reserved: int | None = None
+    context_allowance: int | None = None
+    logical_devices: int = 1
+    ledger_path: str | None = None
+    no_gpu_reason: str | None = None
+    simulate: str = ""
+
+    @property
+    def sliced(self) -> bool:
+        """True when this kernel holds a GPU slice with a known memory limit."""
+        return self.slice_id is not None and self.memory_limit is not None
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> SliceFacts:
+        """Read the ``JUPYTER_VGPU_*`` variables; a malformed one raises :class:`InvalidConfig`."""
+        env = os.environ if env is None else env
+        slice_id = env.get("JUPYTER_VGPU_SLICE_ID") or None
+        visible = env.get("CUDA_VISIBLE_DEVICES", "")
+        return cls(
+            slice_id=slice_id,
+            gpus=tuple(g.strip() for g in visible.split(",") if g.strip()) if slice_id else (),
+            fraction=_number(env, "JUPYTER_VGPU_FRACTION", float),
+            memory_limit=_number(env, "JUPYTER_VGPU_MEMORY_LIMIT", int),
+            memory_reserved=_number(env, "JUPYTER_VGPU_MEMORY_RESERVED", int),
+            context_allowance=_number(env, "JUPYTER_VGPU_CONTEXT_ALLOWANCE", int),
+            logical_devices=_number(env, "JUPYTER_VGPU_LOGICAL_DEVICES", int) or 1,
+            ledger_path=env.get("JUPYTER_VGPU_LEDGER") or None,
+            no_gpu_reason=env.get("JUPYTER_VGPU_NO_GPU") or None,
+            simulate=env.get("JUPYTER_VGPU_SIMULATE", ""),
+        )
+
+
+def _number(env: Mapping[str, str], name: str, kind: type[int] | type[float]) -> Any:
+    text = env.get(name, "").strip()
+    if not text:
+        return None
+    try:
+        value = kind(text)
+    except ValueError:
+        raise InvalidConfig(f"{name}={text!r} is not a number; the kernel's GPU slice cannot be read.") from None
+    if value <= 0 and name != "JUPYTER_VGPU_CONTEXT_ALLOWANCE":
+        raise InvalidConfig(f"{name}={text!r} must be larger than zero.")
+    return value
+
+
+@dataclass
+class FrameworkRecord:
+    """What happened to one framework in this kernel."""
+
+    title: str
+    status: str
+    detail: str
+    preloaded: bool = False  # imported before the extension loaded
+    updated: float = field(default_factory=time.time)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"status": self.status, "detail": self.detail, "preloaded": self.preloaded}
+
+
+class KernelState:
+    """The slice, the framework records, and the peak memory seen, for one kernel process."""
+
+    def __init__(self, facts: SliceFacts, *, problem: str | None = None) -> None:
+        self.facts = facts
+        #: A configuration problem found at load (shown by ``%vgpu``), or None.
+        self.problem = problem
+        self.records: dict[str, FrameworkRecord] = {}
+        #: Framework module names already in ``sys.modules`` when the extension loaded.
+        self.preloaded: set[str] = set()
+        self.peak_used: int | None = None
+        self._lock = threading.RLock()
+        self._inventory: Inventory | None = None
+        self._report_failed = False
+
+    # -- frameworks -------------------------------------------------------------------
+    def record(self, name: str, record: FrameworkRecord) -> None:
+        """Store what a hook did and publish it in the slice's report."""
+        with self._lock:
+            self.records[name] = record
+        self.write_report()
+
+    def imported(self, module_name: str) -> Any:
+        """The framework module if the user has imported it, else None (never imports it)."""
+        return sys.modules.get(module_name)
+
+    # -- usage --------------------------------------------------------------------------
+    @property
+    def inventory(self) -> Inventory:
+        """NVML (or the simulated NVML), opened on first use only."""
+        with self._lock:
+            if self._inventory is None:
+                self._inventory = Inventory(self.facts.simulate or os.environ.get("JUPYTER_VGPU_SIMULATE", ""))
+            return self._inventory
+
+    def observe(self, used: int | None) -> None:
+        """Remember the highest memory use seen for this kernel."""
+        if used is None:
+            return
+        with self._lock:
+            self.peak_used = used if self.peak_used is None else max(self.peak_used, used)
+
+    # -- the report the server reads -----------------------------------------------------
+    def write_report(self, extra: dict[str, Any] | None = None) -> None:
+        """Replace the slice's report; a kernel without a slice writes nothing.
+
+        A failure to write is said once on stderr and never raised: the report only feeds
+        the server's view, and the user's code must not pay for it.
+        """
+        facts = self.facts
+        if not facts.slice_id or not facts.ledger_path:
+            return
+        from .frameworks import framework_memory
+
+        with self._lock:
+            frameworks = {name: record.to_dict() for name, record in self.records.items()}
+        used, peak = framework_memory(self)
+        report: dict[str, Any] = {"frameworks": frameworks, "memory_used": used, "peak_memory_used": peak}
+        report.update(extra or {})
+        try:
+            write_report(facts.ledger_path, facts.slice_id, report)
+        except OSError as error:
+            if not self._report_failed:
+                self._report_failed = True
+                print(f"jupyter-vgpu: cannot write this kernel's report ({error}).", file=sys.stderr)
+
+
+_state: KernelState | None = None
+
+
+def current() -> KernelState | None:
+    """The state of this kernel process, or None before the extension loaded."""
+    return _state
+
+
+def establish() -> KernelState:
+    """Create this process's state from the environment (once; later calls return it)."""
+    global _state
+    if _state is None:
+        try:
+            _state = KernelState(SliceFacts.from_env())
+        except InvalidConfig as error:
+            _state = KernelState(SliceFacts(), problem=str(error))
+    return _state

@@ -1,0 +1,193 @@
+"""What ``%vgpu``, ``%vgpu devices`` and ``%vgpu help`` show, built as :class:`Sheet` objects."""
+
+from __future__ import annotations
+
+from ..gpus import GPU
+from ..units import describe_fraction, format_bytes
+from .frameworks import FRAMEWORKS, framework_memory, imported
+from .sheet import Sheet
+from .state import APPLIED, PENDING, RECORDED, KernelState
+from .usage import Usage
+
+HOW_TO_GET_A_SLICE = (
+    'To get one, pick a kernel such as "Python 3 (1/4 GPU)" in the kernel picker '
+    "(`jupyter vgpu kernelspec install` adds them), or run a script in a slice with "
+    "`jupyter vgpu run -p 0.25 -- python train.py`."
+)
+
+HOW_TO_GROW = (
+    "`%vgpu resize 0.5` (before any framework uses the GPU; after a kernel restart otherwise)",
+    'a bigger kernel in the kernel picker, e.g. "Python 3 (1/2 GPU)"',
+    "`jupyter vgpu status` in a terminal shows what is free on each GPU",
+)
+
+
+def title(state: KernelState) -> str:
+    facts = state.facts
+    if facts.sliced:
+        return f"jupyter-vgpu · slice {facts.slice_id}"
+    if facts.no_gpu_reason:
+        return "jupyter-vgpu · CPU only"
+    return "jupyter-vgpu · no slice"
+
+
+def badge(usage: Usage, state: KernelState) -> str:
+    if usage.simulated or state.facts.simulate:
+        return "simulated GPUs"
+    return ""
+
+
+def share_text(state: KernelState) -> str:
+    """``1/4 GPU``, ``2 x 1/2 GPU``."""
+    facts = state.facts
+    if facts.fraction is None:
+        return "n/a"
+    share = "1 GPU" if facts.fraction >= 1 else f"{describe_fraction(facts.fraction)} GPU"
+    return f"{len(facts.gpus)} x {share}" if len(facts.gpus) > 1 else share
+
+
+def gpu_line(gpu: GPU, usage: Usage, *, mine: bool = False) -> str:
+    parts = [gpu.name, f"{format_bytes(gpu.memory_total)} total", f"{format_bytes(gpu.memory_used)} used"]
+    if gpu.utilization is not None:
+        parts.append(f"util {gpu.utilization}%")
+    mark = "  ← this slice" if mine else ""
+    return " · ".join(parts) + f" · {gpu.uuid}{mark}"
+
+
+def slice_rows(state: KernelState, usage: Usage) -> list[tuple[str, str]]:
+    """The slice's size in rows (shared with the out-of-memory explanation)."""
+    facts = state.facts
+    rows = []
+    gpus = {gpu.uuid: gpu for gpu in usage.gpus}
+    for ident in facts.gpus:
+        gpu = gpus.get(ident) or next((g for g in usage.gpus if str(g.index) == ident), None)
+        rows.append(("GPU", f"{gpu.index} · {gpu.name} · {gpu.uuid}" if gpu else ident))
+    rows.append(("share", share_text(state)))
+    rows.append(("reserved", f"{format_bytes(facts.memory_reserved)} per GPU (context allowance included)"))
+    rows.append(("limit", f"{format_bytes(facts.memory_limit)} per GPU for frameworks"))
+    rows.append(("context allowance", f"{format_bytes(facts.context_allowance)} per GPU for the CUDA context"))
+    if facts.logical_devices > 1:
+        rows.append(("logical devices", f"{facts.logical_devices} TensorFlow devices per GPU"))
+    return rows
+
+
+def use_rows(state: KernelState, usage: Usage) -> list[tuple[str, str]]:
+    facts = state.facts
+    rows = []
+    if usage.available:
+        used = usage.total_used or 0
+        whole = (facts.memory_reserved or 0) * max(1, len(usage.mine))
+        share = f" of {format_bytes(whole)}, {used / whole:.0%}" if whole else ""
+        rows.append(("used now", f"{format_bytes(used)}{share} (NVML, this kernel's processes)"))
+    else:
+        rows.append(("used now", f"not available: {usage.message or 'NVML cannot be read'}"))
+    rows.append(("peak", format_bytes(state.peak_used) if state.peak_used is not None else "n/a"))
+    now, most = framework_memory(state)
+    if now is not None:
+        rows.append(("frameworks hold", f"{format_bytes(now)} (peak {format_bytes(most)})"))
+    util = usage.top_utilization
+    rows.append(("utilisation", f"{util}%" if util is not None else "n/a"))
+    return rows
+
+
+def tier_text(state: KernelState) -> str:
+    limited = [r.title for r in state.records.values() if r.status in (APPLIED, PENDING, RECORDED)]
+    if limited:
+        return f"cooperative: framework limits ({', '.join(limited)}); user code can undo them"
+    return "cooperative: limits are set when you import TensorFlow, PyTorch, JAX or CuPy (none yet)"
+
+
+def framework_rows(state: KernelState) -> list[tuple[str, str]]:
+    rows = []
+    for framework in FRAMEWORKS:
+        record = state.records.get(framework.name)
+        if record is None:
+            rows.append((framework.title, "not imported"))
+        else:
+            rows.append((framework.title, f"{record.status}: {record.detail}"))
+    return rows
+
+
+def status_sheet(state: KernelState, usage: Usage) -> Sheet:
+    """``%vgpu``: the slice, its use, the enforcement tier and each framework."""
+    facts = state.facts
+    sheet = Sheet(title(state), badge=badge(usage, state))
+    if state.problem:
+        sheet.intro.append(f"The slice settings cannot be read: {state.problem}")
+    if facts.sliced:
+        sheet.section("Slice").rows.extend(slice_rows(state, usage))
+        sheet.section("Use").rows.extend(use_rows(state, usage))
+        enforcement = sheet.section("Enforcement")
+        enforcement.add("tier", tier_text(state))
+        enforcement.add("", "watched: the Jupyter server compares NVML use with the slice when its extension runs")
+    else:
+        if facts.no_gpu_reason:
+            sheet.intro.append(f"This kernel runs without a GPU: {facts.no_gpu_reason}")
+        else:
+            sheet.intro.append("This kernel has no GPU slice, so nothing keeps its frameworks to a share of a GPU.")
+        sheet.intro.append(HOW_TO_GET_A_SLICE)
+        machine = sheet.section("GPUs on this machine")
+        if usage.available:
+            for gpu in usage.gpus:
+                machine.add(f"GPU {gpu.index}", gpu_line(gpu, usage))
+        else:
+            machine.add("none", usage.message or "NVML reports no GPU")
+        if facts.logical_devices > 1:
+            machine.add("logical devices", f"TensorFlow splits the CPU into {facts.logical_devices} devices")
+    sheet.section("Frameworks").rows.extend(framework_rows(state))
+    sheet.notes.append("`%vgpu help` lists the other commands.")
+    return sheet
+
+
+def devices_sheet(state: KernelState, usage: Usage) -> Sheet:
+    """``%vgpu devices``: the physical GPUs next to the devices each imported framework sees."""
+    sheet = Sheet(f"{title(state)} · devices", badge=badge(usage, state))
+    physical = sheet.section("Physical GPUs (simulated)" if usage.simulated else "Physical GPUs (NVML)")
+    if usage.available:
+        mine = {gpu.uuid for gpu in usage.mine} if state.facts.sliced else set()
+        for gpu in usage.gpus:
+            physical.add(f"GPU {gpu.index}", gpu_line(gpu, usage, mine=gpu.uuid in mine))
+    else:
+        physical.add("none", usage.message or "NVML reports no GPU")
+    if state.facts.sliced:
+        physical.add("visible here", f"CUDA_VISIBLE_DEVICES={','.join(state.facts.gpus)}")
+    missing = []
+    found = {framework.name: module for framework, module in imported(state)}
+    for framework in FRAMEWORKS:
+        module = found.get(framework.name)
+        if module is None:
+            missing.append(framework.title)
+            continue
+        section = sheet.section(f"{framework.title} sees")
+        try:
+            lines = framework.devices(module) or ["no device"]
+        except Exception as error:
+            lines = [f"not available: {error}"]
+        for number, line in enumerate(lines):
+            section.add(str(number), line)
+    if missing:
+        sheet.notes.append(f"Not imported: {', '.join(missing)}.")
+    return sheet
+
+
+HELP = (
+    ("%vgpu", "this kernel's slice: GPUs, share, limit, use, enforcement, frameworks"),
+    ("%vgpu devices", "the devices each imported framework sees, next to the physical GPUs"),
+    ("%vgpu monitor", "a live view of this kernel's GPU memory and utilisation (each second, 10 minutes)"),
+    ("%vgpu monitor --minutes M --interval S", "the same, for M minutes, every S seconds"),
+    ("%vgpu monitor stop", "stop every live view of this kernel"),
+    ("%vgpu resize 0.5 | 1/2 | 6GiB", "change the slice while no framework uses the GPU yet"),
+    ("%vgpu help", "this list"),
+)
+
+
+def help_sheet() -> Sheet:
+    sheet = Sheet("jupyter-vgpu · %vgpu commands")
+    commands = sheet.section("Commands")
+    for command, meaning in HELP:
+        commands.add(command, meaning)
+    sheet.notes.append(
+        "The live view updates while the kernel is idle or awaiting; during a long blocking cell the "
+        "JupyterLab GPU sidebar keeps updating. `jupyter vgpu status` shows every slice on the machine."
+    )
+    return sheet

@@ -1,0 +1,88 @@
+"""What this kernel uses on the GPUs: NVML per-process memory of the kernel's process tree.
+
+The tree counts ``!python train.py`` started from the notebook against the notebook. NVML
+pids are host pids, so inside a container nothing may match; the figures then read 0 and the
+server's view (or the frameworks' own figures) is the better source.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+from ..errors import VGPUError
+from ..gpus import GPU
+from ..slices.holders import tree_pids
+from .state import KernelState
+
+
+@dataclass(frozen=True)
+class Usage:
+    """One reading. ``gpus`` are all GPUs NVML shows; ``mine`` are the slice's (or all, without a slice)."""
+
+    gpus: tuple[GPU, ...] = ()
+    mine: tuple[GPU, ...] = ()
+    used: dict[str, int] = field(default_factory=dict)  # uuid -> bytes used by this kernel's processes
+    utilization: dict[str, int | None] = field(default_factory=dict)  # uuid -> percent by this kernel
+    available: bool = False
+    simulated: bool = False
+    message: str | None = None
+
+    @property
+    def total_used(self) -> int | None:
+        """Bytes this kernel uses on its GPUs, or None when NVML could not be read."""
+        if not self.available:
+            return None
+        return sum(self.used.get(gpu.uuid, 0) for gpu in self.mine)
+
+    @property
+    def top_utilization(self) -> int | None:
+        values = [u for gpu in self.mine if (u := self.utilization.get(gpu.uuid)) is not None]
+        return max(values) if values else None
+
+
+def measure(state: KernelState) -> Usage:
+    """Read NVML once; remember the peak. Never raises: a failure becomes ``message``."""
+    try:
+        snapshot = state.inventory.snapshot()
+    except VGPUError as error:
+        return Usage(message=str(error))
+    except Exception as error:  # a broken driver must not break %vgpu
+        return Usage(message=f"NVML could not be read: {error}")
+    if not snapshot.available:
+        return Usage(simulated=snapshot.simulated, message=snapshot.message)
+    mine = slice_gpus(state, snapshot.gpus)
+    pids = tree_pids(os.getpid())
+    used: dict[str, int] = {}
+    utilization: dict[str, int | None] = {}
+    for gpu in snapshot.gpus:
+        processes = [p for p in gpu.processes if p.pid in pids]
+        used[gpu.uuid] = sum(p.used or 0 for p in processes)
+        busy = [p.utilization for p in processes if p.utilization is not None]
+        utilization[gpu.uuid] = max(busy) if busy else None
+    usage = Usage(
+        gpus=snapshot.gpus,
+        mine=mine,
+        used=used,
+        utilization=utilization,
+        available=True,
+        simulated=snapshot.simulated,
+        message=snapshot.message,
+    )
+    if state.facts.sliced:
+        state.observe(usage.total_used)
+    return usage
+
+
+def slice_gpus(state: KernelState, gpus: tuple[GPU, ...]) -> tuple[GPU, ...]:
+    """The slice's GPUs among ``gpus`` (by UUID or index); all of them without a slice."""
+    wanted = state.facts.gpus
+    if not state.facts.sliced or not wanted:
+        return gpus
+    found = []
+    for ident in wanted:
+        for gpu in gpus:
+            if ident in (gpu.uuid, str(gpu.index)):
+                found.append(gpu)
+                break
+    return tuple(found)
