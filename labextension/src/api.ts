@@ -54,6 +54,8 @@ export interface ISlice {
   context_allowance: number;
   memory_limit: number;
   memory_used: number | null;
+  /** Measured memory per GPU uuid (absent or null when not measured per GPU). */
+  memory_used_by_gpu?: { [uuid: string]: number | null } | null;
   utilization: number | null;
   usage_source: 'measured' | 'reported' | 'none';
   tier: string;

@@ -14,6 +14,12 @@ export function usedPerGPU(slice: ISlice): number | null {
   return slice.memory_used / Math.max(1, slice.gpus.length);
 }
 
+/** The memory one slice uses on this GPU: measured per GPU when the server can, else an even share. */
+export function usedOn(slice: ISlice, uuid: string): number | null {
+  const measured = slice.memory_used_by_gpu?.[uuid];
+  return typeof measured === 'number' ? measured : usedPerGPU(slice);
+}
+
 function percent(fraction: number): string {
   return `${(fraction * 100).toFixed(3)}%`;
 }
@@ -36,7 +42,7 @@ export function DeviceBar(props: {
       aria-label={`GPU ${device.index}: ${formatBytes(device.memory_reserved)} reserved, ${formatBytes(device.memory_foreign)} used by other processes, of ${formatBytes(total)}`}
     >
       {slices.map(slice => {
-        const used = usedPerGPU(slice);
+        const used = usedOn(slice, device.uuid);
         return (
           <div
             key={slice.id}

@@ -28,7 +28,10 @@ export function DeviceCard(props: {
     >
       <header className="jp-vgpu-DeviceCard-header">
         <span className="jp-vgpu-DeviceCard-index">GPU {device.index}</span>
-        <span className="jp-vgpu-DeviceCard-name" title={device.uuid}>
+        <span
+          className="jp-vgpu-DeviceCard-name"
+          title={`${device.name}\n${device.uuid}\nEnforcement available: ${device.tier}`}
+        >
           {device.name}
         </span>
         {device.mig_mode && <span className="jp-vgpu-Chip">MIG</span>}

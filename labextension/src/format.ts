@@ -62,7 +62,11 @@ export function commandText(slice: ISlice): string {
  */
 export function holderLabel(slice: ISlice): string {
   if (slice.holder_kind === 'command') {
-    return `jupyter vgpu run ${commandText(slice)}`.trim();
+    // "/opt/conda/bin/python train.py" reads as "python train.py"; the tooltip has it all.
+    const [program, ...args] = commandText(slice).trim().split(/\s+/);
+    return program
+      ? [PathExt.basename(program), ...args].join(' ')
+      : `slice ${slice.id}`;
   }
   if (slice.path) {
     return PathExt.basename(slice.path);

@@ -137,7 +137,7 @@ export function SliceRow(props: {
           <span className="jp-vgpu-SliceRow-kernel">
             {isKernel
               ? slice.kernel_display_name ?? slice.kernel_name ?? 'kernel'
-              : `command, ${slice.request_text}`}
+              : `jupyter vgpu run, ${slice.request_text}`}
           </span>
           <span className="jp-vgpu-SliceRow-tier" title="Enforcement tier">
             {slice.tier}

@@ -1,0 +1,228 @@
+"""The GPUs sidebar and status bar item, in a real JupyterLab on simulated GPUs.
+
+The tests share one lab and one browser tab and run in file order: a notebook on a
+"Python 3 (1/4 GPU)" kernel is opened first, its slice is watched, then shut down.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from .conftest import ARTIFACTS, KERNEL_DISPLAY_NAME, Lab
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+
+GiB = 1024**3
+SIDEBAR = "#jupyter-vgpu-sidebar"
+SIDEBAR_TAB = '.lm-TabBar-tab[data-id="jupyter-vgpu-sidebar"]'
+
+
+def expect(locator: Any) -> Any:
+    from playwright.sync_api import expect as playwright_expect
+
+    return playwright_expect(locator)
+
+
+def wait_for(what: str, check: Callable[[], Any], timeout: float = 60.0) -> Any:
+    """Poll `check` until it returns something truthy; fail naming `what`."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}")
+        time.sleep(0.5)
+
+
+def notebook_slice(lab: Lab) -> dict[str, Any] | None:
+    for s in lab.slices():
+        if s["holder_kind"] == "kernel" and (s.get("path") or "").endswith("train.ipynb"):
+            return s
+    return None
+
+
+def open_sidebar(page: Any) -> Any:
+    """Show the GPUs panel (JupyterLab may be restoring it as open or closed meanwhile)."""
+    sidebar = page.locator(SIDEBAR)
+    tab = page.locator(SIDEBAR_TAB)
+    expect(tab).to_be_visible()
+    expect(page.locator(".jp-NotebookPanel")).to_be_visible()  # the layout is restored
+    for _ in range(3):
+        if sidebar.is_visible():
+            break
+        if "lm-mod-current" not in (tab.get_attribute("class") or ""):
+            tab.click()
+        page.wait_for_timeout(500)
+    expect(sidebar).to_be_visible()
+    return sidebar
+
+
+def notebook_row(page: Any) -> Any:
+    return page.locator(f"{SIDEBAR} .jp-vgpu-SliceRow", has_text="train.ipynb")
+
+
+@pytest.fixture(scope="module")
+def opened(lab: Lab, page: Any) -> dict[str, Any]:
+    """work/train.ipynb open in the lab, its 1/4 GPU kernel started; returns its slice."""
+    page.goto(lab.page_url("lab/tree/work/train.ipynb"))
+    expect(page.locator(".jp-NotebookPanel")).to_be_visible(timeout=60_000)
+    return wait_for("the notebook's kernel to hold a slice", lambda: notebook_slice(lab))
+
+
+@pytest.fixture(scope="module")
+def command_holder(lab: Lab) -> Iterator[subprocess.Popen[bytes]]:
+    """`jupyter vgpu run -p 0.25 -- python -c 'sleep'`: a slice held by a command."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "jupyter_vgpu.cli", "run", "-q", "-p", "0.25", "--",
+         sys.executable, "-c", "import time; time.sleep(600)"],
+        env=lab.env, cwd=lab.root,
+    )  # fmt: skip
+    try:
+        yield process
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            process.kill()
+
+
+def test_sidebar_shows_the_notebook_with_its_kernel_and_reserved_size(lab: Lab, page: Any, opened: dict) -> None:
+    open_sidebar(page)
+    row = notebook_row(page)
+    expect(row).to_be_visible()
+    expect(row.locator(".jp-vgpu-SliceRow-holder")).to_have_text("train.ipynb")
+    expect(row.locator(".jp-vgpu-SliceRow-kernel")).to_have_text(KERNEL_DISPLAY_NAME)
+    reserved = opened["memory_reserved"] / GiB
+    assert reserved == pytest.approx(4.0, abs=0.05)  # a quarter of 16 GiB
+    expect(row.locator(".jp-vgpu-SliceRow-memory")).to_have_text(re.compile(rf"/ {reserved:.1f} GiB$"))
+    expect(page.locator(f"{SIDEBAR} .jp-vgpu-Chip.jp-vgpu-mod-simulated")).to_have_text("simulated")
+
+
+def test_simulated_usage_appears_in_the_row_and_the_gpu_bar(lab: Lab, page: Any, opened: dict) -> None:
+    lab.simulate([{"gpu": 0, "pid": opened["pid"], "memory": "1.5GiB", "utilization": 40}])
+    row = notebook_row(page)
+    expect(row.locator(".jp-vgpu-SliceRow-memory")).to_have_text("1.5 / 4.0 GiB")
+    expect(row.locator(".jp-vgpu-SliceRow-util")).to_have_text("40%")
+    used = page.locator(f'{SIDEBAR} .jp-vgpu-DeviceBar-slice[data-slice-id="{opened["id"]}"] .jp-vgpu-DeviceBar-used')
+    expect(used).to_have_attribute("style", re.compile(r"width: 37\.5"))  # 1.5 of 4 GiB
+
+
+def test_status_bar_shows_the_active_notebooks_slice(lab: Lab, page: Any, opened: dict) -> None:
+    page.locator(".jp-NotebookPanel .jp-Cell").first.click()
+    item = page.locator(".jp-vgpu-StatusItem")
+    expect(item).to_be_visible()
+    expect(item).to_have_text("GPU 1.5 / 4.0 GiB")
+
+
+def test_command_holders_and_foreign_usage_are_listed(
+    lab: Lab, page: Any, opened: dict, command_holder: subprocess.Popen[bytes]
+) -> None:
+    command = wait_for(
+        "the command's slice", lambda: next((s for s in lab.slices() if s["holder_kind"] == "command"), None)
+    )
+    lab.simulate(
+        [
+            {"gpu": 0, "pid": opened["pid"], "memory": "1.5GiB", "utilization": 40},
+            {"gpu": 0, "pid": command["pid"], "memory": "3.7GiB", "utilization": 85},
+            {"gpu": 0, "pid": 1, "memory": "1GiB", "utilization": 5},  # init holds no slice
+        ]
+    )
+    row = page.locator(f'{SIDEBAR} .jp-vgpu-SliceRow[data-slice-id="{command["id"]}"]')
+    expect(row.locator(".jp-vgpu-SliceRow-holder")).to_contain_text("time.sleep(600)")
+    expect(row.locator(".jp-vgpu-SliceRow-kernel")).to_have_text("jupyter vgpu run, 1/4 GPU")
+    expect(row.locator(".jp-vgpu-SliceRow-memory")).to_have_text("3.7 / 4.0 GiB")
+    foreign = page.locator(f"{SIDEBAR} .jp-vgpu-ForeignRow")
+    expect(foreign).to_contain_text("other processes (no slice)")
+    expect(foreign).to_contain_text("1.0 GiB")
+
+
+def test_screenshots_in_light_and_dark_themes(lab: Lab, page: Any, opened: dict) -> None:
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    sidebar = open_sidebar(page)
+    expect(notebook_row(page)).to_be_visible()
+    page.wait_for_timeout(500)  # let the sparkline collect a few points
+    sidebar.screenshot(path=str(ARTIFACTS / "sidebar-light.png"))
+    page.screenshot(path=str(ARTIFACTS / "lab-light.png"))
+    lab.set_theme("JupyterLab Dark")
+    try:
+        page.reload()
+        expect(page.locator('body[data-jp-theme-light="false"]')).to_have_count(1, timeout=60_000)
+        sidebar = open_sidebar(page)
+        expect(notebook_row(page)).to_be_visible()
+        expect(page.locator(".jp-vgpu-StatusItem")).to_contain_text("GPU")
+        page.wait_for_timeout(500)
+        sidebar.screenshot(path=str(ARTIFACTS / "sidebar-dark.png"))
+        page.screenshot(path=str(ARTIFACTS / "lab-dark.png"))
+    finally:
+        lab.set_theme("JupyterLab Light")
+    page.reload()
+    expect(page.locator('body[data-jp-theme-light="true"]')).to_have_count(1, timeout=60_000)
+    open_sidebar(page)
+
+
+def test_launcher_marks_sliced_kernelspecs(lab: Lab, page: Any, opened: dict) -> None:
+    page.get_by_role("button", name="New Launcher").click()
+    card = page.locator(f'.jp-LauncherCard[title="{KERNEL_DISPLAY_NAME}"]').first
+    expect(card).to_be_visible()
+    badge = card.evaluate("card => getComputedStyle(card, '::after').content")
+    assert badge == '"GPU"'
+    plain = page.locator('.jp-LauncherCard[title="Python 3 (ipykernel)"]').first
+    assert plain.evaluate("card => getComputedStyle(card, '::after').content") in ("none", "normal")
+    page.locator(".jp-Launcher").screenshot(path=str(ARTIFACTS / "launcher.png"))
+    page.locator(".lm-DockPanel-tabBar .lm-TabBar-tab", has_text="train.ipynb").click()
+    expect(page.locator(".jp-NotebookPanel")).to_be_visible()
+
+
+def test_server_errors_show_in_the_sidebar_until_it_answers_again(lab: Lab, page: Any, opened: dict) -> None:
+    sidebar = open_sidebar(page)
+    reply = {"status": 500, "content_type": "application/json", "body": json.dumps({"message": "monitor crashed"})}
+    page.route("**/api/vgpu/devices*", lambda route: route.fulfill(**reply))
+    try:
+        sidebar.locator(".jp-vgpu-Header-refresh").click()
+        error = sidebar.locator(".jp-vgpu-Message.jp-vgpu-mod-error")
+        expect(error).to_contain_text("monitor crashed")
+        expect(notebook_row(page)).to_be_visible()  # the last good data stays
+    finally:
+        page.unroute("**/api/vgpu/devices*")
+    sidebar.get_by_role("button", name="Retry now").click()
+    expect(sidebar.locator(".jp-vgpu-Message.jp-vgpu-mod-error")).to_have_count(0)
+
+
+def test_no_gpu_is_said_plainly(lab: Lab, page: Any, opened: dict) -> None:
+    sidebar = open_sidebar(page)
+    body = {"simulated": False, "available": False, "message": "NVML: driver not loaded", "driver": None,
+            "interval": 2.0, "devices": []}  # fmt: skip
+    page.route("**/api/vgpu/devices*", lambda route: route.fulfill(status=200, json=body))
+    try:
+        sidebar.locator(".jp-vgpu-Header-refresh").click()
+        message = sidebar.locator(".jp-vgpu-Message.jp-vgpu-mod-no-gpu")
+        expect(message).to_contain_text("No GPU on this server.")
+        expect(message).to_contain_text("NVML: driver not loaded")
+    finally:
+        page.unroute("**/api/vgpu/devices*")
+    sidebar.locator(".jp-vgpu-Header-refresh").click()
+    expect(notebook_row(page)).to_be_visible()
+
+
+def test_shutting_the_kernel_down_from_the_sidebar_frees_its_slice(lab: Lab, page: Any, opened: dict) -> None:
+    open_sidebar(page)
+    row = notebook_row(page)
+    row.locator(".jp-vgpu-action-shutdown").click()
+    dialog = page.locator(".jp-Dialog")
+    expect(dialog).to_contain_text("Shut down kernel?")
+    dialog.get_by_role("button", name="Shut Down").click()
+    expect(row).to_have_count(0)
+    wait_for("the slice to be released", lambda: all(s["id"] != opened["id"] for s in lab.slices()), timeout=30)
+    status, reply = lab.api("GET", f"api/vgpu/kernels/{opened['kernel_id']}")
+    assert status == 404 or reply["slice"] is None
+    expect(page.locator(".jp-vgpu-StatusItem")).to_be_hidden()
