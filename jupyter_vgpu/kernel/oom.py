@@ -20,16 +20,18 @@ _shell: Any = None
 _previous_types: tuple[type[BaseException], ...] = ()
 _previous_handler: Any = None
 _ours: dict[type[BaseException], Framework] = {}
+_installed: tuple[type[BaseException], ...] = ()  # what we last gave set_custom_exc
 
 
 def install(shell: Any) -> None:
     """Remember the shell and its current custom handler; classes come with :func:`watch`."""
-    global _shell, _previous_types, _previous_handler
+    global _shell, _previous_types, _previous_handler, _installed
     if _shell is shell:
         return
     _shell = shell
     _previous_types = tuple(getattr(shell, "custom_exceptions", ()) or ())
     _previous_handler = getattr(shell, "CustomTB", None) if _previous_types else None
+    _installed = _previous_types
     _ours.clear()
     for framework in FRAMEWORKS:
         module = sys.modules.get(framework.module)
@@ -39,13 +41,15 @@ def install(shell: Any) -> None:
 
 def uninstall() -> None:
     """Give the shell back its previous handler."""
-    global _shell
-    if _shell is not None and _ours:
+    global _shell, _installed
+    ours_in_place = _shell is not None and tuple(getattr(_shell, "custom_exceptions", ()) or ()) == _installed
+    if _shell is not None and _ours and ours_in_place:
         if _previous_types and _previous_handler is not None:
             _shell.set_custom_exc(_previous_types, _restore(_previous_handler))
         else:
             _shell.set_custom_exc((), None)
     _shell = None
+    _installed = ()
     _ours.clear()
 
 
@@ -58,6 +62,7 @@ def _restore(bound: Any) -> Any:
 
 def watch(framework: Framework, module: Any) -> None:
     """Handle ``framework``'s out-of-memory errors from now on (called by its import hook)."""
+    global _previous_types, _previous_handler, _installed
     if _shell is None:
         return
     added = False
@@ -65,8 +70,15 @@ def watch(framework: Framework, module: Any) -> None:
         if error not in _ours:
             _ours[error] = framework
             added = True
-    if added:
-        _shell.set_custom_exc(_previous_types + tuple(_ours), _handle)
+    if not added:
+        return
+    current = tuple(getattr(_shell, "custom_exceptions", ()) or ())
+    if current != _installed:
+        # someone (the user, another extension) set a handler since we last did: keep theirs
+        _previous_types = tuple(cls for cls in current if cls not in _ours)
+        _previous_handler = getattr(_shell, "CustomTB", None) if _previous_types else None
+    _installed = _previous_types + tuple(_ours)
+    _shell.set_custom_exc(_installed, _handle)
 
 
 def _handle(shell: Any, etype: type[BaseException], value: BaseException, tb: Any, tb_offset: Any = None) -> Any:

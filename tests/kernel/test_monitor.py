@@ -1,0 +1,100 @@
+"""``%vgpu monitor`` on ipykernel 7: widget updates come from the kernel's event loop, and stop."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from jupyter_vgpu.slices import Slice
+from jupyter_vgpu.units import GiB
+
+from .harness import Kernel, Outcome, Workspace, module_kernel
+
+
+@pytest.fixture(scope="module")
+def sliced(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Workspace, Slice, Kernel]]:
+    yield from module_kernel(tmp_path_factory, "monitor", fraction=0.25)
+
+
+@pytest.fixture
+def kernel(sliced: tuple[Workspace, Slice, Kernel]) -> Iterator[Kernel]:
+    workspace, _, kernel = sliced
+    workspace.set_usage([{"gpu": 0, "pid": kernel.pid, "memory": "1GiB", "utilization": 30}])
+    yield kernel
+    kernel.run("%vgpu monitor stop")
+
+
+def models(outcome: Outcome) -> dict[str, str]:
+    """comm id -> widget model name, from the comm_open messages of the monitor cell."""
+    return {
+        m["content"]["comm_id"]: m["content"]["data"]["state"]["_model_name"]
+        for m in outcome.messages
+        if m["msg_type"] == "comm_open"
+    }
+
+
+def updates(messages: list[dict[str, Any]], comms: dict[str, str], model: str) -> list[dict[str, Any]]:
+    """The state changes sent to widgets of one model (e.g. ``HTMLModel``)."""
+    return [
+        m["content"]["data"]["state"]
+        for m in messages
+        if m["msg_type"] == "comm_msg"
+        and m["content"]["data"].get("method") == "update"
+        and comms.get(m["content"]["comm_id"]) == model
+    ]
+
+
+def test_monitor_shows_a_widget_and_updates_it_while_the_kernel_is_idle(
+    sliced: tuple[Workspace, Slice, Kernel], kernel: Kernel
+) -> None:
+    workspace, _, _ = sliced
+    started = kernel.run("%vgpu monitor --interval 0.25")
+    assert started.ok, started.stderr
+    [bundle] = started.displays
+    assert "application/vnd.jupyter.widget-view+json" in bundle
+    comms = models(started)
+    assert {"HTMLModel", "FloatProgressModel", "IntProgressModel", "ButtonModel"} <= set(comms.values())
+
+    workspace.set_usage([{"gpu": 0, "pid": kernel.pid, "memory": "2GiB", "utilization": 70}])
+    later = kernel.listen(2.5)
+    memory = [u["value"] for u in updates(later, comms, "FloatProgressModel") if "value" in u]
+    assert 2 * GiB in memory
+    assert 70 in [u["value"] for u in updates(later, comms, "IntProgressModel") if "value" in u]
+    assert any("updated" in u.get("value", "") for u in updates(later, comms, "HTMLModel"))
+    # every update belongs to the monitor cell: driven from the loop, not a thread
+    assert {m["parent_header"].get("msg_id") for m in later if m["msg_type"] == "comm_msg"} == {
+        started.reply["parent_header"]["msg_id"]
+    }
+
+
+def test_monitor_stop_ends_every_update(kernel: Kernel) -> None:
+    started = kernel.run("%vgpu monitor --interval 0.25")
+    comms = models(started)
+    assert updates(kernel.listen(1.5), comms, "HTMLModel")
+    stopped = kernel.run("%vgpu monitor stop")
+    assert stopped.stdout.strip() == "Stopped 1 live view."
+    assert any("stopped by %vgpu monitor stop" in u.get("value", "") for u in updates(stopped.messages, comms, "HTMLModel"))
+    assert [m for m in kernel.listen(1.5) if m["msg_type"] == "comm_msg"] == []
+    assert kernel.run("%vgpu monitor stop").stdout.strip() == "No live view is running."
+
+
+def test_monitor_stops_by_itself_after_its_minutes(kernel: Kernel) -> None:
+    started = kernel.run("%vgpu monitor --interval 0.2 --minutes 0.02")
+    comms = models(started)
+    headers = [u["value"] for u in updates(kernel.listen(3), comms, "HTMLModel") if "value" in u]
+    assert "stopped after 0.02 minutes" in headers[-1]
+    assert [m for m in kernel.listen(1) if m["msg_type"] == "comm_msg"] == []
+
+
+def test_stop_button_stops_the_monitor(kernel: Kernel) -> None:
+    started = kernel.run("%vgpu monitor --interval 0.25")
+    comms = models(started)
+    [button] = [comm for comm, model in comms.items() if model == "ButtonModel"]
+    kernel.listen(0.6)
+    kernel.send_comm(button, {"method": "custom", "content": {"event": "click"}})
+    after_click = kernel.listen(1.0)
+    assert any("stopped" in u.get("value", "") for u in updates(after_click, comms, "HTMLModel"))
+    assert {"disabled": True} in [{k: v for k, v in u.items() if k == "disabled"} for u in updates(after_click, comms, "ButtonModel")]
+    assert [m for m in kernel.listen(1.0) if m["msg_type"] == "comm_msg"] == []

@@ -1,0 +1,173 @@
+"""Real TensorFlow (CPU build) in real sliced kernels: the hook, logical devices, resize, OOM.
+
+One kernel (a 1/4 slice with ``logical_devices=2``) is shared by most tests; the import-form
+tests need a fresh kernel each, since the hook fires once per process.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pytest
+
+from jupyter_vgpu.slices import Slice
+from jupyter_vgpu.slices.reports import read_report
+from jupyter_vgpu.units import GiB
+
+from .harness import Kernel, Outcome, Workspace, module_kernel
+
+pytestmark = pytest.mark.tensorflow
+
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+USER_HANDLER = """
+def _my_handler(shell, etype, value, tb, tb_offset=None):
+    print("my handler saw", etype.__name__)
+get_ipython().set_custom_exc((LookupError,), _my_handler)
+"""
+
+
+@dataclass
+class Session:
+    workspace: Workspace
+    slice: Slice
+    kernel: Kernel
+    before_import: list[str]
+    imported: Outcome
+
+
+@pytest.fixture(scope="module")
+def session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Session]:
+    for workspace, slice_, kernel in module_kernel(tmp_path_factory, "tensorflow", fraction=0.25, logical_devices=2):
+        before = kernel.eval("[m for m in ('tensorflow', 'keras') if m in __import__('sys').modules]")
+        assert kernel.run(USER_HANDLER).ok  # a user's own custom exception handler, set before the import
+        imported = kernel.run("import tensorflow as tf")
+        yield Session(workspace, slice_, kernel, before, imported)
+
+
+def record(kernel: Kernel, name: str = "tensorflow") -> dict[str, object]:
+    return kernel.eval(f"__import__('jupyter_vgpu.kernel.state').kernel.state.current().records[{name!r}].to_dict()")
+
+
+def test_tensorflow_is_not_imported_until_the_user_imports_it(session: Session) -> None:
+    assert session.before_import == []
+    assert session.imported.ok, session.imported.error
+
+
+def test_import_tensorflow_splits_the_cpu_into_the_slices_logical_devices(session: Session) -> None:
+    assert record(session.kernel) == {
+        "status": "applied",
+        "detail": "no GPU visible to TensorFlow: the CPU is split into 2 logical devices (MirroredStrategy: 2 replicas)",
+        "preloaded": False,
+    }
+
+
+def test_mirrored_strategy_runs_two_replicas(session: Session) -> None:
+    ran = session.kernel.run(
+        "strategy = tf.distribute.MirroredStrategy()\n"
+        "per_replica = strategy.run(lambda: tf.distribute.get_replica_context().replica_id_in_sync_group)"
+    )
+    assert ran.ok, ran.error
+    replicas = "sorted(int(v) for v in strategy.experimental_local_results(per_replica))"
+    assert session.kernel.eval(f"[strategy.num_replicas_in_sync, {replicas}]") == [2, [0, 1]]
+
+
+def test_the_report_tells_the_server_what_was_applied(session: Session) -> None:
+    report = read_report(session.workspace.ledger_path, session.slice.id)
+    assert report is not None
+    assert report["frameworks"]["tensorflow"]["status"] == "applied"
+
+
+def test_status_shows_what_was_applied_to_tensorflow(session: Session) -> None:
+    [bundle] = session.kernel.run("%vgpu").displays
+    text = bundle["text/plain"]
+    assert re.search(r"\n  TensorFlow +applied: no GPU visible to TensorFlow: the CPU is split into 2", text)
+    assert re.search(r"\n  logical devices +2 TensorFlow devices per GPU", text)
+    assert "cooperative: framework limits (TensorFlow)" in text
+
+
+def test_devices_shows_tensorflows_logical_devices(session: Session) -> None:
+    session.kernel.run("tf.constant(1.0) + 1")  # TensorFlow creates its devices at its first op
+    [bundle] = session.kernel.run("%vgpu devices").displays
+    text = bundle["text/plain"]
+    assert "TensorFlow sees" in text
+    assert re.search(r"\n  0 +/device:CPU:0 \(logical\)", text)
+    assert re.search(r"\n  1 +/device:CPU:1 \(logical\)", text)
+    assert "Not imported: PyTorch, JAX, CuPy." in text
+
+
+def test_resize_after_tensorflow_is_imported_needs_a_restart(session: Session) -> None:
+    outcome = session.kernel.run("%vgpu resize 0.5")
+    assert outcome.reply["content"]["status"] == "error"
+    assert outcome.stderr.startswith("UsageError: TensorFlow is imported and was configured for the current size.")
+    assert "restart the kernel (Kernel > Restart Kernel; it keeps its slice), then run `%vgpu resize 0.5`" in outcome.stderr
+    ledger = session.workspace.ledger()
+    try:
+        assert ledger.get(session.slice.id).memory_per_gpu == 4 * GiB
+    finally:
+        ledger.close()
+    assert session.kernel.eval("__import__('os').environ['JUPYTER_VGPU_MEMORY_RESERVED']") == str(4 * GiB)
+
+
+def test_out_of_memory_shows_the_slice_under_the_normal_traceback(session: Session) -> None:
+    outcome = session.kernel.run("x = tf.zeros([2**42])")  # 16 TiB: a real ResourceExhaustedError
+    assert outcome.reply["content"]["status"] == "error"
+    assert outcome.error is not None and outcome.error["ename"] == "ResourceExhaustedError"
+    lines = [ANSI.sub("", line) for line in "\n".join(outcome.error["traceback"]).splitlines()]
+    ours = lines.index("jupyter-vgpu: TensorFlow ran out of memory on the CPU, not in this kernel's GPU slice. The slice:")
+    assert any("OOM when allocating tensor" in line for line in lines[:ours])  # the normal traceback first
+    explanation = "\n".join(lines[ours:])
+    assert re.search(r"\n  share +1/4 GPU", explanation)
+    assert re.search(r"\n  reserved +4.0 GiB per GPU", explanation)
+    assert re.search(r"\n  used +0 B now, ", explanation)
+    assert "To get a bigger slice:" in explanation
+    assert "`%vgpu resize 0.5`" in explanation and "kernel picker" in explanation and "`jupyter vgpu status`" in explanation
+
+
+def test_gpu_out_of_memory_says_the_slice_ran_out(session: Session) -> None:
+    outcome = session.kernel.run(
+        "raise tf.errors.ResourceExhaustedError(None, None, 'OOM when allocating tensor on /device:GPU:0')"
+    )
+    assert outcome.error is not None
+    text = ANSI.sub("", "\n".join(outcome.error["traceback"]))
+    assert "jupyter-vgpu: TensorFlow ran out of GPU memory in this kernel's slice." in text
+
+
+def test_other_errors_keep_their_own_handlers(session: Session) -> None:
+    user = session.kernel.run("{}['missing']")
+    assert user.stdout.strip() == "my handler saw KeyError"
+    plain = session.kernel.run("1 / 0")
+    assert plain.error is not None and plain.error["ename"] == "ZeroDivisionError"
+    assert "jupyter-vgpu" not in ANSI.sub("", "\n".join(plain.error["traceback"]))
+
+
+@pytest.mark.parametrize("statement", ["import keras", "from tensorflow import keras"])
+def test_the_hook_fires_on_every_spelling_of_the_import(workspace: Workspace, start, statement: str) -> None:
+    kernel = start(workspace.slice_env(workspace.reserve(0.25, logical_devices=2)))
+    assert kernel.eval("'tensorflow' in __import__('sys').modules") is False
+    outcome = kernel.run(statement)
+    assert outcome.ok, outcome.error
+    assert record(kernel)["status"] == "applied"
+    assert kernel.eval("len(__import__('tensorflow').config.list_logical_devices('CPU'))") == 2
+
+
+def test_tensorflow_started_before_the_extension_is_said_plainly(workspace: Workspace, start) -> None:
+    extensions = workspace.root / "extensions"
+    extensions.mkdir()
+    (extensions / "early_tensorflow.py").write_text(
+        "def load_ipython_extension(ip):\n    import tensorflow as tf\n    tf.constant(1.0) + 1\n"
+    )
+    profile = workspace.ipython_dir / "profile_default"
+    profile.mkdir(parents=True)
+    (profile / "ipython_kernel_config.py").write_text("c.InteractiveShellApp.extensions = ['early_tensorflow']\n")
+    env = workspace.slice_env(workspace.reserve(0.25, logical_devices=2))
+    env["PYTHONPATH"] = str(extensions)
+    kernel = start(env)
+    got = record(kernel)
+    assert got["status"] == "too-late" and got["preloaded"] is True
+    assert str(got["detail"]).startswith("imported before jupyter-vgpu loaded; TensorFlow had already created its devices")
+    [bundle] = kernel.run("%vgpu").displays
+    assert re.search(r"\n  TensorFlow +too-late: imported before jupyter-vgpu loaded", bundle["text/plain"])
+    assert kernel.eval("len(__import__('tensorflow').config.list_logical_devices('CPU'))") == 1
