@@ -11,21 +11,17 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 from jupyter_client.asynchronous.client import AsyncKernelClient
-
-# pytest-jupyter has no entry point; its fixtures come in by import (pytest_plugins is only
-# allowed in the rootdir's conftest). Its own hooks that run coroutine tests are left out:
-# pytest-asyncio (asyncio_mode=auto) runs them, and jp_asyncio_loop below is that loop.
-from pytest_jupyter.jupyter_server import *  # noqa: F403
 from traitlets.config import Config
 
-del pytest_pycollect_makeitem, pytest_pyfunc_call  # type: ignore[name-defined]  # noqa: F821
+# pytest-jupyter's fixtures come from the root conftest (pytest_plugins).
 
 
 @pytest.fixture
 async def jp_asyncio_loop() -> AsyncIterator[asyncio.AbstractEventLoop]:
-    """The loop pytest-asyncio runs the test on, so the server and the test share it."""
+    """pytest-asyncio (asyncio_mode=auto) runs the tests: serve from that loop, not a second one."""
     yield asyncio.get_running_loop()
 
 
@@ -188,3 +184,11 @@ async def get_json_post(jp_fetch: Fetch, parts: tuple[str, ...], body: dict[str,
 def usage(pid: int, memory: str, utilization: int = 0, gpu: int = 0) -> dict[str, Any]:
     """One process entry of the JSON simulation."""
     return {"gpu": gpu, "pid": pid, "memory": memory, "utilization": utilization}
+
+
+def unused_pid() -> int:
+    """A pid no process has: NVML would show such a pid for a process in another pid namespace."""
+    pid = 3_000_000
+    while psutil.pid_exists(pid):
+        pid += 1
+    return pid

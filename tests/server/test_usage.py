@@ -1,0 +1,130 @@
+"""Simulated per-process GPU usage shows up under the kernel whose process tree it belongs to."""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Any
+
+from jupyter_vgpu.slices.reports import write_report
+
+from .conftest import GiB, get_json, until, unused_pid, usage
+
+
+async def kernel_view(jp_fetch: Any, kernel_id: str) -> Any:
+    return (await get_json(jp_fetch, "api", "vgpu", "kernels", kernel_id))["slice"]
+
+
+async def wait_for(jp_fetch: Any, kernel_id: str, test: Any, what: str) -> Any:
+    async def check() -> Any:
+        view = await kernel_view(jp_fetch, kernel_id)
+        return view if view is not None and test(view) else None
+
+    return await until(check, what=what)
+
+
+async def test_memory_of_the_kernel_process_counts_against_its_slice(
+    jp_fetch: Any, start_kernel: Any, simulation_file: Any
+) -> None:
+    kernel = await start_kernel()
+    simulation_file(processes=[usage(kernel.pid, "1GiB", utilization=30)])
+    view = await wait_for(jp_fetch, kernel.id, lambda v: v["memory_used"], "the kernel's usage")
+    assert view["memory_used"] == 1 * GiB
+    assert view["usage_source"] == "measured"
+    assert view["utilization"] == 30
+    assert view["state"] == "ok"
+    assert view["memory_used_by_gpu"] == {view["gpus"][0]: 1 * GiB}
+    devices = await get_json(jp_fetch, "api", "vgpu", "devices")
+    assert devices["devices"][0]["memory_used"] == 1 * GiB
+    assert devices["devices"][0]["memory_foreign"] == 0
+
+
+async def test_a_child_process_of_the_kernel_counts_against_the_kernel(
+    jp_fetch: Any, start_kernel: Any, simulation_file: Any
+) -> None:
+    kernel = await start_kernel()
+    reply, printed = await kernel.run(
+        "import subprocess, sys\n"
+        "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)'])\n"
+        "print(child.pid)"
+    )
+    assert reply["status"] == "ok"
+    child = int(printed.strip())
+    assert child != kernel.pid
+    simulation_file(processes=[usage(child, "3700MiB", utilization=50)])
+    view = await wait_for(jp_fetch, kernel.id, lambda v: v["memory_used"], "the child's usage under the kernel")
+    assert view["memory_used"] == 3700 * 1024**2
+    assert view["usage_source"] == "measured"
+    assert view["utilization"] == 50
+    assert view["state"] == "near"  # 90% or more of its 4 GiB slice
+    await kernel.run("child.kill()")
+
+
+async def test_two_kernels_are_told_apart_and_strangers_count_as_foreign(
+    jp_fetch: Any, start_kernel: Any, simulation_file: Any
+) -> None:
+    first, second = await start_kernel(), await start_kernel()
+    simulation_file(
+        processes=[
+            usage(first.pid, "1GiB"),
+            usage(second.pid, "2GiB"),
+            usage(os.getpid(), "512MiB"),  # this test process holds no slice
+        ]
+    )
+    one = await wait_for(jp_fetch, first.id, lambda v: v["memory_used"], "the first kernel's usage")
+    two = await wait_for(jp_fetch, second.id, lambda v: v["memory_used"], "the second kernel's usage")
+    assert (one["memory_used"], two["memory_used"]) == (1 * GiB, 2 * GiB)
+    devices = await get_json(jp_fetch, "api", "vgpu", "devices")
+    gpu = devices["devices"][0]
+    assert gpu["memory_foreign"] == 512 * 1024**2
+    assert gpu["memory_reservable"] == gpu["memory_total"] - 2 * 4 * GiB - 512 * 1024**2
+
+
+async def test_unmatched_pids_fall_back_to_the_kernels_report(
+    jp_fetch: Any, start_kernel: Any, simulation_file: Any, vgpu_env: dict[str, str]
+) -> None:
+    # As in a container: NVML shows a process the server cannot map to any kernel.
+    kernel = await start_kernel()
+    slice_id = (await wait_for(jp_fetch, kernel.id, lambda v: True, "the kernel's slice"))["id"]
+    simulation_file(processes=[usage(unused_pid(), "2GiB")])
+    frameworks = {"tensorflow": {"status": "applied", "detail": "1 logical GPU, 3.7 GiB"}}
+    write_report(vgpu_env["JUPYTER_VGPU_LEDGER"], slice_id, {"frameworks": frameworks, "memory_used": 2 * GiB})
+    view = await wait_for(jp_fetch, kernel.id, lambda v: v["usage_source"] == "reported", "reported usage")
+    assert view["memory_used"] == 2 * GiB
+    assert view["frameworks"] == frameworks
+
+
+async def test_unknown_usage_is_said_to_be_unknown(jp_fetch: Any, start_kernel: Any, simulation_file: Any) -> None:
+    kernel = await start_kernel()
+    simulation_file(processes=[usage(unused_pid(), "2GiB")])  # someone, maybe the kernel, without a report
+    view = await wait_for(jp_fetch, kernel.id, lambda v: v["usage_source"] == "none", "usage 'none'")
+    assert view["memory_used"] is None and view["state"] == "unknown"
+    assert view["tier"] == "cooperative"  # the watchdog cannot watch what it cannot see
+
+
+async def test_history_keeps_recent_samples(jp_fetch: Any, start_kernel: Any, simulation_file: Any) -> None:
+    kernel = await start_kernel()
+    simulation_file(processes=[usage(kernel.pid, "1GiB")])
+    view = await wait_for(
+        jp_fetch, kernel.id, lambda v: sum(1 for p in v["history"] if p["used"] == GiB) >= 3, "three samples"
+    )
+    times = [p["t"] for p in view["history"]]
+    assert times == sorted(times)
+    devices = await get_json(jp_fetch, "api", "vgpu", "devices")
+    assert len(devices["devices"][0]["utilization_history"]) >= 3
+
+
+async def test_metrics_show_gpus_and_kernels(jp_fetch: Any, start_kernel: Any, simulation_file: Any) -> None:
+    kernel = await start_kernel()
+    simulation_file(processes=[usage(kernel.pid, "1GiB", utilization=40)])
+    view = await wait_for(jp_fetch, kernel.id, lambda v: v["memory_used"], "the kernel's usage")
+    text = (await jp_fetch("metrics")).body.decode()
+    labels = f'kernel_id="{kernel.id}",slice="{view["id"]}"'
+    assert re.search(rf"^jupyter_vgpu_slice_memory_used_bytes\{{{labels}\}} 1\.073741824e\+09$", text, re.M)
+    assert re.search(rf"^jupyter_vgpu_slice_memory_reserved_bytes\{{{labels}\}} 4\.294967296e\+09$", text, re.M)
+    assert re.search(rf"^jupyter_vgpu_slice_utilization_percent\{{{labels}\}} 40\.0$", text, re.M)
+    gpu = f'gpu="0",uuid="{view["gpus"][0]}"'
+    assert re.search(rf"^jupyter_vgpu_gpu_memory_total_bytes\{{{gpu}\}} 1\.7179869184e\+10$", text, re.M)
+    assert re.search(rf"^jupyter_vgpu_gpu_memory_used_bytes\{{{gpu}\}} 1\.073741824e\+09$", text, re.M)
+    assert re.search(rf"^jupyter_vgpu_gpu_memory_reserved_bytes\{{{gpu}\}} 4\.294967296e\+09$", text, re.M)
+    assert re.search(rf"^jupyter_vgpu_gpu_utilization_percent\{{{gpu}\}} 40\.0$", text, re.M)
