@@ -70,6 +70,17 @@ def notebook_row(page: Any) -> Any:
     return page.locator(f"{SIDEBAR} .jp-vgpu-SliceRow", has_text="train.ipynb")
 
 
+def lab_screenshot(page: Any, path: Any) -> None:
+    """The whole lab at a README-friendly size: sidebar, notebook and status bar."""
+    size = page.viewport_size
+    page.set_viewport_size({"width": 960, "height": 540})
+    try:
+        page.wait_for_timeout(300)
+        page.screenshot(path=str(path))
+    finally:
+        page.set_viewport_size(size)
+
+
 @pytest.fixture(scope="module")
 def opened(lab: Lab, page: Any) -> dict[str, Any]:
     """work/train.ipynb open in the lab, its 1/4 GPU kernel started; returns its slice."""
@@ -152,7 +163,7 @@ def test_screenshots_in_light_and_dark_themes(lab: Lab, page: Any, opened: dict)
     expect(notebook_row(page)).to_be_visible()
     page.wait_for_timeout(500)  # let the sparkline collect a few points
     sidebar.screenshot(path=str(ARTIFACTS / "sidebar-light.png"))
-    page.screenshot(path=str(ARTIFACTS / "lab-light.png"))
+    lab_screenshot(page, ARTIFACTS / "lab-light.png")
     lab.set_theme("JupyterLab Dark")
     try:
         page.reload()
@@ -162,7 +173,7 @@ def test_screenshots_in_light_and_dark_themes(lab: Lab, page: Any, opened: dict)
         expect(page.locator(".jp-vgpu-StatusItem")).to_contain_text("GPU")
         page.wait_for_timeout(500)
         sidebar.screenshot(path=str(ARTIFACTS / "sidebar-dark.png"))
-        page.screenshot(path=str(ARTIFACTS / "lab-dark.png"))
+        lab_screenshot(page, ARTIFACTS / "lab-dark.png")
     finally:
         lab.set_theme("JupyterLab Light")
     page.reload()
