@@ -1,0 +1,217 @@
+"""On a real NVIDIA GPU: PyTorch, JAX, CuPy (and a GPU TensorFlow) stay inside their slices.
+
+Skipped without a GPU that NVML can see, and per framework when it is not installed. Each
+kernel is a real ipykernel with ``--ext=jupyter_vgpu`` and the environment the provisioner
+gives a 1/4 slice; NVML's per-process memory is the judge: what a kernel holds minus its CUDA
+context (measured, not assumed) stays within the slice's framework limit.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import queue
+import re
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from jupyter_client import KernelManager
+
+from jupyter_vgpu.gpus import Inventory
+from jupyter_vgpu.slices import Slice, SliceRequest, open_ledger, slice_environment
+from jupyter_vgpu.units import MiB
+
+pytestmark = pytest.mark.gpu
+
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def _real_gpu() -> bool:
+    """NVML itself (never the simulation, whatever JUPYTER_VGPU_SIMULATE says) sees a GPU."""
+    return bool(Inventory("").snapshot().available)
+
+
+if not _real_gpu():
+    pytest.skip("no NVIDIA GPU visible to NVML", allow_module_level=True)
+
+
+def needs(module: str) -> Any:
+    return pytest.mark.skipif(importlib.util.find_spec(module) is None, reason=f"{module} is not installed")
+
+
+class GPUKernel:
+    """A kernel holding a slice of the real GPU."""
+
+    def __init__(self, slice_: Slice, env: dict[str, str]) -> None:
+        self.slice = slice_
+        self.manager = KernelManager(kernel_name="python3")
+        self.manager.start_kernel(env=env, extra_arguments=["--ext=jupyter_vgpu"])
+        self.client = self.manager.client()
+        self.client.start_channels()
+        self.client.wait_for_ready(timeout=120)
+        self.pid = int(self.eval("__import__('os').getpid()"))
+
+    def run(self, code: str, timeout: float = 300) -> tuple[bool, str, dict[str, Any] | None]:
+        msg_id = self.client.execute(code)
+        stdout, error = [], None
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                msg = self.client.get_iopub_msg(timeout=max(0.1, deadline - time.monotonic()))
+            except queue.Empty:
+                if time.monotonic() > deadline:
+                    raise TimeoutError(code) from None
+                continue
+            if msg["parent_header"].get("msg_id") != msg_id:
+                continue
+            if msg["msg_type"] == "stream" and msg["content"]["name"] == "stdout":
+                stdout.append(msg["content"]["text"])
+            elif msg["msg_type"] == "error":
+                error = msg["content"]
+            elif msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle":
+                return error is None, "".join(stdout), error
+
+    def eval(self, expression: str) -> Any:
+        ok, out, error = self.run(f"print(__import__('json').dumps({expression}))")
+        assert ok, error
+        return json.loads(out.strip().splitlines()[-1])
+
+    def nvml_used(self) -> int:
+        """Bytes NVML attributes to this kernel's process on its GPU (0 when it holds no context)."""
+        snapshot = Inventory("").snapshot()
+        gpu = snapshot.find(self.slice.gpus[0])
+        assert gpu is not None
+        return sum(p.used or 0 for p in gpu.processes if p.pid == self.pid)
+
+    def record(self, name: str) -> dict[str, Any]:
+        return self.eval(f"__import__('jupyter_vgpu.kernel.state').kernel.state.current().records[{name!r}].to_dict()")
+
+    def stop(self) -> None:
+        self.client.stop_channels()
+        self.manager.shutdown_kernel(now=True)
+
+
+@pytest.fixture
+def gpu_kernel(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    """``gpu_kernel(fraction=0.25, logical_devices=1)`` -> a :class:`GPUKernel` on GPU 0."""
+    monkeypatch.delenv("JUPYTER_VGPU_SIMULATE", raising=False)
+    monkeypatch.setenv("JUPYTER_VGPU_LEDGER", str(tmp_path / "ledger.sqlite"))
+    ledger = open_ledger()
+    started: list[GPUKernel] = []
+
+    def start(fraction: float = 0.25, logical_devices: int = 1) -> GPUKernel:
+        request = SliceRequest.parse(fraction=fraction, gpu="0", logical_devices=logical_devices)
+        slice_ = ledger.reserve(request, holder_kind="kernel", holder="tests/gpu")
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("CUDA_", "XLA_", "CUPY_", "JUPYTER_VGPU_SIM"))}
+        env.update(slice_environment(slice_, ledger_path=str(ledger.path)))
+        env["TF_CPP_MIN_LOG_LEVEL"] = "3"
+        kernel = GPUKernel(slice_, env)
+        started.append(kernel)
+        return kernel
+
+    yield start
+    for kernel in started:
+        kernel.stop()
+    ledger.close()
+
+
+def fill(kernel: GPUKernel, allocate: str, oom: str, chunk: int = 256 * MiB) -> int:
+    """Allocate ``chunk``-byte blocks until the framework refuses; returns the bytes it allowed."""
+    code = (
+        "_held, _total = [], 0\n"
+        "while _total < 10 * 2**40:\n"
+        "    try:\n"
+        f"        _held.append({allocate.format(n=chunk)})\n"
+        f"    except {oom} as _error:\n"
+        "        break\n"
+        f"    _total += {chunk}\n"
+        "print(_total)"
+    )
+    ok, out, error = kernel.run(code)
+    assert ok, error
+    return int(out.strip().splitlines()[-1])
+
+
+@needs("torch")
+def test_importing_torch_creates_no_cuda_context(gpu_kernel: Any) -> None:
+    kernel = gpu_kernel()
+    assert kernel.run("import torch")[0]
+    assert kernel.nvml_used() == 0
+    assert kernel.record("torch")["status"] == "pending"
+    assert kernel.run("torch.zeros(1, device='cuda')")[0]
+    assert kernel.nvml_used() > 0
+    assert kernel.record("torch")["status"] == "applied"
+
+
+@needs("torch")
+def test_torch_allocations_stay_inside_the_slice(gpu_kernel: Any) -> None:
+    kernel = gpu_kernel()
+    assert kernel.run("import torch; torch.zeros(1, device='cuda'); torch.cuda.synchronize()")[0]
+    context = kernel.nvml_used()
+    limit = kernel.slice.memory_limit
+    allowed = fill(kernel, "torch.empty({n}, dtype=torch.uint8, device='cuda')", "torch.cuda.OutOfMemoryError")
+    assert 0.8 * limit <= allowed <= limit
+    assert kernel.nvml_used() - context <= limit
+    ok, _, error = kernel.run(f"torch.empty({2 * limit}, dtype=torch.uint8, device='cuda')")
+    assert not ok and error is not None
+    assert "jupyter-vgpu: PyTorch ran out of GPU memory in this kernel's slice." in ANSI.sub("", "\n".join(error["traceback"]))
+
+
+@needs("cupy")
+def test_cupy_pool_is_limited_to_the_slice(gpu_kernel: Any) -> None:
+    kernel = gpu_kernel()
+    assert kernel.run("import cupy")[0]
+    assert kernel.eval("cupy.get_default_memory_pool().get_limit()") == kernel.slice.memory_limit
+    assert kernel.run("cupy.zeros(1); cupy.cuda.Device().synchronize()")[0]
+    context = kernel.nvml_used()
+    allowed = fill(kernel, "cupy.empty({n}, dtype=cupy.uint8)", "cupy.cuda.memory.OutOfMemoryError")
+    assert 0.8 * kernel.slice.memory_limit <= allowed <= kernel.slice.memory_limit
+    assert kernel.nvml_used() - context <= kernel.slice.memory_limit
+
+
+@needs("jax")
+def test_jax_stays_inside_its_memory_fraction(gpu_kernel: Any) -> None:
+    kernel = gpu_kernel()
+    assert kernel.run("import jax, jax.numpy as jnp; jnp.zeros(1).block_until_ready()")[0]
+    assert kernel.record("jax")["status"] in ("recorded", "applied")
+    context = kernel.nvml_used()
+    allowed = fill(kernel, "jnp.empty(({n},), dtype=jnp.uint8).block_until_ready()", "Exception")
+    assert allowed <= kernel.slice.memory_limit
+    assert kernel.nvml_used() - context <= kernel.slice.memory_limit * 1.02  # XLA rounds its fraction
+
+
+def test_tensorflow_gpu_gets_logical_devices_with_the_slices_limit(gpu_kernel: Any) -> None:
+    if importlib.util.find_spec("tensorflow") is None:
+        pytest.skip("tensorflow is not installed")
+    kernel = gpu_kernel(logical_devices=2)
+    assert kernel.run("import tensorflow as tf")[0]
+    if not kernel.eval("len(tf.config.list_physical_devices('GPU'))"):
+        pytest.skip("this TensorFlow build sees no GPU")
+    assert kernel.record("tensorflow")["status"] == "applied"
+    assert kernel.eval("len(tf.config.list_logical_devices('GPU'))") == 2
+    assert kernel.eval("tf.distribute.MirroredStrategy().num_replicas_in_sync") == 2
+
+
+def test_three_frameworks_side_by_side_on_one_gpu(gpu_kernel: Any) -> None:
+    workloads = {
+        "torch": ("import torch", "torch.empty({n}, dtype=torch.uint8, device='cuda')"),
+        "cupy": ("import cupy", "cupy.empty({n}, dtype=cupy.uint8)"),
+        "jax": ("import jax.numpy as jnp", "jnp.empty(({n},), dtype=jnp.uint8).block_until_ready()"),
+    }
+    present = {name: work for name, work in workloads.items() if importlib.util.find_spec(name) is not None}
+    if len(present) < 2:
+        pytest.skip("needs at least two of torch, cupy, jax")
+    kernels = {name: gpu_kernel(fraction=0.25) for name in present}
+    for name, (setup, allocate) in present.items():
+        kernel = kernels[name]
+        block = int(kernel.slice.memory_limit * 0.85)
+        ok, _, error = kernel.run(f"{setup}\n_block = {allocate.format(n=block)}")
+        assert ok, f"{name} could not allocate 85% of its slice next to the others: {error}"
+    for name, kernel in kernels.items():
+        assert kernel.nvml_used() <= kernel.slice.memory_per_gpu + 512 * MiB, f"{name} is over its slice"
+    print({name: kernel.nvml_used() for name, kernel in kernels.items()}, file=sys.stderr)
