@@ -13,7 +13,7 @@ from typing import Any
 from ..units import format_bytes
 from .frameworks import FRAMEWORKS, Framework, framework_memory
 from .state import KernelState, current
-from .status import HOW_TO_GROW, slice_rows
+from .status import how_to_grow, slice_rows
 from .usage import measure
 
 _shell: Any = None
@@ -137,5 +137,5 @@ def explain(state: KernelState, framework: Framework, error: BaseException) -> l
     if record is not None:
         lines.append(f"  {framework.title:<{width}}{record.status}: {record.detail}")
     lines.append("To get a bigger slice:")
-    lines.extend(f"  - {way}" for way in HOW_TO_GROW)
+    lines.extend(f"  - {way}" for way in how_to_grow(state))
     return lines

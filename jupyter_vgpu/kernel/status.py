@@ -15,11 +15,16 @@ HOW_TO_GET_A_SLICE = (
     "`jupyter vgpu run -p 0.25 -- python train.py`."
 )
 
-HOW_TO_GROW = (
-    "`%vgpu resize 0.5` (before any framework uses the GPU; after a kernel restart otherwise)",
-    'a bigger kernel in the kernel picker, e.g. "Python 3 (1/2 GPU)"',
-    "`jupyter vgpu status` in a terminal shows what is free on each GPU",
-)
+def how_to_grow(state: KernelState) -> list[str]:
+    """Ways to a bigger slice, with a share twice the current one as the example."""
+    bigger = min(1.0, 2 * (state.facts.fraction or 0.25))
+    share = "1" if bigger >= 1 else describe_fraction(bigger)
+    picker = "Python 3 (1 GPU)" if bigger >= 1 else f"Python 3 ({share} GPU)"
+    return [
+        f"`%vgpu resize {share}` (before any framework uses the GPU; after a kernel restart otherwise)",
+        f'a bigger kernel in the kernel picker, e.g. "{picker}"',
+        "`jupyter vgpu status` in a terminal shows what is free on each GPU",
+    ]
 
 
 def title(state: KernelState) -> str:

@@ -105,3 +105,23 @@ def test_loading_twice_keeps_one_state(workspace: Workspace, start) -> None:
     assert outcome.ok, outcome.error
     assert json.loads(outcome.stdout.strip()) is True
     assert kernel.run("%vgpu help").ok
+
+
+def test_a_hook_that_fails_never_breaks_the_users_import(workspace: Workspace, start) -> None:
+    # A package named cupy whose memory pool cannot be reached, as on a machine with a broken driver.
+    package = workspace.root / "site" / "cupy"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text(
+        "def get_default_memory_pool():\n    raise RuntimeError('CUDA driver version is insufficient')\nready = True\n"
+    )
+    env = workspace.slice_env(workspace.reserve(0.25))
+    env["PYTHONPATH"] = str(package.parent)
+    kernel = start(env)
+    imported = kernel.run("import cupy; print(cupy.ready)")
+    assert imported.ok and imported.stdout.strip() == "True"
+    assert imported.stderr.startswith(
+        "jupyter-vgpu: could not fit CuPy into this kernel's GPU slice (CUDA driver version is insufficient); "
+        "your import went on without a limit."
+    )
+    [bundle] = kernel.run("%vgpu").displays
+    assert re.search(r"\n  CuPy +failed: RuntimeError: CUDA driver version is insufficient", bundle["text/plain"])

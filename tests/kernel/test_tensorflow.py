@@ -123,7 +123,8 @@ def test_out_of_memory_shows_the_slice_under_the_normal_traceback(session: Sessi
     assert re.search(r"\n  reserved +4.0 GiB per GPU", explanation)
     assert re.search(r"\n  used +0 B now, ", explanation)
     assert "To get a bigger slice:" in explanation
-    assert "`%vgpu resize 0.5`" in explanation and "kernel picker" in explanation and "`jupyter vgpu status`" in explanation
+    assert "`%vgpu resize 1/2`" in explanation and "\"Python 3 (1/2 GPU)\"" in explanation
+    assert "`jupyter vgpu status`" in explanation
 
 
 def test_gpu_out_of_memory_says_the_slice_ran_out(session: Session) -> None:
