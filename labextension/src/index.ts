@@ -101,6 +101,7 @@ const plugin: JupyterFrontEndPlugin<void> = {
         showStatusItem = settings.get('showStatusBarItem').composite !== false;
         if (kernelSlice) {
           kernelSlice.interval = ms;
+          void kernelSlice.refresh();
         }
       };
       settingRegistry

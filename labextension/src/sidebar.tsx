@@ -1,7 +1,12 @@
 /**
  * The "GPUs" panel in the left area: one card per GPU, one row per slice.
  */
-import { Clipboard, Dialog, showDialog } from '@jupyterlab/apputils';
+import {
+  Clipboard,
+  Dialog,
+  Notification,
+  showDialog
+} from '@jupyterlab/apputils';
 import { ServiceManager } from '@jupyterlab/services';
 import {
   ReactWidget,
@@ -156,9 +161,19 @@ export class GPUSidebar extends ReactWidget {
     this._actions = {
       openNotebook: path =>
         void this._commands.execute('docmanager:open', { path }),
+      kernelDisplayName: slice =>
+        slice.kernel_display_name ??
+        (slice.kernel_name &&
+          this._services.kernelspecs.specs?.kernelspecs[slice.kernel_name]
+            ?.display_name) ??
+        slice.kernel_name ??
+        'kernel',
       shutdownKernel: slice => void this._shutdownKernel(slice),
       releaseSlice: slice => void this._releaseSlice(slice),
-      copySliceId: slice => Clipboard.copyToSystem(slice.id)
+      copySliceId: slice => {
+        Clipboard.copyToSystem(slice.id);
+        Notification.info(`Copied slice id ${slice.id}`, { autoClose: 2000 });
+      }
     };
   }
 
@@ -190,7 +205,7 @@ export class GPUSidebar extends ReactWidget {
     }
     const result = await showDialog({
       title: 'Shut down kernel?',
-      body: `Shut down the kernel of ${holderLabel(slice)} (${slice.kernel_display_name ?? slice.kernel_name ?? kernelId})? Its GPU slice is released and unsaved variables are lost.`,
+      body: `Shut down the kernel of ${holderLabel(slice)} (${this._actions.kernelDisplayName(slice)})? Its GPU slice is released and unsaved variables are lost.`,
       buttons: [Dialog.cancelButton(), Dialog.warnButton({ label: 'Shut Down' })]
     });
     if (!result.button.accept) {

@@ -23,6 +23,8 @@ import {
 /** What a row can ask the application to do. */
 export interface ISliceActions {
   openNotebook(path: string): void;
+  /** The kernelspec's display name, for servers that do not send one with the slice. */
+  kernelDisplayName(slice: ISlice): string;
   shutdownKernel(slice: ISlice): void;
   releaseSlice(slice: ISlice): void;
   copySliceId(slice: ISlice): void;
@@ -34,7 +36,8 @@ function Holder(props: {
 }): JSX.Element {
   const { slice, actions } = props;
   const label = holderLabel(slice);
-  if (slice.holder_kind === 'kernel' && slice.path) {
+  // Only notebooks open by path; a console's session path is not a file.
+  if (slice.holder_kind === 'kernel' && slice.path?.endsWith('.ipynb')) {
     const path = slice.path;
     return (
       <button
@@ -136,7 +139,7 @@ export function SliceRow(props: {
           <KindIcon.react tag="span" elementSize="small" className="jp-vgpu-SliceRow-kind" />
           <span className="jp-vgpu-SliceRow-kernel">
             {isKernel
-              ? slice.kernel_display_name ?? slice.kernel_name ?? 'kernel'
+              ? actions.kernelDisplayName(slice)
               : `jupyter vgpu run, ${slice.request_text}`}
           </span>
           <span className="jp-vgpu-SliceRow-tier" title="Enforcement tier">

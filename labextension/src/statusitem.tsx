@@ -41,6 +41,11 @@ export class KernelSliceModel {
     this._poll.frequency = { ...this._poll.frequency, interval: ms };
   }
 
+  /** Ask the server again now (also re-evaluates whether the item shows). */
+  refresh(): Promise<void> {
+    return this._poll.refresh();
+  }
+
   /** Follow this session context (a notebook's or console's), or none. */
   set sessionContext(context: ISessionContext | null) {
     if (context === this._context) {

@@ -265,7 +265,9 @@ def browser() -> Iterator[Any]:
 @pytest.fixture(scope="module")
 def page(browser: Any, lab: Lab) -> Iterator[Any]:
     """One browser tab on the lab, shared by a module's tests (they run in file order)."""
-    context = browser.new_context(viewport={"width": 1280, "height": 800})
+    context = browser.new_context(
+        viewport={"width": 1280, "height": 800}, permissions=["clipboard-read", "clipboard-write"]
+    )
     page = context.new_page()
     page.set_default_timeout(30_000)
     try:

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from .conftest import ARTIFACTS, KERNEL_DISPLAY_NAME, Lab
+from .conftest import ARTIFACTS, KERNEL_DISPLAY_NAME, Lab, notebook_json
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -55,7 +55,7 @@ def open_sidebar(page: Any) -> Any:
     sidebar = page.locator(SIDEBAR)
     tab = page.locator(SIDEBAR_TAB)
     expect(tab).to_be_visible()
-    expect(page.locator(".jp-NotebookPanel")).to_be_visible()  # the layout is restored
+    expect(page.locator(".jp-NotebookPanel:not(.lm-mod-hidden)")).to_be_visible()  # the layout is restored
     for _ in range(3):
         if sidebar.is_visible():
             break
@@ -135,6 +135,28 @@ def test_status_bar_shows_the_active_notebooks_slice(lab: Lab, page: Any, opened
     expect(item).to_have_text("GPU 1.5 / 4.0 GiB")
 
 
+def test_status_bar_hides_for_a_kernel_without_a_slice(lab: Lab, page: Any, opened: dict) -> None:
+    (lab.root / "work" / "plain.ipynb").write_text(notebook_json("python3", "Python 3 (ipykernel)"))
+    page.goto(lab.page_url("lab/tree/work/plain.ipynb"))
+    expect(page.locator(".lm-DockPanel-tabBar .lm-TabBar-tab.lm-mod-current")).to_contain_text("plain.ipynb")
+    wait_for(
+        "the plain notebook's kernel",
+        lambda: any(s["path"] == "work/plain.ipynb" for s in lab.api("GET", "api/sessions")[1]),
+    )
+    expect(page.locator(".jp-vgpu-StatusItem")).to_be_hidden()
+    assert all(s["holder_kind"] != "kernel" or s["id"] == opened["id"] for s in lab.slices())
+    page.locator(".lm-DockPanel-tabBar .lm-TabBar-tab", has_text="train.ipynb").click()
+    expect(page.locator(".jp-vgpu-StatusItem")).to_have_text("GPU 1.5 / 4.0 GiB")
+
+
+def test_refresh_interval_is_a_user_setting(lab: Lab) -> None:
+    status, reply = lab.api("GET", "lab/api/settings/jupyter-vgpu:plugin")
+    assert status == 200, reply
+    interval = reply["schema"]["properties"]["refreshInterval"]
+    assert interval["default"] == 2
+    assert interval["minimum"] > 0
+
+
 def test_command_holders_and_foreign_usage_are_listed(
     lab: Lab, page: Any, opened: dict, command_holder: subprocess.Popen[bytes]
 ) -> None:
@@ -181,6 +203,12 @@ def test_screenshots_in_light_and_dark_themes(lab: Lab, page: Any, opened: dict)
     open_sidebar(page)
 
 
+def test_copy_puts_the_slice_id_on_the_clipboard(lab: Lab, page: Any, opened: dict) -> None:
+    open_sidebar(page)
+    notebook_row(page).locator(".jp-vgpu-action-copy").click()
+    assert page.evaluate("() => navigator.clipboard.readText()") == opened["id"]
+
+
 def test_launcher_marks_sliced_kernelspecs(lab: Lab, page: Any, opened: dict) -> None:
     page.get_by_role("button", name="New Launcher").click()
     card = page.locator(f'.jp-LauncherCard[title="{KERNEL_DISPLAY_NAME}"]').first
@@ -191,7 +219,7 @@ def test_launcher_marks_sliced_kernelspecs(lab: Lab, page: Any, opened: dict) ->
     assert plain.evaluate("card => getComputedStyle(card, '::after').content") in ("none", "normal")
     page.locator(".jp-Launcher").screenshot(path=str(ARTIFACTS / "launcher.png"))
     page.locator(".lm-DockPanel-tabBar .lm-TabBar-tab", has_text="train.ipynb").click()
-    expect(page.locator(".jp-NotebookPanel")).to_be_visible()
+    expect(page.locator(".jp-NotebookPanel:not(.lm-mod-hidden)")).to_be_visible()
 
 
 def test_server_errors_show_in_the_sidebar_until_it_answers_again(lab: Lab, page: Any, opened: dict) -> None:
