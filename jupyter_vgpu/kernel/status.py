@@ -99,7 +99,7 @@ def tier_text(state: KernelState) -> str:
     limited = [r.title for r in state.records.values() if r.status in (APPLIED, PENDING, RECORDED)]
     if limited:
         return f"cooperative: framework limits ({', '.join(limited)}); user code can undo them"
-    return "cooperative: limits are set when you import TensorFlow, PyTorch, JAX or CuPy (none yet)"
+    return "cooperative: no framework limit in force yet (set when TensorFlow, PyTorch, JAX or CuPy is imported)"
 
 
 def framework_rows(state: KernelState) -> list[tuple[str, str]]:

@@ -73,7 +73,9 @@ def test_peak_use_stays_after_use_falls(sliced: tuple[Workspace, Slice, Kernel],
 
 def test_status_names_the_enforcement_tier_and_each_framework(kernel: Kernel) -> None:
     text = status(kernel)["text/plain"]
-    assert row(text, "tier").startswith("cooperative: limits are set when you import TensorFlow")
+    assert row(text, "tier") == (
+        "cooperative: no framework limit in force yet (set when TensorFlow, PyTorch, JAX or CuPy is imported)"
+    )
     assert "watched: the Jupyter server compares NVML use with the slice" in text
     for title in ("TensorFlow", "PyTorch", "JAX", "CuPy"):
         assert row(text, title) == "not imported"
