@@ -265,3 +265,15 @@ def test_shutting_the_kernel_down_from_the_sidebar_frees_its_slice(lab: Lab, pag
     status, reply = lab.api("GET", f"api/vgpu/kernels/{opened['kernel_id']}")
     assert status == 404 or reply["slice"] is None
     expect(page.locator(".jp-vgpu-StatusItem")).to_be_hidden()
+
+
+def test_with_no_slice_left_the_sidebar_says_how_to_get_one(
+    lab: Lab, page: Any, opened: dict, command_holder: subprocess.Popen[bytes]
+) -> None:
+    command_holder.terminate()  # `jupyter vgpu run` releases the command's slice as it exits
+    command_holder.wait(timeout=20)
+    sidebar = open_sidebar(page)
+    empty = sidebar.locator(".jp-vgpu-Message.jp-vgpu-mod-empty")
+    expect(empty).to_contain_text("No kernel holds a GPU slice.")
+    expect(sidebar.locator(".jp-vgpu-SliceRow")).to_have_count(0)
+    assert lab.slices() == []
