@@ -46,6 +46,14 @@ class VGPUServer(ExtensionApp):
         in the sidebar). Kept in memory only; a server restart starts it afresh.""",
     ).tag(config=True)
 
+    history_points = Int(
+        60,
+        help="""At most this many points of history per slice and per GPU: over history_seconds
+        the monitor keeps one point every history_seconds / history_points seconds (never more
+        often than monitor_interval). Every point goes into every poll of every open sidebar,
+        so more points cost the server CPU and the network bandwidth.""",
+    ).tag(config=True)
+
     reap_interval = Float(
         10.0,
         help="""Seconds between two sweeps that free the slices of kernels and commands whose
@@ -93,6 +101,13 @@ class VGPUServer(ExtensionApp):
             raise TraitError(f"c.VGPUServer.monitor_interval {value!r} is too short; use 0.1 seconds or more.")
         return value
 
+    @validate("history_points")
+    def _check_points(self, proposal: Any) -> int:
+        value = int(proposal["value"])
+        if value < 1:
+            raise TraitError(f"c.VGPUServer.history_points {value!r} must be 1 or more.")
+        return value
+
     @validate("history_seconds", "reap_interval", "over_limit_tolerance", "over_limit_grace")
     def _check_not_negative(self, proposal: Any) -> float:
         value = float(proposal["value"])
@@ -119,6 +134,7 @@ class VGPUServer(ExtensionApp):
             ledger,
             interval=self.monitor_interval,
             history_seconds=self.history_seconds,
+            history_points=self.history_points,
             reap_interval=self.reap_interval,
             kernel_pids=lambda: kernel_pids(manager),
             log=self.log,

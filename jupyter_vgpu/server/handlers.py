@@ -59,6 +59,16 @@ class VGPUHandler(APIHandler):
             result[kernel_id] = KernelInfo(name=name or None, path=paths.get(kernel_id))
         return result
 
+    def since(self) -> float:
+        """``?since=<seconds since the epoch>``: only history points taken after it (a poller
+        passes the ``taken_at`` of its previous answer and appends what comes back)."""
+        text = self.get_query_argument("since", "0")
+        try:
+            value = float(text)
+        except ValueError:
+            raise web.HTTPError(400, "since must be a time in seconds since the epoch") from None
+        return value if value == value else 0.0  # NaN: no filter
+
     def write_json(self, data: dict[str, Any]) -> None:
         self.set_header("Content-Type", "application/json")
         self.set_header("Cache-Control", "no-store")
@@ -79,7 +89,7 @@ class DevicesHandler(VGPUHandler):
     @authorized
     async def get(self) -> None:
         sample = await self.monitor.current()
-        self.write_json(devices_view(sample, self.monitor, self.watchdog))
+        self.write_json(devices_view(sample, self.monitor, self.watchdog, self.since()))
 
 
 class SlicesHandler(VGPUHandler):
@@ -89,7 +99,7 @@ class SlicesHandler(VGPUHandler):
     @authorized
     async def get(self) -> None:
         sample = await self.monitor.current()
-        self.write_json(slices_view(sample, self.monitor, self.watchdog, await self.kernels()))
+        self.write_json(slices_view(sample, self.monitor, self.watchdog, await self.kernels(), self.since()))
 
 
 class SliceHandler(VGPUHandler):
@@ -102,7 +112,7 @@ class SliceHandler(VGPUHandler):
         usage = sample.find(slice_id)
         if usage is None:
             return self.fail(404, f"No slice {slice_id!r} exists; GET /api/vgpu/slices lists them.")
-        self.write_json(slice_view(usage, self.monitor, self.watchdog, await self.kernels()))
+        self.write_json(slice_view(usage, self.monitor, self.watchdog, await self.kernels(), self.since()))
 
     @web.authenticated
     @authorized
@@ -145,7 +155,7 @@ class KernelHandler(VGPUHandler):
             return self.fail(
                 404, f"No kernel {kernel_id!r} runs on this server, and no GPU slice is held for that kernel id."
             )
-        view = slice_view(usage, self.monitor, self.watchdog, kernels) if usage is not None else None
+        view = slice_view(usage, self.monitor, self.watchdog, kernels, self.since()) if usage is not None else None
         self.write_json({"kernel_id": kernel_id, "slice": view})
 
 

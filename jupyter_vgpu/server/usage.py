@@ -86,10 +86,14 @@ class ReportCache:
     def __init__(self, ledger_path: str | Path) -> None:
         self.ledger_path = Path(ledger_path)
         self._cache: dict[str, tuple[tuple[float, int], dict[str, Any] | None]] = {}
+        self._paths: dict[str, str] = {}  # building paths costs more than the stat itself
 
     def get(self, slice_id: str) -> dict[str, Any] | None:
+        path = self._paths.get(slice_id)
+        if path is None:
+            path = self._paths[slice_id] = str(report_path(self.ledger_path, slice_id))
         try:
-            st = os.stat(report_path(self.ledger_path, slice_id))
+            st = os.stat(path)
         except OSError:
             self._cache.pop(slice_id, None)
             return None
@@ -102,8 +106,9 @@ class ReportCache:
         return report
 
     def forget(self, keep: set[str]) -> None:
-        for sid in [s for s in self._cache if s not in keep]:
-            del self._cache[sid]
+        for sid in [s for s in self._paths if s not in keep]:
+            self._paths.pop(sid, None)
+            self._cache.pop(sid, None)
 
 
 @dataclass(frozen=True)

@@ -23,8 +23,8 @@ class KernelInfo:
     path: str | None
 
 
-def _points(history: Iterable[Point]) -> list[dict[str, Any]]:
-    return [{"t": t, "used": used, "util": util} for t, used, util in history]
+def _points(history: Iterable[Point], since: float) -> list[dict[str, Any]]:
+    return [{"t": t, "used": used, "util": util} for t, used, util in history if t > since]
 
 
 def tier(usage: SliceUsage, watchdog: Watchdog) -> str:
@@ -39,8 +39,13 @@ def tier(usage: SliceUsage, watchdog: Watchdog) -> str:
 
 
 def slice_view(
-    usage: SliceUsage, monitor: UsageMonitor, watchdog: Watchdog, kernels: Mapping[str, KernelInfo]
+    usage: SliceUsage,
+    monitor: UsageMonitor,
+    watchdog: Watchdog,
+    kernels: Mapping[str, KernelInfo],
+    since: float = 0.0,
 ) -> dict[str, Any]:
+    """One slice (``SLICE`` in docs/rest.md); history only after ``since``."""
     s = usage.slice
     is_kernel = s.holder_kind == "kernel"
     kernel = kernels.get(s.holder) if is_kernel else None
@@ -72,7 +77,7 @@ def slice_view(
         "tier": tier(usage, watchdog),
         "state": usage.state,
         "frameworks": frameworks if isinstance(frameworks, dict) else {},
-        "history": _points(monitor.slice_history.get(s.id, ())),
+        "history": _points(monitor.slice_history.get(s.id, ()), since),
         "watchdog": {"action": watchdog.action, "events": [e.to_dict() for e in watchdog.events(s.id)]},
         "labels": dict(s.labels),
         "created": s.created,
@@ -80,15 +85,20 @@ def slice_view(
 
 
 def slices_view(
-    sample: Sample, monitor: UsageMonitor, watchdog: Watchdog, kernels: Mapping[str, KernelInfo]
+    sample: Sample,
+    monitor: UsageMonitor,
+    watchdog: Watchdog,
+    kernels: Mapping[str, KernelInfo],
+    since: float = 0.0,
 ) -> dict[str, Any]:
     return {
         "simulated": sample.snapshot.simulated,
         "available": sample.snapshot.available,
         "message": sample.message,
         "interval": monitor.interval,
+        "history_step": monitor.history_step,
         "taken_at": sample.taken_at,
-        "slices": [slice_view(u, monitor, watchdog, kernels) for u in sample.slices],
+        "slices": [slice_view(u, monitor, watchdog, kernels, since) for u in sample.slices],
         "waiting": [w.to_dict() for w in sample.waiting],
         "watchdog": {
             "action": watchdog.action,
@@ -99,11 +109,11 @@ def slices_view(
     }
 
 
-def devices_view(sample: Sample, monitor: UsageMonitor, watchdog: Watchdog) -> dict[str, Any]:
+def devices_view(sample: Sample, monitor: UsageMonitor, watchdog: Watchdog, since: float = 0.0) -> dict[str, Any]:
     devices = []
     for entry in sample.gpus:
         gpu = entry.gpu
-        history = list(monitor.gpu_history.get(gpu.uuid, ()))
+        history = [p for p in monitor.gpu_history.get(gpu.uuid, ()) if p[0] > since]
         if gpu.mig_mode:
             gpu_tier = "hard"
         elif watchdog.action != "none":
@@ -122,7 +132,7 @@ def devices_view(sample: Sample, monitor: UsageMonitor, watchdog: Watchdog) -> d
                 "memory_reservable": entry.reservable,
                 "utilization": gpu.utilization,
                 "utilization_history": [[t, util] for t, _, util in history],
-                "history": _points(history),
+                "history": _points(history, since),
                 "mig_mode": gpu.mig_mode,
                 "tier": gpu_tier,
                 "slices": list(entry.slices),
@@ -134,6 +144,7 @@ def devices_view(sample: Sample, monitor: UsageMonitor, watchdog: Watchdog) -> d
         "message": sample.message,
         "driver": sample.snapshot.driver,
         "interval": monitor.interval,
+        "history_step": monitor.history_step,
         "taken_at": sample.taken_at,
         "devices": devices,
     }

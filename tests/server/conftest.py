@@ -14,9 +14,14 @@ from typing import Any
 import psutil
 import pytest
 from jupyter_client.asynchronous.client import AsyncKernelClient
+
+# pytest-jupyter has no entry point: its fixtures come in by import. Its hooks that run
+# coroutine tests themselves are left out, so pytest-asyncio (asyncio_mode=auto) runs these
+# tests, and jp_asyncio_loop below hands the server that same loop.
+from pytest_jupyter.jupyter_server import *  # noqa: F403
 from traitlets.config import Config
 
-# pytest-jupyter's fixtures come from the root conftest (pytest_plugins).
+del pytest_pycollect_makeitem, pytest_pyfunc_call  # type: ignore[name-defined]  # noqa: F821
 
 
 @pytest.fixture
@@ -64,6 +69,8 @@ def jp_server_config(simulation_file: Any, vgpu_kernelspec: str, vgpu_action: st
             "ServerApp": {"jpserver_extensions": {"jupyter_vgpu": True}},
             "VGPUServer": {
                 "monitor_interval": INTERVAL,
+                "history_seconds": 60 * INTERVAL,
+                "history_points": 60,
                 "reap_interval": 2 * INTERVAL,
                 "over_limit_action": vgpu_action,
                 "over_limit_grace": vgpu_grace,

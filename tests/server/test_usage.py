@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from typing import Any
@@ -112,6 +113,23 @@ async def test_history_keeps_recent_samples(jp_fetch: Any, start_kernel: Any, si
     assert times == sorted(times)
     devices = await get_json(jp_fetch, "api", "vgpu", "devices")
     assert len(devices["devices"][0]["utilization_history"]) >= 3
+
+
+async def test_since_returns_only_newer_history(jp_fetch: Any, start_kernel: Any, simulation_file: Any) -> None:
+    kernel = await start_kernel()
+    simulation_file(processes=[usage(kernel.pid, "1GiB")])
+    await wait_for(jp_fetch, kernel.id, lambda v: len(v["history"]) >= 3, "three samples")
+    first = await get_json(jp_fetch, "api", "vgpu", "slices")
+    later = await until(lambda: _newer(jp_fetch, first["taken_at"]), what="a sample newer than the first answer")
+    (entry,) = later["slices"]
+    assert entry["history"] and all(p["t"] > first["taken_at"] for p in entry["history"])
+    assert len(entry["history"]) < len(first["slices"][0]["history"])
+
+
+async def _newer(jp_fetch: Any, since: float) -> Any:
+    response = await jp_fetch("api", "vgpu", "slices", params={"since": repr(since)})
+    data = json.loads(response.body)
+    return data if data["taken_at"] > since and data["slices"][0]["history"] else None
 
 
 async def test_metrics_show_gpus_and_kernels(jp_fetch: Any, start_kernel: Any, simulation_file: Any) -> None:
