@@ -25,6 +25,7 @@ import threading
 from typing import Any
 
 from jupyter_client.provisioning.local_provisioner import LocalProvisioner
+from tornado.web import HTTPError
 from traitlets import Any as AnyTrait
 from traitlets import Enum, TraitError, Unicode, validate
 
@@ -37,8 +38,38 @@ from .units import parse_bytes, parse_fraction
 EXTENSION_ARG = "--ext=jupyter_vgpu"
 
 
-class InvalidKernelConfig(InvalidRequest, TraitError):
+class _ShownToUser(HTTPError):
+    """An error whose message jupyter_server's REST API passes to the user as it is.
+
+    jupyter_server answers any other exception from a kernel start with "Unhandled error" and a
+    traceback; for a tornado ``HTTPError`` it sends the message, which JupyterLab then shows in
+    its "Error Starting Kernel" dialog.
+    """
+
+    status = 500
+
+    def __init__(self, message: str) -> None:
+        HTTPError.__init__(self, self.status, message)
+        self.args = (message,)
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+class InvalidKernelConfig(_ShownToUser, InvalidRequest, TraitError):
     """A kernelspec or ``c.VGPUProvisioner`` value is not allowed (raised before any reservation)."""
+
+    status = 400
+
+
+class KernelSliceUnavailable(_ShownToUser, SliceUnavailable):
+    """No slice for this kernel now (GPUs full, waited too long, no GPU with ``no_gpu="fail"``)."""
+
+    status = 503
+
+
+class KernelStartFailed(_ShownToUser, VGPUError):
+    """Another jupyter-vgpu problem at kernel start (e.g. an unusable ledger)."""
 
 
 _ledgers: dict[tuple[str, str, int], Ledger] = {}
@@ -178,8 +209,14 @@ class VGPUProvisioner(LocalProvisioner):  # type: ignore[misc]
             "kernel_name": str(getattr(self.parent, "kernel_name", "") or ""),
             "kernel_display_name": self._display_name(),
         }
-        if env.get("JPY_SESSION_NAME"):
-            labels["path"] = env["JPY_SESSION_NAME"]
+        if session := env.get("JPY_SESSION_NAME"):
+            # jupyter_server passes the notebook's absolute path; keep it relative to the
+            # server's root like the paths JupyterLab shows.
+            root = getattr(getattr(self.parent, "parent", None), "root_dir", None)
+            if root and os.path.isabs(session):
+                relative = os.path.relpath(session, root)
+                session = relative if not relative.startswith("..") else session
+            labels["path"] = session
         return {k: v for k, v in labels.items() if v}
 
     @staticmethod
@@ -230,7 +267,20 @@ class VGPUProvisioner(LocalProvisioner):  # type: ignore[misc]
     # -- provisioner API ----------------------------------------------------------------
     async def pre_launch(self, **kwargs: Any) -> dict[str, Any]:
         """Called by the kernel manager before each (re)start: reserve or reuse the slice,
-        then let LocalProvisioner build the command. Releases the slice if anything fails."""
+        then let LocalProvisioner build the command. Releases the slice if anything fails.
+        jupyter-vgpu errors reach the user's kernel-start dialog as their one-line message."""
+        try:
+            return await self._pre_launch(**kwargs)
+        except _ShownToUser:
+            raise
+        except InvalidRequest as error:
+            raise InvalidKernelConfig(str(error)) from None
+        except SliceUnavailable as error:
+            raise KernelSliceUnavailable(str(error)) from None
+        except VGPUError as error:
+            raise KernelStartFailed(str(error)) from None
+
+    async def _pre_launch(self, **kwargs: Any) -> dict[str, Any]:
         request = self.request()
         settings = self._settings()
         env: dict[str, str] = dict(kwargs.get("env") or os.environ)

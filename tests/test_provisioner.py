@@ -1,0 +1,231 @@
+"""The vgpu-provisioner with real kernels (jupyter_client + ipykernel) on simulated GPUs."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import sys
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+from jupyter_client.manager import AsyncKernelManager
+from jupyter_client.provisioning.factory import KernelProvisionerFactory
+
+from jupyter_vgpu.errors import SliceUnavailable, VGPUError
+from jupyter_vgpu.slices import open_ledger
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def kernels_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, vgpu_env: dict[str, str]) -> Path:
+    root = tmp_path / "jupyter-path"
+    (root / "kernels").mkdir(parents=True)
+    monkeypatch.setenv("JUPYTER_PATH", str(root))
+    monkeypatch.setenv("JUPYTER_RUNTIME_DIR", str(tmp_path / "runtime"))
+    monkeypatch.setenv("IPYTHONDIR", str(tmp_path / "ipython"))
+    return root / "kernels"
+
+
+def make_spec(kernels_dir: Path, name: str, config: dict[str, Any], display: str = "Python 3 (test GPU)") -> str:
+    folder = kernels_dir / name
+    folder.mkdir()
+    spec = {
+        "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+        "display_name": display,
+        "language": "python",
+        "metadata": {"kernel_provisioner": {"provisioner_name": "vgpu-provisioner", "config": config}},
+    }
+    (folder / "kernel.json").write_text(json.dumps(spec))
+    return name
+
+
+async def run_code(km: AsyncKernelManager, code: str) -> str:
+    client = km.client()
+    client.start_channels()
+    try:
+        await client.wait_for_ready(timeout=60)
+        chunks: list[str] = []
+
+        def collect(msg: dict[str, Any]) -> None:
+            if msg["msg_type"] == "stream":
+                chunks.append(msg["content"]["text"])
+            elif msg["msg_type"] == "error":
+                chunks.append("\n".join(msg["content"]["traceback"]))
+
+        await client.execute_interactive(code, output_hook=collect, timeout=60)
+        return "".join(chunks)
+    finally:
+        client.stop_channels()
+
+
+@pytest.fixture
+async def started() -> AsyncIterator[list[AsyncKernelManager]]:
+    managers: list[AsyncKernelManager] = []
+    yield managers
+    for km in managers:
+        if await km.is_alive():
+            await km.shutdown_kernel(now=True)
+
+
+async def start(kernel_name: str, managers: list[AsyncKernelManager], **kwargs: Any) -> AsyncKernelManager:
+    km = AsyncKernelManager(kernel_name=kernel_name)
+    managers.append(km)
+    await km.start_kernel(**kwargs)
+    return km
+
+
+async def test_a_sliced_kernel_gets_its_slice_in_its_environment(kernels_dir: Path, started: list[AsyncKernelManager]) -> None:
+    km = await start(make_spec(kernels_dir, "quarter", {"gpu_fraction": "1/4"}, "Python 3 (1/4 GPU)"), started)
+    (slice_,) = open_ledger().slices()
+    assert slice_.holder_kind == "kernel" and slice_.holder == km.kernel_id
+    assert slice_.labels["kernel_display_name"] == "Python 3 (1/4 GPU)"
+    assert slice_.pid == km.provisioner.pid  # the kernel process holds it  # type: ignore[union-attr]
+    out = await run_code(
+        km,
+        "import os, sys, json; print(json.dumps({k: os.environ.get(k) for k in "
+        "['CUDA_VISIBLE_DEVICES', 'JUPYTER_VGPU_SLICE_ID', 'JUPYTER_VGPU_FRACTION', 'JUPYTER_VGPU_MEMORY_LIMIT']}))",
+    )
+    env = json.loads(out)
+    assert env["JUPYTER_VGPU_SLICE_ID"] == slice_.id
+    assert env["CUDA_VISIBLE_DEVICES"] == slice_.gpus[0]
+    assert env["JUPYTER_VGPU_FRACTION"] == "0.25"
+    assert int(env["JUPYTER_VGPU_MEMORY_LIMIT"]) == (4 << 30) - (300 << 20)
+    assert "--ext=jupyter_vgpu" in psutil.Process(slice_.pid).cmdline()
+    await km.shutdown_kernel()
+    assert open_ledger().slices() == []
+
+
+async def test_eight_kernels_asking_for_a_quarter_of_one_gpu_exactly_four_start(
+    kernels_dir: Path, started: list[AsyncKernelManager]
+) -> None:
+    name = make_spec(kernels_dir, "quarter", {"gpu_fraction": 0.25})
+    results = await asyncio.gather(*(start(name, started) for _ in range(8)), return_exceptions=True)
+    failures = [r for r in results if isinstance(r, BaseException)]
+    assert len(failures) == 4
+    for failure in failures:
+        assert isinstance(failure, SliceUnavailable)
+        assert "Not enough free GPU memory for 1/4 GPU" in str(failure)
+    slices = open_ledger().slices()
+    assert len(slices) == 4
+    assert sum(s.memory[0] for s in slices) == 16 << 30
+    assert all([await km.is_alive() for km in started if km.has_kernel])
+
+
+async def test_kernels_that_wait_in_line_start_as_others_shut_down(kernels_dir: Path, started: list[AsyncKernelManager]) -> None:
+    half = make_spec(kernels_dir, "half", {"gpu_fraction": 0.5, "wait_timeout": 60})
+    first = await asyncio.gather(start(half, started), start(half, started))
+    waiting = asyncio.ensure_future(start(half, started))
+    deadline = time.monotonic() + 20
+    while not open_ledger().waiting() and time.monotonic() < deadline:
+        await asyncio.sleep(0.1)
+    assert [w.holder_kind for w in open_ledger().waiting()] == ["kernel"]
+    assert not waiting.done()
+    await first[0].shutdown_kernel()
+    third = await asyncio.wait_for(waiting, 60)
+    assert await third.is_alive()
+    assert len(open_ledger().slices()) == 2
+
+
+async def test_a_kernel_killed_with_sigkill_frees_its_slice(kernels_dir: Path, started: list[AsyncKernelManager]) -> None:
+    name = make_spec(kernels_dir, "full", {"gpu_fraction": 1})
+    km = await start(name, started)
+    (held,) = open_ledger().slices()
+    os.kill(held.pid, signal.SIGKILL)  # type: ignore[arg-type]
+    deadline = time.monotonic() + 10
+    while await km.is_alive() and time.monotonic() < deadline:
+        await asyncio.sleep(0.1)
+    # The next kernel's reservation reaps the dead one and gets the whole GPU.
+    other = await start(name, started)
+    (now_held,) = open_ledger().slices()
+    assert now_held.holder == other.kernel_id
+
+
+async def test_a_restarted_kernel_keeps_its_slice_id(kernels_dir: Path, started: list[AsyncKernelManager]) -> None:
+    km = await start(make_spec(kernels_dir, "quarter", {"gpu_fraction": 0.25}), started)
+    (before,) = open_ledger().slices()
+    old_pid = before.pid
+    await km.restart_kernel()
+    (after,) = open_ledger().slices()
+    assert after.id == before.id
+    assert after.pid != old_pid and after.pid == km.provisioner.pid  # type: ignore[union-attr]
+    await km.restart_kernel(now=True)
+    (again,) = open_ledger().slices()
+    assert again.id == before.id
+    out = await run_code(km, "import os; print(os.environ['JUPYTER_VGPU_SLICE_ID'])")
+    assert out.strip() == before.id
+
+
+async def test_a_server_restart_with_running_kernels_keeps_their_slices(
+    kernels_dir: Path, started: list[AsyncKernelManager]
+) -> None:
+    name = make_spec(kernels_dir, "quarter", {"gpu_fraction": 0.25})
+    km = await start(name, started)
+    (held,) = open_ledger().slices()
+    info = await km.provisioner.get_provisioner_info()  # type: ignore[union-attr]
+    connection = km.get_connection_info()
+    assert info["vgpu_slice_id"] == held.id
+    # The "server" goes away without shutting the kernel down; a new one reconnects to it.
+    reborn = AsyncKernelManager(kernel_name=name, kernel_id=km.kernel_id)
+    reborn.load_connection_info(connection)
+    factory = KernelProvisionerFactory.instance(parent=reborn.parent)
+    reborn.provisioner = factory.create_provisioner_instance(km.kernel_id, reborn.kernel_spec, parent=reborn)
+    await reborn.provisioner.load_provisioner_info(info)  # type: ignore[union-attr]
+    km.provisioner = None  # the old manager is gone; it must not release anything
+    started.remove(km)
+    started.append(reborn)
+    assert open_ledger().reap() == []
+    (still,) = open_ledger().slices()
+    assert still.id == held.id
+    assert reborn.provisioner.slice_id == held.id  # type: ignore[union-attr]
+    await reborn.shutdown_kernel(now=True)
+    assert open_ledger().slices() == []
+
+
+@pytest.mark.parametrize(
+    ("config", "message"),
+    [
+        ({"gpu_fraction": 0}, "gpu_fraction 0 is outside (0, 1]"),
+        ({"gpu_fraction": -1}, "gpu_fraction -1 is outside (0, 1]"),
+        ({"gpu_fraction": 1.5}, "gpu_fraction 1.5 is outside (0, 1]"),
+        ({"gpu_fraction": "abc"}, "gpu_fraction 'abc' is not a share of a GPU"),
+        ({"gpu_memory": "12XB"}, "gpu_memory '12XB' is not a size"),
+        ({"gpu_fraction": 0.5, "gpu_memory": "4GiB"}, "are both set; set only one"),
+        ({"gpus": 0}, "gpus 0 is not allowed"),
+        ({"placement": "random"}, "placement 'random' is not allowed"),
+        ({"wait_timeout": -3}, "wait_timeout -3 is not allowed"),
+    ],
+)
+async def test_bad_kernelspec_config_fails_with_one_clear_message_and_no_slice(
+    kernels_dir: Path, started: list[AsyncKernelManager], config: dict[str, Any], message: str
+) -> None:
+    name = make_spec(kernels_dir, "bad", config)
+    with pytest.raises(VGPUError) as caught:
+        await start(name, started)
+    assert message in str(caught.value)
+    assert open_ledger().slices() == []
+    assert open_ledger().waiting() == []
+
+
+async def test_no_gpu_starts_on_the_cpu_and_says_so(
+    kernels_dir: Path, started: list[AsyncKernelManager], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("JUPYTER_VGPU_SIMULATE", "")  # real NVML: this machine has no GPU
+    km = await start(make_spec(kernels_dir, "cpu", {"gpu_fraction": 0.25, "logical_devices": 2}), started)
+    out = await run_code(km, "import os; print(repr(os.environ['CUDA_VISIBLE_DEVICES']), os.environ['JUPYTER_VGPU_LOGICAL_DEVICES']); print(os.environ['JUPYTER_VGPU_NO_GPU'])")
+    first, reason = out.strip().splitlines()
+    assert first == "'' 2"
+    assert "runs on the CPU" in reason
+    assert open_ledger().slices() == []
+
+
+async def test_no_gpu_can_be_configured_to_refuse(kernels_dir: Path, started: list[AsyncKernelManager], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("JUPYTER_VGPU_SIMULATE", "")
+    with pytest.raises(SliceUnavailable, match="needs a GPU"):
+        await start(make_spec(kernels_dir, "strict", {"gpu_fraction": 0.25, "no_gpu": "fail"}), started)
