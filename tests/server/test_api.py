@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -140,3 +141,22 @@ async def _slice_ids(jp_fetch: Any) -> list[str]:
 
 async def _kernel_slice(jp_fetch: Any, kernel_id: str) -> Any:
     return (await get_json(jp_fetch, "api", "vgpu", "kernels", kernel_id))["slice"]
+
+
+@pytest.fixture
+def corrupt_ledger(vgpu_env: dict[str, str]) -> str:
+    path = Path(vgpu_env["JUPYTER_VGPU_LEDGER"])
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(b"this is not a database" * 100)
+    return str(path)
+
+
+async def test_an_unusable_ledger_is_explained_not_a_crash(
+    corrupt_ledger: str, jp_fetch: Any, vgpu_server: Any
+) -> None:
+    for route in ("devices", "slices"):
+        data = await get_json(jp_fetch, "api", "vgpu", route)
+        assert data["available"] is False
+        assert corrupt_ledger in data["message"] and "corrupt" in data["message"]
+    status = await get_json(jp_fetch, "api", "status")  # the server itself works
+    assert "started" in status
