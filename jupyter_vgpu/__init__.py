@@ -25,7 +25,10 @@ def unload_ipython_extension(ipython: Any) -> None:
 
 
 def _jupyter_server_extension_points() -> list[dict[str, Any]]:
-    return [{"module": "jupyter_vgpu.server.extension"}]
+    # Naming the ExtensionApp lets jupyter_server call its start and stop hooks.
+    from .server.extension import VGPUServer
+
+    return [{"module": "jupyter_vgpu.server.extension", "app": VGPUServer}]
 
 
 def _jupyter_labextension_paths() -> list[dict[str, str]]:

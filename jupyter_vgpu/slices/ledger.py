@@ -9,6 +9,7 @@ by the next reservation or by ``jupyter vgpu gc``.
 
 from __future__ import annotations
 
+import fcntl
 import getpass
 import json
 import os
@@ -190,6 +191,12 @@ class Ledger:
         self.poll_interval = poll_interval
         self._lock = threading.RLock()
         self._db = self._open()
+        lock_path = self.path.with_name(self.path.name + ".lock")
+        try:
+            self._lock_fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+        except OSError as error:
+            self._db.close()
+            raise LedgerError(f"Cannot open the ledger lock {lock_path}: {error.strerror or error}.") from None
 
     # -- opening, errors ---------------------------------------------------------------
     def _open(self) -> sqlite3.Connection:
@@ -246,8 +253,22 @@ class Ledger:
         return db
 
     @contextmanager
+    def _writer_turn(self, write: bool) -> Iterator[None]:
+        """Writers queue on an flock beside the database: the kernel wakes the next one the
+        moment the lock is free, where SQLite's own busy handler sleeps and retries with
+        growing back-off (up to 100 ms), which shows as a long latency tail under load."""
+        if not write:
+            yield
+            return
+        fcntl.flock(self._lock_fd, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
+
+    @contextmanager
     def _transaction(self, write: bool = True) -> Iterator[sqlite3.Connection]:
-        with self._lock:
+        with self._lock, self._writer_turn(write):
             try:
                 self._db.execute("BEGIN IMMEDIATE" if write else "BEGIN")
                 try:
@@ -266,6 +287,7 @@ class Ledger:
     def close(self) -> None:
         with self._lock:
             self._db.close()
+            os.close(self._lock_fd)
 
     @staticmethod
     def reset(path: str | Path) -> Path | None:
