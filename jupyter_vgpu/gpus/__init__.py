@@ -1,6 +1,33 @@
-"""Hardware layer: GPUs as NVML (or the simulated NVML) reports them."""
+"""Hardware layer: GPUs as NVML (or the simulated NVML) reports them.
 
-from .inventory import GPU, GPUProcess, Inventory, Snapshot
-from .simulated import SimulatedNVML, parse_spec
+Names are imported on first use (a kernel loading jupyter-vgpu should not pay for NVML).
+"""
+
+from __future__ import annotations
+
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .inventory import GPU, GPUProcess, Inventory, Snapshot
+    from .simulated import SimulatedNVML, parse_spec
+
+_WHERE = {
+    "GPU": "inventory",
+    "GPUProcess": "inventory",
+    "Inventory": "inventory",
+    "Snapshot": "inventory",
+    "SimulatedNVML": "simulated",
+    "parse_spec": "simulated",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _WHERE:
+        value = getattr(import_module(f".{_WHERE[name]}", __name__), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = ["GPU", "GPUProcess", "Inventory", "SimulatedNVML", "Snapshot", "parse_spec"]

@@ -11,7 +11,6 @@ from IPython.display import display
 
 from ..errors import VGPUError
 from . import hooks, monitor
-from .resize import resize
 from .state import KernelState, establish
 from .status import devices_sheet, help_sheet, status_sheet
 from .usage import measure
@@ -51,6 +50,8 @@ def run(shell: Any, state: KernelState, command: str, args: list[str]) -> None:
     elif command == "monitor":
         _monitor(shell, state, args)
     elif command == "resize":
+        from .resize import resize  # needs the ledger: imported when used
+
         print(resize(state, " ".join(args)))
     elif command == "help":
         show(help_sheet())

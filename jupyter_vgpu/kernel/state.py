@@ -13,11 +13,13 @@ import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import InvalidConfig
-from ..gpus import Inventory
 from ..slices.reports import write_report
+
+if TYPE_CHECKING:
+    from ..gpus import Inventory
 
 #: Statuses a framework record can have, in the words the report and ``%vgpu`` use.
 APPLIED = "applied"  # the framework's limit is set to the slice
@@ -131,6 +133,8 @@ class KernelState:
         """NVML (or the simulated NVML), opened on first use only."""
         with self._lock:
             if self._inventory is None:
+                from ..gpus import Inventory
+
                 self._inventory = Inventory(self.facts.simulate or os.environ.get("JUPYTER_VGPU_SIMULATE", ""))
             return self._inventory
 

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
-from ..gpus import GPU
+from typing import TYPE_CHECKING
+
 from ..units import describe_fraction, format_bytes
 from .frameworks import FRAMEWORKS, framework_memory, imported
 from .sheet import Sheet
 from .state import APPLIED, PENDING, RECORDED, KernelState
 from .usage import Usage
+
+if TYPE_CHECKING:
+    from ..gpus import GPU
 
 HOW_TO_GET_A_SLICE = (
     'To get one, pick a kernel such as "Python 3 (1/4 GPU)" in the kernel picker '

@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from ..errors import VGPUError
-from ..gpus import GPU
 from ..slices.holders import tree_pids
 from .state import KernelState
+
+if TYPE_CHECKING:
+    from ..gpus import GPU
 
 
 @dataclass(frozen=True)

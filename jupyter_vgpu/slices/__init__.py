@@ -1,17 +1,50 @@
-"""Slices layer: requests, the ledger, placement, the reaper and the slice environment."""
+"""Slices layer: requests, the ledger, placement, the reaper and the slice environment.
+
+Names are imported on first use, so that a kernel which only needs ``slices.reports`` or the
+request parser does not pay for SQLite, NVML and traitlets at start-up.
+"""
 
 from __future__ import annotations
 
-from ..config import VGPU, load_settings
-from ..gpus import Inventory
-from .environment import cpu_environment, slice_environment
-from .ledger import Ledger, Slice, Ticket, Waiter, summary
-from .placement import GPUState, place
-from .request import SliceRequest, parse_share
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ..config import VGPU
+    from .environment import cpu_environment, slice_environment
+    from .ledger import Ledger, Slice, Ticket, Waiter, summary
+    from .placement import GPUState, place
+    from .request import SliceRequest, parse_share
+
+_WHERE = {
+    "cpu_environment": "environment",
+    "slice_environment": "environment",
+    "Ledger": "ledger",
+    "Slice": "ledger",
+    "Ticket": "ledger",
+    "Waiter": "ledger",
+    "summary": "ledger",
+    "GPUState": "placement",
+    "place": "placement",
+    "SliceRequest": "request",
+    "parse_share": "request",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _WHERE:
+        value = getattr(import_module(f".{_WHERE[name]}", __name__), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def open_ledger(settings: VGPU | None = None) -> Ledger:
     """The ledger of these settings (config files and environment when none are given)."""
+    from ..config import load_settings
+    from ..gpus import Inventory
+    from .ledger import Ledger
+
     settings = settings or load_settings()
     return Ledger(
         settings.resolved_ledger_path,

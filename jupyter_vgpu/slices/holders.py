@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING
 
 import psutil
 
-from ..gpus import Snapshot
+if TYPE_CHECKING:
+    from ..gpus import Snapshot
 
 # psutil derives a start time from boot time plus clock ticks (10 ms), identically in every
 # process, so two readings of one process agree to within float rounding; a reused pid

@@ -1,0 +1,86 @@
+"""Kernel start to ready, sliced vs plain: ``python benchmarks/kernel_start.py [--pairs N]``.
+
+Two kernelspecs that differ only in ``metadata.kernel_provisioner`` (vgpu-provisioner with
+``gpu_fraction: 0.25`` vs jupyter_client's default local provisioner) are started alternately
+(ABBA order, so drift and warm caches hit both alike) on a simulated GPU; each start is timed
+from ``start_kernel()`` to the first ``kernel_info`` reply and the kernel is shut down again.
+Target: median sliced / median plain <= 1.05.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from jupyter_client.manager import AsyncKernelManager
+
+
+def write_specs(root: Path) -> None:
+    argv = [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"]
+    for name, metadata in (
+        ("plain", {}),
+        ("sliced", {"kernel_provisioner": {"provisioner_name": "vgpu-provisioner", "config": {"gpu_fraction": 0.25}}}),
+    ):
+        folder = root / "kernels" / name
+        folder.mkdir(parents=True)
+        spec = {"argv": argv, "display_name": name, "language": "python", "metadata": metadata}
+        (folder / "kernel.json").write_text(json.dumps(spec))
+
+
+async def time_start(name: str) -> float:
+    km = AsyncKernelManager(kernel_name=name)
+    t0 = time.perf_counter()
+    await km.start_kernel()
+    client = km.client()
+    client.start_channels()
+    try:
+        await client.wait_for_ready(timeout=120)
+        elapsed = time.perf_counter() - t0
+    finally:
+        client.stop_channels()
+        await km.shutdown_kernel(now=True)
+    return elapsed
+
+
+async def run(pairs: int) -> None:
+    times: dict[str, list[float]] = {"plain": [], "sliced": []}
+    await time_start("plain")  # warm the file cache for both
+    await time_start("sliced")
+    for i in range(pairs):
+        order = ("plain", "sliced") if i % 2 == 0 else ("sliced", "plain")
+        for name in order:
+            times[name].append(await time_start(name))
+    plain, sliced = statistics.median(times["plain"]), statistics.median(times["sliced"])
+    paired = statistics.median(s / p for s, p in zip(times["sliced"], times["plain"], strict=True))
+    print(f"kernel start to ready, {pairs} pairs (ABBA), simulated 1x16GiB GPU:")
+    print(f"  plain  median {plain * 1000:7.1f} ms   min {min(times['plain']) * 1000:7.1f} ms")
+    print(f"  sliced median {sliced * 1000:7.1f} ms   min {min(times['sliced']) * 1000:7.1f} ms")
+    ratio = sliced / plain
+    print(f"  ratio of medians {ratio:.3f}  median of paired ratios {paired:.3f}  (target <= 1.05: {'met' if ratio <= 1.05 else 'MISSED'})")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--pairs", type=int, default=16)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        write_specs(root)
+        os.environ.update(
+            JUPYTER_PATH=str(root),
+            JUPYTER_RUNTIME_DIR=str(root / "runtime"),
+            JUPYTER_VGPU_SIMULATE=os.environ.get("JUPYTER_VGPU_SIMULATE", "1x16GiB"),
+            JUPYTER_VGPU_LEDGER=str(root / "ledger.sqlite"),
+        )
+        asyncio.run(run(args.pairs))
+
+
+if __name__ == "__main__":
+    main()
