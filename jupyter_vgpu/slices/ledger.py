@@ -32,6 +32,9 @@ from .request import SliceRequest
 
 SCHEMA_VERSION = 1
 
+#: Each process checkpoints the write-ahead log after this many of its own write transactions.
+CHECKPOINT_EVERY = 32
+
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS gpus (
@@ -190,6 +193,8 @@ class Ledger:
         self.context_allowance = context_allowance
         self.poll_interval = poll_interval
         self._lock = threading.RLock()
+        self._writes = 0
+        self._recorded_gpus: tuple[tuple[str, int, str, int], ...] | None = None
         self._db = self._open()
         lock_path = self.path.with_name(self.path.name + ".lock")
         try:
@@ -215,6 +220,7 @@ class Ledger:
             if str(mode).lower() != "wal":
                 raise LedgerError(f"The ledger {self.path} cannot use write-ahead logging (journal mode {mode}).")
             db.execute("PRAGMA synchronous = NORMAL")
+            db.execute("PRAGMA wal_autocheckpoint = 0")
             db.execute("PRAGMA foreign_keys = ON")
             check = db.execute("PRAGMA quick_check").fetchone()[0]
             if check != "ok":
@@ -268,21 +274,34 @@ class Ledger:
 
     @contextmanager
     def _transaction(self, write: bool = True) -> Iterator[sqlite3.Connection]:
-        with self._lock, self._writer_turn(write):
-            try:
-                self._db.execute("BEGIN IMMEDIATE" if write else "BEGIN")
+        with self._lock:
+            with self._writer_turn(write):
                 try:
-                    yield self._db
-                except BaseException:
-                    self._db.execute("ROLLBACK")
-                    raise
-                self._db.execute("COMMIT")
-            except sqlite3.OperationalError as error:
-                raise LedgerError(f"The ledger {self.path} could not be used: {error}.") from None
-            except sqlite3.DatabaseError as error:
-                raise LedgerError(
-                    f"The ledger {self.path} is corrupt ({error}). " + RECOVERY.format(name=self.path.name)
-                ) from None
+                    self._db.execute("BEGIN IMMEDIATE" if write else "BEGIN")
+                    try:
+                        yield self._db
+                    except BaseException:
+                        self._db.execute("ROLLBACK")
+                        raise
+                    self._db.execute("COMMIT")
+                except sqlite3.OperationalError as error:
+                    raise LedgerError(f"The ledger {self.path} could not be used: {error}.") from None
+                except sqlite3.DatabaseError as error:
+                    raise LedgerError(
+                        f"The ledger {self.path} is corrupt ({error}). " + RECOVERY.format(name=self.path.name)
+                    ) from None
+            if write:
+                self._writes += 1
+                if self._writes % CHECKPOINT_EVERY == 0:
+                    self._checkpoint()
+
+    def _checkpoint(self) -> None:
+        # Copy the write-ahead log back into the database outside the writers' turn, so the
+        # fsync it costs does not hold every other writer up (automatic checkpoints are off).
+        try:
+            self._db.execute("PRAGMA wal_checkpoint(PASSIVE)")
+        except sqlite3.Error:
+            pass  # another process is checkpointing; the next one will
 
     def close(self) -> None:
         with self._lock:
@@ -466,12 +485,14 @@ class Ledger:
     ) -> tuple[Slice | None, str]:
         """Inside a write transaction: place and record the slice, or say why not."""
         self._record_gpus(db, snapshot)
-        self._reap(db)
+        slices = self._read_slices(db)
+        dead = {s.id for s in self._reap(db, slices)}
+        live = [s for s in slices if s.id not in dead]
         if ticket is None:
             ahead = db.execute("SELECT count(*) FROM queue").fetchone()[0]
         else:
             ahead = db.execute("SELECT count(*) FROM queue WHERE ticket < ?", (ticket,)).fetchone()[0]
-        placement = place(request, self._gpu_states(db, snapshot), context_allowance=self.context_allowance)
+        placement = place(request, self._gpu_states(db, snapshot, live), context_allowance=self.context_allowance)
         if placement.permanent:
             raise SliceUnavailable(f"Cannot reserve {request.describe()}: {placement.reason}")
         if ahead or not placement:
@@ -496,6 +517,11 @@ class Ledger:
         return self._find(db, slice_id), ""
 
     def _record_gpus(self, db: sqlite3.Connection, snapshot: Snapshot) -> None:
+        # The capacities the over-commitment check reads; written only when they change.
+        known = tuple((g.uuid, g.index, g.name, g.memory_total) for g in snapshot.gpus)
+        if known == self._recorded_gpus:
+            return
+        self._recorded_gpus = known
         now = time.time()
         db.executemany(
             "INSERT INTO gpus (uuid, idx, name, memory_total, seen) VALUES (?, ?, ?, ?, ?)"
@@ -504,8 +530,9 @@ class Ledger:
             [(g.uuid, g.index, g.name, g.memory_total, now) for g in snapshot.gpus],
         )
 
-    def _gpu_states(self, db: sqlite3.Connection, snapshot: Snapshot) -> list[GPUState]:
-        slices = self._read_slices(db)
+    def _gpu_states(self, db: sqlite3.Connection, snapshot: Snapshot, slices: list[Slice] | None = None) -> list[GPUState]:
+        if slices is None:
+            slices = self._read_slices(db)
         _, foreign = attribute(snapshot, {s.id: s.pid for s in slices})
         states = {
             g.uuid: GPUState(uuid=g.uuid, index=g.index, name=g.name, total=g.memory_total, foreign=foreign.get(g.uuid, 0))
@@ -591,8 +618,10 @@ class Ledger:
         with self._transaction() as db:
             return self._reap(db)
 
-    def _reap(self, db: sqlite3.Connection) -> list[Slice]:
-        dead = [s for s in self._read_slices(db) if not process_alive(s.pid, s.pid_start)]
+    def _reap(self, db: sqlite3.Connection, slices: list[Slice] | None = None) -> list[Slice]:
+        if slices is None:
+            slices = self._read_slices(db)
+        dead = [s for s in slices if not process_alive(s.pid, s.pid_start)]
         for s in dead:
             db.execute("DELETE FROM slices WHERE id = ?", (s.id,))
         for row in db.execute("SELECT ticket, pid, pid_start FROM queue").fetchall():
