@@ -12,8 +12,8 @@
 from __future__ import annotations
 
 import argparse
-import os
 import multiprocessing
+import os
 import random
 import sqlite3
 import statistics
