@@ -23,7 +23,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from . import kernelspec, run, status
+    from . import broker, kernelspec, run, status
 
     parser = _Parser(
         prog="jupyter vgpu",
@@ -36,6 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
     status.add_release_parser(commands)
     status.add_gc_parser(commands)
     kernelspec.add_parser(commands)
+    broker.add_parser(commands)
     return parser
 
 

@@ -40,12 +40,21 @@ def __getattr__(name: str) -> Any:
 
 
 def open_ledger(settings: VGPU | None = None) -> Ledger:
-    """The ledger of these settings (config files and environment when none are given)."""
+    """The ledger of these settings (config files and environment when none are given).
+
+    With ``JUPYTER_VGPU_BROKER`` set: the node broker's ledger behind that socket instead
+    (:class:`~.remote.BrokerLedger`, the same interface; the broker applies the node's quotas).
+    """
+    import os
+
     from ..config import load_settings
     from ..gpus import Inventory
     from .ledger import Ledger
+    from .remote import ENV_BROKER, BrokerLedger
 
     settings = settings or load_settings()
+    if broker := os.environ.get(ENV_BROKER, "").strip():
+        return BrokerLedger(broker, path=settings.resolved_ledger_path)
     return Ledger(
         settings.resolved_ledger_path,
         Inventory(settings.resolved_simulate),

@@ -1,0 +1,60 @@
+"""``jupyter vgpu broker``: the node broker that owns the node's ledger and applies the quotas."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+from typing import Any
+
+from ..config import ENV_LEDGER, load_settings
+from ..slices.remote import ENV_BROKER
+
+
+def add_parser(commands: Any) -> None:
+    from ..hub.service import DEFAULT_LEDGER, DEFAULT_SOCKET
+
+    parser = commands.add_parser(
+        "broker",
+        help="serve the node's GPU slices to every user over a Unix socket (run as root)",
+        description=(
+            "Own the node's ledger and serve reservations over a Unix socket, applying per-user and "
+            "per-group quotas. Clients find it through JUPYTER_VGPU_BROKER. SIGHUP re-reads the policy."
+        ),
+    )
+    parser.add_argument(
+        "--socket", metavar="PATH", default=None,
+        help=f"the socket to listen on (default: ${ENV_BROKER} or {DEFAULT_SOCKET})",
+    )
+    parser.add_argument(
+        "--ledger", metavar="PATH", default=None,
+        help=f"the node's ledger (default: ${ENV_LEDGER} or {DEFAULT_LEDGER})",
+    )
+    parser.add_argument(
+        "--policy", metavar="FILE", default=None,
+        help="quotas: a JSON file, or a jupyterhub_config.py whose c.VGPUPolicy is read (re-read when it changes)",
+    )
+    parser.add_argument("--reap-interval", type=float, default=5.0, metavar="SECONDS", help="how often dead holders' slices are freed")
+    parser.add_argument(
+        "--no-admin-page", action="store_true",
+        help="do not serve the admin page even when JupyterHub runs the broker as a service",
+    )
+    parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    parser.set_defaults(handler=broker)
+
+
+def broker(args: argparse.Namespace) -> int:
+    from ..hub.service import DEFAULT_LEDGER, DEFAULT_SOCKET, hub_service_address, open_broker, serve
+
+    logging.basicConfig(level=args.log_level, format="[%(levelname)1.1s %(asctime)s %(name)s] %(message)s")
+    settings = load_settings()
+    socket_path = args.socket or os.environ.get(ENV_BROKER) or DEFAULT_SOCKET
+    ledger_path = args.ledger or os.environ.get(ENV_LEDGER) or DEFAULT_LEDGER
+    node = open_broker(settings, ledger_path=ledger_path, policy=args.policy)
+    address = None if args.no_admin_page else hub_service_address()
+    if address is None:
+        serve(node, socket_path, reap_interval=args.reap_interval)
+    else:
+        port, ip, prefix = address
+        serve(node, socket_path, reap_interval=args.reap_interval, admin_port=port, admin_ip=ip, admin_prefix=prefix)
+    return 0

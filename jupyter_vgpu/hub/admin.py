@@ -1,0 +1,250 @@
+"""The admin page: every user's slices on this node, with usage; release one or shut its kernel down.
+
+Served by the broker process when it runs as a JupyterHub managed service, behind the hub's
+OAuth (:class:`jupyterhub.services.auth.HubOAuthenticated`). Only hub admins and the policy's
+``admin_users``/``admin_groups`` get in; anyone else gets 403.
+
+Routes (under the service prefix, e.g. ``/services/vgpu/``):
+
+* ``GET  .``                          the page (HTML; it calls the JSON routes below)
+* ``GET  api/slices``                 every slice, usage and GPUs (JSON)
+* ``DELETE api/slices/<id>``          release the slice (the kernel keeps running, without a slice)
+* ``POST api/slices/<id>/shutdown``   shut the holder down: a kernel through its user's Jupyter
+  server (``DELETE /user/<name>/api/kernels/<id>`` with the service's token), which also frees the
+  slice; a command, or a kernel whose server cannot be reached, by releasing the slice and sending
+  its process SIGTERM (the broker runs as root).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import html
+import json
+import logging
+import os
+from typing import Any
+from urllib.parse import quote
+
+from jupyterhub.services.auth import HubOAuthCallbackHandler, HubOAuthenticated
+from tornado import web
+from tornado.httpclient import AsyncHTTPClient, HTTPClientError, HTTPRequest
+
+from ..errors import SliceNotFound, VGPUError
+from ..slices.holders import attribute
+from ..slices.remote import slice_to_wire
+from .broker import Broker
+
+log = logging.getLogger("jupyter_vgpu.admin")
+
+ENV_HUB_URL = "JUPYTER_VGPU_HUB_URL"
+
+
+class AdminHandler(HubOAuthenticated, web.RequestHandler):  # type: ignore[misc]
+    """Base: an authenticated hub user who is an admin (hub admin or policy admin)."""
+
+    @property
+    def broker(self) -> Broker:
+        broker: Broker = self.settings["broker"]
+        return broker
+
+    async def prepare(self) -> None:
+        user = self.current_user
+        if user is None:
+            if self.request.path.rstrip("/").endswith("api/slices") or "/api/" in self.request.path:
+                raise web.HTTPError(403, "Log in to JupyterHub first.")
+            self.redirect(self.get_login_url())
+            return
+        if not await self._is_admin(user):
+            raise web.HTTPError(403, f"{user.get('name')} is not a JupyterHub or GPU admin; this page is for admins.")
+
+    async def _is_admin(self, model: dict[str, Any]) -> bool:
+        name = str(model.get("name") or "")
+        if model.get("kind", "user") != "user":
+            return False
+        policy = self.broker.policy.current()
+        if policy.is_admin(name, list(model.get("groups") or [])):
+            return True
+        if model.get("admin") is True:
+            return True
+        # The model a token's scopes allow may leave "admin" out: ask the hub with our own token.
+        try:
+            answer = await self._hub_api("GET", f"users/{quote(name)}")
+        except (HTTPClientError, OSError) as error:
+            log.warning("jupyter-vgpu admin page: cannot ask the hub whether %s is an admin: %s", name, error)
+            return False
+        return bool(answer.get("admin"))
+
+    async def _hub_api(self, method: str, path: str) -> dict[str, Any]:
+        url = self.hub_auth.api_url.rstrip("/") + "/" + path
+        request = HTTPRequest(url, method=method, headers={"Authorization": f"token {self.hub_auth.api_token}"})
+        response = await AsyncHTTPClient().fetch(request)
+        data = json.loads(response.body or b"{}")
+        return data if isinstance(data, dict) else {}
+
+    def fail(self, status: int, message: str) -> None:
+        self.set_status(status)
+        self.write({"message": message})
+
+    def write_error(self, status_code: int, **kwargs: Any) -> None:
+        reason = self._reason
+        exc = kwargs.get("exc_info")
+        if exc and isinstance(exc[1], web.HTTPError) and exc[1].log_message:
+            reason = exc[1].log_message % exc[1].args if exc[1].args else exc[1].log_message
+        self.set_header("Content-Type", "application/json")
+        self.finish({"message": reason})
+
+
+def slices_report(broker: Broker) -> dict[str, Any]:
+    """Every slice with its measured usage, and the GPUs (blocking: run it on a thread)."""
+    snapshot = broker.ledger.inventory.snapshot()
+    slices = broker.ledger.slices()
+    used, foreign = attribute(snapshot, {s.id: s.pid for s in slices})
+    rows = []
+    for s in slices:
+        row = slice_to_wire(s)
+        per_gpu = used.get(s.id)
+        row["memory_used"] = sum(per_gpu.values()) if per_gpu else (0 if snapshot.available else None)
+        row["memory_reserved"] = sum(s.memory)
+        row["fraction"] = s.fraction
+        row["request_text"] = s.request.describe()
+        row["holder_text"] = s.describe_holder()
+        rows.append(row)
+    gpus = []
+    for gpu in snapshot.gpus:
+        data = gpu.to_dict()
+        data.pop("processes", None)
+        data["memory_reserved"] = sum(m for s in slices for u, m in zip(s.gpus, s.memory) if u == gpu.uuid)
+        data["memory_foreign"] = foreign.get(gpu.uuid, 0)
+        gpus.append(data)
+    return {
+        "simulated": snapshot.simulated,
+        "policy": broker.policy.current().source,
+        "policy_error": broker.policy.error,
+        "gpus": gpus,
+        "slices": rows,
+        "waiting": [{**w.to_dict()} for w in broker.ledger.waiting()],
+    }
+
+
+class SlicesAPIHandler(AdminHandler):
+    @web.authenticated
+    async def get(self) -> None:
+        self.write(await asyncio.to_thread(slices_report, self.broker))
+
+
+class SliceAPIHandler(AdminHandler):
+    @web.authenticated
+    async def delete(self, slice_id: str) -> None:
+        who = str(self.current_user.get("name"))
+        try:
+            freed = await asyncio.to_thread(self.broker.ledger.release, slice_id, uid=0)
+        except SliceNotFound as error:
+            return self.fail(404, str(error))
+        log.info("jupyter-vgpu admin page: %s released slice %s of %s.", who, freed.id, freed.owner)
+        self.write({"released": freed.id, "owner": freed.owner, "message": f"Released slice {freed.id} of {freed.owner}."})
+
+
+class ShutdownAPIHandler(AdminHandler):
+    @web.authenticated
+    async def post(self, slice_id: str) -> None:
+        who = str(self.current_user.get("name"))
+        try:
+            found = await asyncio.to_thread(self.broker.ledger.get, slice_id)
+        except SliceNotFound as error:
+            return self.fail(404, str(error))
+        if found.holder_kind == "kernel":
+            problem = await self._shutdown_through_server(found.owner, found.holder)
+            if problem is None:
+                log.info("jupyter-vgpu admin page: %s shut down kernel %s of %s.", who, found.holder, found.owner)
+                return self.write({"shutdown": found.id, "how": "server", "message": f"Shut down kernel {found.holder} of {found.owner}."})
+            log.warning("jupyter-vgpu admin page: %s; ending the kernel process instead.", problem)
+        try:
+            ended = await asyncio.to_thread(self.broker.terminate, found.id, by=who)
+        except VGPUError as error:
+            return self.fail(404 if isinstance(error, SliceNotFound) else 500, str(error))
+        self.write({
+            "shutdown": ended.id,
+            "how": "signal",
+            "message": f"Released slice {ended.id} of {ended.owner} and sent its process {ended.pid} SIGTERM.",
+        })
+
+    async def _shutdown_through_server(self, owner: str, kernel_id: str) -> str | None:
+        """None on success, else why the user's server could not do it."""
+        hub_url = os.environ.get(ENV_HUB_URL, "").rstrip("/")
+        if not hub_url:
+            return f"{ENV_HUB_URL} is not set, so the user's server cannot be reached"
+        url = f"{hub_url}/user/{quote(owner)}/api/kernels/{quote(kernel_id)}"
+        request = HTTPRequest(url, method="DELETE", headers={"Authorization": f"token {self.hub_auth.api_token}"}, request_timeout=30)
+        try:
+            await AsyncHTTPClient().fetch(request)
+        except HTTPClientError as error:
+            return f"{owner}'s server answered {error.code} to DELETE {url}"
+        except OSError as error:
+            return f"{owner}'s server at {url} cannot be reached: {error}"
+        return None
+
+
+class PageHandler(AdminHandler):
+    @web.authenticated
+    async def get(self) -> None:
+        prefix = self.settings["vgpu_prefix"]
+        self.set_header("Content-Type", "text/html; charset=utf-8")
+        self.write(PAGE.replace("{{prefix}}", html.escape(prefix)).replace("{{xsrf}}", html.escape(self.xsrf_token.decode())))
+
+
+def make_app(broker: Broker, prefix: str) -> web.Application:
+    """The admin page's tornado application, routed under ``prefix`` (the service prefix)."""
+    prefix = "/" + prefix.strip("/") + "/" if prefix.strip("/") else "/"
+    return web.Application(
+        [
+            (prefix, PageHandler),
+            (prefix + "oauth_callback", HubOAuthCallbackHandler),
+            (prefix + "api/slices", SlicesAPIHandler),
+            (prefix + r"api/slices/([^/]+)", SliceAPIHandler),
+            (prefix + r"api/slices/([^/]+)/shutdown", ShutdownAPIHandler),
+        ],
+        broker=broker,
+        vgpu_prefix=prefix,
+        cookie_secret=os.urandom(32),
+    )
+
+
+PAGE = """<!doctype html>
+<html><head><meta charset="utf-8"><title>GPU slices · jupyter-vgpu</title>
+<style>
+body{font:14px system-ui,sans-serif;margin:2em}table{border-collapse:collapse;width:100%}
+td,th{border-bottom:1px solid #ddd;padding:.4em;text-align:left}th{background:#f5f5f5}
+.sim{background:#fdecc8;padding:.1em .5em;border-radius:.3em}button{margin-right:.3em}
+</style></head><body>
+<h1>GPU slices on this node <span id="sim"></span></h1>
+<p id="policy"></p><div id="gpus"></div>
+<table><thead><tr><th>User</th><th>Holder</th><th>GPU</th><th>Share</th><th>Reserved</th><th>Used</th><th></th></tr></thead>
+<tbody id="rows"></tbody></table>
+<script>
+const prefix = "{{prefix}}", xsrf = "{{xsrf}}";
+const gib = b => b == null ? "n/a" : (b / 2 ** 30).toFixed(1) + " GiB";
+async function act(method, path) {
+  const r = await fetch(prefix + path, {method, headers: {"X-XSRFToken": xsrf}});
+  const body = await r.json().catch(() => ({}));
+  alert(body.message || r.statusText); load();
+}
+async function load() {
+  const data = await (await fetch(prefix + "api/slices")).json();
+  document.getElementById("sim").innerHTML = data.simulated ? '<span class="sim">simulated GPUs</span>' : "";
+  document.getElementById("policy").textContent = "Policy: " + data.policy + (data.policy_error ? " (last reload failed: " + data.policy_error + ")" : "");
+  document.getElementById("gpus").textContent = data.gpus.map(g => `GPU ${g.index} ${g.name}: ${gib(g.memory_reserved)} of ${gib(g.memory_total)} reserved`).join(" · ");
+  const rows = document.getElementById("rows"); rows.textContent = "";
+  for (const s of data.slices) {
+    const tr = rows.insertRow();
+    for (const text of [s.owner, s.holder_text, s.gpu_indices.join(", "), s.request_text, gib(s.memory_reserved), gib(s.memory_used)]) tr.insertCell().textContent = text;
+    const cell = tr.insertCell();
+    const release = document.createElement("button"); release.textContent = "Release";
+    release.onclick = () => act("DELETE", "api/slices/" + s.id);
+    const stop = document.createElement("button"); stop.textContent = s.holder_kind === "kernel" ? "Shut kernel down" : "End command";
+    stop.onclick = () => act("POST", "api/slices/" + s.id + "/shutdown");
+    cell.append(release, stop);
+  }
+}
+load(); setInterval(load, 5000);
+</script></body></html>
+"""

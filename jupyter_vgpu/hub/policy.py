@@ -1,0 +1,305 @@
+"""Who may hold how much of the node's GPUs: per-user, per-group and default limits.
+
+Admins write the policy as ``c.VGPUPolicy.*`` in ``jupyterhub_config.py`` or as a JSON file of
+the same shape; the broker reads it at start and again on SIGHUP or when the file changes::
+
+    {"default": {"max_per_kernel": "1/2", "max_slices": 4},
+     "groups": {"students": {"max_per_kernel": "1/4", "max_total": "1/2", "max_wait": 60},
+                "staff": {"max_per_kernel": 2, "max_total": 2}},
+     "users": {"alice": {"gpus": [0]}},
+     "admin_users": ["carol"], "admin_groups": ["wheel"]}
+
+Shares are GPU-fractions (``"1/4"``, ``"25%"``, ``0.25``, ``2`` = two whole GPUs, summed over
+a slice's GPUs) or memory (``"8GiB"``, summed over a slice's GPUs). For each limit a user's own
+entry wins, then the most generous of their groups that sets it, then the default; a limit set
+nowhere does not apply. Root is never limited.
+"""
+
+from __future__ import annotations
+
+import grp
+import json
+import math
+import pwd
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from traitlets import Dict, List, Unicode
+from traitlets.config import Config, Configurable
+from traitlets.config.loader import PyFileConfigLoader
+
+from ..errors import InvalidConfig, InvalidRequest
+from ..units import describe_fraction, format_bytes, parse_bytes
+
+LIMITS = ("max_per_kernel", "max_total", "max_slices", "gpus", "max_wait")
+_RATIO = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*/\s*(\d+(?:\.\d+)?)\s*$")
+_PERCENT = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*%\s*$")
+SHARES = 'a GPU share such as "1/4", "25%", 0.5 or 2 (GPUs), or memory such as "8GiB"'
+
+
+@dataclass(frozen=True)
+class Share:
+    """An amount of GPU: ``gpus`` (GPU-fractions, summed over GPUs) or ``memory`` bytes."""
+
+    gpus: float | None = None
+    memory: int | None = None
+
+    @classmethod
+    def parse(cls, value: Any, *, what: str) -> Share:
+        if isinstance(value, bool) or value is None:
+            raise InvalidConfig(f"{what} {value!r} is not {SHARES}.")
+        if isinstance(value, (int, float)):
+            number = float(value)
+        else:
+            text = str(value).strip()
+            if text and text[-1].isalpha():
+                try:
+                    return cls(memory=parse_bytes(text, what=what))
+                except InvalidRequest:
+                    raise InvalidConfig(f"{what} {value!r} is not {SHARES}.") from None
+            if m := _RATIO.match(text):
+                if float(m.group(2)) == 0:
+                    raise InvalidConfig(f"{what} {value!r} divides by zero; use {SHARES}.")
+                number = float(m.group(1)) / float(m.group(2))
+            elif m := _PERCENT.match(text):
+                number = float(m.group(1)) / 100
+            else:
+                try:
+                    number = float(text)
+                except ValueError:
+                    raise InvalidConfig(f"{what} {value!r} is not {SHARES}.") from None
+        if not math.isfinite(number) or number <= 0:
+            raise InvalidConfig(f"{what} {value!r} must be more than zero; use {SHARES}.")
+        return cls(gpus=number)
+
+    def describe(self) -> str:
+        if self.memory is not None:
+            return format_bytes(self.memory)
+        return describe_gpus(self.gpus or 0.0)
+
+    def exceeded_by(self, gpus: float, memory: int) -> bool:
+        """Whether an amount (GPU-fractions and bytes of the same slices) is over this share."""
+        if self.memory is not None:
+            return memory > self.memory
+        return gpus > (self.gpus or 0.0) + 1e-9
+
+    def spent(self, gpus: float, memory: int) -> str:
+        """An amount in this share's unit, for messages."""
+        return format_bytes(memory) if self.memory is not None else describe_gpus(gpus)
+
+
+def describe_gpus(amount: float) -> str:
+    """``1/4 GPU``, ``1 GPU``, ``2 GPUs``, ``1.5 GPUs``, ``0 GPU``."""
+    if amount <= 0:
+        return "0 GPU"
+    if amount < 1:
+        return f"{describe_fraction(amount)} GPU"
+    if abs(amount - round(amount)) < 1e-9:
+        whole = round(amount)
+        return f"{whole} GPU" if whole == 1 else f"{whole} GPUs"
+    return f"{amount:.3g} GPUs"
+
+
+@dataclass(frozen=True)
+class Limits:
+    """One entry of the policy (a user's, a group's or the default); None = not set here."""
+
+    max_per_kernel: Share | None = None
+    max_total: Share | None = None
+    max_slices: int | None = None
+    gpus: tuple[str, ...] | None = None
+    max_wait: float | None = None
+
+    @classmethod
+    def parse(cls, data: Any, *, where: str) -> Limits:
+        if not isinstance(data, dict):
+            raise InvalidConfig(f"{where} must be a mapping of limits ({', '.join(LIMITS)}), not {data!r}.")
+        unknown = sorted(set(data) - set(LIMITS))
+        if unknown:
+            raise InvalidConfig(f"{where}: unknown limit {unknown[0]!r}; the limits are {', '.join(LIMITS)}.")
+        values: dict[str, Any] = {}
+        for key in ("max_per_kernel", "max_total"):
+            if data.get(key) is not None:
+                values[key] = Share.parse(data[key], what=f"{where}.{key}")
+        if data.get("max_slices") is not None:
+            count = data["max_slices"]
+            if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+                raise InvalidConfig(f"{where}.max_slices {count!r} is not allowed; use a whole number, 0 or more.")
+            values["max_slices"] = count
+        if data.get("gpus") is not None:
+            gpus = data["gpus"]
+            if isinstance(gpus, (str, int)):
+                gpus = [gpus]
+            if not isinstance(gpus, list) or any(isinstance(g, bool) or not isinstance(g, (str, int)) for g in gpus):
+                raise InvalidConfig(f"{where}.gpus {data['gpus']!r} is not allowed; use a list of GPU indices or UUIDs.")
+            values["gpus"] = tuple(str(g).strip() for g in gpus)
+        if data.get("max_wait") is not None:
+            wait = data["max_wait"]
+            if isinstance(wait, bool) or not isinstance(wait, (int, float)) or not 0 <= wait < math.inf:
+                raise InvalidConfig(f"{where}.max_wait {wait!r} is not allowed; use a number of seconds, 0 or more.")
+            values["max_wait"] = float(wait)
+        return cls(**values)
+
+
+@dataclass(frozen=True)
+class Quota:
+    """The limits in force for one user, each with the entry it came from (for messages)."""
+
+    user: str
+    limits: dict[str, tuple[Any, str]] = field(default_factory=dict)  # limit -> (value, "group students")
+    unlimited: bool = False
+
+    def get(self, name: str) -> tuple[Any, str]:
+        return self.limits.get(name, (None, ""))
+
+
+def _generosity(name: str, value: Any) -> tuple[float, ...]:
+    if name in ("max_per_kernel", "max_total"):
+        share: Share = value
+        return (1.0, float(share.memory)) if share.memory is not None else (0.0, float(share.gpus or 0.0))
+    if name == "gpus":
+        return (float(len(value)),)
+    return (float(value),)
+
+
+@dataclass(frozen=True)
+class Policy:
+    """A parsed policy: who gets how much, and who administers."""
+
+    default: Limits = field(default_factory=Limits)
+    groups: dict[str, Limits] = field(default_factory=dict)
+    users: dict[str, Limits] = field(default_factory=dict)
+    admin_users: frozenset[str] = frozenset()
+    admin_groups: frozenset[str] = frozenset()
+    source: str = "no policy"
+
+    @classmethod
+    def parse(cls, data: Any, *, source: str) -> Policy:
+        """Validate a policy mapping; every mistake raises :class:`InvalidConfig` naming it."""
+        if not isinstance(data, dict):
+            raise InvalidConfig(f"The policy in {source} must be a mapping with default, groups, users; got {type(data).__name__}.")
+        known = {"default", "groups", "users", "admin_users", "admin_groups"}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise InvalidConfig(f"The policy in {source} has an unknown key {unknown[0]!r}; use {', '.join(sorted(known))}.")
+        try:
+            default = Limits.parse(data.get("default") or {}, where="default")
+            tables: dict[str, dict[str, Limits]] = {}
+            for kind in ("groups", "users"):
+                table = data.get(kind) or {}
+                if not isinstance(table, dict):
+                    raise InvalidConfig(f"{kind} must map names to limits, not {table!r}.")
+                tables[kind] = {str(name): Limits.parse(entry, where=f"{kind}.{name}") for name, entry in table.items()}
+            admins = {}
+            for kind in ("admin_users", "admin_groups"):
+                names = data.get(kind) or []
+                if isinstance(names, str) or not isinstance(names, (list, tuple, set, frozenset)):
+                    raise InvalidConfig(f"{kind} must be a list of names, not {names!r}.")
+                admins[kind] = frozenset(str(n) for n in names)
+        except InvalidConfig as error:
+            raise InvalidConfig(f"The policy in {source} is not valid: {error}") from None
+        return cls(default, tables["groups"], tables["users"], admins["admin_users"], admins["admin_groups"], source)
+
+    def quota(self, user: str, groups: list[str]) -> Quota:
+        """The limits for ``user`` (member of ``groups``), each with where it came from."""
+        if user == "root":
+            return Quota(user, unlimited=True)
+        limits: dict[str, tuple[Any, str]] = {}
+        own = self.users.get(user, Limits())
+        for name in LIMITS:
+            value = getattr(own, name)
+            if value is not None:
+                limits[name] = (value, f"user {user}")
+                continue
+            candidates = [(getattr(self.groups[g], name), g) for g in groups if g in self.groups]
+            candidates = [(v, g) for v, g in candidates if v is not None]
+            if candidates:
+                value, group = max(candidates, key=lambda c: _generosity(name, c[0]))
+                limits[name] = (value, f"group {group}")
+            elif (value := getattr(self.default, name)) is not None:
+                limits[name] = (value, "default")
+        return Quota(user, limits)
+
+    def is_admin(self, user: str, groups: list[str]) -> bool:
+        return user == "root" or user in self.admin_users or bool(self.admin_groups.intersection(groups))
+
+
+def user_groups(user: str) -> list[str]:
+    """The names of every group ``user`` belongs to (primary first); [] for unknown users."""
+    try:
+        entry = pwd.getpwnam(user)
+    except KeyError:
+        return []
+    names = []
+    for gid in [entry.pw_gid, *[g for g in _grouplist(user, entry.pw_gid) if g != entry.pw_gid]]:
+        try:
+            names.append(grp.getgrgid(gid).gr_name)
+        except KeyError:
+            continue
+    return names
+
+
+def _grouplist(user: str, gid: int) -> list[int]:
+    import os
+
+    try:
+        return list(os.getgrouplist(user, gid))
+    except OSError:
+        return [gid]
+
+
+class VGPUPolicy(Configurable):
+    """GPU quotas of a JupyterHub node (``c.VGPUPolicy.*`` in ``jupyterhub_config.py``).
+
+    The broker enforces them; each mapping is ``{name: {limit: value}}`` with the limits
+    ``max_per_kernel``, ``max_total`` (GPU-fractions such as "1/4" or 2, or memory such as "8GiB"),
+    ``max_slices`` (slices at once), ``gpus`` (allowed GPU indices or UUIDs) and ``max_wait``
+    (seconds in line).
+    """
+
+    default = Dict(help="Limits for every user without an entry of their own or of a group.").tag(config=True)
+    groups = Dict(help="Limits per Unix group; a user in several groups gets the most generous value of each limit.").tag(config=True)
+    users = Dict(help="Limits per user; they win over the user's groups and the default.").tag(config=True)
+    admin_users = List(Unicode(), help="Users who may see and release every slice (root always may).").tag(config=True)
+    admin_groups = List(Unicode(), help="Unix groups whose members may see and release every slice.").tag(config=True)
+    policy_file = Unicode(
+        "",
+        help="""A JSON file with the same keys (default, groups, users, admin_users, admin_groups);
+        when set, it replaces the values above. The broker re-reads it when it changes.""",
+    ).tag(config=True)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "default": dict(self.default),
+            "groups": dict(self.groups),
+            "users": dict(self.users),
+            "admin_users": list(self.admin_users),
+            "admin_groups": list(self.admin_groups),
+        }
+
+
+def load_policy(path: str | Path) -> Policy:
+    """Read a policy from a JSON file or from the ``c.VGPUPolicy`` section of a Python config
+    file (``jupyterhub_config.py``). Raises :class:`InvalidConfig` with the file and the mistake."""
+    source = Path(path)
+    if not source.is_file():
+        raise InvalidConfig(f"The policy file {source} does not exist.")
+    if source.suffix == ".py":
+        try:
+            config: Config = PyFileConfigLoader(source.name, path=str(source.parent)).load_config()
+        except Exception as error:
+            raise InvalidConfig(f"The config file {source} cannot be read: {error}") from None
+        settings = VGPUPolicy(config=config)
+        if settings.policy_file:
+            linked = Path(settings.policy_file)
+            return load_policy(linked if linked.is_absolute() else source.parent / linked)
+        return Policy.parse(settings.as_dict(), source=str(source))
+    try:
+        data = json.loads(source.read_text())
+    except OSError as error:
+        raise InvalidConfig(f"The policy file {source} cannot be read: {error.strerror or error}.") from None
+    except ValueError as error:
+        raise InvalidConfig(f"The policy file {source} is not valid JSON: {error}.") from None
+    return Policy.parse(data, source=str(source))

@@ -1,0 +1,111 @@
+"""Holding a request or a granted slice against a user's :class:`~.policy.Quota`.
+
+Each refusal is a :class:`NotPermitted` that names the user, the limit, where the limit comes
+from and what was asked: ``alice: at most 1/4 GPU per kernel (group students); asked for 1/2 GPU.``
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from ..errors import NotPermitted
+from ..gpus import Snapshot
+from ..slices import Slice, SliceRequest
+from .policy import Quota, Share
+
+
+def amount(slices: Iterable[Slice]) -> tuple[float, int]:
+    """GPU-fractions and bytes held by ``slices`` (summed over each slice's GPUs)."""
+    gpus = 0.0
+    memory = 0
+    for s in slices:
+        gpus += sum(m / t for m, t in zip(s.memory, s.memory_total) if t)
+        memory += sum(s.memory)
+    return gpus, memory
+
+
+def allowed_gpus(quota: Quota, snapshot: Snapshot, request: SliceRequest | None = None) -> frozenset[str] | None:
+    """UUIDs of the GPUs this user may use (None: all); refuses a request pinned elsewhere."""
+    allowed, source = quota.get("gpus")
+    if allowed is None or quota.unlimited:
+        return None
+    chosen = [gpu for gpu in (snapshot.find(ident) for ident in allowed) if gpu is not None]
+    names = ", ".join(str(g.index) for g in sorted(chosen, key=lambda g: g.index)) or "none"
+    if not chosen:
+        raise NotPermitted(f"{quota.user}: no GPU of this node is allowed ({source} allows {', '.join(allowed)}).")
+    if request is not None and request.gpu is not None:
+        pinned = snapshot.find(request.gpu)
+        if pinned is not None and pinned.uuid not in {g.uuid for g in chosen}:
+            raise NotPermitted(f"{quota.user}: may use GPU {names} only ({source}); asked for GPU {request.gpu}.")
+    return frozenset(g.uuid for g in chosen)
+
+
+def check_request(quota: Quota, request: SliceRequest, held: list[Slice]) -> None:
+    """Before placement: the limits that can be judged from the request alone."""
+    if quota.unlimited:
+        return
+    count, source = quota.get("max_slices")
+    if count is not None and len(held) >= count:
+        if count == 0:
+            raise NotPermitted(f"{quota.user}: may not reserve GPU slices ({source}: max_slices 0).")
+        raise NotPermitted(
+            f"{quota.user}: at most {count} slice{'s' if count != 1 else ''} at once ({source}); "
+            f"already holds {len(held)}; asked for {request.describe()}."
+        )
+    gpus, memory = _requested(request)
+    per_kernel: Share | None
+    per_kernel, source = quota.get("max_per_kernel")
+    if per_kernel is not None and _judgeable(per_kernel, gpus, memory) and per_kernel.exceeded_by(gpus or 0.0, memory or 0):
+        raise NotPermitted(_per_kernel_message(quota.user, per_kernel, source, request.describe()))
+    total: Share | None
+    total, source = quota.get("max_total")
+    if total is not None and _judgeable(total, gpus, memory):
+        held_gpus, held_memory = amount(held)
+        if total.exceeded_by(held_gpus + (gpus or 0.0), held_memory + (memory or 0)):
+            raise NotPermitted(_total_message(quota.user, total, source, held_gpus, held_memory, request.describe()))
+
+
+def check_slice(quota: Quota, granted: Slice, others: list[Slice]) -> None:
+    """After placement, exactly: the granted slice (or a resized one) against the limits."""
+    if quota.unlimited:
+        return
+    gpus, memory = amount([granted])
+    per_kernel: Share | None
+    per_kernel, source = quota.get("max_per_kernel")
+    if per_kernel is not None and per_kernel.exceeded_by(gpus, memory):
+        raise NotPermitted(_per_kernel_message(quota.user, per_kernel, source, _asked(granted, per_kernel)))
+    total: Share | None
+    total, source = quota.get("max_total")
+    if total is not None:
+        held_gpus, held_memory = amount(others)
+        if total.exceeded_by(held_gpus + gpus, held_memory + memory):
+            raise NotPermitted(_total_message(quota.user, total, source, held_gpus, held_memory, _asked(granted, total)))
+
+
+def _requested(request: SliceRequest) -> tuple[float | None, int | None]:
+    if request.fraction is not None:
+        return request.fraction * request.gpus, None
+    assert request.memory is not None
+    return None, request.memory * request.gpus
+
+
+def _judgeable(share: Share, gpus: float | None, memory: int | None) -> bool:
+    return (share.memory is not None and memory is not None) or (share.gpus is not None and gpus is not None)
+
+
+def _asked(granted: Slice, share: Share) -> str:
+    gpus, memory = amount([granted])
+    text = granted.request.describe()
+    in_unit = share.spent(gpus, memory)
+    return text if in_unit == text else f"{text} ({in_unit})"
+
+
+def _per_kernel_message(user: str, limit: Share, source: str, asked: str) -> str:
+    return f"{user}: at most {limit.describe()} per kernel ({source}); asked for {asked}."
+
+
+def _total_message(user: str, limit: Share, source: str, gpus: float, memory: int, asked: str) -> str:
+    return (
+        f"{user}: at most {limit.describe()} in total ({source}); already holds {limit.spent(gpus, memory)} "
+        f"and asked for {asked}."
+    )

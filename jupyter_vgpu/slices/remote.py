@@ -1,0 +1,302 @@
+"""The ledger behind a node broker: the same interface as :class:`~.ledger.Ledger`, over a Unix socket.
+
+When ``JUPYTER_VGPU_BROKER`` names the socket of ``jupyter vgpu broker``, :func:`open_ledger`
+returns a :class:`BrokerLedger` instead of opening a SQLite file: the broker owns the node's
+ledger, learns who asks from the socket's peer credentials and applies the admins' quotas.
+
+Wire protocol: newline-delimited JSON, one request and one answer per connection::
+
+    -> {"op": "reserve", "args": {...}}
+    <- {"ok": true, "result": ...}
+    <- {"ok": false, "error": "NotPermitted", "message": "alice: at most 1/4 GPU per kernel ..."}
+
+One connection per call keeps the client stateless: a broker that restarts between two calls
+is not noticed, and a waiting request (enqueue, then try_grant until granted) survives it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+from dataclasses import fields
+from pathlib import Path
+from typing import Any
+
+from .. import errors
+from ..errors import LedgerError, SliceUnavailable, VGPUError
+from ..gpus import GPU, GPUProcess, Inventory, Snapshot
+from .ledger import Ledger, Slice, Ticket, Waiter
+from .request import SliceRequest
+
+ENV_BROKER = "JUPYTER_VGPU_BROKER"
+
+#: Longest answer the client accepts (a node with thousands of slices stays far below).
+MAX_MESSAGE = 16 * 1024 * 1024
+
+#: The errors that travel by name; anything else arrives as a plain VGPUError.
+WIRE_ERRORS: dict[str, type[VGPUError]] = {
+    cls.__name__: cls
+    for cls in (
+        errors.VGPUError,
+        errors.InvalidRequest,
+        errors.InvalidConfig,
+        errors.SliceUnavailable,
+        errors.SliceNotFound,
+        errors.NotPermitted,
+        errors.LedgerError,
+    )
+}
+
+
+# -- wire shapes ---------------------------------------------------------------------------
+def slice_to_wire(slice_: Slice) -> dict[str, Any]:
+    """Every field of a slice, JSON-ready (tuples become lists, the request a dict)."""
+    data = {f.name: getattr(slice_, f.name) for f in fields(Slice)}
+    data["request"] = slice_.request.to_dict()
+    for key in ("gpus", "gpu_indices", "memory", "memory_total"):
+        data[key] = list(data[key])
+    return data
+
+
+def slice_from_wire(data: dict[str, Any]) -> Slice:
+    values = {f.name: data[f.name] for f in fields(Slice) if f.name in data}
+    values["request"] = SliceRequest.from_dict(data["request"])
+    for key in ("gpus", "gpu_indices", "memory", "memory_total"):
+        values[key] = tuple(values[key])
+    values["labels"] = dict(values.get("labels") or {})
+    return Slice(**values)
+
+
+def waiter_to_wire(waiter: Waiter) -> dict[str, Any]:
+    data = {f.name: getattr(waiter, f.name) for f in fields(Waiter)}
+    data["request"] = waiter.request.to_dict()
+    return data
+
+
+def waiter_from_wire(data: dict[str, Any]) -> Waiter:
+    values = {f.name: data[f.name] for f in fields(Waiter) if f.name in data}
+    values["request"] = SliceRequest.from_dict(data["request"])
+    return Waiter(**values)
+
+
+def snapshot_to_wire(snapshot: Snapshot) -> dict[str, Any]:
+    data = snapshot.to_dict()
+    data["taken_at"] = snapshot.taken_at
+    return data
+
+
+def snapshot_from_wire(data: dict[str, Any]) -> Snapshot:
+    gpus = tuple(
+        GPU(**{**g, "processes": tuple(GPUProcess(**p) for p in g.get("processes", ()))}) for g in data.get("gpus", ())
+    )
+    return Snapshot(
+        gpus=gpus,
+        simulated=bool(data.get("simulated")),
+        available=bool(data.get("available")),
+        driver=data.get("driver"),
+        message=data.get("message"),
+        taken_at=float(data.get("taken_at") or time.time()),
+    )
+
+
+def error_to_wire(error: VGPUError) -> dict[str, Any]:
+    name = next((cls.__name__ for cls in type(error).__mro__ if cls.__name__ in WIRE_ERRORS), "VGPUError")
+    return {"ok": False, "error": name, "message": str(error)}
+
+
+def error_from_wire(answer: dict[str, Any]) -> VGPUError:
+    cls = WIRE_ERRORS.get(str(answer.get("error")), VGPUError)
+    return cls(str(answer.get("message") or "The jupyter-vgpu broker refused the request."))
+
+
+# -- the client ----------------------------------------------------------------------------
+class BrokerClient:
+    """Sends one request per connection to the broker's socket."""
+
+    def __init__(self, socket_path: str | Path, *, timeout: float = 60.0) -> None:
+        self.socket_path = Path(socket_path)
+        self.timeout = timeout
+
+    def call(self, op: str, **args: Any) -> Any:
+        """Ask the broker; returns its result or raises the VGPUError it answered with."""
+        line = json.dumps({"op": op, "args": args}).encode() + b"\n"
+        try:
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+                conn.settimeout(self.timeout)
+                conn.connect(str(self.socket_path))
+                conn.sendall(line)
+                answer = _read_line(conn)
+        except (FileNotFoundError, ConnectionRefusedError) as error:
+            raise LedgerError(
+                f"Cannot reach the jupyter-vgpu broker at {self.socket_path} ({error.strerror or error}); "
+                f"is `jupyter vgpu broker` running? Unset {ENV_BROKER} to use a ledger of your own."
+            ) from None
+        except OSError as error:
+            raise LedgerError(f"The jupyter-vgpu broker at {self.socket_path} did not answer: {error}.") from None
+        if not answer:
+            raise LedgerError(f"The jupyter-vgpu broker at {self.socket_path} closed the connection without an answer.")
+        try:
+            data = json.loads(answer)
+        except ValueError:
+            raise LedgerError(f"The jupyter-vgpu broker at {self.socket_path} sent an answer that is not JSON.") from None
+        if not isinstance(data, dict):
+            raise LedgerError(f"The jupyter-vgpu broker at {self.socket_path} sent a malformed answer.")
+        if not data.get("ok"):
+            raise error_from_wire(data)
+        return data.get("result")
+
+
+def _read_line(conn: socket.socket) -> bytes:
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        chunk = conn.recv(65536)
+        if not chunk:
+            break
+        newline = chunk.find(b"\n")
+        if newline >= 0:
+            chunks.append(chunk[:newline])
+            break
+        chunks.append(chunk)
+        size += len(chunk)
+        if size > MAX_MESSAGE:
+            raise OSError("answer too large")
+    return b"".join(chunks)
+
+
+class RemoteInventory(Inventory):
+    """The broker's view of the node's GPUs (it alone talks to NVML or the simulation)."""
+
+    def __init__(self, client: BrokerClient, info: dict[str, Any]) -> None:
+        super().__init__(str(info.get("simulate") or ""))
+        self._client = client
+        self._source = str(info.get("gpus_source") or "GPUs")
+
+    def describe(self) -> str:
+        return f"{self._source} via the broker at {self._client.socket_path}"
+
+    def snapshot(self) -> Snapshot:
+        return snapshot_from_wire(self._client.call("snapshot"))
+
+
+class BrokerLedger(Ledger):
+    """A :class:`~.ledger.Ledger` whose every call goes to the node broker instead of SQLite.
+
+    ``owner`` and ``uid`` arguments are accepted for the same signatures and ignored: the
+    broker takes both from the socket's peer credentials. A ``pid`` equal to this process's
+    own pid is sent as "the caller", which the broker reads from the peer credentials too (so
+    it is right even from inside another pid namespace). ``path`` is this user's own ledger
+    path, used only for the kernels' report files (the broker's ledger is not readable by users).
+    Opening asks the broker for its settings, so an unreachable broker fails here, once.
+    """
+
+    def __init__(self, socket_path: str | Path, *, path: str | Path, timeout: float = 60.0) -> None:
+        # Ledger.__init__ opens SQLite; a broker client has nothing local to open.
+        self.client = BrokerClient(socket_path, timeout=timeout)
+        self.socket_path = Path(socket_path)
+        self.path = Path(path)
+        self.info: dict[str, Any] = dict(self.client.call("info"))
+        self.inventory = RemoteInventory(self.client, self.info)
+        self.context_allowance = int(self.info["context_allowance"])
+        self.poll_interval = float(self.info.get("poll_interval") or 0.25)
+
+    def close(self) -> None:
+        """Nothing to close: every call has its own connection."""
+
+    # -- reading ---------------------------------------------------------------------------
+    def slices(self) -> list[Slice]:
+        return [slice_from_wire(s) for s in self.client.call("slices")]
+
+    def get(self, slice_id: str) -> Slice:
+        return slice_from_wire(self.client.call("get", slice_id=str(slice_id)))
+
+    def waiting(self) -> list[Waiter]:
+        return [waiter_from_wire(w) for w in self.client.call("waiting")]
+
+    # -- reserving -------------------------------------------------------------------------
+    def _holder(self, request: SliceRequest, holder_kind: str, holder: str, pid: int | None, labels: dict[str, str] | None) -> dict[str, Any]:
+        return {
+            "request": request.to_dict(),
+            "holder_kind": holder_kind,
+            "holder": holder,
+            "pid": None if pid is None or pid == os.getpid() else int(pid),
+            "labels": dict(labels or {}),
+        }
+
+    def reserve(
+        self,
+        request: SliceRequest,
+        *,
+        holder_kind: str,
+        holder: str,
+        pid: int | None = None,
+        owner: str | None = None,
+        uid: int | None = None,
+        labels: dict[str, str] | None = None,
+        wait: float = 0.0,
+    ) -> Slice:
+        """As :meth:`Ledger.reserve`; waiting happens here, one short call per attempt."""
+        if wait <= 0:
+            return slice_from_wire(self.client.call("reserve", **self._holder(request, holder_kind, holder, pid, labels)))
+        ticket = self.enqueue(request, holder_kind=holder_kind, holder=holder, pid=pid, labels=labels)
+        deadline = time.monotonic() + wait
+        try:
+            while True:
+                granted = self.try_grant(ticket, final=time.monotonic() >= deadline)
+                if granted is not None:
+                    return granted
+                time.sleep(max(0.001, min(self.poll_interval, deadline - time.monotonic())))
+        finally:
+            self.leave_queue(ticket)
+
+    def enqueue(
+        self,
+        request: SliceRequest,
+        *,
+        holder_kind: str,
+        holder: str,
+        pid: int | None = None,
+        owner: str | None = None,
+        uid: int | None = None,
+        labels: dict[str, str] | None = None,
+    ) -> Ticket:
+        number = self.client.call("enqueue", **self._holder(request, holder_kind, holder, pid, labels))
+        return Ticket(number=int(number), request=request)
+
+    def try_grant(self, ticket: Ticket, *, final: bool = True) -> Slice | None:
+        answer = self.client.call("try_grant", ticket=ticket.number, final=final)
+        if answer.get("slice") is None:
+            ticket.last_reason = str(answer.get("reason") or "")
+            if final:  # the broker raises on final; this only guards a broker that did not
+                raise SliceUnavailable(ticket.last_reason or "No slice could be granted.")
+            return None
+        return slice_from_wire(answer["slice"])
+
+    def leave_queue(self, ticket: Ticket) -> None:
+        self.client.call("leave_queue", ticket=ticket.number)
+
+    # -- holders -----------------------------------------------------------------------------
+    def attach(self, slice_id: str, pid: int) -> Slice:
+        return slice_from_wire(
+            self.client.call("attach", slice_id=str(slice_id), pid=None if pid == os.getpid() else int(pid))
+        )
+
+    def update_labels(self, slice_id: str, **labels: str | None) -> Slice:
+        return slice_from_wire(self.client.call("update_labels", slice_id=str(slice_id), labels=labels))
+
+    def resize(self, slice_id: str, request: SliceRequest, *, uid: int | None = None) -> Slice:
+        return slice_from_wire(self.client.call("resize", slice_id=str(slice_id), request=request.to_dict()))
+
+    def release(self, slice_id: str, *, uid: int | None = None) -> Slice:
+        return slice_from_wire(self.client.call("release", slice_id=str(slice_id)))
+
+    def reap(self) -> list[Slice]:
+        return [slice_from_wire(s) for s in self.client.call("reap")]
+
+    def describe_free(self) -> str:
+        return str(self.client.call("describe_free"))
+
+    def overcommitted(self) -> list[tuple[str, int, int]]:
+        return [(str(u), int(r), int(t)) for u, r, t in self.client.call("overcommitted")]

@@ -1,0 +1,248 @@
+"""The node broker as two real users meet it: quotas, ownership, privacy, restarts, bad policies."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import time
+
+import pytest
+
+from jupyter_vgpu.errors import NotPermitted
+from jupyter_vgpu.slices import SliceRequest, open_ledger
+from jupyter_vgpu.slices.remote import BrokerLedger
+
+from .conftest import JUPYTER_VGPU, PYTHON, BrokerProcess, Users, wait_until
+
+pytestmark = pytest.mark.hub
+
+HOLD = """
+import sys, time
+from jupyter_vgpu.slices import open_ledger, SliceRequest
+ledger = open_ledger()
+s = ledger.reserve(SliceRequest.parse(sys.argv[1]), holder_kind="kernel", holder=sys.argv[2], labels={"path": sys.argv[3]})
+print(s.id, flush=True)
+time.sleep(120)
+"""
+
+
+def hold(user, broker: BrokerProcess, share: str, path: str, kernel: str = "k-0001") -> tuple[subprocess.Popen[str], str]:  # type: ignore[no-untyped-def]
+    """``user`` holds a slice as a kernel with a notebook path; returns the process and the slice id."""
+    proc = user.popen(PYTHON, "-c", HOLD, share, kernel, path,
+                      env=user.env(JUPYTER_VGPU_BROKER=str(broker.socket)))
+    assert proc.stdout is not None
+    line = proc.stdout.readline().strip()
+    if not line:
+        proc.kill()
+        raise AssertionError(proc.stderr.read() if proc.stderr else "no slice")
+    return proc, line
+
+
+def vgpu(user, broker: BrokerProcess, *args: str) -> subprocess.CompletedProcess[str]:  # type: ignore[no-untyped-def]
+    return user.run(JUPYTER_VGPU, *args, env=user.env(JUPYTER_VGPU_BROKER=str(broker.socket)))
+
+
+def test_each_users_slices_are_owned_by_their_own_uid(system_users: Users, broker: BrokerProcess) -> None:
+    alice, bob = system_users.alice, system_users.bob
+    a, a_id = hold(alice, broker, "1/4", "alice/train.ipynb")
+    b, b_id = hold(bob, broker, "1/2", "bob/eval.ipynb")
+    try:
+        held = {s.id: s for s in open_ledger().slices()}  # root: sees everything
+        assert (held[a_id].owner, held[a_id].uid, held[a_id].labels["path"]) == (alice.name, alice.uid, "alice/train.ipynb")
+        assert (held[b_id].owner, held[b_id].uid, held[b_id].memory) == (bob.name, bob.uid, (8 << 30,))
+        assert held[a_id].pid == a.pid or held[a_id].pid in _children(a.pid)  # the peer's pid, not a claim
+    finally:
+        a.kill()
+        b.kill()
+
+
+def _children(pid: int) -> list[int]:
+    import psutil
+
+    return [p.pid for p in psutil.Process(pid).children(recursive=True)]
+
+
+def test_a_request_over_the_per_kernel_limit_is_refused_naming_the_limit(system_users: Users, broker: BrokerProcess) -> None:
+    result = vgpu(system_users.alice, broker, "run", "-p", "1/2", "--", "true")
+    assert result.returncode == 3
+    expected = f"{system_users.alice.name}: at most 1/4 GPU per kernel (group {system_users.students}); asked for 1/2 GPU."
+    assert expected in result.stderr
+    assert open_ledger().slices() == []
+
+
+def test_the_total_limit_counts_every_slice_of_the_user(system_users: Users, broker: BrokerProcess) -> None:
+    alice = system_users.alice
+    first, _ = hold(alice, broker, "1/4", "a.ipynb", "k-1")
+    second, _ = hold(alice, broker, "1/4", "b.ipynb", "k-2")
+    try:
+        result = vgpu(alice, broker, "run", "-p", "1/4", "--", "true")
+        assert result.returncode == 3
+        assert (
+            f"{alice.name}: at most 1/2 GPU in total (group {system_users.students}); already holds 1/2 GPU "
+            "and asked for 1/4 GPU." in result.stderr
+        )
+        # bob (staff: up to a whole GPU per kernel) is not held back by alice's quota
+        assert vgpu(system_users.bob, broker, "run", "-p", "1/2", "--", "true").returncode == 0
+    finally:
+        first.kill()
+        second.kill()
+
+
+def test_a_user_cannot_release_or_read_another_users_slice(system_users: Users, broker: BrokerProcess) -> None:
+    alice, bob = system_users.alice, system_users.bob
+    proc, slice_id = hold(alice, broker, "1/4", "private/thesis.ipynb", "kernel-of-alice")
+    try:
+        refused = vgpu(bob, broker, "release", slice_id)
+        assert refused.returncode == 3
+        assert f"Slice {slice_id} belongs to {alice.name}; you can release only your own slices." in refused.stderr
+        seen = json.loads(vgpu(bob, broker, "status", "--json").stdout)
+        (row,) = seen["slices"]
+        assert row["owner"] == alice.name and row["holder"] == "another user's kernel" and row["labels"] == {}
+        text = vgpu(bob, broker, "status").stdout + json.dumps(seen)
+        assert "thesis" not in text and "kernel-of-alice" not in text
+        # alice herself sees her path, and may release her slice
+        mine = json.loads(vgpu(alice, broker, "status", "--json").stdout)
+        assert mine["slices"][0]["labels"]["path"] == "private/thesis.ipynb"
+        assert vgpu(alice, broker, "release", slice_id).returncode == 0
+    finally:
+        proc.kill()
+
+
+def test_a_full_gpu_message_does_not_leak_other_users_notebooks(system_users: Users, broker: BrokerProcess) -> None:
+    broker.write_policy({"default": {}})
+    time.sleep(1.1)  # the broker re-reads a changed file at most once a second
+    proc, _ = hold(system_users.alice, broker, "1/2", "private/secret-plan.ipynb", "k-alice")
+    other, _ = hold(system_users.bob, broker, "1/4", "bob.ipynb", "k-bob")
+    try:
+        result = vgpu(system_users.bob, broker, "run", "-p", "1/2", "--", "true")
+        assert result.returncode == 3
+        assert "Not enough free GPU memory" in result.stderr
+        assert "secret-plan" not in result.stderr and "another user's kernel" in result.stderr
+        assert "bob.ipynb" in result.stderr  # his own holders he may see
+    finally:
+        proc.kill()
+        other.kill()
+
+
+def test_a_slice_cannot_be_pinned_to_another_users_process(system_users: Users, broker: BrokerProcess) -> None:
+    alice, bob = system_users.alice, system_users.bob
+    proc, _ = hold(alice, broker, "1/4", "a.ipynb")
+    script = (
+        "import sys\nfrom jupyter_vgpu.slices import open_ledger, SliceRequest\n"
+        "ledger = open_ledger()\n"
+        "s = ledger.reserve(SliceRequest.parse('1/4'), holder_kind='command', holder='x')\n"
+        "try:\n    ledger.attach(s.id, int(sys.argv[1]))\nexcept Exception as e:\n    print(type(e).__name__, e)\n"
+        "try:\n    ledger.reserve(SliceRequest.parse('1/4'), holder_kind='command', holder='y', pid=int(sys.argv[1]))\n"
+        "except Exception as e:\n    print(type(e).__name__, e)\n"
+    )
+    try:
+        result = bob.run(PYTHON, "-c", script, str(proc.pid),
+                         env=bob.env(JUPYTER_VGPU_BROKER=str(broker.socket)))
+        lines = result.stdout.splitlines()
+        assert lines == [
+            f"NotPermitted Process {proc.pid} belongs to {alice.name}; a slice can be held only by your own processes.",
+        ] * 2, result.stderr
+    finally:
+        proc.kill()
+
+
+def test_the_caller_is_taken_from_the_socket_not_from_the_request(system_users: Users, broker: BrokerProcess) -> None:
+    script = (
+        "import json, socket, sys\n"
+        "c = socket.socket(socket.AF_UNIX); c.connect(sys.argv[1])\n"
+        "c.sendall(json.dumps({'op': 'reserve', 'args': {'request': {'fraction': 0.25}, 'holder_kind': 'command',"
+        " 'holder': 'x', 'owner': 'root', 'uid': 0}}).encode() + b'\\n')\n"
+        "print(c.makefile().readline())\n"
+    )
+    result = system_users.bob.run(PYTHON, "-c", script, str(broker.socket))
+    answer = json.loads(result.stdout)
+    assert answer["ok"] is False and answer["error"] == "InvalidRequest"
+    assert open_ledger().slices() == []
+
+
+def test_killed_broker_restarts_with_every_slice_and_reclaims_dead_holders(system_users: Users, broker: BrokerProcess) -> None:
+    alice, bob = system_users.alice, system_users.bob
+    living, living_id = hold(alice, broker, "1/4", "keeps.ipynb", "k-live")
+    dying, _ = hold(bob, broker, "1/4", "dies.ipynb", "k-dead")
+    broker.kill(signal.SIGKILL)
+    dying.kill()
+    dying.wait()
+    broker.start()
+    try:
+        ledger = open_ledger()
+        wait_until(lambda: [s.id for s in ledger.slices()] == [living_id], what="the dead holder's slice reclaimed")
+        assert ledger.get(living_id).labels["path"] == "keeps.ipynb"
+        # the surviving holder goes on using the restarted broker
+        assert vgpu(alice, broker, "release", living_id).returncode == 0
+    finally:
+        living.kill()
+
+
+def test_a_bad_policy_file_stops_the_broker_at_start_with_a_clear_error(broker: BrokerProcess) -> None:
+    broker.kill(signal.SIGTERM)
+    broker.write_policy({"groups": {"students": {"max_per_kernel": "half"}}})
+    result = subprocess.run(
+        [JUPYTER_VGPU, "broker", "--socket", str(broker.socket), "--ledger", str(broker.ledger), "--policy", str(broker.policy)],
+        env=broker.env, capture_output=True, text=True, timeout=60,
+    )
+    assert result.returncode == 3
+    assert result.stderr.strip() == (
+        f"jupyter vgpu: The policy in {broker.policy} is not valid: groups.students.max_per_kernel 'half' is not "
+        'a GPU share such as "1/4", "25%", 0.5 or 2 (GPUs), or memory such as "8GiB".'
+    )
+    broker.write_policy("{not json")
+    result = subprocess.run(
+        [JUPYTER_VGPU, "broker", "--socket", str(broker.socket), "--ledger", str(broker.ledger), "--policy", str(broker.policy)],
+        env=broker.env, capture_output=True, text=True, timeout=60,
+    )
+    assert result.returncode == 3 and f"The policy file {broker.policy} is not valid JSON" in result.stderr
+
+
+def test_a_bad_policy_on_reload_keeps_the_last_good_one(system_users: Users, broker: BrokerProcess) -> None:
+    alice = system_users.alice
+    broker.write_policy({"default": {}, "groups": {system_users.students: {"max_per_kernel": "oops"}}})
+    assert broker.process is not None
+    broker.process.send_signal(signal.SIGHUP)
+    wait_until(lambda: "Keeping the last good policy" in broker.log.read_text(), what="the reload error logged")
+    still = vgpu(alice, broker, "run", "-p", "1/2", "--", "true")
+    assert still.returncode == 3 and "at most 1/4 GPU per kernel" in still.stderr
+    # a good file takes over without a signal, when the broker sees it changed
+    broker.write_policy({"default": {"max_per_kernel": 1}})
+    wait_until(lambda: vgpu(alice, broker, "run", "-p", "1/2", "--", "true").returncode == 0, what="the new policy in force")
+
+
+def test_the_client_maps_refusals_to_the_same_errors(system_users: Users, broker: BrokerProcess) -> None:
+    ledger = open_ledger()
+    assert isinstance(ledger, BrokerLedger)
+    assert ledger.inventory.simulated and ledger.context_allowance == 300 << 20
+    held = ledger.reserve(SliceRequest.parse("1/4"), holder_kind="command", holder="root-job")
+    other, other_id = hold(system_users.bob, broker, "1/4", "b.ipynb")
+    try:
+        root_can = ledger.release(other_id)  # root may release anyone's slice
+        assert root_can.owner == system_users.bob.name
+        from_bob = system_users.bob.run(
+            PYTHON, "-c", f"from jupyter_vgpu.slices import open_ledger; open_ledger().release({held.id!r})",
+            env=system_users.bob.env(JUPYTER_VGPU_BROKER=str(broker.socket)),
+        )
+        assert f"jupyter_vgpu.errors.NotPermitted: Slice {held.id} belongs to root" in from_bob.stderr
+        with pytest.raises(NotPermitted, match="at most 1/4 GPU per kernel"):
+            _as_alice_in_process(system_users, broker)
+    finally:
+        other.kill()
+        ledger.release(held.id)
+
+
+def _as_alice_in_process(users: Users, broker: BrokerProcess) -> None:
+    """The error class survives the wire: alice's refusal, raised again in this process."""
+    from jupyter_vgpu.slices.remote import error_from_wire
+
+    result = users.alice.run(
+        PYTHON, "-c",
+        "import json\nfrom jupyter_vgpu.slices.remote import BrokerClient\nfrom jupyter_vgpu.errors import VGPUError\n"
+        f"c = BrokerClient({str(broker.socket)!r})\n"
+        "try:\n    c.call('reserve', request={'fraction': 0.5}, holder_kind='command', holder='z')\n"
+        "except VGPUError as e:\n    print(json.dumps({'error': type(e).__name__, 'message': str(e)}))\n",
+        env=users.alice.env(JUPYTER_VGPU_BROKER=str(broker.socket)),
+    )
+    raise error_from_wire(json.loads(result.stdout))
