@@ -229,3 +229,14 @@ async def test_no_gpu_can_be_configured_to_refuse(kernels_dir: Path, started: li
     monkeypatch.setenv("JUPYTER_VGPU_SIMULATE", "")
     with pytest.raises(SliceUnavailable, match="needs a GPU"):
         await start(make_spec(kernels_dir, "strict", {"gpu_fraction": 0.25, "no_gpu": "fail"}), started)
+
+
+async def test_a_kernel_that_fails_to_launch_leaves_no_slice_behind(kernels_dir: Path, started: list[AsyncKernelManager]) -> None:
+    name = make_spec(kernels_dir, "broken-argv", {"gpu_fraction": 0.5})
+    spec_file = kernels_dir / name / "kernel.json"
+    spec = json.loads(spec_file.read_text())
+    spec["argv"][0] = "/nonexistent/python"
+    spec_file.write_text(json.dumps(spec))
+    with pytest.raises(FileNotFoundError):
+        await start(name, started)
+    assert open_ledger().slices() == []

@@ -1,0 +1,135 @@
+"""`jupyter vgpu kernelspec install | list | remove`: sliced kernels that read well in the picker."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from jupyter_client.kernelspec import KernelSpecManager
+
+JUPYTER_VGPU = str(Path(sys.executable).parent / "jupyter-vgpu")
+
+
+@pytest.fixture
+def jupyter_dirs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """An isolated data dir holding a `lab-python` source spec with fields worth keeping."""
+    data = tmp_path / "data"
+    source = data / "kernels" / "lab-python"
+    source.mkdir(parents=True)
+    (source / "kernel.json").write_text(
+        json.dumps(
+            {
+                "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+                "display_name": "Lab Python (ipykernel)",
+                "language": "python",
+                "interrupt_mode": "signal",
+                "env": {"MY_SETTING": "1"},
+                "metadata": {"debugger": True, "supported_encryption": ["curve"]},
+            }
+        )
+    )
+    (source / "logo-64x64.png").write_bytes(b"\x89PNG fake logo")
+    monkeypatch.setenv("JUPYTER_DATA_DIR", str(data))
+    monkeypatch.setenv("JUPYTER_PATH", str(tmp_path / "nothing-else"))
+    return data
+
+
+def vgpu(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([JUPYTER_VGPU, "kernelspec", *args], capture_output=True, text=True, timeout=60)
+
+
+def spec(data: Path, name: str) -> dict[str, object]:
+    return json.loads((data / "kernels" / name / "kernel.json").read_text())
+
+
+def test_defaults_install_a_quarter_a_half_and_a_whole_gpu_in_one_command(jupyter_dirs: Path) -> None:
+    result = vgpu("install", "--defaults", "--user")
+    assert result.returncode == 0, result.stderr
+    names = KernelSpecManager().find_kernel_specs()
+    shown = {name: spec(jupyter_dirs, name)["display_name"] for name in names if "vgpu" in name}
+    assert shown == {
+        "python3-vgpu-1-4": "Python 3 (1/4 GPU)",
+        "python3-vgpu-1-2": "Python 3 (1/2 GPU)",
+        "python3-vgpu-full": "Python 3 (1 GPU)",
+    }
+
+
+def test_a_sliced_spec_keeps_the_source_spec_and_names_the_provisioner(jupyter_dirs: Path) -> None:
+    assert vgpu("install", "-p", "1/4", "--source", "lab-python", "--user").returncode == 0
+    data = spec(jupyter_dirs, "lab-python-vgpu-1-4")
+    source = spec(jupyter_dirs, "lab-python")
+    assert data["display_name"] == "Lab Python (1/4 GPU)"
+    assert data["argv"] == source["argv"]
+    assert data["env"] == {"MY_SETTING": "1"}
+    assert data["interrupt_mode"] == "signal"
+    metadata = data["metadata"]
+    assert isinstance(metadata, dict)
+    assert metadata["supported_encryption"] == ["curve"] and metadata["debugger"] is True
+    assert metadata["kernel_provisioner"] == {"provisioner_name": "vgpu-provisioner", "config": {"gpu_fraction": 0.25}}
+    assert (jupyter_dirs / "kernels" / "lab-python-vgpu-1-4" / "logo-64x64.png").exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "name", "display", "config"),
+    [
+        (["-m", "8GiB"], "python3-vgpu-8gib", "Python 3 (8 GiB GPU)", {"gpu_memory": "8.0GiB"}),
+        (["-p", "1", "-n", "2"], "python3-vgpu-full-x2", "Python 3 (2 GPUs)", {"gpu_fraction": 1.0, "gpus": 2}),
+        (
+            ["-p", "0.5", "--logical-devices", "2"],
+            "python3-vgpu-1-2-ld2",
+            "Python 3 (1/2 GPU, 2 devices)",
+            {"gpu_fraction": 0.5, "logical_devices": 2},
+        ),
+        (["-p", "25%", "--wait", "30"], "python3-vgpu-1-4", "Python 3 (1/4 GPU)", {"gpu_fraction": 0.25, "wait_timeout": 30.0}),
+    ],
+)
+def test_names_and_display_names_read_well_in_the_picker(
+    jupyter_dirs: Path, args: list[str], name: str, display: str, config: dict[str, object]
+) -> None:
+    result = vgpu("install", *args, "--user")
+    assert result.returncode == 0, result.stderr
+    data = spec(jupyter_dirs, name)
+    assert data["display_name"] == display
+    assert data["metadata"]["kernel_provisioner"]["config"] == config  # type: ignore[index]
+
+
+def test_prefix_installs_under_prefix(jupyter_dirs: Path, tmp_path: Path) -> None:
+    result = vgpu("install", "-p", "1/2", "--prefix", str(tmp_path / "env"))
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "env" / "share" / "jupyter" / "kernels" / "python3-vgpu-1-2" / "kernel.json").exists()
+
+
+def test_list_shows_only_sliced_specs_and_remove_takes_them_away(jupyter_dirs: Path) -> None:
+    vgpu("install", "--defaults", "--user")
+    listing = vgpu("list").stdout
+    assert "python3-vgpu-1-4" in listing and "Python 3 (1/4 GPU)" in listing
+    assert "lab-python" not in listing
+    data = json.loads(vgpu("list", "--json").stdout)
+    assert set(data) == {"python3-vgpu-1-4", "python3-vgpu-1-2", "python3-vgpu-full"}
+    removed = vgpu("remove", "python3-vgpu-1-2")
+    assert removed.returncode == 0 and "Removed kernelspec python3-vgpu-1-2" in removed.stdout
+    assert vgpu("remove", "--all").returncode == 0
+    assert set(KernelSpecManager().find_kernel_specs()) == {"python3", "lab-python"}
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["install", "--user"], "Say how much GPU"),
+        (["install", "-p", "2", "--user"], "-p/--fraction '2' is outside (0, 1]"),
+        (["install", "-m", "12XB", "--user"], "-m/--memory '12XB' is not a size"),
+        (["install", "-p", "1/4", "--source", "nope", "--user"], "No kernelspec named 'nope' to copy; installed: lab-python, python3"),
+        (["install", "-p", "1/4", "--name", "bad name", "--user"], "may use only letters"),
+        (["remove", "python3"], "'python3' is not a sliced kernelspec"),
+        (["remove"], "Name the kernelspecs to remove"),
+    ],
+)
+def test_mistakes_get_one_sentence(jupyter_dirs: Path, args: list[str], message: str) -> None:
+    result = vgpu(*args)
+    assert result.returncode != 0
+    assert message in result.stderr
+    assert "Traceback" not in result.stderr
+    assert set(KernelSpecManager().find_kernel_specs()) == {"python3", "lab-python"}
