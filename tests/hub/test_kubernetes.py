@@ -1,0 +1,92 @@
+"""The policy as KubeSpawner pod resources, checked on manifests built by KubeSpawner itself."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from jupyter_vgpu.hub.kubernetes import pre_spawn_hook, resources
+from jupyter_vgpu.hub.policy import Policy, Share
+
+kubespawner = pytest.importorskip("kubespawner", reason="jupyterhub-kubespawner is in the test extra")
+
+pytestmark = pytest.mark.hub
+
+POLICY = {
+    "default": {"max_per_kernel": "1/2"},
+    "groups": {"students": {"max_per_kernel": "1/4", "max_total": "1/2"}, "staff": {"max_total": 2}},
+    "users": {"mallory": {"max_slices": 0}, "memo": {"max_total": "10GiB"}},
+}
+
+
+async def manifest(name: str, groups: list[str], policy_file: Path, **hook: Any) -> dict[str, str]:
+    spawner = kubespawner.KubeSpawner(_mock=True)
+    spawner.user = SimpleNamespace(name=name, id=1, url="/user/x/", groups=[SimpleNamespace(name=g) for g in groups])
+    spawner.pre_spawn_hook = pre_spawn_hook(policy_file, **hook)
+    spawner.run_pre_spawn_hook()
+    pod = await spawner.get_pod_manifest()
+    container = pod.spec.containers[0]
+    limits = dict(container.resources.limits or {})
+    requests = dict(container.resources.requests or {})
+    gpu_limits = {k: v for k, v in limits.items() if k.startswith("nvidia.com/")}
+    assert gpu_limits == {k: v for k, v in requests.items() if k.startswith("nvidia.com/")}  # extended: requests == limits
+    return gpu_limits
+
+
+KUBECONFIG = """apiVersion: v1
+kind: Config
+clusters: [{name: nowhere, cluster: {server: "https://127.0.0.1:9"}}]
+users: [{name: nobody, user: {token: unused}}]
+contexts: [{name: offline, context: {cluster: nowhere, user: nobody}}]
+current-context: offline
+"""
+
+
+@pytest.fixture(autouse=True)
+def offline_kubeconfig(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """KubeSpawner loads a client config when created; no cluster is ever contacted."""
+    path = tmp_path / "kubeconfig"
+    path.write_text(KUBECONFIG)
+    from kubernetes_asyncio.config import kube_config
+
+    monkeypatch.setattr(kube_config, "KUBE_CONFIG_DEFAULT_LOCATION", str(path))
+
+
+@pytest.fixture
+def policy_file(tmp_path: Path) -> Path:
+    path = tmp_path / "policy.json"
+    path.write_text(json.dumps(POLICY))
+    return path
+
+
+async def test_whole_gpus_round_the_users_total_up(policy_file: Path) -> None:
+    assert await manifest("ann", ["students"], policy_file) == {"nvidia.com/gpu": "1"}
+    assert await manifest("sam", ["staff"], policy_file) == {"nvidia.com/gpu": "2"}
+
+
+async def test_hami_gives_a_share_of_memory_and_cores(policy_file: Path) -> None:
+    limits = await manifest("ann", ["students"], policy_file, mode="hami", gpu_memory="40GiB")
+    assert limits == {"nvidia.com/gpu": "1", "nvidia.com/gpumem": str(20 * 1024), "nvidia.com/gpucores": "50"}
+    assert await manifest("memo", [], policy_file, mode="hami") == {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "10240"}
+
+
+async def test_mig_picks_the_smallest_profile_that_holds_the_share(policy_file: Path) -> None:
+    assert await manifest("ann", ["students"], policy_file, mode="mig") == {"nvidia.com/mig-4g.20gb": "1"}
+    assert await manifest("dan", [], policy_file, mode="mig") == {"nvidia.com/mig-4g.20gb": "1"}  # default: 1/2 per kernel
+    # 10 GiB is more than the 10 GB of a 2g.10gb instance
+    assert await manifest("memo", [], policy_file, mode="mig") == {"nvidia.com/mig-3g.20gb": "1"}
+
+
+async def test_a_user_without_slices_gets_no_gpu(policy_file: Path) -> None:
+    assert await manifest("mallory", ["staff"], policy_file) == {}
+
+
+def test_a_quarter_gpu_in_hami_is_a_quarter_of_the_cores() -> None:
+    assert resources(Share(gpus=0.25), mode="hami") == {
+        "nvidia.com/gpu": "1", "nvidia.com/gpucores": "25", "nvidia.com/gpumem-percentage": "25",
+    }
+    assert resources(Policy().quota("x", []).get("max_total")[0], mode="gpu") == {}
