@@ -1,0 +1,216 @@
+"""A real JupyterHub (real configurable-http-proxy from npm, LocalProcessSpawner as two system users)
+with the broker as a managed service: quotas on real kernels, and the admin page.
+
+Authentication is JupyterHub's DummyAuthenticator (tokens are made through the REST API); the
+servers run as the real system users, so their uids differ and the broker tells them apart.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+
+from .conftest import Users, wait_until, world_dir
+
+pytestmark = [pytest.mark.hub, pytest.mark.slow]
+
+HERE = Path(__file__).parent
+CHP = HERE / "node_modules" / ".bin" / "configurable-http-proxy"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _proxy_command() -> str:
+    if CHP.exists():
+        return str(CHP)
+    if found := shutil.which("configurable-http-proxy"):
+        return found
+    if shutil.which("npm") is None:
+        pytest.skip("configurable-http-proxy is not installed and npm is not available to install it")
+    result = subprocess.run(
+        ["npm", "install", "--no-save", "--no-audit", "--no-fund", "--prefix", str(HERE), "configurable-http-proxy@^5"],
+        capture_output=True, text=True, timeout=300,
+    )
+    if result.returncode != 0 or not CHP.exists():
+        pytest.skip(f"could not npm install configurable-http-proxy: {result.stderr[-500:]}")
+    return str(CHP)
+
+
+CONFIG = """
+import sys
+from jupyter_vgpu.hub import configure
+
+c.JupyterHub.bind_url = "http://127.0.0.1:{port}"
+c.JupyterHub.hub_bind_url = "http://127.0.0.1:{hub_port}"
+c.ConfigurableHTTPProxy.command = [{chp!r}]
+c.ConfigurableHTTPProxy.api_url = "http://127.0.0.1:{proxy_api_port}"
+c.JupyterHub.db_url = "sqlite:///{state}/jupyterhub.sqlite"
+c.JupyterHub.cookie_secret_file = "{state}/cookie_secret"
+c.JupyterHub.authenticator_class = "dummy"
+c.Authenticator.allowed_users = {{{alice!r}, {bob!r}}}
+c.Authenticator.admin_users = {{"hubadmin"}}
+c.JupyterHub.services = [{{"name": "tester", "api_token": {token!r}}}]
+c.JupyterHub.load_roles = [{{"name": "admin", "services": ["tester"]}}]
+c.Spawner.cmd = [sys.executable, "-m", "jupyterhub.singleuser"]
+c.Spawner.environment = {{"JUPYTER_PATH": "{share}"}}
+c.Spawner.start_timeout = 60
+c.Spawner.http_timeout = 60
+
+c.VGPUPolicy.default = {{"max_per_kernel": "1/2"}}
+c.VGPUPolicy.groups = {{{students!r}: {{"max_per_kernel": "1/4", "max_total": "1/2"}}}}
+configure(c, __file__, socket_path="{sockets}/broker.sock", ledger_path="{state}/ledger.sqlite", admin_port={admin_port})
+"""
+
+
+def _kernelspec(share: Path, name: str, fraction: str) -> None:
+    folder = share / "kernels" / name
+    folder.mkdir(parents=True)
+    (folder / "kernel.json").write_text(json.dumps({
+        "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+        "display_name": f"Python 3 ({fraction} GPU)",
+        "language": "python",
+        "metadata": {"kernel_provisioner": {"provisioner_name": "vgpu-provisioner", "config": {"gpu_fraction": fraction}}},
+    }))
+    folder.chmod(0o755)
+
+
+@dataclass
+class Hub:
+    url: str
+    token: str  # the tester service's (admin role)
+    users: Users
+    log: Path
+
+    def api(self, method: str, path: str, token: str | None = None, **kwargs: Any) -> requests.Response:
+        headers = {"Authorization": f"token {token or self.token}"}
+        return requests.request(method, f"{self.url}/hub/api/{path}", headers=headers, timeout=60, **kwargs)
+
+    def user_token(self, name: str) -> str:
+        answer = self.api("POST", f"users/{name}/tokens", json={"note": "test"})
+        assert answer.status_code == 201, answer.text
+        return str(answer.json()["token"])
+
+    def start_server(self, name: str) -> None:
+        answer = self.api("POST", f"users/{name}/server")
+        assert answer.status_code in (201, 202), answer.text
+
+        def ready() -> bool:
+            model = self.api("GET", f"users/{name}").json()
+            return bool(model.get("servers", {}).get("", {}).get("ready"))
+
+        wait_until(ready, timeout=90, what=f"{name}'s server ready")
+
+    def start_kernel(self, name: str, token: str, kernelspec: str) -> requests.Response:
+        return requests.post(
+            f"{self.url}/user/{name}/api/kernels", json={"name": kernelspec},
+            headers={"Authorization": f"token {token}"}, timeout=90,
+        )
+
+
+@pytest.fixture(scope="module")
+def hub(system_users: Users) -> Iterator[Hub]:
+    chp = _proxy_command()
+    state = Path(tempfile.mkdtemp(prefix="vgpu-hub-"))
+    sockets = world_dir("vgpu-hub-sock-")
+    share = world_dir("vgpu-hub-share-")
+    for name, fraction in (("quarter", "1/4"), ("half", "1/2")):
+        _kernelspec(share, name, fraction)
+    port, token = _free_port(), uuid.uuid4().hex
+    config = state / "jupyterhub_config.py"
+    config.write_text(CONFIG.format(
+        port=port, hub_port=_free_port(), proxy_api_port=_free_port(), admin_port=_free_port(), chp=chp,
+        state=state, sockets=sockets, share=share, token=token, alice=system_users.alice.name,
+        bob=system_users.bob.name, students=system_users.students,
+    ))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("JUPYTER_VGPU")}
+    env["JUPYTER_VGPU_SIMULATE"] = "1x16GiB"
+    log = state / "hub.log"
+    with log.open("wb") as out:
+        process = subprocess.Popen(
+            [str(Path(sys.executable).parent / "jupyterhub"), "-f", str(config)],
+            cwd=state, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+        )
+    handle = Hub(f"http://127.0.0.1:{port}", token, system_users, log)
+    try:
+        def up() -> bool:
+            if process.poll() is not None:
+                raise AssertionError(f"JupyterHub exited:\n{log.read_text()[-4000:]}")
+            try:
+                return handle.api("GET", "services/vgpu").status_code == 200 and (sockets / "broker.sock").exists()
+            except requests.RequestException:
+                return False
+
+        wait_until(up, timeout=90, what="JupyterHub and the broker service up")
+        for user in (system_users.alice, system_users.bob):
+            handle.start_server(user.name)
+        yield handle
+    finally:
+        os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(30)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+        shutil.rmtree(state, ignore_errors=True)
+        shutil.rmtree(sockets, ignore_errors=True)
+        shutil.rmtree(share, ignore_errors=True)
+
+
+def test_kernels_get_slices_within_quota_and_the_admin_page_lists_them(hub: Hub) -> None:
+    alice, bob = hub.users.alice.name, hub.users.bob.name
+    alice_token, bob_token = hub.user_token(alice), hub.user_token(bob)
+    hub.api("POST", "users/hubadmin")  # admin users exist once they are named; make sure
+    admin_token = hub.user_token("hubadmin")
+
+    started = hub.start_kernel(alice, alice_token, "quarter")
+    assert started.status_code == 201, started.text
+    refused = hub.start_kernel(alice, alice_token, "half")
+    assert refused.status_code >= 400
+    assert f"{alice}: at most 1/4 GPU per kernel (group {hub.users.students}); asked for 1/2 GPU." in refused.json()["message"]
+    bobs = hub.start_kernel(bob, bob_token, "half")
+    assert bobs.status_code == 201, bobs.text
+
+    page = f"{hub.url}/services/vgpu/api/slices"
+    listed = requests.get(page, headers={"Authorization": f"token {admin_token}"}, timeout=60)
+    assert listed.status_code == 200, listed.text
+    rows = {row["owner"]: row for row in listed.json()["slices"]}
+    assert set(rows) == {alice, bob}
+    assert rows[alice]["holder"] == started.json()["id"] and rows[alice]["request_text"] == "1/4 GPU"
+    assert rows[bob]["holder"] == bobs.json()["id"] and rows[bob]["memory_reserved"] == 8 << 30
+    assert listed.json()["simulated"] is True
+
+    forbidden = requests.get(page, headers={"Authorization": f"token {alice_token}"}, timeout=60)
+    assert forbidden.status_code == 403
+
+    # the admin shuts alice's kernel down: through her own server, which frees the slice
+    done = requests.post(f"{page}/{rows[alice]['id']}/shutdown", headers={"Authorization": f"token {admin_token}"}, timeout=60)
+    assert done.status_code == 200, done.text
+    assert done.json()["how"] == "server"
+    kernels = requests.get(f"{hub.url}/user/{alice}/api/kernels", headers={"Authorization": f"token {alice_token}"}, timeout=60)
+    assert started.json()["id"] not in [k["id"] for k in kernels.json()]
+
+    def alice_gone() -> bool:
+        answer = requests.get(page, headers={"Authorization": f"token {admin_token}"}, timeout=60).json()
+        return [r["owner"] for r in answer["slices"]] == [bob]
+
+    wait_until(alice_gone, timeout=30, what="alice's slice freed")
+    # and releases bob's slice (his kernel keeps running, without a slice)
+    released = requests.delete(f"{page}/{rows[bob]['id']}", headers={"Authorization": f"token {admin_token}"}, timeout=60)
+    assert released.status_code == 200 and released.json()["owner"] == bob
