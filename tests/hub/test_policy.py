@@ -1,0 +1,49 @@
+"""Reading the policy: where each limit comes from, and what a mistake says."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from jupyter_vgpu.errors import InvalidConfig
+from jupyter_vgpu.hub.policy import Policy, Share, load_policy
+
+pytestmark = pytest.mark.hub
+
+POLICY = {
+    "default": {"max_per_kernel": "1/2", "max_slices": 2},
+    "groups": {"students": {"max_per_kernel": "1/4"}, "tas": {"max_per_kernel": "1/2", "max_total": "8GiB"}},
+    "users": {"alice": {"max_per_kernel": 1}},
+}
+
+
+def test_own_entry_wins_then_the_most_generous_group_then_the_default() -> None:
+    policy = Policy.parse(POLICY, source="test")
+    assert policy.quota("alice", ["students"]).get("max_per_kernel") == (Share(gpus=1.0), "user alice")
+    assert policy.quota("tom", ["students", "tas"]).get("max_per_kernel") == (Share(gpus=0.5), "group tas")
+    assert policy.quota("tom", ["students", "tas"]).get("max_slices") == (2, "default")
+    assert policy.quota("sue", ["students"]).get("max_total") == (None, "")
+    assert policy.quota("root", []).unlimited
+
+
+def test_a_config_file_supplies_c_vgpupolicy(tmp_path: Path) -> None:
+    config = tmp_path / "jupyterhub_config.py"
+    config.write_text('c.VGPUPolicy.groups = {"students": {"max_total": "1/2"}}\nc.VGPUPolicy.admin_users = ["carol"]\n')
+    policy = load_policy(config)
+    assert policy.quota("x", ["students"]).get("max_total") == (Share(gpus=0.5), "group students")
+    assert policy.is_admin("carol", []) and not policy.is_admin("x", ["students"])
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        ({"default": {"max_gpus": 1}}, "default: unknown limit 'max_gpus'"),
+        ({"users": {"bob": {"max_slices": -1}}}, "users.bob.max_slices -1 is not allowed"),
+        ({"groups": {"g": {"max_total": "1/0"}}}, "groups.g.max_total '1/0' divides by zero"),
+        ({"quota": {}}, "unknown key 'quota'"),
+    ],
+)
+def test_mistakes_name_the_entry_and_the_value(data: dict[str, object], message: str) -> None:
+    with pytest.raises(InvalidConfig, match=message):
+        Policy.parse(data, source="policy.json")
