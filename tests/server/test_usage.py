@@ -87,6 +87,7 @@ async def test_unmatched_pids_fall_back_to_the_kernels_report(
     # As in a container: NVML shows a process the server cannot map to any kernel.
     kernel = await start_kernel()
     slice_id = (await wait_for(jp_fetch, kernel.id, lambda v: True, "the kernel's slice"))["id"]
+    await kernel.connect()  # the kernel writes its own first report as it starts: let it finish
     simulation_file(processes=[usage(unused_pid(), "2GiB")])
     frameworks = {"tensorflow": {"status": "applied", "detail": "1 logical GPU, 3.7 GiB"}}
     write_report(vgpu_env["JUPYTER_VGPU_LEDGER"], slice_id, {"frameworks": frameworks, "memory_used": 2 * GiB})
