@@ -46,13 +46,22 @@ def collect(ledger: Ledger) -> dict[str, Any]:
     waiting = ledger.waiting()
     used, foreign = attribute(snapshot, {s.id: s.pid for s in slices})
     gpus = []
+    held = {device: s.id for s in slices for device in s.mig_devices}
     for gpu in snapshot.gpus:
         reserved = sum(m for s in slices for u, m in zip(s.gpus, s.memory) if u == gpu.uuid)
         data = gpu.to_dict()
+        reservable = max(0, gpu.memory_total - reserved - foreign.get(gpu.uuid, 0))
+        for device in data["mig_devices"]:
+            device["slice"] = held.get(device["uuid"])
+            device["foreign"] = bool(foreign.get(device["uuid"]))
+        if gpu.mig_mode:  # only whole MIG devices can be reserved there
+            free = [d["memory_total"] for d in data["mig_devices"] if not d["slice"] and not d["foreign"]]
+            reservable = max(free, default=0)
         data.update(
             memory_reserved=reserved,
             memory_foreign=foreign.get(gpu.uuid, 0),
-            memory_reservable=max(0, gpu.memory_total - reserved - foreign.get(gpu.uuid, 0)),
+            memory_reservable=reservable,
+            tier="hard (MIG)" if gpu.mig_mode else "hard (MPS)" if gpu.mps else "cooperative",
         )
         gpus.append(data)
     slice_rows = []
@@ -123,18 +132,20 @@ def render(data: dict[str, Any]) -> str:
         lines.append(f"| {bar} {summary}".ljust(width - 1) + "|")
         if gpu["memory_foreign"]:
             lines.append(f"|   x = {format_bytes(gpu['memory_foreign'])} used by processes without a slice".ljust(width - 1) + "|")
+        for line in _tier_lines(gpu):
+            lines.append(f"|   {line}".ljust(width - 1) + "|")
         lines.append(rule)
         rows = by_gpu.get(gpu["uuid"], [])
         if not rows:
             lines.append("  (no slices)")
             continue
-        lines.append(f"  {'SLICE':<13}{'OWNER':<10}{'RESERVED':>10}{'USED':>11}{'CONTEXT':>10}  HOLDER")
+        lines.append(f"  {'SLICE':<13}{'OWNER':<10}{'RESERVED':>10}{'USED':>11}{'CONTEXT':>10}  {'TIER':<20}HOLDER")
         for row in rows:
             index = row["gpus"].index(gpu["uuid"])
             lines.append(
                 f"  {row['id']:<13}{row['owner'][:9]:<10}{format_bytes(row['memory_reserved'][index]):>10}"
                 f"{format_bytes(row['memory_used']):>11}{format_bytes(row['context_allowance']):>10}"
-                f"  {row['holder_text']} [{row['request_text']}]"
+                f"  {row['tier']:<20}{row['holder_text']} [{row['request_text']}]"
             )
     if data["waiting"]:
         lines.append("")
@@ -147,6 +158,22 @@ def render(data: dict[str, Any]) -> str:
     if not data["slices"] and data["available"]:
         lines.append("No slices. Start one with `jupyter vgpu run -p 0.25 -- COMMAND` or a sliced kernel.")
     return "\n".join(lines) + "\n"
+
+
+def _tier_lines(gpu: dict[str, Any]) -> list[str]:
+    """What enforcement this GPU offers: its MIG devices and who holds each, or MPS."""
+    if gpu.get("mig_mode"):
+        devices = gpu.get("mig_devices") or []
+        if not devices:
+            return ["MIG mode, no MIG devices: nothing can be reserved (`nvidia-smi mig -cgi PROFILE -C` creates them)"]
+        lines = ["MIG mode: slices are whole MIG devices (hard limit)"]
+        for d in devices:
+            who = f"slice {d['slice']}" if d.get("slice") else "in use without a slice" if d.get("foreign") else "free"
+            lines.append(f"  MIG {d['profile']:<10} {format_bytes(d['memory_total']):>10}  {who}  {d['uuid']}")
+        return lines
+    if gpu.get("mps"):
+        return ["MPS: an MPS daemon serves this GPU; slices get a hard memory limit and their share of the SMs"]
+    return []
 
 
 def release(args: argparse.Namespace) -> int:

@@ -9,13 +9,16 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .inventory import GPU, GPUProcess, Inventory, Snapshot
+    from .inventory import GPU, GPUProcess, Inventory, MIGDevice, Snapshot
+    from .mps import MPSStatus
     from .simulated import SimulatedNVML, parse_spec
 
 _WHERE = {
     "GPU": "inventory",
     "GPUProcess": "inventory",
     "Inventory": "inventory",
+    "MIGDevice": "inventory",
+    "MPSStatus": "mps",
     "Snapshot": "inventory",
     "SimulatedNVML": "simulated",
     "parse_spec": "simulated",
@@ -30,4 +33,4 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-__all__ = ["GPU", "GPUProcess", "Inventory", "SimulatedNVML", "Snapshot", "parse_spec"]
+__all__ = ["GPU", "GPUProcess", "Inventory", "MIGDevice", "MPSStatus", "SimulatedNVML", "Snapshot", "parse_spec"]

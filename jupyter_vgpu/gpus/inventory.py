@@ -6,6 +6,8 @@ a reservation never dies because the driver could not answer one question.
 
 from __future__ import annotations
 
+import os
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -13,23 +15,51 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, TypeVar
 
 from ..errors import InvalidConfig
+from .mps import SERVER_PROCESS, MPSDetector
 from .simulated import SimulatedNVML, describe
 
 T = TypeVar("T")
 
 
+#: ``NVIDIA A100-SXM4-40GB MIG 1g.5gb`` -> ``1g.5gb`` (also ``1c.3g.20gb``, ``1g.10gb+me``).
+_MIG_PROFILE = re.compile(r"MIG\s+(\S+)\s*$")
+
+
 @dataclass(frozen=True)
 class GPUProcess:
-    """A process NVML sees on a GPU (host pid; ``used`` is None when NVML cannot tell)."""
+    """A process NVML sees on a GPU (host pid; ``used`` is None when NVML cannot tell).
+
+    ``mig_device`` is the UUID of the MIG device it runs in (None outside MIG mode);
+    ``mps_server`` marks the MPS server, which holds memory on behalf of its clients.
+    """
 
     pid: int
     used: int | None
     utilization: int | None = None
+    mig_device: str | None = None
+    mps_server: bool = False
+
+
+@dataclass(frozen=True)
+class MIGDevice:
+    """A MIG device (a GPU instance with its compute instance) an admin created on a GPU."""
+
+    index: int  # NVML's MIG device index under the parent GPU
+    uuid: str  # MIG-..., what CUDA_VISIBLE_DEVICES takes
+    profile: str  # 1g.10gb
+    memory_total: int
+    memory_used: int | None = None
+    gpu_instance_id: int | None = None
+    compute_instance_id: int | None = None
 
 
 @dataclass(frozen=True)
 class GPU:
-    """One physical GPU at the time of the snapshot."""
+    """One physical GPU at the time of the snapshot.
+
+    In MIG mode ``mig_devices`` lists its instances (processes stay listed on the GPU, each
+    with its ``mig_device``); ``mps`` is True when an MPS control daemon serves it.
+    """
 
     index: int
     uuid: str
@@ -39,10 +69,19 @@ class GPU:
     utilization: int | None
     mig_mode: bool | None
     processes: tuple[GPUProcess, ...] = ()
+    mig_devices: tuple[MIGDevice, ...] = ()
+    mps: bool = False
+
+    def __post_init__(self) -> None:
+        # Accept the plain dicts of a JSON round trip (the broker's wire) as well as dataclasses.
+        if any(isinstance(m, dict) for m in self.mig_devices):
+            devices = tuple(MIGDevice(**m) if isinstance(m, dict) else m for m in self.mig_devices)
+            object.__setattr__(self, "mig_devices", devices)
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["processes"] = [asdict(p) for p in self.processes]
+        data["mig_devices"] = [asdict(m) for m in self.mig_devices]
         return data
 
 
@@ -101,6 +140,8 @@ class Inventory:
         self._nvml: Any = nvml
         self._error: str | None = None
         self._initialised = False
+        self.mps = MPSDetector()
+        self._names: dict[int, str] = {}  # pid -> process name, for the pids NVML lists
 
     @property
     def simulated(self) -> bool:
@@ -142,7 +183,9 @@ class Inventory:
         if nvml is None:
             return Snapshot(gpus=(), simulated=False, available=False, message=self._error)
         count = _safe(nvml.nvmlDeviceGetCount) or 0
-        gpus = tuple(g for g in (self._read_gpu(nvml, i) for i in range(count)) if g is not None)
+        mps = self.mps.status().active
+        gpus = tuple(g for g in (self._read_gpu(nvml, i, mps) for i in range(count)) if g is not None)
+        self._forget_names({p.pid for g in gpus for p in g.processes})
         message = None if gpus else "NVML reports no GPU on this machine."
         return Snapshot(
             gpus=gpus,
@@ -152,7 +195,7 @@ class Inventory:
             message=message,
         )
 
-    def _read_gpu(self, nvml: Any, index: int) -> GPU | None:
+    def _read_gpu(self, nvml: Any, index: int, mps: bool) -> GPU | None:
         handle = _safe(lambda: nvml.nvmlDeviceGetHandleByIndex(index))
         if handle is None:
             return None
@@ -162,15 +205,45 @@ class Inventory:
             return None  # cannot place a slice on a GPU we cannot name or size
         util = _safe(lambda: nvml.nvmlDeviceGetUtilizationRates(handle))
         mig = _safe(lambda: nvml.nvmlDeviceGetMigMode(handle))
+        mig_mode = bool(mig[0]) if mig is not None else None
         process_util: dict[int, int] = {}
         for sample in _safe(lambda: nvml.nvmlDeviceGetProcessUtilization(handle, 0)) or []:
             process_util[int(sample.pid)] = max(process_util.get(int(sample.pid), 0), int(sample.smUtil))
-        processes = []
-        for proc in _safe(lambda: nvml.nvmlDeviceGetComputeRunningProcesses(handle)) or []:
-            used = getattr(proc, "usedGpuMemory", None)
-            processes.append(
-                GPUProcess(pid=int(proc.pid), used=int(used) if used is not None else None, utilization=process_util.get(int(proc.pid)))
-            )
+        mig_devices: list[MIGDevice] = []
+        mig_handles: list[tuple[MIGDevice, Any]] = []
+        if mig_mode:
+            for device, mig_handle in self._read_mig_devices(nvml, handle):
+                mig_devices.append(device)
+                mig_handles.append((device, mig_handle))
+        by_instance = {d.gpu_instance_id: d.uuid for d in mig_devices if d.gpu_instance_id is not None}
+        found: dict[int, GPUProcess] = {}
+
+        def add(entries: Any, mig_device: str | None = None) -> None:
+            for proc in entries or []:
+                pid = int(proc.pid)
+                used = getattr(proc, "usedGpuMemory", None)
+                device = mig_device or by_instance.get(int(getattr(proc, "gpuInstanceId", -1) or -1))
+                known = found.get(pid)
+                if known is not None and known.used is not None and used is None:
+                    continue  # keep the entry that knows the memory
+                found[pid] = GPUProcess(
+                    pid=pid,
+                    used=int(used) if used is not None else None,
+                    utilization=process_util.get(pid),
+                    mig_device=device or (known.mig_device if known else None),
+                )
+
+        # In MIG mode the GPU-wide lists need privileges; each MIG device's own list does not.
+        add(_safe(lambda: nvml.nvmlDeviceGetComputeRunningProcesses(handle)))
+        add(_safe(lambda: nvml.nvmlDeviceGetMPSComputeRunningProcesses(handle)))
+        for device, mig_handle in mig_handles:
+            add(_ask(nvml.nvmlDeviceGetComputeRunningProcesses, mig_handle), device.uuid)
+        processes = [
+            GPUProcess(p.pid, p.used, p.utilization, p.mig_device, mps_server=True)
+            if self._process_name(nvml, p.pid) == SERVER_PROCESS
+            else p
+            for p in found.values()
+        ]
         return GPU(
             index=index,
             uuid=_text(uuid),
@@ -178,13 +251,67 @@ class Inventory:
             memory_total=int(memory.total),
             memory_used=int(memory.used) if memory.used is not None else None,
             utilization=int(util.gpu) if util is not None else None,
-            mig_mode=bool(mig[0]) if mig is not None else None,
+            mig_mode=mig_mode,
             processes=tuple(processes),
+            mig_devices=tuple(mig_devices),
+            mps=mps and not mig_mode,
         )
+
+    def _read_mig_devices(self, nvml: Any, handle: Any) -> list[tuple[MIGDevice, Any]]:
+        """The MIG devices that exist under a GPU in MIG mode (empty slots raise NOT_FOUND)."""
+        result: list[tuple[MIGDevice, Any]] = []
+        for index in range(_safe(lambda: nvml.nvmlDeviceGetMaxMigDeviceCount(handle)) or 0):
+            mig = _ask(nvml.nvmlDeviceGetMigDeviceHandleByIndex, handle, index)
+            if mig is None:
+                continue
+            uuid = _ask(nvml.nvmlDeviceGetUUID, mig)
+            memory = _ask(nvml.nvmlDeviceGetMemoryInfo, mig)
+            if uuid is None or memory is None:
+                continue
+            name = _text(_ask(nvml.nvmlDeviceGetName, mig) or "")
+            match = _MIG_PROFILE.search(name)
+            gi = _ask(nvml.nvmlDeviceGetGpuInstanceId, mig)
+            ci = _ask(nvml.nvmlDeviceGetComputeInstanceId, mig)
+            device = MIGDevice(
+                index=index,
+                uuid=_text(uuid),
+                profile=match.group(1) if match else (name or "MIG device"),
+                memory_total=int(memory.total),
+                memory_used=int(memory.used) if memory.used is not None else None,
+                gpu_instance_id=int(gi) if gi is not None else None,
+                compute_instance_id=int(ci) if ci is not None else None,
+            )
+            result.append((device, mig))
+        return result
+
+    def _process_name(self, nvml: Any, pid: int) -> str:
+        """The executable's name (to tell the MPS server apart), remembered while NVML lists the pid."""
+        name = self._names.get(pid)
+        if name is None:
+            raw = _safe(lambda: nvml.nvmlSystemGetProcessName(pid))
+            name = os.path.basename(_text(raw)) if raw else ""
+            if not name:
+                try:
+                    import psutil
+
+                    name = psutil.Process(pid).name()
+                except Exception:
+                    name = ""
+            self._names[pid] = name
+        return name
+
+    def _forget_names(self, live: set[int]) -> None:
+        for pid in [p for p in self._names if p not in live]:
+            del self._names[pid]
 
 
 def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _ask(query: Callable[..., T], *args: Any) -> T | None:
+    """``query(*args)``, or None when NVML cannot answer (see :func:`_safe`)."""
+    return _safe(lambda: query(*args))
 
 
 def _safe(call: Callable[[], T]) -> T | None:

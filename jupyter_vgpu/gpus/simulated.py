@@ -13,6 +13,16 @@ Two ways to describe the GPUs (``JUPYTER_VGPU_SIMULATE``):
 
   ``gpu`` is an index or a UUID; ``uuid``, ``name``, ``utilization`` and ``used`` (memory
   used outside any process, e.g. by the driver) are optional per device.
+
+* a GPU in MIG mode lists its MIG devices (the instances an admin created)::
+
+    {"name": "NVIDIA A100-SXM4-40GB", "memory": "40GiB",
+     "mig": [{"profile": "1g.10gb", "memory": "9.75GiB"}, {"profile": "2g.20gb", "memory": "19.5GiB"}]}
+
+  ``"mig": []`` is MIG mode with no instance yet. A process runs in one with ``"mig": 0`` (its
+  position in that list, or its ``MIG-...`` UUID).
+* a process entry may also give ``"name"`` (``"nvidia-cuda-mps-server"`` is the MPS server) and
+  ``"mps": true`` for an MPS client, which NVML lists through ``nvmlDeviceGetMPSComputeRunningProcesses``.
 """
 
 from __future__ import annotations
@@ -82,6 +92,29 @@ class _ProcessSample:
 
 
 @dataclass
+class SimulatedProcess:
+    """One process on a simulated GPU (what a JSON ``processes`` entry describes)."""
+
+    pid: int
+    used: int | None
+    utilization: int = 0
+    mig: int | None = None  # index of the MIG device it runs in
+    name: str = "python"
+    mps_client: bool = False
+
+
+@dataclass
+class SimulatedMIG:
+    """One MIG device of a simulated GPU in MIG mode."""
+
+    uuid: str
+    profile: str
+    memory_total: int
+    gpu_instance_id: int
+    compute_instance_id: int = 0
+
+
+@dataclass
 class SimulatedDevice:
     """One simulated GPU (what a JSON ``devices`` entry describes)."""
 
@@ -91,7 +124,14 @@ class SimulatedDevice:
     memory_total: int
     utilization: int = 0
     base_used: int = 0
-    processes: list[tuple[int, int | None, int]] = field(default_factory=list)  # pid, bytes, util
+    processes: list[SimulatedProcess] = field(default_factory=list)
+    mig: list[SimulatedMIG] | None = None  # None: not in MIG mode
+
+
+@dataclass(frozen=True)
+class _MIGHandle:
+    device: int
+    index: int
 
 
 _SHORT = re.compile(r"^\s*(?:(\d+)\s*[xX]\s*)?(\S+)\s*$")
@@ -145,14 +185,16 @@ def _load_json(path: Path) -> list[SimulatedDevice]:
         except InvalidRequest as error:
             raise InvalidConfig(f"{where}: {error}") from None
         name = str(entry.get("name") or f"Simulated GPU {format_bytes(memory, precision=0).replace(' ', '')}")
+        uuid = str(entry.get("uuid") or _stable_uuid(index, memory, name))
         devices.append(
             SimulatedDevice(
                 index=index,
-                uuid=str(entry.get("uuid") or _stable_uuid(index, memory, name)),
+                uuid=uuid,
                 name=name,
                 memory_total=memory,
                 utilization=int(entry.get("utilization", 0)),
                 base_used=base_used,
+                mig=_load_mig(entry.get("mig"), where=f"{where}: device {index}", parent=uuid, memory=memory),
             )
         )
     by_key = {str(d.index): d for d in devices} | {d.uuid: d for d in devices}
@@ -168,8 +210,46 @@ def _load_json(path: Path) -> list[SimulatedDevice]:
                 used = parse_bytes(proc["memory"], what=f"process {number} memory")
             except InvalidRequest as error:
                 raise InvalidConfig(f"{where}: {error}") from None
-        device.processes.append((int(proc["pid"]), used, int(proc.get("utilization", 0))))
+        device.processes.append(
+            SimulatedProcess(
+                pid=int(proc["pid"]),
+                used=used,
+                utilization=int(proc.get("utilization", 0)),
+                mig=_process_mig(proc.get("mig"), device, where=f"{where}: process {number}"),
+                name=str(proc.get("name") or "python"),
+                mps_client=bool(proc.get("mps")),
+            )
+        )
     return devices
+
+
+def _load_mig(entries: Any, *, where: str, parent: str, memory: int) -> list[SimulatedMIG] | None:
+    if entries is None:
+        return None
+    if not isinstance(entries, list):
+        raise InvalidConfig(f'{where}: "mig" must be a list of {{"profile": "1g.10gb", "memory": "9.75GiB"}}.')
+    result = []
+    for number, entry in enumerate(entries):
+        if not isinstance(entry, dict) or "profile" not in entry or "memory" not in entry:
+            raise InvalidConfig(f'{where}: MIG device {number} needs "profile" (e.g. "1g.10gb") and "memory".')
+        try:
+            size = parse_bytes(entry["memory"], what=f"MIG device {number} memory")
+        except InvalidRequest as error:
+            raise InvalidConfig(f"{where}: {error}") from None
+        uuid = str(entry.get("uuid") or "MIG-" + str(uuidlib.uuid5(uuidlib.NAMESPACE_OID, f"{parent}/mig/{number}")))
+        result.append(SimulatedMIG(uuid=uuid, profile=str(entry["profile"]), memory_total=size, gpu_instance_id=number + 1))
+    if sum(m.memory_total for m in result) > memory:
+        raise InvalidConfig(f"{where}: its MIG devices hold more memory than the GPU has.")
+    return result
+
+
+def _process_mig(value: Any, device: SimulatedDevice, *, where: str) -> int | None:
+    if value is None:
+        return None
+    for number, mig in enumerate(device.mig or []):
+        if str(value) in (str(number), mig.uuid):
+            return number
+    raise InvalidConfig(f"{where} names MIG device {value!r}, which GPU {device.index} does not have.")
 
 
 class SimulatedNVML:
@@ -213,6 +293,31 @@ class SimulatedNVML:
             raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
         return devices[handle]
 
+    def _mig(self, handle: Any) -> tuple[SimulatedDevice, SimulatedMIG]:
+        if not isinstance(handle, _MIGHandle):
+            raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
+        device = self._device(handle.device)
+        if device.mig is None or not 0 <= handle.index < len(device.mig):
+            raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
+        return device, device.mig[handle.index]
+
+    @staticmethod
+    def _processes(device: SimulatedDevice, *, mig: int | None = None, mps: bool = False) -> list[_Process]:
+        result = []
+        for proc in device.processes:
+            if proc.mps_client != mps or (mig is not None and proc.mig != mig):
+                continue
+            instance = device.mig[proc.mig] if device.mig is not None and proc.mig is not None else None
+            result.append(
+                _Process(
+                    pid=proc.pid,
+                    usedGpuMemory=proc.used,
+                    gpuInstanceId=instance.gpu_instance_id if instance else 0xFFFFFFFF,
+                    computeInstanceId=instance.compute_instance_id if instance else 0xFFFFFFFF,
+                )
+            )
+        return result
+
     # -- the pynvml subset -------------------------------------------------------------
     def nvmlInit(self) -> None:
         return None
@@ -223,6 +328,13 @@ class SimulatedNVML:
     def nvmlSystemGetDriverVersion(self) -> str:
         return "simulated"
 
+    def nvmlSystemGetProcessName(self, pid: int) -> str:
+        for device in self._current():
+            for proc in device.processes:
+                if proc.pid == pid:
+                    return proc.name
+        raise NVMLError(NVML_ERROR_NOT_FOUND)
+
     def nvmlDeviceGetCount(self) -> int:
         return len(self._current())
 
@@ -230,33 +342,72 @@ class SimulatedNVML:
         self._device(index)
         return index
 
-    def nvmlDeviceGetName(self, handle: int) -> str:
+    def nvmlDeviceGetName(self, handle: Any) -> str:
+        if isinstance(handle, _MIGHandle):
+            device, mig = self._mig(handle)
+            return f"{device.name} MIG {mig.profile}"
         return self._device(handle).name
 
-    def nvmlDeviceGetUUID(self, handle: int) -> str:
+    def nvmlDeviceGetUUID(self, handle: Any) -> str:
+        if isinstance(handle, _MIGHandle):
+            return self._mig(handle)[1].uuid
         return self._device(handle).uuid
 
-    def nvmlDeviceGetMemoryInfo(self, handle: int) -> _Memory:
+    def nvmlDeviceGetMemoryInfo(self, handle: Any) -> _Memory:
+        if isinstance(handle, _MIGHandle):
+            device, mig = self._mig(handle)
+            used = min(mig.memory_total, sum(p.used or 0 for p in device.processes if p.mig == handle.index))
+            return _Memory(total=mig.memory_total, used=used, free=mig.memory_total - used)
         device = self._device(handle)
-        used = device.base_used + sum(b or 0 for _, b, _ in device.processes)
+        used = device.base_used + sum(p.used or 0 for p in device.processes)
         used = min(used, device.memory_total)
         return _Memory(total=device.memory_total, used=used, free=device.memory_total - used)
 
     def nvmlDeviceGetUtilizationRates(self, handle: int) -> _Utilization:
         device = self._device(handle)
-        util = device.utilization or min(100, sum(u for _, _, u in device.processes))
+        if device.mig is not None:
+            raise NVMLError(NVML_ERROR_NOT_SUPPORTED)  # as on real GPUs in MIG mode
+        util = device.utilization or min(100, sum(p.utilization for p in device.processes))
         return _Utilization(gpu=util, memory=0)
 
     def nvmlDeviceGetMigMode(self, handle: int) -> list[int]:
-        self._device(handle)
-        return [0, 0]
+        mode = int(self._device(handle).mig is not None)
+        return [mode, mode]
 
-    def nvmlDeviceGetComputeRunningProcesses(self, handle: int) -> list[_Process]:
-        return [_Process(pid=pid, usedGpuMemory=used) for pid, used, _ in self._device(handle).processes]
+    def nvmlDeviceGetMaxMigDeviceCount(self, handle: int) -> int:
+        device = self._device(handle)
+        return 0 if device.mig is None else 7
+
+    def nvmlDeviceGetMigDeviceHandleByIndex(self, handle: int, index: int) -> _MIGHandle:
+        device = self._device(handle)
+        if device.mig is None:
+            raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
+        if not 0 <= index < len(device.mig):
+            raise NVMLError(NVML_ERROR_NOT_FOUND)  # an empty slot, as NVML answers
+        return _MIGHandle(handle, index)
+
+    def nvmlDeviceGetGpuInstanceId(self, handle: Any) -> int:
+        return self._mig(handle)[1].gpu_instance_id
+
+    def nvmlDeviceGetComputeInstanceId(self, handle: Any) -> int:
+        return self._mig(handle)[1].compute_instance_id
+
+    def nvmlDeviceGetComputeRunningProcesses(self, handle: Any) -> list[_Process]:
+        if isinstance(handle, _MIGHandle):
+            device, _ = self._mig(handle)
+            return self._processes(device, mig=handle.index)
+        return self._processes(self._device(handle))
+
+    def nvmlDeviceGetMPSComputeRunningProcesses(self, handle: Any) -> list[_Process]:
+        if isinstance(handle, _MIGHandle):
+            device, _ = self._mig(handle)
+            return self._processes(device, mig=handle.index, mps=True)
+        return self._processes(self._device(handle), mps=True)
 
     def nvmlDeviceGetProcessUtilization(self, handle: int, timestamp: int) -> list[_ProcessSample]:
-        samples = [_ProcessSample(pid=p, timeStamp=0, smUtil=u, memUtil=0) for p, _, u in self._device(handle).processes]
-        if not samples:
+        device = self._device(handle)
+        samples = [_ProcessSample(pid=p.pid, timeStamp=0, smUtil=p.utilization, memUtil=0) for p in device.processes]
+        if not samples or device.mig is not None:
             raise NVMLError(NVML_ERROR_NOT_FOUND)
         return samples
 
@@ -270,4 +421,4 @@ def describe(spec: str) -> str:
     return ", ".join(format_bytes(d.memory_total, precision=0) for d in devices)
 
 
-__all__ = ["GiB", "NVMLError", "SimulatedDevice", "SimulatedNVML", "describe", "parse_spec"]
+__all__ = ["GiB", "NVMLError", "SimulatedDevice", "SimulatedMIG", "SimulatedNVML", "SimulatedProcess", "describe", "parse_spec"]

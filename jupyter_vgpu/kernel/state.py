@@ -48,6 +48,8 @@ class SliceFacts:
     ledger_path: str | None = None
     no_gpu_reason: str | None = None
     simulate: str = ""
+    tier: str | None = None  # "hard (MIG 1g.10gb)", "hard (MPS)" or "cooperative"
+    devices: tuple[str, ...] = ()  # CUDA_VISIBLE_DEVICES: the GPUs, or the MIG device
 
     @property
     def sliced(self) -> bool:
@@ -59,10 +61,14 @@ class SliceFacts:
         """Read the ``JUPYTER_VGPU_*`` variables; a malformed one raises :class:`InvalidConfig`."""
         env = os.environ if env is None else env
         slice_id = env.get("JUPYTER_VGPU_SLICE_ID") or None
-        visible = env.get("CUDA_VISIBLE_DEVICES", "")
+        visible = tuple(g.strip() for g in env.get("CUDA_VISIBLE_DEVICES", "").split(",") if g.strip())
+        # The physical GPUs (a MIG slice's CUDA_VISIBLE_DEVICES names its MIG device instead).
+        parents = tuple(g.strip() for g in env.get("JUPYTER_VGPU_GPUS", "").split(",") if g.strip())
         return cls(
             slice_id=slice_id,
-            gpus=tuple(g.strip() for g in visible.split(",") if g.strip()) if slice_id else (),
+            gpus=(parents or visible) if slice_id else (),
+            devices=visible if slice_id else (),
+            tier=env.get("JUPYTER_VGPU_TIER") or None,
             fraction=_number(env, "JUPYTER_VGPU_FRACTION", float),
             memory_limit=_number(env, "JUPYTER_VGPU_MEMORY_LIMIT", int),
             memory_reserved=_number(env, "JUPYTER_VGPU_MEMORY_RESERVED", int),

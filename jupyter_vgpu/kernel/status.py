@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING
 
 from ..units import describe_fraction, format_bytes
@@ -71,6 +72,8 @@ def slice_rows(state: KernelState, usage: Usage) -> list[tuple[str, str]]:
     for ident in facts.gpus:
         gpu = gpus.get(ident) or next((g for g in usage.gpus if str(g.index) == ident), None)
         rows.append(("GPU", f"{gpu.index} · {gpu.name} · {gpu.uuid}" if gpu else ident))
+    if facts.devices and facts.devices != facts.gpus:
+        rows.append(("MIG device", ", ".join(facts.devices)))
     rows.append(("share", share_text(state)))
     rows.append(("reserved", f"{format_bytes(facts.memory_reserved)} per GPU (context allowance included)"))
     rows.append(("limit", f"{format_bytes(facts.memory_limit)} per GPU for frameworks"))
@@ -106,6 +109,23 @@ def tier_text(state: KernelState) -> str:
     return "cooperative: no framework limit in force yet (set when TensorFlow, PyTorch, JAX or CuPy is imported)"
 
 
+def hard_tier_text(state: KernelState) -> str | None:
+    """The hardware's own limit on this kernel (MIG device or MPS), or None when there is none."""
+    facts = state.facts
+    tier = facts.tier or ""
+    if tier.startswith("hard (MIG"):
+        devices = ", ".join(facts.devices)
+        return f"{tier}: this kernel sees only its MIG device {devices}; the GPU itself keeps it inside"
+    if tier.startswith("hard (MPS"):
+        limit = os.environ.get("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT", "")
+        threads = os.environ.get("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", "")
+        return (
+            f"{tier}: the MPS server refuses allocations past {format_bytes(facts.memory_reserved)} per GPU "
+            f"(CUDA_MPS_PINNED_DEVICE_MEM_LIMIT={limit}) and runs it on {threads}% of the SMs"
+        )
+    return None
+
+
 def framework_rows(state: KernelState) -> list[tuple[str, str]]:
     rows = []
     for framework in FRAMEWORKS:
@@ -127,7 +147,12 @@ def status_sheet(state: KernelState, usage: Usage) -> Sheet:
         sheet.section("Slice").rows.extend(slice_rows(state, usage))
         sheet.section("Use").rows.extend(use_rows(state, usage))
         enforcement = sheet.section("Enforcement")
-        enforcement.add("tier", tier_text(state))
+        hard = hard_tier_text(state)
+        if hard:
+            enforcement.add("tier", hard)
+            enforcement.add("", tier_text(state))
+        else:
+            enforcement.add("tier", tier_text(state))
         enforcement.add("", "watched: the Jupyter server compares NVML use with the slice when its extension runs")
     else:
         if facts.no_gpu_reason:
@@ -159,7 +184,7 @@ def devices_sheet(state: KernelState, usage: Usage) -> Sheet:
     else:
         physical.add("none", usage.message or "NVML reports no GPU")
     if state.facts.sliced:
-        physical.add("visible here", f"CUDA_VISIBLE_DEVICES={','.join(state.facts.gpus)}")
+        physical.add("visible here", f"CUDA_VISIBLE_DEVICES={','.join(state.facts.devices or state.facts.gpus)}")
     missing = []
     found = {framework.name: module for framework, module in imported(state)}
     for framework in FRAMEWORKS:

@@ -16,7 +16,7 @@ import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from ..errors import VGPUError
@@ -42,9 +42,13 @@ class GPUUsage:
     reserved: int
     foreign: int
     slices: tuple[str, ...]
+    mig_held: dict[str, str] = field(default_factory=dict)  # MIG device uuid -> the slice or "foreign"
 
     @property
     def reservable(self) -> int:
+        """What one new slice could get here: on a GPU in MIG mode, its largest free MIG device."""
+        if self.gpu.mig_mode:
+            return max((m.memory_total for m in self.gpu.mig_devices if m.uuid not in self.mig_held), default=0)
         return max(0, self.gpu.memory_total - self.reserved - self.foreign)
 
 
@@ -143,12 +147,15 @@ class UsageMonitor:
         gpus = []
         for gpu in snapshot.gpus:
             on_gpu = [(s.id, amount) for s in slices for uuid, amount in zip(s.gpus, s.memory) if uuid == gpu.uuid]
+            mig_held = {m.uuid: "foreign" for m in gpu.mig_devices if attribution.foreign.get(m.uuid)}
+            mig_held.update({d: s.id for s in slices for d in s.mig_devices if any(m.uuid == d for m in gpu.mig_devices)})
             gpus.append(
                 GPUUsage(
                     gpu=gpu,
                     reserved=sum(amount for _, amount in on_gpu),
                     foreign=attribution.foreign.get(gpu.uuid, 0),
                     slices=tuple(sid for sid, _ in on_gpu),
+                    mig_held=mig_held,
                 )
             )
         return Sample(now, snapshot, tuple(gpus), usages, waiting, snapshot.message)

@@ -39,7 +39,7 @@ class Attribution:
 
     used: dict[str, dict[str, int]] = field(default_factory=dict)  # slice id -> gpu uuid -> bytes
     utilization: dict[str, dict[str, int]] = field(default_factory=dict)  # slice id -> gpu uuid -> %
-    foreign: dict[str, int] = field(default_factory=dict)  # gpu uuid -> bytes used outside slices
+    foreign: dict[str, int] = field(default_factory=dict)  # gpu (or MIG device) uuid -> bytes used outside slices
     foreign_pids: dict[str, int] = field(default_factory=dict)  # gpu uuid -> processes outside slices
 
 
@@ -59,6 +59,8 @@ class ProcessOwners:
         result = Attribution()
         for gpu in snapshot.gpus:
             for proc in gpu.processes:
+                if proc.mps_server:
+                    continue  # holds memory on behalf of its clients, which NVML lists themselves
                 seen.add(proc.pid)
                 if proc.pid in self._owner:
                     sid = self._owner[proc.pid]
@@ -69,6 +71,8 @@ class ProcessOwners:
                 if sid is None:
                     result.foreign[gpu.uuid] = result.foreign.get(gpu.uuid, 0) + amount
                     result.foreign_pids[gpu.uuid] = result.foreign_pids.get(gpu.uuid, 0) + 1
+                    if proc.mig_device:  # a MIG device in use without a slice cannot be reserved
+                        result.foreign[proc.mig_device] = result.foreign.get(proc.mig_device, 0) + max(1, amount)
                     continue
                 per_gpu = result.used.setdefault(sid, {})
                 per_gpu[gpu.uuid] = per_gpu.get(gpu.uuid, 0) + amount

@@ -10,6 +10,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ..slices.placement import TIER_COOPERATIVE
 from .monitor import Point, Sample, UsageMonitor
 from .usage import MEASURED, NO_USAGE, SliceUsage
 from .watchdog import Watchdog
@@ -28,10 +29,13 @@ def _points(history: Iterable[Point], since: float) -> list[dict[str, Any]]:
 
 
 def tier(usage: SliceUsage, watchdog: Watchdog) -> str:
-    """The enforcement tier in force for a slice (DESIGN.md, "Enforcement tiers")."""
+    """The enforcement tier in force for a slice (DESIGN.md, "Enforcement tiers"): the strongest
+    first (``hard (MIG 1g.10gb)``, ``hard (MPS)`` or ``cooperative``), then ``+watched``."""
     parts = []
+    if usage.slice.tier != TIER_COOPERATIVE:
+        parts.append(usage.slice.tier_text)  # recorded when the slice was placed
     # Kernels and `jupyter vgpu run` commands start with the slice's framework limits in their env.
-    if usage.slice.holder_kind in ("kernel", "command"):
+    elif usage.slice.holder_kind in ("kernel", "command"):
         parts.append("cooperative")
     if watchdog.action != "none" and usage.source != NO_USAGE:
         parts.append("watched")
@@ -75,6 +79,10 @@ def slice_view(
         "utilization": usage.utilization,
         "usage_source": usage.source,
         "tier": tier(usage, watchdog),
+        "tier_kind": s.tier,
+        "visible_devices": list(s.visible_devices),
+        "mig_devices": list(s.mig_devices),
+        "mig_profiles": list(s.mig_profiles),
         "state": usage.state,
         "frameworks": frameworks if isinstance(frameworks, dict) else {},
         "history": _points(monitor.slice_history.get(s.id, ()), since),
@@ -115,7 +123,9 @@ def devices_view(sample: Sample, monitor: UsageMonitor, watchdog: Watchdog, sinc
         gpu = entry.gpu
         history = [p for p in monitor.gpu_history.get(gpu.uuid, ()) if p[0] > since]
         if gpu.mig_mode:
-            gpu_tier = "hard"
+            gpu_tier = "hard (MIG)"
+        elif gpu.mps:
+            gpu_tier = "hard (MPS)"
         elif watchdog.action != "none":
             gpu_tier = "watched"
         else:
@@ -134,6 +144,18 @@ def devices_view(sample: Sample, monitor: UsageMonitor, watchdog: Watchdog, sinc
                 "utilization_history": [[t, util] for t, _, util in history],
                 "history": _points(history, since),
                 "mig_mode": gpu.mig_mode,
+                "mig_devices": [
+                    {
+                        "uuid": m.uuid,
+                        "profile": m.profile,
+                        "memory_total": m.memory_total,
+                        "memory_used": m.memory_used,
+                        "slice": entry.mig_held.get(m.uuid) if entry.mig_held.get(m.uuid) != "foreign" else None,
+                        "in_use_without_slice": entry.mig_held.get(m.uuid) == "foreign",
+                    }
+                    for m in gpu.mig_devices
+                ],
+                "mps": gpu.mps,
                 "tier": gpu_tier,
                 "slices": list(entry.slices),
             }

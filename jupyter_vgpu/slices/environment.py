@@ -2,6 +2,17 @@
 
 A kernel started by the provisioner and a command started by ``jupyter vgpu run`` get
 exactly this environment, so a slice behaves the same wherever it is used.
+
+The slice's tier decides the hard part of it:
+
+* MIG: ``CUDA_VISIBLE_DEVICES`` names the MIG device; the hardware holds the process to it.
+* MPS: ``CUDA_MPS_PINNED_DEVICE_MEM_LIMIT`` is the *whole slice* on each GPU (context allowance
+  included) and ``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE`` the slice's share of the SMs. The whole
+  slice, not the framework limit: the frameworks stop at their own limit first (and explain an
+  out-of-memory error in the slice's terms), so MPS only catches code that lifts that limit, and
+  the process can never hold more than the ledger reserved for it, whether or not the driver
+  counts the CUDA context under the MPS limit. The limit names devices by the ordinal the
+  process sees (0, 1... in ``CUDA_VISIBLE_DEVICES`` order), the form NVIDIA documents.
 """
 
 from __future__ import annotations
@@ -9,6 +20,7 @@ from __future__ import annotations
 import math
 
 from .ledger import Slice
+from .placement import TIER_MPS
 
 #: Variables this module may set; a process without a slice gets none of them.
 VARIABLES = (
@@ -24,16 +36,23 @@ VARIABLES = (
     "XLA_PYTHON_CLIENT_MEM_FRACTION",
     "XLA_PYTHON_CLIENT_PREALLOCATE",
     "CUPY_GPU_MEMORY_LIMIT",
+    "JUPYTER_VGPU_GPUS",
+    "JUPYTER_VGPU_TIER",
+    "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT",
+    "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE",
 )
 
 
 def slice_environment(slice_: Slice, *, ledger_path: str, simulate: str = "") -> dict[str, str]:
     """Environment for a process that holds ``slice_`` (contract: DESIGN.md, "Kernel environment")."""
     limit = slice_.memory_limit
-    smallest_total = min(slice_.memory_total)
+    # What CUDA reports as the device's total: the MIG device itself on a MIG slice.
+    smallest_total = min(slice_.device_memory)
     env = {
         # NVML ignores CUDA_VISIBLE_DEVICES and indices can differ from CUDA's order: UUIDs are unambiguous.
-        "CUDA_VISIBLE_DEVICES": ",".join(slice_.gpus),
+        "CUDA_VISIBLE_DEVICES": ",".join(slice_.visible_devices),
+        "JUPYTER_VGPU_GPUS": ",".join(slice_.gpus),
+        "JUPYTER_VGPU_TIER": slice_.tier_text,
         "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
         "JUPYTER_VGPU_SLICE_ID": slice_.id,
         "JUPYTER_VGPU_FRACTION": f"{slice_.fraction:.6g}",
@@ -47,9 +66,19 @@ def slice_environment(slice_: Slice, *, ledger_path: str, simulate: str = "") ->
         "XLA_PYTHON_CLIENT_PREALLOCATE": "false",
         "CUPY_GPU_MEMORY_LIMIT": str(limit),
     }
+    if slice_.tier == TIER_MPS:
+        env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] = ",".join(
+            f"{ordinal}={max(1, amount // 2**20)}M" for ordinal, amount in enumerate(slice_.memory)
+        )
+        env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = str(mps_thread_percentage(slice_.fraction))
     if simulate:
         env["JUPYTER_VGPU_SIMULATE"] = simulate
     return env
+
+
+def mps_thread_percentage(fraction: float) -> int:
+    """The share of the SMs an MPS client gets for a slice: its fraction, rounded up, 1 to 100."""
+    return max(1, min(100, math.ceil(round(fraction * 100, 6))))
 
 
 def cpu_environment(*, logical_devices: int = 1, reason: str) -> dict[str, str]:

@@ -60,7 +60,13 @@ def attribute(snapshot: Snapshot, holders: Mapping[str, int | None]) -> tuple[di
     ``holders`` maps slice id -> holder pid. A GPU process belongs to a slice when the
     slice's holder is that process or one of its ancestors (so ``!python train.py`` run from
     a notebook counts against that notebook). Returns ``(used[slice_id][gpu_uuid],
-    foreign[gpu_uuid])`` where foreign is memory used by processes that hold no slice.
+    foreign[gpu_uuid])`` where foreign is memory used by processes that hold no slice; a MIG
+    device with such processes also appears in ``foreign`` under its ``MIG-...`` UUID (at least 1,
+    so a MIG device in use counts as taken even when NVML cannot tell the memory).
+
+    The MPS server is never foreign: it holds memory for its clients, which NVML lists
+    themselves (``nvmlDeviceGetMPSComputeRunningProcesses``) and which are attributed like any
+    other process.
     """
     by_pid = {pid: sid for sid, pid in holders.items() if pid}
     used: dict[str, dict[str, int]] = {}
@@ -68,6 +74,8 @@ def attribute(snapshot: Snapshot, holders: Mapping[str, int | None]) -> tuple[di
     owner_cache: dict[int, str | None] = {}
     for gpu in snapshot.gpus:
         for proc in gpu.processes:
+            if proc.mps_server:
+                continue
             sid = owner_cache.get(proc.pid, "?")
             if sid == "?":
                 sid = next((by_pid[p] for p in ancestors(proc.pid) if p in by_pid), None)
@@ -75,6 +83,8 @@ def attribute(snapshot: Snapshot, holders: Mapping[str, int | None]) -> tuple[di
             amount = proc.used or 0
             if sid is None:
                 foreign[gpu.uuid] = foreign.get(gpu.uuid, 0) + amount
+                if proc.mig_device:
+                    foreign[proc.mig_device] = foreign.get(proc.mig_device, 0) + max(1, amount)
             else:
                 per_gpu = used.setdefault(sid, {})
                 per_gpu[gpu.uuid] = per_gpu.get(gpu.uuid, 0) + amount

@@ -27,10 +27,12 @@ from ..errors import InvalidRequest, LedgerError, NotPermitted, SliceNotFound, S
 from ..gpus import Inventory, Snapshot
 from ..units import format_bytes
 from .holders import attribute, process_alive, process_start
-from .placement import GPUState, place
+from .placement import TIER_COOPERATIVE, TIER_MIG, TIER_MPS, GPUState, InstanceState, place
 from .request import SliceRequest
 
-SCHEMA_VERSION = 1
+#: 1: the first ledger. 2: each slice records its enforcement tier, and each of its GPUs the MIG
+#: device it holds (upgraded in place, see ``_MIGRATIONS``).
+SCHEMA_VERSION = 2
 
 #: Each process checkpoints the write-ahead log after this many of its own write transactions.
 CHECKPOINT_EVERY = 32
@@ -45,17 +47,30 @@ CREATE TABLE IF NOT EXISTS slices (
     holder_kind TEXT NOT NULL, holder TEXT NOT NULL,
     pid INTEGER, pid_start REAL,
     context_allowance INTEGER NOT NULL, logical_devices INTEGER NOT NULL,
-    request TEXT NOT NULL, labels TEXT NOT NULL, created REAL NOT NULL);
+    request TEXT NOT NULL, labels TEXT NOT NULL, created REAL NOT NULL,
+    tier TEXT NOT NULL DEFAULT 'cooperative');
 CREATE TABLE IF NOT EXISTS slice_gpus (
     slice_id TEXT NOT NULL REFERENCES slices(id) ON DELETE CASCADE,
     gpu_uuid TEXT NOT NULL, gpu_index INTEGER NOT NULL,
     memory INTEGER NOT NULL, memory_total INTEGER NOT NULL,
+    mig_device TEXT, mig_profile TEXT,
     PRIMARY KEY (slice_id, gpu_uuid));
 CREATE TABLE IF NOT EXISTS queue (
     ticket INTEGER PRIMARY KEY AUTOINCREMENT, owner TEXT NOT NULL, uid INTEGER NOT NULL,
     holder_kind TEXT NOT NULL, holder TEXT NOT NULL, pid INTEGER, pid_start REAL,
     request TEXT NOT NULL, labels TEXT NOT NULL, created REAL NOT NULL);
 """
+
+#: Statements that bring a ledger from version N to N + 1, run in the opening transaction. Columns
+#: are only added, with defaults, so a process of the previous version that is still running goes
+#: on reading and writing the upgraded file.
+_MIGRATIONS: dict[int, tuple[str, ...]] = {
+    1: (
+        "ALTER TABLE slices ADD COLUMN tier TEXT NOT NULL DEFAULT 'cooperative'",
+        "ALTER TABLE slice_gpus ADD COLUMN mig_device TEXT",
+        "ALTER TABLE slice_gpus ADD COLUMN mig_profile TEXT",
+    ),
+}
 
 RECOVERY = (
     "Move it aside and start a fresh ledger with `jupyter vgpu gc --reset-ledger` "
@@ -84,6 +99,33 @@ class Slice:
     request: SliceRequest
     labels: dict[str, str] = field(default_factory=dict)
     created: float = 0.0
+    tier: str = TIER_COOPERATIVE  # "mig" | "mps" | "cooperative": the enforcement chosen at reservation
+    mig_devices: tuple[str, ...] = ()  # MIG-... UUID per GPU (same order as gpus) for a MIG slice
+    mig_profiles: tuple[str, ...] = ()  # e.g. "1g.10gb", same order
+
+    def __post_init__(self) -> None:
+        for name in ("mig_devices", "mig_profiles"):  # lists from a JSON round trip
+            if not isinstance(getattr(self, name), tuple):
+                object.__setattr__(self, name, tuple(getattr(self, name)))
+
+    @property
+    def visible_devices(self) -> tuple[str, ...]:
+        """What ``CUDA_VISIBLE_DEVICES`` names: the MIG devices of a MIG slice, else the GPUs."""
+        return self.mig_devices if self.tier == TIER_MIG and self.mig_devices else self.gpus
+
+    @property
+    def device_memory(self) -> tuple[int, ...]:
+        """Each visible device's total memory as CUDA reports it (a MIG device's own size)."""
+        return self.memory if self.tier == TIER_MIG else self.memory_total
+
+    @property
+    def tier_text(self) -> str:
+        """``hard (MIG 1g.10gb)``, ``hard (MPS)`` or ``cooperative``: the tier set at reservation."""
+        if self.tier == TIER_MIG:
+            return f"hard (MIG {', '.join(self.mig_profiles) or 'device'})"
+        if self.tier == TIER_MPS:
+            return "hard (MPS)"
+        return "cooperative"
 
     @property
     def memory_per_gpu(self) -> int:
@@ -134,6 +176,11 @@ class Slice:
             "request_text": self.request.describe(),
             "labels": dict(self.labels),
             "created": self.created,
+            "tier": self.tier_text,
+            "tier_kind": self.tier,
+            "mig_devices": list(self.mig_devices),
+            "mig_profiles": list(self.mig_profiles),
+            "visible_devices": list(self.visible_devices),
         }
 
 
@@ -239,6 +286,11 @@ class Ledger:
                         f"The ledger {self.path} was written by a newer jupyter-vgpu (schema {row[0]}, "
                         f"this one reads {SCHEMA_VERSION}); upgrade jupyter-vgpu or point JUPYTER_VGPU_LEDGER elsewhere."
                     )
+                else:
+                    for version in range(int(row[0]), SCHEMA_VERSION):
+                        for statement in _MIGRATIONS[version]:
+                            db.execute(statement)
+                    db.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION),))
                 db.execute("COMMIT")
             except BaseException:
                 db.execute("ROLLBACK")
@@ -379,6 +431,9 @@ class Ledger:
                     request=SliceRequest.from_dict(json.loads(row["request"])),
                     labels=json.loads(row["labels"]),
                     created=row["created"],
+                    tier=row["tier"],
+                    mig_devices=tuple(g["mig_device"] for g in gs if g["mig_device"]),
+                    mig_profiles=tuple(g["mig_profile"] or "" for g in gs if g["mig_device"]),
                 )
             )
         return result
@@ -504,13 +559,25 @@ class Ledger:
         slice_id = uuid.uuid4().hex[:12]
         db.execute(
             "INSERT INTO slices (id, owner, uid, holder_kind, holder, pid, pid_start, context_allowance,"
-            " logical_devices, request, labels, created) VALUES (:id, :owner, :uid, :holder_kind, :holder,"
-            " :pid, :pid_start, :context, :logical, :request, :labels, :now)",
-            {**fields, "id": slice_id, "context": self.context_allowance, "logical": request.logical_devices, "now": time.time()},
+            " logical_devices, request, labels, created, tier) VALUES (:id, :owner, :uid, :holder_kind, :holder,"
+            " :pid, :pid_start, :context, :logical, :request, :labels, :now, :tier)",
+            {
+                **fields,
+                "id": slice_id,
+                "context": self.context_allowance,
+                "logical": request.logical_devices,
+                "now": time.time(),
+                "tier": placement.tier,
+            },
         )
+        instances = placement.instances or (None,) * len(placement.chosen)
         db.executemany(
-            "INSERT INTO slice_gpus (slice_id, gpu_uuid, gpu_index, memory, memory_total) VALUES (?, ?, ?, ?, ?)",
-            [(slice_id, gpu.uuid, gpu.index, amount, gpu.total) for gpu, amount in placement.chosen],
+            "INSERT INTO slice_gpus (slice_id, gpu_uuid, gpu_index, memory, memory_total, mig_device, mig_profile)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?)",
+            [
+                (slice_id, gpu.uuid, gpu.index, amount, gpu.total, mig.uuid if mig else None, mig.profile if mig else None)
+                for (gpu, amount), mig in zip(placement.chosen, instances)
+            ],
         )
         if ticket is not None:
             db.execute("DELETE FROM queue WHERE ticket = ?", (ticket,))
@@ -535,15 +602,38 @@ class Ledger:
             slices = self._read_slices(db)
         _, foreign = attribute(snapshot, {s.id: s.pid for s in slices})
         states = {
-            g.uuid: GPUState(uuid=g.uuid, index=g.index, name=g.name, total=g.memory_total, foreign=foreign.get(g.uuid, 0))
+            g.uuid: GPUState(
+                uuid=g.uuid,
+                index=g.index,
+                name=g.name,
+                total=g.memory_total,
+                foreign=foreign.get(g.uuid, 0),
+                mig=bool(g.mig_mode),
+                instances=[
+                    InstanceState(
+                        uuid=m.uuid,
+                        profile=m.profile,
+                        memory=m.memory_total,
+                        index=m.index,
+                        holder="processes without a slice" if foreign.get(m.uuid) else None,
+                    )
+                    for m in g.mig_devices
+                ],
+                mps=g.mps,
+            )
             for g in snapshot.gpus
         }
         for s in slices:
+            held = dict(zip(s.gpus, s.mig_devices)) if s.tier == TIER_MIG else {}
             for gpu_uuid, amount in zip(s.gpus, s.memory):
                 state = states.get(gpu_uuid)
                 if state is not None:
+                    who = f"{s.describe_holder()} [{s.owner}]"
                     state.reserved += amount
-                    state.holders.append((f"{s.describe_holder()} [{s.owner}]", amount))
+                    state.holders.append((who, amount))
+                    for instance in state.instances:
+                        if instance.uuid == held.get(gpu_uuid):
+                            instance.holder = who
         return list(states.values())
 
     # -- holders ------------------------------------------------------------------------
@@ -575,6 +665,11 @@ class Ledger:
             found = self._find(db, slice_id)
             if uid is not None and uid != 0 and found.uid != uid:
                 raise NotPermitted(f"Slice {found.id} belongs to {found.owner}; you can resize only your own slices.")
+            if found.tier == TIER_MIG:
+                raise InvalidRequest(
+                    f"Slice {found.id} is a whole MIG device ({', '.join(found.mig_profiles)}), which cannot change "
+                    "size; start a kernel with a different share to get another MIG device."
+                )
             if request.gpus != len(found.gpus):
                 raise InvalidRequest(
                     f"A resize keeps the GPU count ({len(found.gpus)}); gpus={request.gpus} needs a new slice."
