@@ -349,3 +349,32 @@ def test_a_schema_1_ledger_is_upgraded_in_place_and_keeps_its_slices(tmp_path: P
         columns = {row[1] for row in check.execute("PRAGMA table_info(slice_gpus)")}
     check.close()
     assert {"mig_device", "mig_profile"} <= columns
+
+
+def test_vgpu_magic_names_the_hard_tier_and_the_mig_device(gpus: Any, ledgers: Any) -> None:
+    from jupyter_vgpu.kernel.state import KernelState, SliceFacts
+    from jupyter_vgpu.kernel.status import status_sheet
+    from jupyter_vgpu.kernel.usage import Usage
+
+    ledger = ledgers(gpus([A100]))
+    slice_ = take(ledger, "1/4")
+    facts = SliceFacts.from_env(slice_environment(slice_, ledger_path=str(ledger.path)))
+    assert facts.gpus == slice_.gpus and facts.devices == slice_.mig_devices
+    text = status_sheet(KernelState(facts), Usage()).text()
+    assert f"hard (MIG 1g.10gb): this kernel sees only its MIG device {slice_.mig_devices[0]}" in text
+    assert "cooperative: no framework limit in force yet" in text
+
+
+def test_vgpu_magic_names_the_mps_limits(ledgers: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    from jupyter_vgpu.kernel.state import KernelState, SliceFacts
+    from jupyter_vgpu.kernel.status import status_sheet
+    from jupyter_vgpu.kernel.usage import Usage
+
+    monkeypatch.setenv("JUPYTER_VGPU_MPS", "on")
+    ledger = ledgers("1x16GiB")
+    env = slice_environment(take(ledger, "1/4"), ledger_path=str(ledger.path))
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    text = status_sheet(KernelState(SliceFacts.from_env()), Usage()).text()
+    assert "hard (MPS): the MPS server refuses allocations past 4.0 GiB per GPU" in text
+    assert "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=4096M" in text and "25% of the SMs" in text
