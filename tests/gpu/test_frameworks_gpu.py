@@ -1,6 +1,6 @@
 """On a real NVIDIA GPU: PyTorch, JAX, CuPy (and a GPU TensorFlow) stay inside their slices.
 
-Skipped without a GPU that NVML can see, and per framework when it is not installed. Each
+Skipped without a GPU that NVML can see (tests/gpu/conftest.py), and per framework when it is not installed. Each
 kernel is a real ipykernel with ``--ext=jupyter_vgpu`` and the environment the provisioner
 gives a 1/4 slice; NVML's per-process memory is the judge: what a kernel holds minus its CUDA
 context (measured, not assumed) stays within the slice's framework limit.
@@ -20,27 +20,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from jupyter_client import KernelManager
+from jupyter_client.manager import KernelManager
 
 from jupyter_vgpu.gpus import Inventory
 from jupyter_vgpu.slices import Slice, SliceRequest, open_ledger, slice_environment
 from jupyter_vgpu.units import MiB
 
-pytestmark = pytest.mark.gpu
-
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
-def _real_gpu() -> bool:
-    """NVML itself (never the simulation, whatever JUPYTER_VGPU_SIMULATE says) sees a GPU."""
-    return bool(Inventory("").snapshot().available)
-
-
-if not _real_gpu():
-    pytest.skip("no NVIDIA GPU visible to NVML", allow_module_level=True)
-
-
-def needs(module: str) -> Any:
+def needs(module: str) -> pytest.MarkDecorator:
     return pytest.mark.skipif(importlib.util.find_spec(module) is None, reason=f"{module} is not installed")
 
 
@@ -79,7 +68,8 @@ class GPUKernel:
     def eval(self, expression: str) -> Any:
         ok, out, error = self.run(f"print(__import__('json').dumps({expression}))")
         assert ok, error
-        return json.loads(out.strip().splitlines()[-1])
+        value: Any = json.loads(out.strip().splitlines()[-1])
+        return value
 
     def nvml_used(self) -> int:
         """Bytes NVML attributes to this kernel's process on its GPU (0 when it holds no context)."""
@@ -89,7 +79,10 @@ class GPUKernel:
         return sum(p.used or 0 for p in gpu.processes if p.pid == self.pid)
 
     def record(self, name: str) -> dict[str, Any]:
-        return self.eval(f"__import__('jupyter_vgpu.kernel.state').kernel.state.current().records[{name!r}].to_dict()")
+        record: dict[str, Any] = self.eval(
+            f"__import__('jupyter_vgpu.kernel.state').kernel.state.current().records[{name!r}].to_dict()"
+        )
+        return record
 
     def stop(self) -> None:
         self.client.stop_channels()

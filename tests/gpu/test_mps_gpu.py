@@ -1,0 +1,98 @@
+"""The MPS tier on a real GPU: a control daemon started for the test (root, and only where
+``nvidia-cuda-mps-control`` exists), slices placed with the MPS tier, a kernel that lifts its
+framework limit stopped by the pinned memory limit, and the MPS server never counted as foreign."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from jupyter_vgpu.gpus import Inventory
+from jupyter_vgpu.slices import SliceRequest, open_ledger
+from jupyter_vgpu.slices.holders import attribute
+
+from .harness import Kernel, gib, installed, write_kernelspec
+
+CONTROL = shutil.which("nvidia-cuda-mps-control")
+
+
+@pytest.fixture
+def mps_daemon(real_gpu: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """An MPS control daemon with its own pipe directory, which kernels inherit; quit afterwards."""
+    if CONTROL is None:
+        pytest.skip("nvidia-cuda-mps-control is not installed")
+    if os.geteuid() != 0:
+        pytest.skip("starting an MPS control daemon needs root")
+    if any(g.mig_mode for g in Inventory("").snapshot().gpus):
+        pytest.skip("a GPU is in MIG mode; MIG slices take precedence over MPS")
+    pipe, log = tmp_path / "mps-pipe", tmp_path / "mps-log"
+    pipe.mkdir()
+    log.mkdir()
+    monkeypatch.setenv("CUDA_MPS_PIPE_DIRECTORY", str(pipe))
+    monkeypatch.setenv("CUDA_MPS_LOG_DIRECTORY", str(log))
+    monkeypatch.setenv("JUPYTER_VGPU_MPS", "auto")
+    started = subprocess.run([CONTROL, "-d"], capture_output=True, text=True, timeout=30)
+    deadline = time.monotonic() + 10
+    while not (pipe / "control").exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    if started.returncode != 0 or not (pipe / "control").exists():
+        text = (log / "control.log").read_text() if (log / "control.log").exists() else started.stderr
+        pytest.skip(f"the MPS control daemon did not start: {text.strip()[-500:]}")
+    yield pipe
+    subprocess.run([CONTROL], input="quit\n", text=True, timeout=30)
+
+
+@pytest.mark.skipif(not installed("torch"), reason="the kernel uses torch")
+def test_mps_slices_get_a_pinned_limit_that_user_code_cannot_lift(
+    mps_daemon: Path, real_gpu: Path, figures: dict[str, Any]
+) -> None:
+    snapshot = Inventory("").snapshot()
+    assert snapshot.gpus[0].mps, "the daemon was not detected"
+    name = write_kernelspec(real_gpu, "vgpu-quarter-mps", {"gpu_fraction": 0.25, "gpu": "0"})
+    kernel = Kernel.start(name)
+    try:
+        assert kernel.env("JUPYTER_VGPU_TIER") == "hard (MPS)"
+        reserved = int(kernel.env("JUPYTER_VGPU_MEMORY_RESERVED"))
+        assert kernel.env("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT") == f"0={reserved // 2**20}M"
+        ok, _, error = kernel.run(
+            "import torch; torch.zeros(1, device='cuda'); torch.cuda.set_per_process_memory_fraction(1.0)"
+        )
+        assert ok, error
+        allowed = kernel.fill("torch", chunk=128 * 2**20)
+        # The pinned limit holds although the framework limit was lifted.
+        assert allowed <= reserved
+        snapshot = Inventory("").snapshot()
+        gpu = snapshot.gpus[0]
+        servers = [p for p in gpu.processes if p.mps_server]
+        ledger = open_ledger()
+        try:
+            slices = ledger.slices()
+            _, foreign = attribute(snapshot, {s.id: s.pid for s in slices})
+        finally:
+            ledger.close()
+        figures["MPS tier"] = (
+            f"slice {gib(reserved)}, CUDA_MPS_PINNED_DEVICE_MEM_LIMIT={kernel.env('CUDA_MPS_PINNED_DEVICE_MEM_LIMIT')}; "
+            f"torch limit lifted, then allocated {gib(allowed)} ({allowed / reserved:.0%} of the slice); "
+            f"MPS server pids {[p.pid for p in servers]} ({gib(sum(p.used or 0 for p in servers))}) not foreign; "
+            f"foreign on GPU 0: {gib(foreign.get(gpu.uuid, 0))}"
+        )
+        assert foreign.get(gpu.uuid, 0) == 0 or not servers
+    finally:
+        kernel.stop()
+
+
+def test_mps_tier_is_recorded_with_the_slice(mps_daemon: Path) -> None:
+    ledger = open_ledger()
+    try:
+        slice_ = ledger.reserve(SliceRequest.parse("1/4", gpu="0"), holder_kind="command", holder="tests/gpu mps")
+        assert slice_.tier == "mps" and slice_.tier_text == "hard (MPS)"
+        ledger.release(slice_.id)
+    finally:
+        ledger.close()
