@@ -182,6 +182,15 @@ class VGPUProvisioner(LocalProvisioner):  # type: ignore[misc]
         return _check(proposal, parse) or 0.0
 
     # -- helpers ------------------------------------------------------------------------
+    _slice_ledger: Ledger | None = None
+
+    def _ledger(self) -> Ledger:
+        """The ledger this kernel's slice lives in: the one ``pre_launch`` reserved from, even if
+        the environment changed since (settings are read once, at the first start)."""
+        if self._slice_ledger is None:
+            self._slice_ledger = _shared_ledger(self._settings())
+        return self._slice_ledger
+
     def _settings(self) -> VGPU:
         config = getattr(self.parent, "config", None)
         return load_settings(config)
@@ -255,7 +264,7 @@ class VGPUProvisioner(LocalProvisioner):  # type: ignore[misc]
         if not self.slice_id:
             return
         slice_id, self.slice_id = self.slice_id, None
-        ledger = _shared_ledger(self._settings())
+        ledger = self._ledger()
         try:
             await asyncio.to_thread(ledger.release, slice_id)
         except SliceNotFound:
@@ -284,7 +293,9 @@ class VGPUProvisioner(LocalProvisioner):  # type: ignore[misc]
         request = self.request()
         settings = self._settings()
         env: dict[str, str] = dict(kwargs.get("env") or os.environ)
-        ledger = await asyncio.to_thread(_shared_ledger, settings)
+        if self._slice_ledger is None:
+            self._slice_ledger = await asyncio.to_thread(_shared_ledger, settings)
+        ledger = self._slice_ledger
         reserved_now = False
         try:
             snapshot = await asyncio.to_thread(ledger.inventory.snapshot)
@@ -335,7 +346,7 @@ class VGPUProvisioner(LocalProvisioner):  # type: ignore[misc]
         """The kernel process now exists: make it the slice's holder."""
         await super().post_launch(**kwargs)
         if self.slice_id and self.pid:
-            ledger = _shared_ledger(self._settings())
+            ledger = self._ledger()
             try:
                 await asyncio.to_thread(ledger.attach, self.slice_id, int(self.pid))
             except VGPUError as error:
@@ -349,7 +360,7 @@ class VGPUProvisioner(LocalProvisioner):  # type: ignore[misc]
 
     async def _hold_for_restart(self) -> None:
         if self.slice_id:
-            ledger = _shared_ledger(self._settings())
+            ledger = self._ledger()
             try:
                 await asyncio.to_thread(ledger.attach, self.slice_id, os.getpid())
             except VGPUError:
@@ -380,7 +391,7 @@ class VGPUProvisioner(LocalProvisioner):  # type: ignore[misc]
         await super().load_provisioner_info(provisioner_info)
         self.slice_id = provisioner_info.get("vgpu_slice_id")
         if self.slice_id and self.pid:
-            ledger = _shared_ledger(self._settings())
+            ledger = self._ledger()
             try:
                 await asyncio.to_thread(ledger.attach, self.slice_id, int(self.pid))
             except SliceNotFound:

@@ -38,3 +38,22 @@ def simulation_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, vgpu_env: d
     monkeypatch.setenv("JUPYTER_VGPU_SIMULATE", str(path))
     vgpu_env["JUPYTER_VGPU_SIMULATE"] = str(path)
     return write
+
+
+@pytest.fixture(autouse=True, scope="session")
+def users_own_ledger_is_never_touched() -> Iterator[None]:
+    """Every test works in its own ledger; none may create or change the real one."""
+    from jupyter_core.paths import jupyter_data_dir
+
+    real = Path(jupyter_data_dir()) / "vgpu" / "ledger.sqlite"
+
+    def state() -> tuple[float, int] | None:
+        try:
+            st = real.stat()
+        except FileNotFoundError:
+            return None
+        return (st.st_mtime, st.st_size)
+
+    before = state()
+    yield
+    assert state() == before, f"the test session wrote to the user's own ledger {real}"
