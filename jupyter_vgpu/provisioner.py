@@ -30,7 +30,7 @@ from traitlets import Any as AnyTrait
 from traitlets import Enum, TraitError, Unicode, validate
 
 from .config import VGPU, load_settings
-from .errors import InvalidRequest, SliceNotFound, SliceUnavailable, VGPUError
+from .errors import InvalidRequest, NotPermitted, SliceNotFound, SliceUnavailable, VGPUError
 from .slices import Ledger, Slice, SliceRequest, cpu_environment, open_ledger, slice_environment
 from .slices.reports import remove_report
 from .units import parse_bytes, parse_fraction
@@ -66,6 +66,12 @@ class KernelSliceUnavailable(_ShownToUser, SliceUnavailable):
     """No slice for this kernel now (GPUs full, waited too long, no GPU with ``no_gpu="fail"``)."""
 
     status = 503
+
+
+class KernelStartRefused(_ShownToUser, NotPermitted):
+    """A policy (a JupyterHub admin's quota, enforced by the broker) refuses this kernel's slice."""
+
+    status = 403
 
 
 class KernelStartFailed(_ShownToUser, VGPUError):
@@ -286,6 +292,8 @@ class VGPUProvisioner(LocalProvisioner):  # type: ignore[misc]
             raise InvalidKernelConfig(str(error)) from None
         except SliceUnavailable as error:
             raise KernelSliceUnavailable(str(error)) from None
+        except NotPermitted as error:
+            raise KernelStartRefused(str(error)) from None
         except VGPUError as error:
             raise KernelStartFailed(str(error)) from None
 
