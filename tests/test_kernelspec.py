@@ -34,6 +34,7 @@ def jupyter_dirs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     (source / "logo-64x64.png").write_bytes(b"\x89PNG fake logo")
     monkeypatch.setenv("JUPYTER_DATA_DIR", str(data))
     monkeypatch.setenv("JUPYTER_PATH", str(tmp_path / "nothing-else"))
+    monkeypatch.setenv("JUPYTER_PREFER_ENV_PATH", "0")  # the user's dir before this environment's
     return data
 
 
