@@ -240,14 +240,15 @@ def test_an_unreadable_ledger_is_a_clear_error(tmp_path: Path) -> None:
         make_ledger(path)
 
 
-def _worker(path: str, seed: int, operations: int, results: multiprocessing.Queue[tuple[int, int, int]]) -> None:
+def _worker(path: str, seed: int, operations: int, results: multiprocessing.Queue[tuple[int, int, int, int]]) -> None:
     rng = random.Random(seed)
     ledger = make_ledger(Path(path))
     held: list[str] = []
-    granted = refused = 0
+    granted = refused = released = 0
     for _ in range(operations):
         if held and (rng.random() < 0.45 or len(held) > 3):
             ledger.release(held.pop(rng.randrange(len(held))))
+            released += 1
         else:
             share = rng.choice([0.125, 0.25, 0.5, 0.75, 1.0])
             gpus = rng.choice([1, 1, 1, 2])
@@ -259,7 +260,7 @@ def _worker(path: str, seed: int, operations: int, results: multiprocessing.Queu
         assert ledger.overcommitted() == []
     for slice_id in held:
         ledger.release(slice_id)
-    results.put((seed, granted, refused))
+    results.put((seed, granted, refused, released))
 
 
 @pytest.mark.slow
@@ -267,7 +268,7 @@ def test_four_processes_hammering_one_ledger_never_overcommit(tmp_path: Path) ->
     path = tmp_path / "ledger.sqlite"
     make_ledger(path).close()
     context = multiprocessing.get_context("spawn")
-    results: multiprocessing.Queue[tuple[int, int, int]] = context.Queue()
+    results: multiprocessing.Queue[tuple[int, int, int, int]] = context.Queue()
     workers = [context.Process(target=_worker, args=(str(path), seed, 80, results)) for seed in range(4)]
     for w in workers:
         w.start()
@@ -275,8 +276,9 @@ def test_four_processes_hammering_one_ledger_never_overcommit(tmp_path: Path) ->
     for w in workers:
         w.join(30)
         assert w.exitcode == 0
-    assert sum(g + r for _, g, r in outcomes) >= 200
-    assert sum(r for _, _, r in outcomes) > 0  # the GPUs really filled up
+    assert sum(g + r + f for _, g, r, f in outcomes) == 4 * 80  # reservations tried and releases
+    assert sum(g for _, g, _, _ in outcomes) > 50 and sum(f for _, _, _, f in outcomes) > 50
+    assert sum(r for _, _, r, _ in outcomes) > 0  # the GPUs really filled up
     with sqlite3.connect(path) as db:
         over = db.execute(
             "SELECT g.uuid FROM gpus g JOIN (SELECT gpu_uuid, SUM(memory) AS r FROM slice_gpus GROUP BY gpu_uuid) s"

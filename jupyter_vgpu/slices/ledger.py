@@ -1,227 +1,34 @@
-"""The ledger: every GPU slice of a user (or node), durable in SQLite.
+"""The ledger: reserve, wait in line, release and reap GPU slices of a user (or node).
 
-Every process of the user (the Jupyter server, kernels, ``jupyter vgpu run``) opens the
-same file. Writes happen inside ``BEGIN IMMEDIATE`` transactions, so two processes never
-place against the same free memory; WAL keeps readers from blocking writers. A slice whose
-holder process is gone (pid plus start time, so a reused pid does not count) is reclaimed
-by the next reservation or by ``jupyter vgpu gc``.
+The file itself (schema, transactions) is :mod:`.store`; what it holds is :mod:`.records`.
+A slice whose holder process is gone (pid plus start time, so a reused pid does not count)
+is reclaimed by the next reservation, the server's monitor or ``jupyter vgpu gc``.
 """
 
 from __future__ import annotations
 
-import fcntl
 import getpass
 import json
 import os
 import sqlite3
-import threading
 import time
 import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import InvalidRequest, LedgerError, NotPermitted, SliceNotFound, SliceUnavailable
+from ..errors import InvalidRequest, NotPermitted, SliceNotFound, SliceUnavailable
 from ..gpus import Inventory, Snapshot
 from ..units import format_bytes
 from .holders import attribute, process_alive, process_start
-from .placement import TIER_COOPERATIVE, TIER_MIG, TIER_MPS, GPUState, InstanceState, place
+from .placement import TIER_MIG, GPUState, InstanceState, place
+from .records import Slice, Ticket, Waiter, summary
 from .request import SliceRequest
+from .store import RECOVERY, SCHEMA_VERSION, LedgerFile
 
-#: 1: the first ledger. 2: each slice records its enforcement tier, and each of its GPUs the MIG
-#: device it holds (upgraded in place, see ``_MIGRATIONS``).
-SCHEMA_VERSION = 2
-
-#: Each process checkpoints the write-ahead log after this many of its own write transactions.
-CHECKPOINT_EVERY = 32
-
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS gpus (
-    uuid TEXT PRIMARY KEY, idx INTEGER NOT NULL, name TEXT NOT NULL,
-    memory_total INTEGER NOT NULL, seen REAL NOT NULL);
-CREATE TABLE IF NOT EXISTS slices (
-    id TEXT PRIMARY KEY, owner TEXT NOT NULL, uid INTEGER NOT NULL,
-    holder_kind TEXT NOT NULL, holder TEXT NOT NULL,
-    pid INTEGER, pid_start REAL,
-    context_allowance INTEGER NOT NULL, logical_devices INTEGER NOT NULL,
-    request TEXT NOT NULL, labels TEXT NOT NULL, created REAL NOT NULL,
-    tier TEXT NOT NULL DEFAULT 'cooperative');
-CREATE TABLE IF NOT EXISTS slice_gpus (
-    slice_id TEXT NOT NULL REFERENCES slices(id) ON DELETE CASCADE,
-    gpu_uuid TEXT NOT NULL, gpu_index INTEGER NOT NULL,
-    memory INTEGER NOT NULL, memory_total INTEGER NOT NULL,
-    mig_device TEXT, mig_profile TEXT,
-    PRIMARY KEY (slice_id, gpu_uuid));
-CREATE TABLE IF NOT EXISTS queue (
-    ticket INTEGER PRIMARY KEY AUTOINCREMENT, owner TEXT NOT NULL, uid INTEGER NOT NULL,
-    holder_kind TEXT NOT NULL, holder TEXT NOT NULL, pid INTEGER, pid_start REAL,
-    request TEXT NOT NULL, labels TEXT NOT NULL, created REAL NOT NULL);
-"""
-
-#: Statements that bring a ledger from version N to N + 1, run in the opening transaction. Columns
-#: are only added, with defaults, so a process of the previous version that is still running goes
-#: on reading and writing the upgraded file.
-_MIGRATIONS: dict[int, tuple[str, ...]] = {
-    1: (
-        "ALTER TABLE slices ADD COLUMN tier TEXT NOT NULL DEFAULT 'cooperative'",
-        "ALTER TABLE slice_gpus ADD COLUMN mig_device TEXT",
-        "ALTER TABLE slice_gpus ADD COLUMN mig_profile TEXT",
-    ),
-}
-
-RECOVERY = (
-    "Move it aside and start a fresh ledger with `jupyter vgpu gc --reset-ledger` "
-    "(the old file is kept next to it as {name}.corrupt-<time>; running processes keep their GPU "
-    "memory, which then counts as used outside slices until they end)."
-)
+__all__ = ["RECOVERY", "SCHEMA_VERSION", "Ledger", "Slice", "Ticket", "Waiter", "summary"]
 
 
-@dataclass(frozen=True)
-class Slice:
-    """A reservation: ``memory`` bytes on each of ``gpus`` (UUIDs), context allowance included."""
-
-    id: str
-    owner: str
-    uid: int
-    holder_kind: str  # "kernel" | "command"
-    holder: str  # kernel id, or the command line
-    pid: int | None
-    pid_start: float | None
-    gpus: tuple[str, ...]
-    gpu_indices: tuple[int, ...]
-    memory: tuple[int, ...]  # bytes reserved on each GPU, same order as gpus
-    memory_total: tuple[int, ...]  # each GPU's capacity
-    context_allowance: int
-    logical_devices: int
-    request: SliceRequest
-    labels: dict[str, str] = field(default_factory=dict)
-    created: float = 0.0
-    tier: str = TIER_COOPERATIVE  # "mig" | "mps" | "cooperative": the enforcement chosen at reservation
-    mig_devices: tuple[str, ...] = ()  # MIG-... UUID per GPU (same order as gpus) for a MIG slice
-    mig_profiles: tuple[str, ...] = ()  # e.g. "1g.10gb", same order
-
-    def __post_init__(self) -> None:
-        for name in ("mig_devices", "mig_profiles"):  # lists from a JSON round trip
-            if not isinstance(getattr(self, name), tuple):
-                object.__setattr__(self, name, tuple(getattr(self, name)))
-
-    @property
-    def visible_devices(self) -> tuple[str, ...]:
-        """What ``CUDA_VISIBLE_DEVICES`` names: the MIG devices of a MIG slice, else the GPUs."""
-        return self.mig_devices if self.tier == TIER_MIG and self.mig_devices else self.gpus
-
-    @property
-    def device_memory(self) -> tuple[int, ...]:
-        """Each visible device's total memory as CUDA reports it (a MIG device's own size)."""
-        return self.memory if self.tier == TIER_MIG else self.memory_total
-
-    @property
-    def tier_text(self) -> str:
-        """``hard (MIG 1g.10gb)``, ``hard (MPS)`` or ``cooperative``: the tier set at reservation."""
-        if self.tier == TIER_MIG:
-            return f"hard (MIG {', '.join(self.mig_profiles) or 'device'})"
-        if self.tier == TIER_MPS:
-            return "hard (MPS)"
-        return "cooperative"
-
-    @property
-    def memory_per_gpu(self) -> int:
-        return min(self.memory) if self.memory else 0
-
-    @property
-    def memory_limit(self) -> int:
-        """What frameworks may allocate per GPU: the slice minus the context allowance."""
-        return max(0, self.memory_per_gpu - self.context_allowance)
-
-    @property
-    def fraction(self) -> float:
-        """The share of each GPU this slice holds (of the smallest, for mixed GPUs)."""
-        if not self.memory:
-            return 0.0
-        return min(m / t for m, t in zip(self.memory, self.memory_total))
-
-    def describe_holder(self) -> str:
-        if self.holder_kind == "kernel":
-            path = self.labels.get("path")
-            name = self.labels.get("kernel_display_name") or self.labels.get("kernel_name")
-            text = f"kernel {self.holder[:8]}"
-            if path:
-                text += f" ({path})"
-            elif name:
-                text += f" ({name})"
-            return text
-        return self.holder
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "owner": self.owner,
-            "uid": self.uid,
-            "holder_kind": self.holder_kind,
-            "holder": self.holder,
-            "pid": self.pid,
-            "gpus": list(self.gpus),
-            "gpu_indices": list(self.gpu_indices),
-            "memory_reserved": list(self.memory),
-            "memory_total": list(self.memory_total),
-            "memory_per_gpu": self.memory_per_gpu,
-            "memory_limit": self.memory_limit,
-            "context_allowance": self.context_allowance,
-            "fraction": self.fraction,
-            "logical_devices": self.logical_devices,
-            "request": self.request.to_dict(),
-            "request_text": self.request.describe(),
-            "labels": dict(self.labels),
-            "created": self.created,
-            "tier": self.tier_text,
-            "tier_kind": self.tier,
-            "mig_devices": list(self.mig_devices),
-            "mig_profiles": list(self.mig_profiles),
-            "visible_devices": list(self.visible_devices),
-        }
-
-
-@dataclass
-class Ticket:
-    """A place in line for a request that waits."""
-
-    number: int
-    request: SliceRequest
-    last_reason: str = ""
-
-
-@dataclass(frozen=True)
-class Waiter:
-    ticket: int
-    position: int
-    owner: str
-    holder_kind: str
-    holder: str
-    pid: int | None
-    request: SliceRequest
-    labels: dict[str, str]
-    created: float
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "ticket": self.ticket,
-            "position": self.position,
-            "owner": self.owner,
-            "holder_kind": self.holder_kind,
-            "holder": self.holder,
-            "pid": self.pid,
-            "request": self.request.to_dict(),
-            "request_text": self.request.describe(),
-            "labels": dict(self.labels),
-            "created": self.created,
-            "waiting_seconds": max(0.0, time.time() - self.created),
-        }
-
-
-class Ledger:
+class Ledger(LedgerFile):
     """Reserve, release and list slices in the SQLite file at ``path``.
 
     One instance per process is enough; it is safe to share between threads.
@@ -235,145 +42,11 @@ class Ledger:
         context_allowance: int,
         poll_interval: float = 0.25,
     ) -> None:
-        self.path = Path(path)
         self.inventory = inventory
         self.context_allowance = context_allowance
         self.poll_interval = poll_interval
-        self._lock = threading.RLock()
-        self._writes = 0
         self._recorded_gpus: tuple[tuple[str, int, str, int], ...] | None = None
-        self._db = self._open()
-        lock_path = self.path.with_name(self.path.name + ".lock")
-        try:
-            self._lock_fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o600)
-        except OSError as error:
-            self._db.close()
-            raise LedgerError(f"Cannot open the ledger lock {lock_path}: {error.strerror or error}.") from None
-
-    # -- opening, errors ---------------------------------------------------------------
-    def _open(self) -> sqlite3.Connection:
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        except OSError as error:
-            raise LedgerError(f"Cannot create the ledger folder {self.path.parent}: {error.strerror or error}.") from None
-        try:
-            db = sqlite3.connect(self.path, timeout=30, isolation_level=None, check_same_thread=False)
-        except sqlite3.Error as error:
-            raise LedgerError(f"Cannot open the ledger {self.path}: {error}.") from None
-        db.row_factory = sqlite3.Row
-        try:
-            db.execute("PRAGMA busy_timeout = 30000")
-            mode = db.execute("PRAGMA journal_mode = WAL").fetchone()[0]
-            if str(mode).lower() != "wal":
-                raise LedgerError(f"The ledger {self.path} cannot use write-ahead logging (journal mode {mode}).")
-            db.execute("PRAGMA synchronous = NORMAL")
-            db.execute("PRAGMA wal_autocheckpoint = 0")
-            db.execute("PRAGMA foreign_keys = ON")
-            check = db.execute("PRAGMA quick_check").fetchone()[0]
-            if check != "ok":
-                raise sqlite3.DatabaseError(check)
-            db.execute("BEGIN IMMEDIATE")
-            try:
-                for statement in filter(str.strip, _SCHEMA.split(";")):
-                    db.execute(statement)
-                row = db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
-                if row is None:
-                    if db.execute("SELECT count(*) FROM slices").fetchone()[0]:
-                        raise sqlite3.DatabaseError("slices without a schema version")
-                    db.execute("INSERT INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
-                elif int(row[0]) > SCHEMA_VERSION:
-                    raise LedgerError(
-                        f"The ledger {self.path} was written by a newer jupyter-vgpu (schema {row[0]}, "
-                        f"this one reads {SCHEMA_VERSION}); upgrade jupyter-vgpu or point JUPYTER_VGPU_LEDGER elsewhere."
-                    )
-                else:
-                    for version in range(int(row[0]), SCHEMA_VERSION):
-                        for statement in _MIGRATIONS[version]:
-                            db.execute(statement)
-                    db.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION),))
-                db.execute("COMMIT")
-            except BaseException:
-                db.execute("ROLLBACK")
-                raise
-        except LedgerError:
-            db.close()
-            raise
-        except sqlite3.OperationalError as error:
-            db.close()
-            if "locked" in str(error) or "busy" in str(error):
-                raise LedgerError(f"The ledger {self.path} stayed locked by another process for 30 s: {error}.") from None
-            raise LedgerError(f"Cannot use the ledger {self.path}: {error}.") from None
-        except sqlite3.DatabaseError as error:
-            db.close()
-            raise LedgerError(
-                f"The ledger {self.path} is corrupt ({error}). " + RECOVERY.format(name=self.path.name)
-            ) from None
-        return db
-
-    @contextmanager
-    def _writer_turn(self, write: bool) -> Iterator[None]:
-        """Writers queue on an flock beside the database: the kernel wakes the next one the
-        moment the lock is free, where SQLite's own busy handler sleeps and retries with
-        growing back-off (up to 100 ms), which shows as a long latency tail under load."""
-        if not write:
-            yield
-            return
-        fcntl.flock(self._lock_fd, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
-
-    @contextmanager
-    def _transaction(self, write: bool = True) -> Iterator[sqlite3.Connection]:
-        with self._lock:
-            with self._writer_turn(write):
-                try:
-                    self._db.execute("BEGIN IMMEDIATE" if write else "BEGIN")
-                    try:
-                        yield self._db
-                    except BaseException:
-                        self._db.execute("ROLLBACK")
-                        raise
-                    self._db.execute("COMMIT")
-                except sqlite3.OperationalError as error:
-                    raise LedgerError(f"The ledger {self.path} could not be used: {error}.") from None
-                except sqlite3.DatabaseError as error:
-                    raise LedgerError(
-                        f"The ledger {self.path} is corrupt ({error}). " + RECOVERY.format(name=self.path.name)
-                    ) from None
-            if write:
-                self._writes += 1
-                if self._writes % CHECKPOINT_EVERY == 0:
-                    self._checkpoint()
-
-    def _checkpoint(self) -> None:
-        # Copy the write-ahead log back into the database outside the writers' turn, so the
-        # fsync it costs does not hold every other writer up (automatic checkpoints are off).
-        try:
-            self._db.execute("PRAGMA wal_checkpoint(PASSIVE)")
-        except sqlite3.Error:
-            pass  # another process is checkpointing; the next one will
-
-    def close(self) -> None:
-        with self._lock:
-            self._db.close()
-            os.close(self._lock_fd)
-
-    @staticmethod
-    def reset(path: str | Path) -> Path | None:
-        """Move a broken ledger (and its WAL files) aside; returns where it went, or None."""
-        source = Path(path)
-        if not source.exists():
-            return None
-        stamp = time.strftime("%Y%m%d-%H%M%S")
-        target = source.with_name(f"{source.name}.corrupt-{stamp}")
-        for suffix in ("-wal", "-shm"):
-            extra = source.with_name(source.name + suffix)
-            if extra.exists():
-                extra.rename(target.with_name(target.name + suffix))
-        source.rename(target)
-        return target
+        super().__init__(path)
 
     # -- reading ------------------------------------------------------------------------
     def slices(self) -> list[Slice]:
@@ -771,9 +444,3 @@ def _current_user() -> str:
         return getpass.getuser()
     except Exception:
         return str(os.getuid())
-
-
-def summary(slice_: Slice) -> str:
-    """``slice 1a2b3c4d5e6f: 4.0 GiB on GPU 0 (1/4 GPU)``."""
-    gpus = ", ".join(str(i) for i in slice_.gpu_indices)
-    return f"slice {slice_.id}: {format_bytes(slice_.memory_per_gpu)} on GPU {gpus} ({slice_.request.describe()})"
