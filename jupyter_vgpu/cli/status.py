@@ -77,6 +77,7 @@ def collect(ledger: Ledger) -> dict[str, Any]:
         "message": snapshot.message,
         "gpus_source": ledger.inventory.describe(),
         "ledger": str(ledger.path),
+        "location": ledger.location(),
         "gpus": gpus,
         "slices": slice_rows,
         "waiting": [w.to_dict() for w in waiting],
@@ -110,7 +111,7 @@ def render(data: dict[str, Any]) -> str:
     if data["simulated"]:
         header += "  ** SIMULATED GPUs, not real hardware **"
     lines.append(header)
-    lines.append(f"ledger: {data['ledger']}")
+    lines.append(f"slices kept by: {data['location']}")
     if not data["available"]:
         lines.append("")
         lines.append(f"No GPU: {data['message']}")

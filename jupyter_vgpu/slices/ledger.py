@@ -48,6 +48,10 @@ class Ledger(LedgerFile):
         self._recorded_gpus: tuple[tuple[str, int, str, int], ...] | None = None
         super().__init__(path)
 
+    def location(self) -> str:
+        """Where slices are kept, for headers: ``ledger /path/ledger.sqlite``."""
+        return f"ledger {self.path}"
+
     # -- reading ------------------------------------------------------------------------
     def slices(self) -> list[Slice]:
         """Every slice, oldest first."""

@@ -205,6 +205,9 @@ class BrokerLedger(Ledger):
     def close(self) -> None:
         """Nothing to close: every call has its own connection."""
 
+    def location(self) -> str:
+        return f"node broker at {self.socket_path}"
+
     # -- reading ---------------------------------------------------------------------------
     def slices(self) -> list[Slice]:
         return [slice_from_wire(s) for s in self.client.call("slices")]

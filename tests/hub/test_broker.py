@@ -101,6 +101,7 @@ def test_a_user_cannot_release_or_read_another_users_slice(system_users: Users, 
         assert row["owner"] == alice.name and row["holder"] == "another user's kernel" and row["labels"] == {}
         text = vgpu(bob, broker, "status").stdout + json.dumps(seen)
         assert "thesis" not in text and "kernel-of-alice" not in text
+        assert f"slices kept by: node broker at {broker.socket}" in text
         # alice herself sees her path, and may release her slice
         mine = json.loads(vgpu(alice, broker, "status", "--json").stdout)
         assert mine["slices"][0]["labels"]["path"] == "private/thesis.ipynb"
