@@ -12,7 +12,8 @@ from types import FrameType
 from ..config import VGPU
 from ..gpus import Inventory
 from ..slices import Ledger
-from .broker import Broker, BrokerServer, PolicySource, install_reload_signal
+from .broker import Broker, PolicySource
+from .listener import BrokerServer, install_reload_signal
 
 log = logging.getLogger("jupyter_vgpu.broker")
 
