@@ -5,8 +5,9 @@ Names are imported on first use (a kernel loading jupyter-vgpu should not pay fo
 
 from __future__ import annotations
 
-from importlib import import_module
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from .._lazy import lazy_names
 
 if TYPE_CHECKING:
     from .inventory import GPU, GPUProcess, Inventory, MIGDevice, Snapshot
@@ -25,12 +26,7 @@ _WHERE = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    if name in _WHERE:
-        value = getattr(import_module(f".{_WHERE[name]}", __name__), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_names(__name__, globals(), _WHERE)
 
 
 __all__ = ["GPU", "GPUProcess", "Inventory", "MIGDevice", "MPSStatus", "SimulatedNVML", "Snapshot", "parse_spec"]
