@@ -247,3 +247,44 @@ def _as_alice_in_process(users: Users, broker: BrokerProcess) -> None:
         env=users.alice.env(JUPYTER_VGPU_BROKER=str(broker.socket)),
     )
     raise error_from_wire(json.loads(result.stdout))
+
+
+def test_allowed_gpus_keep_a_users_slices_on_them(system_users: Users, broker: BrokerProcess) -> None:
+    from .conftest import student_policy
+
+    alice, bob = system_users.alice, system_users.bob
+    broker.kill(signal.SIGTERM)
+    broker.env["JUPYTER_VGPU_SIMULATE"] = "2x16GiB"
+    policy = student_policy(system_users)
+    policy["users"] = {bob.name: {"gpus": [1]}}
+    broker.write_policy(policy)
+    broker.start()
+    alices, _ = hold(alice, broker, "1/4", "a.ipynb", "k-alice")
+    bobs, _ = hold(bob, broker, "1/2", "b.ipynb", "k-bob")
+    try:
+        rows = {row["owner"]: row for row in json.loads(vgpu(bob, broker, "status", "--json").stdout)["slices"]}
+        assert rows[alice.name]["gpu_indices"] == [0]  # alice is not restricted: the tie goes to GPU 0
+        assert rows[bob.name]["gpu_indices"] == [1]  # binpack alone would put bob beside alice on GPU 0
+        pinned = vgpu(bob, broker, "run", "-p", "1/4", "--gpu", "0", "--", "true")
+        assert pinned.returncode == 3
+        assert f"{bob.name}: may use GPU 1 only" in pinned.stderr and "asked for GPU 0" in pinned.stderr
+    finally:
+        bobs.kill()
+        alices.kill()
+
+
+def test_max_wait_cuts_a_users_wait_in_line_short(system_users: Users, broker: BrokerProcess) -> None:
+    from .conftest import student_policy
+
+    alice, bob = system_users.alice, system_users.bob
+    policy = student_policy(system_users)
+    policy["groups"][system_users.students]["max_wait"] = 1
+    broker.write_policy(policy)
+    broker.process.send_signal(signal.SIGHUP)  # type: ignore[union-attr]
+    whole, _ = hold(bob, broker, "1", "big.ipynb", "k-big")  # staff: the whole GPU
+    try:
+        waited = vgpu(alice, broker, "run", "-p", "1/4", "--wait", "300", "--", "true")
+        assert waited.returncode == 3
+        assert f"{alice.name}: waits at most 1 s in line" in waited.stderr
+    finally:
+        whole.kill()
