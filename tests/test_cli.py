@@ -169,14 +169,22 @@ def test_full_gpu_refusal_says_who_holds_it(vgpu_env: dict[str, str]) -> None:
 
 
 def test_waiting_in_line_shows_in_status_then_runs(vgpu_env: dict[str, str]) -> None:
-    holder = subprocess.Popen([*JUPYTER_VGPU, "run", "-q", "-p", "1", "--", "sleep", "3"])
+    holder = subprocess.Popen([*JUPYTER_VGPU, "run", "-q", "-p", "1", "--", "sleep", "60"])
     wait_until(lambda: len(open_ledger().slices()) == 1)
     waiter = subprocess.Popen(
-        [*JUPYTER_VGPU, "run", "-q", "-p", "1/2", "--wait", "30", "--", "echo", "got it"], stdout=subprocess.PIPE, text=True
+        [*JUPYTER_VGPU, "run", "-q", "-p", "1/2", "--wait", "60", "--", "echo", "got it"], stdout=subprocess.PIPE, text=True
     )
-    wait_until(lambda: "Waiting in line:" in vgpu("status").stdout)
-    assert "#1" in vgpu("status").stdout
-    out, _ = waiter.communicate(timeout=30)
+    seen: list[str] = []
+
+    def waiting_shown() -> bool:
+        seen.append(vgpu("status").stdout)
+        return "Waiting in line:" in seen[-1]
+
+    wait_until(waiting_shown)
+    line = next(text for text in seen[-1].splitlines() if "echo 'got it'" in text)
+    assert "#1" in line and "1/2 GPU" in line
+    holder.terminate()  # the GPU frees up: the waiter gets its slice and runs
+    out, _ = waiter.communicate(timeout=60)
     holder.wait(10)
     assert waiter.returncode == 0 and out.strip() == "got it"
 
