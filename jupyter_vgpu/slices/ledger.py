@@ -151,6 +151,10 @@ class Ledger(LedgerFile):
                 raise SliceUnavailable(reason)
             return granted
         ticket = self.enqueue(request, holder_kind=holder_kind, holder=holder, pid=pid, owner=owner, uid=uid, labels=labels)
+        return self.wait_in_line(ticket, wait)
+
+    def wait_in_line(self, ticket: Ticket, wait: float) -> Slice:
+        """Try ``ticket`` until granted or ``wait`` seconds pass; always leaves the line."""
         deadline = time.monotonic() + wait
         try:
             while True:

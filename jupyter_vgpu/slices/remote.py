@@ -244,15 +244,7 @@ class BrokerLedger(Ledger):
         if wait <= 0:
             return slice_from_wire(self.client.call("reserve", **self._holder(request, holder_kind, holder, pid, labels)))
         ticket = self.enqueue(request, holder_kind=holder_kind, holder=holder, pid=pid, labels=labels)
-        deadline = time.monotonic() + wait
-        try:
-            while True:
-                granted = self.try_grant(ticket, final=time.monotonic() >= deadline)
-                if granted is not None:
-                    return granted
-                time.sleep(max(0.001, min(self.poll_interval, deadline - time.monotonic())))
-        finally:
-            self.leave_queue(ticket)
+        return self.wait_in_line(ticket, wait)
 
     def enqueue(
         self,
