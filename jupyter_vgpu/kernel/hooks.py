@@ -17,7 +17,7 @@ from typing import Any
 import wrapt
 
 from . import oom
-from .frameworks import FRAMEWORKS, Framework
+from .frameworks import FRAMEWORKS, Framework, revisit
 from .state import FAILED, TOO_LATE, FrameworkRecord, current
 
 _registered = False
@@ -80,16 +80,8 @@ def refresh() -> None:
     state = current()
     if state is None:
         return
-    for framework in FRAMEWORKS:
-        module = sys.modules.get(framework.module)
-        if module is None or framework.name not in state.records:
-            continue
-        try:
-            record = framework.refresh(module, state)
-        except Exception as error:
-            record = FrameworkRecord(framework.title, FAILED, f"{type(error).__name__}: {error}")
-        if record is not None:
-            state.record(framework.name, record)
+    for name, record in revisit(state, "refresh").items():
+        state.record(name, record)
 
 
 def say_once(key: str, message: str) -> None:

@@ -15,8 +15,8 @@ from dataclasses import replace
 from ..errors import InvalidRequest, VGPUError
 from ..slices import SliceRequest, open_ledger, parse_share, slice_environment
 from ..units import describe_fraction, format_bytes
-from .frameworks import FRAMEWORKS
-from .state import FAILED, FrameworkRecord, KernelState, SliceFacts
+from .frameworks import FRAMEWORKS, revisit
+from .state import KernelState, SliceFacts
 
 
 class ResizeRefused(VGPUError):
@@ -66,16 +66,7 @@ def resize(state: KernelState, text: str) -> str:
         ledger.close()
     os.environ.update(env)
     state.facts = replace(SliceFacts.from_env(), simulate=facts.simulate)
-    for framework in FRAMEWORKS:
-        module = sys.modules.get(framework.module)
-        if module is None or framework.name not in state.records:
-            continue
-        try:
-            record = framework.reapply(module, state)
-        except Exception as error:
-            record = FrameworkRecord(framework.title, FAILED, f"{type(error).__name__}: {error}")
-        if record is not None:
-            state.records[framework.name] = record
+    state.records.update(revisit(state, "reapply"))
     state.write_report()
     before = _describe(old_share, old_reserved)
     after = _describe(state.facts.fraction, state.facts.memory_reserved)

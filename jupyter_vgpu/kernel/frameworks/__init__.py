@@ -7,7 +7,7 @@ turn any failure into a record or a "not available" line, never into a broken im
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from .base import Framework
 from .cupy import CuPy
@@ -16,7 +16,7 @@ from .pytorch import PyTorch
 from .tensorflow import TensorFlow
 
 if TYPE_CHECKING:
-    from ..state import KernelState
+    from ..state import FrameworkRecord, KernelState
 
 #: Every framework the kernel layer configures, in the order ``%vgpu`` lists them.
 FRAMEWORKS: tuple[Framework, ...] = (TensorFlow(), PyTorch(), JAX(), CuPy())
@@ -40,6 +40,24 @@ def imported(state: KernelState) -> list[tuple[Framework, Any]]:
     return found
 
 
+def revisit(state: KernelState, step: Literal["refresh", "reapply"]) -> dict[str, FrameworkRecord]:
+    """Run ``step`` of every configured framework the user has imported; returns the new records
+    (a step that raises becomes a failed record, never an exception in the user's cell)."""
+    from ..state import FAILED, FrameworkRecord
+
+    changed: dict[str, FrameworkRecord] = {}
+    for framework, module in imported(state):
+        if framework.name not in state.records:
+            continue
+        try:
+            record = getattr(framework, step)(module, state)
+        except Exception as error:
+            record = FrameworkRecord(framework.title, FAILED, f"{type(error).__name__}: {error}")
+        if record is not None:
+            changed[framework.name] = record
+    return changed
+
+
 def framework_memory(state: KernelState) -> tuple[int | None, int | None]:
     """GPU memory the imported frameworks say they hold now and at peak (None: nobody can tell)."""
     used: int | None = None
@@ -56,4 +74,4 @@ def framework_memory(state: KernelState) -> tuple[int | None, int | None]:
     return used, peak
 
 
-__all__ = ["FRAMEWORKS", "Framework", "by_name", "framework_memory", "imported"]
+__all__ = ["FRAMEWORKS", "Framework", "by_name", "framework_memory", "imported", "revisit"]
