@@ -9,12 +9,9 @@ context (measured, not assumed) stays within the slice's framework limit.
 from __future__ import annotations
 
 import importlib.util
-import json
 import os
-import queue
 import re
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -26,50 +23,19 @@ from jupyter_vgpu.gpus import Inventory
 from jupyter_vgpu.slices import Slice, SliceRequest, open_ledger, slice_environment
 from jupyter_vgpu.units import MiB
 
+from .harness import FRAMEWORKS, Kernel, installed, needs
+
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
-def needs(module: str) -> pytest.MarkDecorator:
-    return pytest.mark.skipif(importlib.util.find_spec(module) is None, reason=f"{module} is not installed")
-
-
-class GPUKernel:
+class GPUKernel(Kernel):
     """A kernel holding a slice of the real GPU."""
 
     def __init__(self, slice_: Slice, env: dict[str, str]) -> None:
         self.slice = slice_
-        self.manager = KernelManager(kernel_name="python3")
-        self.manager.start_kernel(env=env, extra_arguments=["--ext=jupyter_vgpu"])
-        self.client = self.manager.client()
-        self.client.start_channels()
-        self.client.wait_for_ready(timeout=120)
-        self.pid = int(self.eval("__import__('os').getpid()"))
-
-    def run(self, code: str, timeout: float = 300) -> tuple[bool, str, dict[str, Any] | None]:
-        msg_id = self.client.execute(code)
-        stdout, error = [], None
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                msg = self.client.get_iopub_msg(timeout=max(0.1, deadline - time.monotonic()))
-            except queue.Empty:
-                if time.monotonic() > deadline:
-                    raise TimeoutError(code) from None
-                continue
-            if msg["parent_header"].get("msg_id") != msg_id:
-                continue
-            if msg["msg_type"] == "stream" and msg["content"]["name"] == "stdout":
-                stdout.append(msg["content"]["text"])
-            elif msg["msg_type"] == "error":
-                error = msg["content"]
-            elif msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle":
-                return error is None, "".join(stdout), error
-
-    def eval(self, expression: str) -> Any:
-        ok, out, error = self.run(f"print(__import__('json').dumps({expression}))")
-        assert ok, error
-        value: Any = json.loads(out.strip().splitlines()[-1])
-        return value
+        manager = KernelManager(kernel_name="python3")
+        manager.start_kernel(env=env, extra_arguments=["--ext=jupyter_vgpu"])
+        super().__init__(manager)
 
     def nvml_used(self) -> int:
         """Bytes NVML attributes to this kernel's process on its GPU (0 when it holds no context)."""
@@ -83,10 +49,6 @@ class GPUKernel:
             f"__import__('jupyter_vgpu.kernel.state').kernel.state.current().records[{name!r}].to_dict()"
         )
         return record
-
-    def stop(self) -> None:
-        self.client.stop_channels()
-        self.manager.shutdown_kernel(now=True)
 
 
 @pytest.fixture
@@ -113,23 +75,6 @@ def gpu_kernel(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]
     ledger.close()
 
 
-def fill(kernel: GPUKernel, allocate: str, oom: str, chunk: int = 256 * MiB) -> int:
-    """Allocate ``chunk``-byte blocks until the framework refuses; returns the bytes it allowed."""
-    code = (
-        "_held, _total = [], 0\n"
-        "while _total < 10 * 2**40:\n"
-        "    try:\n"
-        f"        _held.append({allocate.format(n=chunk)})\n"
-        f"    except {oom} as _error:\n"
-        "        break\n"
-        f"    _total += {chunk}\n"
-        "print(_total)"
-    )
-    ok, out, error = kernel.run(code)
-    assert ok, error
-    return int(out.strip().splitlines()[-1])
-
-
 @needs("torch")
 def test_importing_torch_creates_no_cuda_context(gpu_kernel: Any) -> None:
     kernel = gpu_kernel()
@@ -147,7 +92,7 @@ def test_torch_allocations_stay_inside_the_slice(gpu_kernel: Any) -> None:
     assert kernel.run("import torch; torch.zeros(1, device='cuda'); torch.cuda.synchronize()")[0]
     context = kernel.nvml_used()
     limit = kernel.slice.memory_limit
-    allowed = fill(kernel, "torch.empty({n}, dtype=torch.uint8, device='cuda')", "torch.cuda.OutOfMemoryError")
+    allowed = kernel.fill("torch")
     assert 0.8 * limit <= allowed <= limit
     assert kernel.nvml_used() - context <= limit
     ok, _, error = kernel.run(f"torch.empty({2 * limit}, dtype=torch.uint8, device='cuda')")
@@ -162,7 +107,7 @@ def test_cupy_pool_is_limited_to_the_slice(gpu_kernel: Any) -> None:
     assert kernel.eval("cupy.get_default_memory_pool().get_limit()") == kernel.slice.memory_limit
     assert kernel.run("cupy.zeros(1); cupy.cuda.Device().synchronize()")[0]
     context = kernel.nvml_used()
-    allowed = fill(kernel, "cupy.empty({n}, dtype=cupy.uint8)", "cupy.cuda.memory.OutOfMemoryError")
+    allowed = kernel.fill("cupy")
     assert 0.8 * kernel.slice.memory_limit <= allowed <= kernel.slice.memory_limit
     assert kernel.nvml_used() - context <= kernel.slice.memory_limit
 
@@ -173,7 +118,7 @@ def test_jax_stays_inside_its_memory_fraction(gpu_kernel: Any) -> None:
     assert kernel.run("import jax, jax.numpy as jnp; jnp.zeros(1).block_until_ready()")[0]
     assert kernel.record("jax")["status"] in ("recorded", "applied")
     context = kernel.nvml_used()
-    allowed = fill(kernel, "jnp.empty(({n},), dtype=jnp.uint8).block_until_ready()", "Exception")
+    allowed = kernel.fill("jax")
     assert allowed <= kernel.slice.memory_limit
     assert kernel.nvml_used() - context <= kernel.slice.memory_limit * 1.02  # XLA rounds its fraction
 
@@ -191,12 +136,7 @@ def test_tensorflow_gpu_gets_logical_devices_with_the_slices_limit(gpu_kernel: A
 
 
 def test_three_frameworks_side_by_side_on_one_gpu(gpu_kernel: Any) -> None:
-    workloads = {
-        "torch": ("import torch", "torch.empty({n}, dtype=torch.uint8, device='cuda')"),
-        "cupy": ("import cupy", "cupy.empty({n}, dtype=cupy.uint8)"),
-        "jax": ("import jax.numpy as jnp", "jnp.empty(({n},), dtype=jnp.uint8).block_until_ready()"),
-    }
-    present = {name: work for name, work in workloads.items() if importlib.util.find_spec(name) is not None}
+    present = {name: (setup, allocate) for name, (setup, allocate, _) in FRAMEWORKS.items() if installed(name)}
     if len(present) < 2:
         pytest.skip("needs at least two of torch, cupy, jax")
     kernels = {name: gpu_kernel(fraction=0.25) for name in present}
