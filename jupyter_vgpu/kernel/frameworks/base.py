@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from ..state import FrameworkRecord, KernelState
 
 
-class Framework:
+class Framework(ABC):
     """How jupyter-vgpu fits one framework into the kernel's slice.
 
     Subclasses set ``name`` (the report key), ``title`` (what users read) and ``module`` (the
@@ -19,11 +20,11 @@ class Framework:
     title = ""
     module = ""
 
+    @abstractmethod
     def configure(self, module: Any, state: KernelState) -> FrameworkRecord:
         """Called by the post-import hook right after the user's import of ``module``
         (or at once if it was imported before the extension loaded). Must not create a CUDA
         context. Returns what was applied; may raise (the hook records the failure)."""
-        raise NotImplementedError
 
     def holds_gpu(self, module: Any) -> str | None:
         """Why the slice can no longer change under this framework (a sentence), or None
