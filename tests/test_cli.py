@@ -210,3 +210,29 @@ def test_bad_simulation_variable_is_one_sentence(vgpu_env: dict[str, str], monke
     assert result.returncode != 0
     assert "JUPYTER_VGPU_SIMULATE='lots' is not a device spec" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+WITHOUT_JUPYTERHUB = "import sys; sys.modules['jupyterhub'] = None; from jupyter_vgpu.cli import main; sys.exit(main(sys.argv[1:]))"
+
+
+def test_without_the_hub_extra_every_command_is_listed_and_the_broker_names_the_extra(vgpu_env: dict[str, str]) -> None:
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-c", WITHOUT_JUPYTERHUB, *args], capture_output=True, text=True, timeout=60)
+
+    listed = cli("--help")
+    assert listed.returncode == 0, listed.stderr
+    for command in ("status", "run", "release", "gc", "kernelspec", "broker"):
+        assert command in listed.stdout
+    assert cli("status").returncode == 0
+    broker = cli("broker", "--socket", str(Path(vgpu_env["JUPYTER_VGPU_LEDGER"]).parent / "b.sock"))
+    assert broker.returncode != 0
+    assert broker.stderr.strip() == (
+        "jupyter vgpu: jupyter-vgpu's JupyterHub integration (broker, quotas, admin page) needs jupyterhub, "
+        "which is not installed: pip install 'jupyter-vgpu[hub]'."
+    )
+    imported = subprocess.run(
+        [sys.executable, "-c", "import sys; sys.modules['jupyterhub'] = None; import jupyter_vgpu.hub"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert imported.returncode != 0
+    assert imported.stderr.strip().splitlines()[-1].endswith("pip install 'jupyter-vgpu[hub]'.")

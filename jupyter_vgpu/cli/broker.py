@@ -8,12 +8,12 @@ import os
 from typing import Any
 
 from ..config import ENV_LEDGER, load_settings
-from ..slices.remote import ENV_BROKER
+from ..slices.remote import DEFAULT_LEDGER, DEFAULT_SOCKET, ENV_BROKER
 
 
 def add_parser(commands: Any) -> None:
-    from ..hub.service import DEFAULT_LEDGER, DEFAULT_SOCKET
-
+    # Building the parser imports nothing of the hub: `jupyter vgpu --help` works without the
+    # [hub] extra, and only running the broker asks for it.
     parser = commands.add_parser(
         "broker",
         help="serve the node's GPU slices to every user over a Unix socket (run as root)",
@@ -44,7 +44,7 @@ def add_parser(commands: Any) -> None:
 
 
 def broker(args: argparse.Namespace) -> int:
-    from ..hub.service import DEFAULT_LEDGER, DEFAULT_SOCKET, hub_service_address, open_broker, serve
+    from ..hub.service import hub_service_address, open_broker, serve
 
     logging.basicConfig(level=args.log_level, format="[%(levelname)1.1s %(asctime)s %(name)s] %(message)s")
     settings = load_settings()

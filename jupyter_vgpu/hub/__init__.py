@@ -14,7 +14,13 @@ this very file, and again whenever the file changes), serves the admin page at
 
 from __future__ import annotations
 
-from .integration import configure
-from .policy import Policy, VGPUPolicy, load_policy
+from .._extras import require
+
+# Everything in this package serves JupyterHub (the broker is a hub service, the admin page
+# uses its OAuth); without the [hub] extra, importing it says so in one sentence.
+require("jupyterhub", extra="hub", feature="jupyter-vgpu's JupyterHub integration (broker, quotas, admin page)")
+
+from .integration import configure  # noqa: E402
+from .policy import Policy, VGPUPolicy, load_policy  # noqa: E402
 
 __all__ = ["Policy", "VGPUPolicy", "configure", "load_policy"]

@@ -9,9 +9,8 @@ from typing import Any
 from urllib.parse import urlparse
 
 from ..config import ENV_CONTEXT, ENV_SIMULATE
-from ..slices.remote import ENV_BROKER
+from ..slices.remote import DEFAULT_LEDGER, DEFAULT_SOCKET, ENV_BROKER
 from .admin import ENV_HUB_URL
-from .service import DEFAULT_LEDGER, DEFAULT_SOCKET
 
 ROLE = "jupyter-vgpu-broker"
 

@@ -12,13 +12,13 @@ from types import FrameType
 from ..config import VGPU
 from ..gpus import Inventory
 from ..slices import Ledger
+from ..slices.remote import DEFAULT_LEDGER, DEFAULT_SOCKET
 from .broker import Broker, PolicySource
 from .listener import BrokerServer, install_reload_signal
 
 log = logging.getLogger("jupyter_vgpu.broker")
 
-DEFAULT_SOCKET = "/run/jupyter-vgpu/broker.sock"
-DEFAULT_LEDGER = "/var/lib/jupyter-vgpu/ledger.sqlite"
+__all__ = ["DEFAULT_LEDGER", "DEFAULT_SOCKET", "hub_service_address", "open_broker", "serve"]
 
 
 def open_broker(settings: VGPU, *, ledger_path: str | Path, policy: str | Path | None) -> Broker:

@@ -32,6 +32,10 @@ from .request import SliceRequest
 
 ENV_BROKER = "JUPYTER_VGPU_BROKER"
 
+#: Where ``jupyter vgpu broker`` listens and keeps the node's ledger unless told otherwise.
+DEFAULT_SOCKET = "/run/jupyter-vgpu/broker.sock"
+DEFAULT_LEDGER = "/var/lib/jupyter-vgpu/ledger.sqlite"
+
 #: Longest answer the client accepts (a node with thousands of slices stays far below).
 MAX_MESSAGE = 16 * 1024 * 1024
 
