@@ -30,7 +30,7 @@ from traitlets import Any as AnyTrait
 from traitlets import Enum, TraitError, Unicode, validate
 
 from .config import VGPU, load_settings
-from .errors import InvalidRequest, NotPermitted, SliceNotFound, SliceUnavailable, VGPUError
+from .errors import InvalidConfig, InvalidRequest, LedgerError, NotPermitted, SliceNotFound, SliceUnavailable, VGPUError
 from .slices import Ledger, Slice, SliceRequest, cpu_environment, open_ledger, slice_environment
 from .slices.reports import remove_report
 from .units import parse_bytes, parse_fraction
@@ -49,11 +49,13 @@ class _ShownToUser(HTTPError):
     status = 500
 
     def __init__(self, message: str) -> None:
+        # jupyter_server's API answers with log_message as it is; keep the message out of args,
+        # which tornado would %-format it with.
         HTTPError.__init__(self, self.status, message)
-        self.args = (message,)
+        self.message = message
 
     def __str__(self) -> str:
-        return str(self.args[0])
+        return self.message
 
 
 class InvalidKernelConfig(_ShownToUser, InvalidRequest, TraitError):
@@ -75,7 +77,61 @@ class KernelStartRefused(_ShownToUser, NotPermitted):
 
 
 class KernelStartFailed(_ShownToUser, VGPUError):
-    """Another jupyter-vgpu problem at kernel start (e.g. an unusable ledger)."""
+    """Another jupyter-vgpu problem at kernel start (a bug; the server log has the traceback)."""
+
+
+class KernelSetupBroken(_ShownToUser, VGPUError):
+    """jupyter-vgpu's own settings or ledger cannot be used (a bad number, a corrupt ledger)."""
+
+    status = 503
+
+
+async def forget_failed_starts(manager: Any, log: Any = None) -> list[str]:
+    """Drop the kernel starts that failed, and cancel those still waiting, from ``manager``'s
+    pending kernels; returns their ids.
+
+    jupyter_client's MultiKernelManager keeps a failed start among its pending kernels for ever
+    (``_add_kernel_when_ready`` removes an entry only on success), and jupyter_server's
+    ``shutdown_all`` then asks to shut that kernel down, which fails with "Kernel does not exist"
+    and leaves the server unable to stop. Refused starts are routine here (a full GPU, a quota,
+    a wait that timed out), so the server extension calls this before the server's kernel
+    cleanup. Upstream fix: remove the entry in a ``finally`` of ``_add_kernel_when_ready``.
+    """
+    pending = getattr(manager, "_pending_kernels", None)
+    running = getattr(manager, "_kernels", None)
+    if not isinstance(pending, dict) or not isinstance(running, dict):
+        return []
+    stale = [(kid, task) for kid, task in list(pending.items()) if kid not in running]
+    for kernel_id, task in stale:
+        if isinstance(task, asyncio.Future) and not task.done():
+            task.cancel()  # a start still waiting in line: it leaves the line as it ends
+            try:
+                await asyncio.wait_for(asyncio.shield(task), timeout=5)
+            except BaseException:  # cancelled, failed or slow: it goes either way
+                pass
+        if pending.get(kernel_id) is task:
+            del pending[kernel_id]
+        if log is not None:
+            log.info("jupyter-vgpu: forgot kernel %s, whose start did not succeed.", kernel_id)
+    return [kid for kid, _ in stale]
+
+
+def _forget_when_done(manager: Any, kernel_id: str) -> None:
+    """Once the failed start of ``kernel_id`` has finished, drop it from the manager's pending
+    kernels (see :func:`forget_failed_starts`) so it neither leaks nor blocks shutdown."""
+    pending = getattr(manager, "_pending_kernels", None)
+    if not isinstance(pending, dict):
+        return
+    task = pending.get(kernel_id)
+    if not isinstance(task, asyncio.Future):
+        return
+
+    def forget(done: asyncio.Future[Any]) -> None:
+        running = getattr(manager, "_kernels", {})
+        if pending.get(kernel_id) is done and kernel_id not in running:
+            del pending[kernel_id]
+
+    task.add_done_callback(forget)
 
 
 _ledgers: dict[tuple[str, str, int], Ledger] = {}
@@ -89,6 +145,24 @@ def _shared_ledger(settings: VGPU) -> Ledger:
         if key not in _ledgers:
             _ledgers[key] = open_ledger(settings)
         return _ledgers[key]
+
+
+def _shown(error: BaseException, log: Any) -> BaseException:
+    """The error as the user's kernel-start dialog should show it (one sentence, right status)."""
+    if isinstance(error, (_ShownToUser, asyncio.CancelledError, KeyboardInterrupt, SystemExit)):
+        return error
+    if isinstance(error, (InvalidRequest, TraitError)):
+        return InvalidKernelConfig(str(error))
+    if isinstance(error, SliceUnavailable):
+        return KernelSliceUnavailable(str(error))
+    if isinstance(error, NotPermitted):
+        return KernelStartRefused(str(error))
+    if isinstance(error, (InvalidConfig, LedgerError)):
+        return KernelSetupBroken(str(error))
+    if isinstance(error, VGPUError):
+        return KernelStartFailed(str(error))
+    log.error("jupyter-vgpu: the kernel start failed", exc_info=error)
+    return KernelStartFailed(f"jupyter-vgpu could not start this kernel ({error!r}); the server log has the details.")
 
 
 def _check(proposal: Any, parse: Any) -> Any:
@@ -286,16 +360,18 @@ class VGPUProvisioner(LocalProvisioner):  # type: ignore[misc]
         jupyter-vgpu errors reach the user's kernel-start dialog as their one-line message."""
         try:
             return await self._pre_launch(**kwargs)
-        except _ShownToUser:
+        except BaseException as error:
+            if not isinstance(error, asyncio.CancelledError):
+                _forget_when_done(getattr(self.parent, "parent", None), str(self.kernel_id))
+            raise _shown(error, self.log) from None
+
+    async def launch_kernel(self, cmd: list[str], **kwargs: Any) -> Any:
+        try:
+            return await super().launch_kernel(cmd, **kwargs)
+        except BaseException:
+            await self._release()
+            _forget_when_done(getattr(self.parent, "parent", None), str(self.kernel_id))
             raise
-        except InvalidRequest as error:
-            raise InvalidKernelConfig(str(error)) from None
-        except SliceUnavailable as error:
-            raise KernelSliceUnavailable(str(error)) from None
-        except NotPermitted as error:
-            raise KernelStartRefused(str(error)) from None
-        except VGPUError as error:
-            raise KernelStartFailed(str(error)) from None
 
     async def _pre_launch(self, **kwargs: Any) -> dict[str, Any]:
         request = self.request()
@@ -341,13 +417,6 @@ class VGPUProvisioner(LocalProvisioner):  # type: ignore[misc]
         except BaseException:
             if reserved_now:
                 await self._release()
-            raise
-
-    async def launch_kernel(self, cmd: list[str], **kwargs: Any) -> Any:
-        try:
-            return await super().launch_kernel(cmd, **kwargs)
-        except BaseException:
-            await self._release()
             raise
 
     async def post_launch(self, **kwargs: Any) -> None:

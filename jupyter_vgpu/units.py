@@ -30,6 +30,9 @@ _UNITS = {
 }
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?|\.\d+)\s*([a-zA-Z]*)\s*$")
 ALLOWED_SIZES = "a size such as 6GiB, 512MiB, 1.5GB or a number of bytes"
+#: No GPU (or simulated one) holds more; larger sizes are typos, and would overflow SQLite's integers.
+MAX_SIZE = 1024**5
+_MAX_TEXT = 64
 
 
 def parse_bytes(value: str | int | float, *, what: str = "memory") -> int:
@@ -40,17 +43,28 @@ def parse_bytes(value: str | int | float, *, what: str = "memory") -> int:
     if isinstance(value, bool):
         raise InvalidRequest(f"{what} {value!r} is not {ALLOWED_SIZES}.")
     if isinstance(value, (int, float)):
-        if not math.isfinite(value) or value <= 0:
-            raise InvalidRequest(f"{what} {value!r} must be a positive {ALLOWED_SIZES}.")
-        return int(value)
-    match = _SIZE.match(str(value))
-    if not match or match.group(2).lower() not in _UNITS:
-        raise InvalidRequest(f"{what} {value!r} is not {ALLOWED_SIZES}.")
-    number = float(match.group(1))
-    result = int(number * _UNITS[match.group(2).lower()])
-    if result <= 0:
-        raise InvalidRequest(f"{what} {value!r} must be larger than zero ({ALLOWED_SIZES}).")
-    return result
+        if not value > 0 or (isinstance(value, float) and not math.isfinite(value)):
+            raise InvalidRequest(f"{what} {shorten(value)} must be larger than zero; use {ALLOWED_SIZES}.")
+        result = value
+    else:
+        text = str(value)
+        match = _SIZE.match(text) if len(text) <= _MAX_TEXT else None
+        if not match or match.group(2).lower() not in _UNITS:
+            raise InvalidRequest(f"{what} {shorten(value)} is not {ALLOWED_SIZES}.")
+        result = float(match.group(1)) * _UNITS[match.group(2).lower()]
+    if result > MAX_SIZE:
+        raise InvalidRequest(f"{what} {shorten(value)} is larger than any GPU (at most 1 PiB); use {ALLOWED_SIZES}.")
+    if int(result) <= 0:
+        raise InvalidRequest(f"{what} {shorten(value)} must be larger than zero ({ALLOWED_SIZES}).")
+    return int(result)
+
+
+def shorten(value: object, limit: int = 40) -> str:
+    """``repr(value)``, cut in the middle when long: a 400-digit typo stays a readable message."""
+    text = repr(value)
+    if len(text) <= limit:
+        return text
+    return f"{text[: limit // 2]}...{text[-(limit // 2) :]} ({len(str(value))} characters)"
 
 
 def format_bytes(value: int | float | None, *, precision: int = 1) -> str:
@@ -77,10 +91,14 @@ def parse_fraction(value: str | int | float, *, what: str = "gpu_fraction") -> f
     if isinstance(value, bool):
         raise InvalidRequest(f"{what} {value!r} is not {ALLOWED_FRACTIONS}.")
     result: float
+    if isinstance(value, int) and not -2 <= value <= 2:  # float() of a 400-digit int overflows
+        raise InvalidRequest(f"{what} {shorten(value)} is outside (0, 1]; use {ALLOWED_FRACTIONS}.")
     if isinstance(value, (int, float)):
         result = float(value)
     else:
         text = str(value)
+        if len(text) > _MAX_TEXT:
+            raise InvalidRequest(f"{what} {shorten(value)} is not {ALLOWED_FRACTIONS}.")
         if m := _FRACTION.match(text):
             if int(m.group(2)) == 0:
                 raise InvalidRequest(f"{what} {value!r} divides by zero; use {ALLOWED_FRACTIONS}.")
@@ -93,7 +111,7 @@ def parse_fraction(value: str | int | float, *, what: str = "gpu_fraction") -> f
             except ValueError:
                 raise InvalidRequest(f"{what} {value!r} is not {ALLOWED_FRACTIONS}.") from None
     if not math.isfinite(result) or not 0 < result <= 1:
-        raise InvalidRequest(f"{what} {value!r} is outside (0, 1]; use {ALLOWED_FRACTIONS}.")
+        raise InvalidRequest(f"{what} {shorten(value)} is outside (0, 1]; use {ALLOWED_FRACTIONS}.")
     return result
 
 

@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, TypeVar
 
 from ..errors import InvalidConfig
+from ..units import shorten
 from .mps import SERVER_PROCESS, MPSDetector
 from .simulated import SimulatedNVML, describe
 
@@ -150,7 +151,10 @@ class Inventory:
     def describe(self) -> str:
         """How the GPUs are provided, for headers: ``simulated (2 x 16 GiB)`` or ``NVML``."""
         if self.simulated:
-            return f"simulated ({describe(self.simulate)})"
+            try:
+                return f"simulated ({describe(self.simulate)})"
+            except InvalidConfig:  # the snapshot says what is wrong with it
+                return f"simulated ({shorten(self.simulate)}, not usable)"
         return "NVML"
 
     def _init(self) -> Any:

@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InvalidConfig, InvalidRequest
-from ..units import GiB, format_bytes, parse_bytes
+from ..units import GiB, format_bytes, parse_bytes, shorten
 
 NVML_SUCCESS = 0
 NVML_ERROR_INVALID_ARGUMENT = 2
@@ -146,23 +146,30 @@ def _stable_uuid(index: int, memory: int, name: str) -> str:
 def parse_spec(spec: str) -> list[SimulatedDevice]:
     """Devices described by ``JUPYTER_VGPU_SIMULATE`` (short form or JSON file)."""
     text = spec.strip()
-    if text.endswith(".json") or os.sep in text or Path(text).is_file():
+    if text.endswith(".json") or os.sep in text or _is_file(text):
         return _load_json(Path(text).expanduser())
-    match = _SHORT.match(text)
+    match = _SHORT.match(text) if len(text) <= 80 else None
     if not match:
-        raise InvalidConfig(f"JUPYTER_VGPU_SIMULATE={spec!r} is not {ALLOWED}.")
+        raise InvalidConfig(f"JUPYTER_VGPU_SIMULATE={shorten(spec)} is not {ALLOWED}.")
     count = int(match.group(1) or 1)
     if not 1 <= count <= 64:
-        raise InvalidConfig(f"JUPYTER_VGPU_SIMULATE={spec!r} asks for {count} GPUs; use 1 to 64.")
+        raise InvalidConfig(f"JUPYTER_VGPU_SIMULATE={shorten(spec)} asks for {shorten(count)} GPUs; use 1 to 64.")
     try:
         memory = parse_bytes(match.group(2), what="JUPYTER_VGPU_SIMULATE memory")
     except InvalidRequest:
-        raise InvalidConfig(f"JUPYTER_VGPU_SIMULATE={spec!r} is not {ALLOWED}.") from None
+        raise InvalidConfig(f"JUPYTER_VGPU_SIMULATE={shorten(spec)} is not {ALLOWED}.") from None
     name = f"Simulated GPU {format_bytes(memory, precision=0).replace(' ', '')}"
     return [
         SimulatedDevice(index=i, uuid=_stable_uuid(i, memory, name), name=name, memory_total=memory)
         for i in range(count)
     ]
+
+
+def _is_file(text: str) -> bool:
+    try:
+        return Path(text).expanduser().is_file()
+    except (OSError, ValueError):  # a name too long for the file system, a NUL byte
+        return False
 
 
 def _load_json(path: Path) -> list[SimulatedDevice]:
@@ -263,7 +270,7 @@ class SimulatedNVML:
         self._lock = threading.Lock()
         self._stamp: tuple[float, int] | None = None
         self._devices = parse_spec(spec)
-        self._path = Path(spec).expanduser() if Path(spec).expanduser().is_file() else None
+        self._path = Path(spec).expanduser() if _is_file(spec.strip()) else None
         if self._path is not None:
             self._stamp = self._file_stamp()
 

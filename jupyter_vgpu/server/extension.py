@@ -11,12 +11,12 @@ from __future__ import annotations
 from typing import Any
 
 from jupyter_server.extension.application import ExtensionApp
-from jupyter_server.serverapp import ServerApp
 from traitlets import Enum, Float, Int, TraitError, validate
 
 from .. import __version__
 from ..config import load_settings
 from ..errors import VGPUError
+from ..provisioner import forget_failed_starts
 from ..slices import Ledger, open_ledger
 from . import handlers
 from .metrics import collector
@@ -115,19 +115,37 @@ class VGPUServer(ExtensionApp):
             raise TraitError(f"c.VGPUServer.{proposal['trait'].name} {value!r} must be 0 or more.")
         return value
 
+    def update_config(self, config: Any) -> None:
+        """Take the server's config; a value that cannot work is named in the log in one line and
+        every ``c.VGPUServer`` option keeps its default (traitlets rolls the whole batch back), so
+        the extension still runs rather than failing to load."""
+        try:
+            super().update_config(config)
+        except TraitError as error:
+            self.log.error("jupyter-vgpu: %s Using the defaults of every c.VGPUServer option until it is fixed.", error)
+
     def _config_file_name_default(self) -> str:
         # c.VGPUServer.* may sit next to c.VGPU.* in jupyter_vgpu_config.py.
         return "jupyter_vgpu_config"
 
     def initialize_settings(self) -> None:
+        """Open the ledger and build the monitor and watchdog. Never raises: a broken setting
+        (a bad number, an unusable ledger, a bad simulation spec) leaves the API answering
+        ``available: false`` with the one-sentence reason, and the server running."""
         assert self.serverapp is not None
         ledger: Ledger | None = None
         problem = None
+        simulated = False
         try:
             settings = load_settings(self.serverapp.config)
+            simulated = bool(settings.resolved_simulate)
             ledger = open_ledger(settings)
-        except VGPUError as error:
+        except (VGPUError, TraitError) as error:
             problem = str(error)
+        except Exception as error:  # a bug must not take the server (or its shutdown) down
+            problem = f"jupyter-vgpu could not start: {error!r}."
+            self.log.exception("jupyter-vgpu: opening the ledger failed")
+        if problem:
             self.log.error("jupyter-vgpu: %s The GPU API answers with this message until it is fixed.", problem)
         manager = self.serverapp.kernel_manager
         self.monitor = UsageMonitor(
@@ -139,6 +157,7 @@ class VGPUServer(ExtensionApp):
             kernel_pids=lambda: kernel_pids(manager),
             log=self.log,
             problem=problem,
+            simulated=simulated,
         )
         self.watchdog = Watchdog(
             manager,
@@ -164,13 +183,26 @@ class VGPUServer(ExtensionApp):
         self.handlers.extend(handlers.routes())
 
     async def _start_jupyter_server_extension(self, serverapp: Any) -> None:
-        collector().add(self.monitor)
-        self.monitor.start()
+        monitor: UsageMonitor | None = getattr(self, "monitor", None)
+        if monitor is not None:
+            collector().add(monitor)
+            monitor.start()
 
     async def stop_extension(self) -> None:
-        collector().remove(self.monitor)
-        await self.watchdog.stop()
-        await self.monitor.stop()
+        """Called by the server before it shuts its kernels down. Runs whatever state the
+        extension reached (even none, if loading failed), so the server always stops."""
+        manager = getattr(self.serverapp, "kernel_manager", None) if self.serverapp is not None else None
+        if manager is not None:
+            # Kernel starts that failed (GPU full, a quota) or still wait in line would make the
+            # server's own kernel shutdown fail with "Kernel does not exist" and never return.
+            await forget_failed_starts(manager, self.log)
+        watchdog: Watchdog | None = getattr(self, "watchdog", None)
+        monitor: UsageMonitor | None = getattr(self, "monitor", None)
+        if watchdog is not None:
+            await watchdog.stop()
+        if monitor is not None:
+            collector().remove(monitor)
+            await monitor.stop()
 
 
 def kernel_pids(manager: Any) -> dict[str, int]:
@@ -184,23 +216,3 @@ def kernel_pids(manager: Any) -> dict[str, int]:
         if isinstance(pid, int) and pid > 0:
             pids[kernel_id] = pid
     return pids
-
-
-# -- module-level hooks ------------------------------------------------------------------------
-# jupyter_vgpu._jupyter_server_extension_points names this module without an "app", so the
-# server calls these functions. They run VGPUServer as if it had been named, and give it to the
-# extension point, so that the server also calls its start and stop hooks.
-
-
-def _link_jupyter_server_extension(serverapp: ServerApp) -> None:
-    """Nothing to link: VGPUServer reads the server's config when it is loaded."""
-
-
-def _load_jupyter_server_extension(serverapp: ServerApp) -> VGPUServer:
-    extension = VGPUServer()
-    extension._link_jupyter_server_extension(serverapp)
-    extension.initialize()  # type: ignore[no-untyped-call]
-    point = serverapp.extension_manager.extension_points.get(__name__)
-    if point is not None and point.app is None:
-        point._app = extension  # so start_all_points / stop_all_extensions reach it
-    return extension

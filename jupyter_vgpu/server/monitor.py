@@ -90,8 +90,10 @@ class UsageMonitor:
         kernel_pids: Callable[[], Mapping[str, int]] = dict,
         log: logging.Logger | None = None,
         problem: str | None = None,
+        simulated: bool = False,
     ) -> None:
         self.ledger = ledger
+        self.simulated = simulated if ledger is None else ledger.inventory.simulated
         self.interval = interval
         # A few minutes at most ``history_points`` points: a sparkline needs no more, and every
         # point is sent to every poll of every open sidebar.
@@ -121,7 +123,7 @@ class UsageMonitor:
         """Take one sample. Blocking: call it on :attr:`executor`, never on the event loop."""
         now = time.time()
         if self.ledger is None:
-            return _empty(now, self.problem or "The jupyter-vgpu ledger is not available.")
+            return _empty(now, self.problem or "The jupyter-vgpu ledger is not available.", simulated=self.simulated)
         try:
             snapshot = self.ledger.inventory.snapshot()
             if self._reap_due():
@@ -132,7 +134,10 @@ class UsageMonitor:
             slices = self.ledger.slices()
             waiting = tuple(self.ledger.waiting())
         except VGPUError as error:
-            return _empty(now, str(error), simulated=self.ledger.inventory.simulated)
+            return _empty(now, str(error), simulated=self.simulated)
+        except Exception as error:  # a bug: say so in the API rather than answer 500 forever
+            self.log.exception("jupyter-vgpu: reading the GPUs and the ledger failed")
+            return _empty(now, f"jupyter-vgpu could not read the GPUs and the ledger: {error!r}.", simulated=self.simulated)
         finally:
             self._ticks += 1
         self._known_pids = [s.pid for s in slices if s.pid]

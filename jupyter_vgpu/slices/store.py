@@ -19,6 +19,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from ..errors import LedgerError
+from ..units import shorten
 
 #: 1: the first ledger. 2: each slice records its enforcement tier, and each of its GPUs the MIG
 #: device it holds (upgraded in place, see ``_MIGRATIONS``).
@@ -69,6 +70,14 @@ RECOVERY = (
 )
 
 
+def _schema_version(value: object) -> int:
+    """The stored schema version; anything but a whole number from 1 up is damage."""
+    text = str(value)
+    if not (text.isascii() and text.isdigit()) or len(text) > 6 or int(text) < 1:
+        raise sqlite3.DatabaseError(f"its schema_version {shorten(value)} is not a version number")
+    return int(text)
+
+
 class LedgerFile:
     """One process's connection to the ledger file; safe to share between threads."""
 
@@ -114,14 +123,15 @@ class LedgerFile:
                     if db.execute("SELECT count(*) FROM slices").fetchone()[0]:
                         raise sqlite3.DatabaseError("slices without a schema version")
                     db.execute("INSERT INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
-                elif int(row[0]) > SCHEMA_VERSION:
-                    raise LedgerError(
-                        f"The ledger {self.path} was written by a newer jupyter-vgpu (schema {row[0]}, "
-                        f"this one reads {SCHEMA_VERSION}); upgrade jupyter-vgpu or point JUPYTER_VGPU_LEDGER elsewhere."
-                    )
                 else:
-                    for version in range(int(row[0]), SCHEMA_VERSION):
-                        for statement in _MIGRATIONS[version]:
+                    version = _schema_version(row[0])
+                    if version > SCHEMA_VERSION:
+                        raise LedgerError(
+                            f"The ledger {self.path} was written by a newer jupyter-vgpu (schema {version}, this one "
+                            f"reads {SCHEMA_VERSION}); upgrade jupyter-vgpu or point JUPYTER_VGPU_LEDGER elsewhere."
+                        )
+                    for step in range(version, SCHEMA_VERSION):
+                        for statement in _MIGRATIONS[step]:
                             db.execute(statement)
                     db.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION),))
                 db.execute("COMMIT")

@@ -10,18 +10,21 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
-import subprocess
-import sys
-import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
+from jupyter_process import (
+    KERNEL_DISPLAY_NAME,
+    KERNEL_NAME,
+    TOKEN,
+    JupyterProcess,
+    isolated_env,
+    start_jupyter,
+    write_sliced_kernelspec,
+)
 
 CHROMIUM = Path(os.environ.get("JUPYTER_VGPU_CHROMIUM", "/usr/bin/chromium"))
 CHROMIUM_ARGS = [
@@ -32,10 +35,6 @@ CHROMIUM_ARGS = [
     "--disable-sync",
     "--no-first-run",
 ]
-BASE_URL = "/vgpu-test/"
-TOKEN = "vgpu-ui-test-token"
-KERNEL_NAME = "python3-vgpu-1-4"
-KERNEL_DISPLAY_NAME = "Python 3 (1/4 GPU)"
 ARTIFACTS = Path(__file__).resolve().parents[2] / "artifacts" / "ui"
 
 
@@ -49,35 +48,11 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 @dataclass
-class Lab:
+class Lab(JupyterProcess):
     """A running `jupyter lab` and the knobs a test turns."""
 
-    url: str  # http://127.0.0.1:PORT/vgpu-test/
-    root: Path
-    simulation: Path
-    env: dict[str, str]
-    log: Path
+    simulation: Path = Path()
     devices: list[dict[str, Any]] = field(default_factory=list)
-
-    def api(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
-        """Call the server's REST API with the token; returns (status, parsed JSON or None)."""
-        data = None if body is None else json.dumps(body).encode()
-        request = urllib.request.Request(
-            self.url + path.lstrip("/"),
-            data=data,
-            method=method,
-            headers={"Authorization": f"token {TOKEN}", "Content-Type": "application/json"},
-        )
-        try:
-            with urllib.request.urlopen(request, timeout=10) as response:
-                text = response.read().decode()
-                return response.status, json.loads(text) if text else None
-        except urllib.error.HTTPError as error:
-            text = error.read().decode()
-            try:
-                return error.code, json.loads(text)
-            except ValueError:
-                return error.code, text
 
     def slices(self) -> list[dict[str, Any]]:
         status, reply = self.api("GET", "api/vgpu/slices")
@@ -101,18 +76,6 @@ class Lab:
         )
         assert status in (200, 204), reply
 
-    def log_tail(self, lines: int = 60) -> str:
-        try:
-            return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
-        except OSError:
-            return "(no server log)"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
 
 def _write_user_settings(config_dir: Path) -> None:
     # No news or update toasts over the panels we look at.
@@ -120,26 +83,6 @@ def _write_user_settings(config_dir: Path) -> None:
     settings.mkdir(parents=True)
     (settings / "notification.jupyterlab-settings").write_text(
         json.dumps({"fetchNews": "false", "checkForUpdates": False})
-    )
-
-
-def _write_kernelspec(data_dir: Path) -> None:
-    spec = data_dir / "kernels" / KERNEL_NAME
-    spec.mkdir(parents=True)
-    (spec / "kernel.json").write_text(
-        json.dumps(
-            {
-                "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
-                "display_name": KERNEL_DISPLAY_NAME,
-                "language": "python",
-                "metadata": {
-                    "kernel_provisioner": {
-                        "provisioner_name": "vgpu-provisioner",
-                        "config": {"gpu_fraction": 0.25},
-                    }
-                },
-            }
-        )
     )
 
 
@@ -184,70 +127,24 @@ def jp_server_cleanup() -> None:
 def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
     """`jupyter lab` on one simulated 16 GiB GPU with a "Python 3 (1/4 GPU)" kernelspec."""
     tmp = tmp_path_factory.mktemp("lab")
-    root = tmp / "root"
-    (root / "work").mkdir(parents=True)
-    (root / "work" / "train.ipynb").write_text(notebook_json(KERNEL_NAME, KERNEL_DISPLAY_NAME))
-    config_dir, data_dir, runtime_dir = tmp / "config", tmp / "data", tmp / "runtime"
-    _write_user_settings(config_dir)
-    _write_kernelspec(data_dir)
+    (tmp / "root" / "work").mkdir(parents=True)
+    (tmp / "root" / "work" / "train.ipynb").write_text(notebook_json(KERNEL_NAME, KERNEL_DISPLAY_NAME))
+    _write_user_settings(tmp / "config")
+    write_sliced_kernelspec(tmp / "data")
     simulation = tmp / "gpus.json"
     devices = [{"name": "NVIDIA A100-SXM4-16GB (simulated)", "memory": "16GiB", "utilization": 35}]
     simulation.write_text(json.dumps({"devices": devices, "processes": []}))
-
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("JUPYTER", "JPY_"))}
-    env.update(
-        {
-            "JUPYTER_CONFIG_DIR": str(config_dir),
-            "JUPYTER_DATA_DIR": str(data_dir),
-            "JUPYTER_RUNTIME_DIR": str(runtime_dir),
-            "IPYTHONDIR": str(tmp / "ipython"),
-            "JUPYTER_VGPU_SIMULATE": str(simulation),
-            "JUPYTER_VGPU_LEDGER": str(tmp / "ledger.sqlite"),
-            "PYTHONUNBUFFERED": "1",
-        }
-    )
-    port = _free_port()
-    log = tmp / "server.log"
-    url = f"http://127.0.0.1:{port}{BASE_URL}"
-    with log.open("w") as out:
-        process = subprocess.Popen(
-            [
-                sys.executable, "-m", "jupyterlab",
-                "--no-browser", "--allow-root",
-                "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={port}", "--ServerApp.port_retries=0",
-                f"--ServerApp.token={TOKEN}", f"--ServerApp.base_url={BASE_URL}",
-                f"--ServerApp.root_dir={root}",
-                "--LabApp.news_url=", "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
-            ],
-            cwd=root, env=env, stdout=out, stderr=subprocess.STDOUT,
-        )  # fmt: skip
-    server = Lab(url=url, root=root, simulation=simulation, env=env, log=log, devices=devices)
+    started = start_jupyter(tmp, app="lab", env=isolated_env(tmp, JUPYTER_VGPU_SIMULATE=str(simulation)))
+    server = Lab(**vars(started), simulation=simulation, devices=devices)
     try:
-        deadline = time.monotonic() + 90
-        while True:
-            if process.poll() is not None:
-                pytest.fail(f"jupyter lab exited with {process.returncode}:\n{server.log_tail()}")
-            try:
-                if server.api("GET", "api/status")[0] == 200:
-                    break
-            except OSError:
-                pass
-            if time.monotonic() > deadline:
-                pytest.fail(f"jupyter lab did not answer within 90 s:\n{server.log_tail()}")
-            time.sleep(0.5)
         status, reply = server.api("GET", "api/vgpu/devices")
         if status != 200:
             pytest.fail(f"GET api/vgpu/devices answered {status} {reply}:\n{server.log_tail()}")
         yield server
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        server.stop(timeout=20)
         ARTIFACTS.mkdir(parents=True, exist_ok=True)
-        shutil.copy(log, ARTIFACTS / "server.log")
+        shutil.copy(server.log, ARTIFACTS / "server.log")
 
 
 @pytest.fixture(scope="module")
