@@ -1,0 +1,102 @@
+"""`./scripts/lab`, the README's first command, as a user runs it with no GPU and no terminal.
+
+Its JupyterLab must say the GPUs are simulated and its Terminal must find `jupyter vgpu`, which
+the sidebar and `%vgpu help` tell the user to type (a login shell used to drop .venv/bin).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from jupyter_process import TOKEN, JupyterProcess, free_port, isolated_env
+
+pytestmark = pytest.mark.slow
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def lab(tmp_path: Path) -> JupyterProcess:
+    env = isolated_env(tmp_path)
+    env.pop("JUPYTER_VGPU_SIMULATE", None)
+    if shutil.which("nvidia-smi"):
+        pytest.skip("this machine has nvidia-smi: scripts/lab would use its GPUs, not simulated ones")
+    port = free_port()
+    root = tmp_path / "root"
+    root.mkdir()
+    log = tmp_path / "lab.log"
+    with log.open("w") as out:
+        process = subprocess.Popen(
+            [str(REPO / "scripts" / "lab"), "--no-browser", f"--ServerApp.port={port}", "--ServerApp.port_retries=0",
+             f"--IdentityProvider.token={TOKEN}", "--ServerApp.base_url=/lab-test/", f"--ServerApp.root_dir={root}"],
+            cwd=tmp_path, env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )  # fmt: skip
+    server = JupyterProcess(process, f"http://127.0.0.1:{port}/lab-test/", root, env, log)
+    try:
+        server.wait_ready(timeout=180)
+        yield server
+    finally:
+        # scripts/lab execs jupyter lab; its own process group holds nothing else
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+
+
+def test_scripts_lab_says_the_gpus_are_simulated(lab: JupyterProcess) -> None:
+    log = lab.log_text()
+    assert "No NVIDIA GPU found: running on SIMULATED GPUs (2x16GiB)." in log
+    assert "SIMULATED GPUs, not real hardware" in log  # `jupyter vgpu status` before the lab starts
+    status, devices = lab.api("GET", "api/vgpu/devices")
+    assert status == 200 and devices["simulated"] is True and len(devices["devices"]) == 2
+
+
+def test_a_terminal_in_scripts_lab_runs_jupyter_vgpu(lab: JupyterProcess) -> None:
+    status, terminal = lab.api("POST", "api/terminals")
+    assert status == 200, terminal
+    output = asyncio.run(_type_in_terminal(lab, terminal["name"], "jupyter vgpu status; echo END-OF-$((6 * 7))\r"))
+    assert "command not found" not in output, output
+    assert "SIMULATED GPUs" in output and "END-OF-42" in output, output
+
+
+async def _type_in_terminal(lab: JupyterProcess, name: str, text: str, timeout: float = 60) -> str:
+    from tornado.httpclient import HTTPRequest
+    from tornado.websocket import websocket_connect
+
+    url = lab.url.replace("http://", "ws://") + f"terminals/websocket/{name}"
+    connection = await websocket_connect(HTTPRequest(url, headers={"Authorization": f"token {TOKEN}"}))
+    received = ""
+    sent = False
+    deadline = time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline:
+            try:
+                message = await asyncio.wait_for(connection.read_message(), timeout=2)
+            except asyncio.TimeoutError:
+                message = None
+            if message is None and connection.protocol is None:
+                break
+            if message is not None:
+                kind, *rest = json.loads(message)
+                if kind == "stdout":
+                    received += rest[0]
+            if not sent and (message is None or kind == "setup"):
+                connection.write_message(json.dumps(["stdin", text]))
+                sent = True
+            if "END-OF-42" in received:  # the shell's own arithmetic: never in the echo of the typed line
+                break
+    finally:
+        connection.close()
+    return received
