@@ -1,0 +1,252 @@
+"""What users install is what we test: the wheel built from this checkout, in a fresh venv.
+
+`python -m build` builds the sdist from a clean copy of the checkout (tracked files only, so the
+labextension is built the way a release builds it) and the wheel from that sdist. The wheel goes
+into a new venv with no extras (plus JupyterLab), then gets the `[hub]` extra; each time every
+command a user meets first runs from outside the source tree, in Jupyter dirs of its own, on
+simulated GPUs. A wheel that misses a file (the labextension, the server config) or a dependency
+fails here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import zipfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from jupyter_process import KERNEL_NAME, isolated_env, start_jupyter
+
+pytestmark = [pytest.mark.install, pytest.mark.slow]
+
+REPO = Path(__file__).resolve().parents[2]
+HUB_MESSAGE = "needs jupyterhub, which is not installed: pip install 'jupyter-vgpu[hub]'."
+
+
+@dataclass
+class Installed:
+    """A fresh venv holding the wheel, and a workspace outside the source tree."""
+
+    venv: Path
+    wheel: Path
+    work: Path
+    env: dict[str, str]
+    timings: dict[str, float]
+
+    def bin(self, name: str) -> str:
+        return str(self.venv / "bin" / name)
+
+    def run(self, *args: str, timeout: float = 120, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            list(args), cwd=self.work, env=env or self.env, capture_output=True, text=True, timeout=timeout
+        )
+
+    def jupyter(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+        return self.run(self.bin("jupyter"), *args, timeout=timeout)
+
+    def pip_install(self, *requirements: str) -> None:
+        started = time.monotonic()
+        result = self.run(self.bin("python"), "-m", "pip", "install", "-q", *requirements, timeout=900)
+        assert result.returncode == 0, result.stderr[-3000:]
+        self.timings[f"pip install {' '.join(Path(r).name for r in requirements)}"] = time.monotonic() - started
+
+
+def _checkout_copy(target: Path) -> Path:
+    """The files git tracks (and new ones it does not ignore), as a clean clone would have them."""
+    listed = subprocess.run(
+        ["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z"],
+        cwd=REPO, capture_output=True, check=True,
+    ).stdout.decode().split("\0")  # fmt: skip
+    for name in filter(None, listed):
+        source = REPO / name
+        if source.is_file():
+            (target / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, target / name)
+    return target
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Installed]:
+    if shutil.which("git") is None or not (REPO / ".git").exists():
+        pytest.skip("needs a git checkout to build the wheel from")
+    tmp = tmp_path_factory.mktemp("wheel")
+    timings: dict[str, float] = {}
+    started = time.monotonic()
+    source = _checkout_copy(tmp / "checkout")
+    build = subprocess.run(
+        [sys.executable, "-m", "build", "--outdir", str(tmp / "dist"), str(source)],
+        capture_output=True, text=True, timeout=900,
+    )  # fmt: skip
+    assert build.returncode == 0, build.stdout[-3000:] + build.stderr[-3000:]
+    timings["python -m build (sdist, then wheel from it)"] = time.monotonic() - started
+    (wheel,) = (tmp / "dist").glob("jupyter_vgpu-*.whl")
+    started = time.monotonic()
+    subprocess.run([sys.executable, "-m", "venv", str(tmp / "venv")], check=True, timeout=300)
+    timings["python -m venv"] = time.monotonic() - started
+    work = tmp / "work"
+    work.mkdir()
+    env = isolated_env(work, JUPYTER_VGPU_SIMULATE="1x16GiB")
+    env["PATH"] = f"{tmp / 'venv' / 'bin'}{os.pathsep}{env.get('PATH', '')}"
+    env.pop("PYTHONPATH", None)
+    env["PIP_DISABLE_PIP_VERSION_CHECK"] = "1"
+    result = Installed(tmp / "venv", wheel, work, env, timings)
+    result.pip_install(str(wheel), "jupyterlab")
+    yield result
+    sizes = ", ".join(f"{name} {seconds:.0f} s" for name, seconds in timings.items())
+    print(f"\nwheel {wheel.name}: {wheel.stat().st_size / 1024:.0f} KiB; {sizes}")
+
+
+def test_the_wheel_ships_the_labextension_and_the_server_config(installed: Installed) -> None:
+    names = zipfile.ZipFile(installed.wheel).namelist()
+    data = "jupyter_vgpu-{v}.data/data/".format(v=installed.wheel.name.split("-")[1])
+    assert f"{data}etc/jupyter/jupyter_server_config.d/jupyter_vgpu.json" in names
+    assert f"{data}share/jupyter/labextensions/jupyter-vgpu/package.json" in names
+    assert any(n.startswith(f"{data}share/jupyter/labextensions/jupyter-vgpu/static/remoteEntry.") for n in names)
+    assert not any("node_modules" in n or n.endswith(".ts") for n in names)
+
+
+def test_the_source_tree_is_not_what_runs(installed: Installed) -> None:
+    where = installed.run(installed.bin("python"), "-c", "import jupyter_vgpu; print(jupyter_vgpu.__file__)")
+    assert where.returncode == 0, where.stderr
+    assert where.stdout.strip().startswith(str(installed.venv)), where.stdout
+
+
+def _check_commands(installed: Installed) -> None:
+    status = installed.jupyter("vgpu", "status")
+    assert status.returncode == 0, status.stderr
+    assert "SIMULATED GPUs" in status.stdout and "No slices" in status.stdout
+
+    specs = installed.jupyter("vgpu", "kernelspec", "install", "--defaults", "--user")
+    assert specs.returncode == 0, specs.stderr
+    listed = json.loads(installed.jupyter("kernelspec", "list", "--json").stdout)["kernelspecs"]
+    assert KERNEL_NAME in listed and listed[KERNEL_NAME]["resource_dir"].startswith(installed.env["JUPYTER_DATA_DIR"])
+
+    inside = installed.jupyter(
+        "vgpu", "run", "-p", "0.25", "--", "python", "-c",
+        "import os; print(os.environ['JUPYTER_VGPU_FRACTION'], os.environ['CUDA_VISIBLE_DEVICES'][:4])",
+    )  # fmt: skip
+    assert inside.returncode == 0, inside.stderr
+    assert inside.stdout.split() == ["0.25", "GPU-"]
+
+    labextensions = installed.jupyter("labextension", "list")
+    lines = _plain(labextensions.stdout + labextensions.stderr)
+    assert labextensions.returncode == 0, lines
+    version = installed.wheel.name.split("-")[1]
+    assert any(line.startswith(f"jupyter-vgpu v{version} enabled OK") for line in lines), lines
+
+    server_extensions = installed.jupyter("server", "extension", "list")
+    lines = _plain(server_extensions.stdout + server_extensions.stderr)
+    assert "jupyter_vgpu enabled" in lines and f"jupyter_vgpu {version} OK" in lines, lines
+
+
+def _plain(text: str) -> list[str]:
+    """Output lines without colour codes and indentation."""
+    return [re.sub(r"\x1b\[[0-9;]*m", "", line).strip() for line in text.splitlines()]
+
+
+KERNEL_SCRIPT = """
+import json, sys
+from jupyter_client.manager import start_new_kernel
+km, kc = start_new_kernel(kernel_name=sys.argv[1], startup_timeout=120)
+texts = []
+def keep(message):
+    content = message["content"]
+    if message["msg_type"] == "stream":
+        texts.append(content["text"])
+    elif message["msg_type"] in ("display_data", "execute_result"):
+        texts.append(content["data"].get("text/plain", ""))
+try:
+    reply = kc.execute_interactive("%vgpu", output_hook=keep, timeout=60)
+    print(json.dumps({"status": reply["content"]["status"], "text": "".join(texts)}))
+finally:
+    kc.stop_channels()
+    km.shutdown_kernel(now=True)
+"""
+
+
+def _check_sliced_kernel(installed: Installed) -> None:
+    result = installed.run(installed.bin("python"), "-c", KERNEL_SCRIPT, KERNEL_NAME, timeout=240)
+    assert result.returncode == 0, result.stderr[-3000:]
+    answer = json.loads(result.stdout.strip().splitlines()[-1])
+    assert answer["status"] == "ok", answer
+    assert "jupyter-vgpu · slice" in answer["text"] and "[simulated GPUs]" in answer["text"], answer["text"]
+    assert "1/4 GPU" in answer["text"], answer["text"]
+
+
+def _check_server(installed: Installed, tmp: Path) -> None:
+    server = start_jupyter(tmp, python=installed.bin("python"), env=installed.env)
+    try:
+        status, devices = server.api("GET", "api/vgpu/devices")
+        assert status == 200, devices
+        assert devices["simulated"] is True and devices["available"] is True
+        status, page = server.api("GET", "lab")
+        assert status == 200 and "jupyter-vgpu" in page, "JupyterLab does not load the labextension"
+    finally:
+        assert server.stop(signal.SIGTERM, timeout=15) is not None, server.log_tail()
+
+
+def test_without_extras_every_command_works_from_the_installed_wheel(installed: Installed) -> None:
+    _check_commands(installed)
+    _check_sliced_kernel(installed)
+    _check_server(installed, installed.work / "server-plain")
+
+
+def test_without_the_hub_extra_the_broker_names_the_extra(installed: Installed) -> None:
+    helped = installed.jupyter("vgpu", "--help")
+    assert helped.returncode == 0 and "broker" in helped.stdout, helped.stderr
+    broker = installed.jupyter("vgpu", "broker", "--socket", str(installed.work / "broker.sock"))
+    assert broker.returncode != 0
+    assert broker.stderr.strip().endswith(HUB_MESSAGE), broker.stderr
+    assert "Traceback" not in broker.stderr
+    imported = installed.run(installed.bin("python"), "-c", "import jupyter_vgpu.hub")
+    assert imported.returncode != 0 and imported.stderr.strip().endswith(HUB_MESSAGE), imported.stderr
+
+
+def test_with_the_hub_extra_the_broker_serves_and_everything_else_still_works(installed: Installed) -> None:
+    installed.pip_install(f"{installed.wheel}[hub]")
+    sock = installed.work / "broker.sock"
+    log = (installed.work / "broker.log").open("w")
+    broker = subprocess.Popen(
+        [installed.bin("jupyter"), "vgpu", "broker", "--socket", str(sock), "--ledger", str(installed.work / "node.sqlite")],
+        cwd=installed.work, env=installed.env, stdout=log, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while not _listening(sock):
+            assert broker.poll() is None, (installed.work / "broker.log").read_text()
+            assert time.monotonic() < deadline, "the broker did not listen within 60 s"
+            time.sleep(0.2)
+        env = {**installed.env, "JUPYTER_VGPU_BROKER": str(sock)}
+        status = installed.run(installed.bin("jupyter"), "vgpu", "status", env=env)
+        assert status.returncode == 0, status.stderr
+        assert f"node broker at {sock}" in status.stdout, status.stdout
+        imported = installed.run(installed.bin("python"), "-c", "import jupyter_vgpu.hub; print('ok')")
+        assert imported.stdout.strip() == "ok", imported.stderr
+    finally:
+        broker.send_signal(signal.SIGTERM)
+        broker.wait(timeout=15)
+        log.close()
+    _check_commands(installed)
+    _check_sliced_kernel(installed)
+    _check_server(installed, installed.work / "server-hub")
+
+
+def _listening(path: Path) -> bool:
+    if not path.exists():
+        return False
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        try:
+            probe.connect(str(path))
+        except OSError:
+            return False
+    return True
