@@ -23,14 +23,14 @@ from pathlib import Path
 
 from jupyter_vgpu.errors import SliceUnavailable
 from jupyter_vgpu.gpus import Inventory
-from jupyter_vgpu.slices import Ledger, SliceRequest
+from jupyter_vgpu.slices import Holder, Ledger, SliceRequest, SQLiteLedger
 from jupyter_vgpu.units import MiB
 
 SPEC = "2x16GiB"
 
 
 def open_ledger(path: str) -> Ledger:
-    return Ledger(Path(path), Inventory(SPEC), context_allowance=300 * MiB)
+    return SQLiteLedger(Path(path), Inventory(SPEC), context_allowance=300 * MiB)
 
 
 def latency_worker(path: str, rounds: int, start: float, think_ms: float, out: multiprocessing.Queue) -> None:  # type: ignore[type-arg]
@@ -42,7 +42,7 @@ def latency_worker(path: str, rounds: int, start: float, think_ms: float, out: m
     samples = []
     for _ in range(rounds):
         t0 = time.perf_counter()
-        held = ledger.reserve(request, holder_kind="command", holder="bench")
+        held = ledger.reserve(request, Holder("command", "bench"))
         ledger.release(held.id)
         samples.append((time.perf_counter() - t0) * 1000)
         if think_ms:
@@ -80,7 +80,7 @@ def random_worker(path: str, seed: int, operations: int, out: multiprocessing.Qu
         else:
             request = SliceRequest.parse(rng.choice([0.125, 0.25, 1 / 3, 0.5, 0.75, 1.0]), gpus=rng.choice([1, 1, 1, 2]))
             try:
-                held.append(ledger.reserve(request, holder_kind="command", holder=f"random-{seed}").id)
+                held.append(ledger.reserve(request, Holder("command", f"random-{seed}")).id)
                 granted += 1
             except SliceUnavailable:
                 refused += 1

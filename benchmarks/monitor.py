@@ -61,16 +61,18 @@ def main() -> None:
         os.environ["JUPYTER_VGPU_LEDGER"] = str(work / "ledger.sqlite")
 
         from jupyter_vgpu.server.monitor import FULL_REAP, UsageMonitor
-        from jupyter_vgpu.slices import SliceRequest, open_ledger
+        from jupyter_vgpu.slices import Holder, SliceRequest, open_ledger
 
         ledger = open_ledger()
         for i, proc in enumerate(holders):
             ledger.reserve(
                 SliceRequest.parse(fraction=0.1, gpu=i // per_gpu),
-                holder_kind="kernel",
-                holder=f"00000000-0000-0000-0000-{i:012d}",
-                pid=proc.pid,
-                labels={"kernel_name": "python3-vgpu", "kernel_display_name": "Python 3 (1/10 GPU)"},
+                Holder(
+                    "kernel",
+                    f"00000000-0000-0000-0000-{i:012d}",
+                    pid=proc.pid,
+                    labels={"kernel_name": "python3-vgpu", "kernel_display_name": "Python 3 (1/10 GPU)"},
+                ),
             )
         monitor = UsageMonitor(ledger, interval=2.0, reap_interval=10.0)
 

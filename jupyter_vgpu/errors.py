@@ -23,6 +23,10 @@ class SliceUnavailable(VGPUError):
     """The request is valid but does not fit now (and waiting did not help)."""
 
 
+class NoGPU(SliceUnavailable):
+    """There is no GPU to reserve on at all (no driver, no device): kernels may start on the CPU."""
+
+
 class SliceNotFound(VGPUError, KeyError):
     """No slice with that id exists in the ledger."""
 

@@ -22,18 +22,30 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from jupyter_client.provisioning.local_provisioner import LocalProvisioner
 from tornado.web import HTTPError
 from traitlets import Any as AnyTrait
-from traitlets import Enum, TraitError, Unicode, validate
+from traitlets import TraitError, validate
 
 from .config import VGPU, load_settings
-from .errors import InvalidConfig, InvalidRequest, LedgerError, NotPermitted, SliceNotFound, SliceUnavailable, VGPUError
-from .slices import Ledger, Slice, SliceRequest, cpu_environment, open_ledger, slice_environment
+from .errors import (
+    InvalidConfig,
+    InvalidRequest,
+    LedgerError,
+    NoGPU,
+    NotPermitted,
+    SliceNotFound,
+    SliceUnavailable,
+    VGPUError,
+)
+from .slices import Holder, Ledger, Slice, SliceRequest, Ticket, cpu_environment, open_ledger, slice_environment
+from .slices.environment import without_slice
 from .slices.reports import remove_report
-from .units import parse_bytes, parse_fraction
+from .slices.request import PLACEMENTS
+from .units import parse_bytes, parse_fraction, shorten
 
 EXTENSION_ARG = "--ext=jupyter_vgpu"
 
@@ -134,19 +146,6 @@ def _forget_when_done(manager: Any, kernel_id: str) -> None:
     task.add_done_callback(forget)
 
 
-_ledgers: dict[tuple[str, str, int], Ledger] = {}
-_ledgers_lock = threading.Lock()
-
-
-def _shared_ledger(settings: VGPU) -> Ledger:
-    """One ledger connection per (path, GPUs, allowance) for all provisioners of a server."""
-    key = (str(settings.resolved_ledger_path), settings.resolved_simulate, settings.context_allowance_bytes)
-    with _ledgers_lock:
-        if key not in _ledgers:
-            _ledgers[key] = open_ledger(settings)
-        return _ledgers[key]
-
-
 def _shown(error: BaseException, log: Any) -> BaseException:
     """The error as the user's kernel-start dialog should show it (one sentence, right status)."""
     if isinstance(error, (_ShownToUser, asyncio.CancelledError, KeyboardInterrupt, SystemExit)):
@@ -165,19 +164,85 @@ def _shown(error: BaseException, log: Any) -> BaseException:
     return KernelStartFailed(f"jupyter-vgpu could not start this kernel ({error!r}); the server log has the details.")
 
 
-def _check(proposal: Any, parse: Any) -> Any:
-    value = proposal["value"]
-    if value is None or (isinstance(value, str) and not value.strip()):
-        return None
+_ledgers: dict[tuple[str, str, int], Ledger] = {}
+_settings: dict[int, tuple[Any, VGPU]] = {}
+_shared_lock = threading.Lock()
+
+
+def _server_settings(config: Any) -> VGPU:
+    """The settings of the server whose config this is, read once (config files included)."""
+    with _shared_lock:
+        cached = _settings.get(id(config))
+        if cached is not None and cached[0] is config:
+            return cached[1]
+    settings = load_settings(config)
+    with _shared_lock:
+        _settings[id(config)] = (config, settings)
+    return settings
+
+
+def _shared_ledger(settings: VGPU) -> Ledger:
+    """One ledger connection per (path, GPUs, allowance) for all provisioners of a server."""
+    key = (str(settings.resolved_ledger_path), settings.resolved_simulate, settings.context_allowance_bytes)
+    with _shared_lock:
+        if key not in _ledgers:
+            _ledgers[key] = open_ledger(settings)
+        return _ledgers[key]
+
+
+def _converted(parse: Callable[[Any], Any]) -> Callable[[Any, Any], Any]:
+    """A trait validator that stores ``parse(value)`` (None stays None): parsed once, here."""
+
+    def validate(self: Any, proposal: Any) -> Any:
+        value = proposal["value"]
+        if value is None or (isinstance(value, str) and not value.strip()):
+            return None
+        try:
+            return parse(value)
+        except InvalidRequest as error:
+            raise InvalidKernelConfig(str(error)) from None
+
+    return validate
+
+
+def _seconds(value: Any) -> float:
     try:
-        parse(value)
-    except InvalidRequest as error:
-        raise InvalidKernelConfig(str(error)) from None
-    return value
+        seconds = float(value)
+    except (TypeError, ValueError, OverflowError):
+        seconds = -1.0
+    if isinstance(value, bool) or not 0 <= seconds < 366 * 86400:
+        raise InvalidRequest(f"wait_timeout {shorten(value)} is not allowed; use a number of seconds, 0 or more.")
+    return seconds
+
+
+def _placement(value: Any) -> str:
+    if value not in PLACEMENTS:
+        raise InvalidRequest(f"placement {shorten(value)} is not allowed; use one of: {', '.join(PLACEMENTS)}.")
+    return str(value)
+
+
+def _no_gpu(value: Any) -> str:
+    if value not in NO_GPU_CHOICES:
+        raise InvalidRequest(f"no_gpu {shorten(value)} is not allowed; use one of: {', '.join(NO_GPU_CHOICES)}.")
+    return str(value)
+
+
+def _pinned(value: Any) -> str:
+    text = str(value).strip()
+    if isinstance(value, bool) or not isinstance(value, (str, int)) or len(text) > 64:
+        raise InvalidRequest(f"gpu {shorten(value)} is not a GPU index or UUID.")
+    return text
+
+
+NO_GPU_CHOICES = ("cpu", "fail")
 
 
 class VGPUProvisioner(LocalProvisioner):  # type: ignore[misc]
-    """Starts local kernels that each hold a GPU slice (``c.VGPUProvisioner.*`` or kernelspec config)."""
+    """Starts local kernels that each hold a GPU slice (``c.VGPUProvisioner.*`` or kernelspec config).
+
+    Each setting is parsed once, by its trait's validator, into the value the slice request
+    takes; a value that is not allowed fails the kernel start before anything is reserved.
+    """
 
     gpu_fraction = AnyTrait(
         None,
@@ -207,7 +272,7 @@ class VGPUProvisioner(LocalProvisioner):  # type: ignore[misc]
         logical devices sharing the slice, so MirroredStrategy runs on one physical GPU.""",
     ).tag(config=True)
 
-    placement = Unicode(
+    placement = AnyTrait(
         "binpack",
         help="""Which GPU to use when several fit: "binpack" fills the fullest GPU that still
         fits (keeps whole GPUs free for big requests), "spread" uses the emptiest.""",
@@ -219,71 +284,44 @@ class VGPUProvisioner(LocalProvisioner):  # type: ignore[misc]
         full; 0 fails the kernel start at once with a message saying who holds what.""",
     ).tag(config=True)
 
-    no_gpu = Enum(
-        ["cpu", "fail"],
-        default_value="cpu",
+    no_gpu = AnyTrait(
+        "cpu",
         help="""What to do when the machine has no GPU (and none is simulated): "cpu" starts the
         kernel on the CPU and says so in %vgpu and the server log; "fail" refuses to start it.""",
     ).tag(config=True)
 
-    slice_id = Unicode(None, allow_none=True, help="The slice this kernel holds (set by the provisioner).")
+    _check_fraction = validate("gpu_fraction")(_converted(parse_fraction))
+    _check_memory = validate("gpu_memory")(_converted(lambda v: parse_bytes(v, what="gpu_memory")))
+    _check_gpus = validate("gpus")(_converted(lambda v: SliceRequest.parse(gpus=v).gpus))
+    _check_gpu = validate("gpu")(_converted(_pinned))
+    _check_logical = validate("logical_devices")(_converted(lambda v: SliceRequest.parse(logical_devices=v).logical_devices))
+    _check_placement = validate("placement")(_converted(_placement))
+    _check_wait = validate("wait_timeout")(_converted(_seconds))
+    _check_no_gpu = validate("no_gpu")(_converted(_no_gpu))
 
-    @validate("gpu_fraction")
-    def _check_fraction(self, proposal: Any) -> Any:
-        return _check(proposal, parse_fraction)
-
-    @validate("gpu_memory")
-    def _check_memory(self, proposal: Any) -> Any:
-        return _check(proposal, lambda v: parse_bytes(v, what="gpu_memory"))
-
-    @validate("gpus")
-    def _check_gpus(self, proposal: Any) -> Any:
-        return _check(proposal, lambda v: SliceRequest.parse(gpus=v))
-
-    @validate("logical_devices")
-    def _check_logical(self, proposal: Any) -> Any:
-        return _check(proposal, lambda v: SliceRequest.parse(logical_devices=v))
-
-    @validate("placement")
-    def _check_placement(self, proposal: Any) -> Any:
-        return _check(proposal, lambda v: SliceRequest.parse(placement=v))
-
-    @validate("wait_timeout")
-    def _check_wait(self, proposal: Any) -> Any:
-        def parse(value: Any) -> float:
-            try:
-                seconds = float(value)
-            except (TypeError, ValueError):
-                seconds = -1.0
-            if isinstance(value, bool) or not 0 <= seconds < float("inf"):
-                raise InvalidRequest(f"wait_timeout {value!r} is not allowed; use a number of seconds, 0 or more.")
-            return seconds
-
-        return _check(proposal, parse) or 0.0
-
-    # -- helpers ------------------------------------------------------------------------
+    #: The slice this kernel holds: the provisioner's own state, never configuration.
+    slice_id: str | None = None
     _slice_ledger: Ledger | None = None
 
     def _ledger(self) -> Ledger:
         """The ledger this kernel's slice lives in: the one ``pre_launch`` reserved from, even if
-        the environment changed since (settings are read once, at the first start)."""
+        the environment changed since (settings are read once per server)."""
         if self._slice_ledger is None:
             self._slice_ledger = _shared_ledger(self._settings())
         return self._slice_ledger
 
     def _settings(self) -> VGPU:
-        config = getattr(self.parent, "config", None)
-        return load_settings(config)
+        return _server_settings(getattr(self.parent, "config", None))
 
     def request(self) -> SliceRequest:
-        """The slice this kernel asks for, from the traits (already validated one by one)."""
+        """The slice this kernel asks for, built from the traits (each parsed by its validator)."""
         try:
-            return SliceRequest.parse(
-                self.gpu_fraction,
-                self.gpu_memory,
-                gpus=self.gpus if self.gpus is not None else 1,
+            return SliceRequest(
+                fraction=self.gpu_fraction,
+                memory=self.gpu_memory,
+                gpus=self.gpus or 1,
                 gpu=self.gpu,
-                logical_devices=self.logical_devices if self.logical_devices is not None else 1,
+                logical_devices=self.logical_devices or 1,
                 placement=self.placement or "binpack",
             )
         except InvalidRequest as error:
@@ -312,33 +350,12 @@ class VGPUProvisioner(LocalProvisioner):  # type: ignore[misc]
     def _is_ipykernel(cmd: list[str]) -> bool:
         return any(part.endswith("ipykernel_launcher") or part in ("ipykernel", "ipykernel.kernelapp") for part in cmd)
 
-    async def _reserve(self, ledger: Ledger, request: SliceRequest, labels: dict[str, str]) -> Slice:
-        """Reserve, waiting in line without blocking the server's event loop."""
-        wait = float(self.wait_timeout or 0)
-        kwargs: dict[str, Any] = {
-            "holder_kind": "kernel",
-            "holder": str(self.kernel_id),
-            "pid": os.getpid(),
-            "labels": labels,
-        }
-        if wait <= 0:
-            return await asyncio.to_thread(ledger.reserve, request, **kwargs)
-        ticket = await asyncio.to_thread(ledger.enqueue, request, **kwargs)
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + wait
-        try:
-            while True:
-                final = loop.time() >= deadline
-                granted = await asyncio.to_thread(ledger.try_grant, ticket, final=final)
-                if granted is not None:
-                    return granted
-                if ticket.last_reason:
-                    self.log.info("Kernel %s waits in line for %s: %s", self.kernel_id, request.describe(), ticket.last_reason)
-                await asyncio.sleep(min(ledger.poll_interval, max(0.0, deadline - loop.time())) or 0.01)
-        except SliceUnavailable as error:
-            raise SliceUnavailable(f"Waited {wait:g} s in line for {request.describe()}. {error}") from None
-        finally:
-            await asyncio.to_thread(ledger.leave_queue, ticket)
+    def _waiting(self, request: SliceRequest) -> Callable[[Ticket], None]:
+        def say(ticket: Ticket) -> None:
+            if ticket.last_reason:
+                self.log.info("Kernel %s waits in line for %s: %s", self.kernel_id, request.describe(), ticket.last_reason)
+
+        return say
 
     async def _release(self) -> None:
         if not self.slice_id:
@@ -376,37 +393,17 @@ class VGPUProvisioner(LocalProvisioner):  # type: ignore[misc]
     async def _pre_launch(self, **kwargs: Any) -> dict[str, Any]:
         request = self.request()
         settings = self._settings()
-        env: dict[str, str] = dict(kwargs.get("env") or os.environ)
+        env = without_slice(kwargs.get("env") or os.environ)
         if self._slice_ledger is None:
             self._slice_ledger = await asyncio.to_thread(_shared_ledger, settings)
         ledger = self._slice_ledger
-        reserved_now = False
+        kept = self.slice_id
         try:
-            snapshot = await asyncio.to_thread(ledger.inventory.snapshot)
-            if not snapshot.available:
-                if self.no_gpu == "fail":
-                    raise SliceUnavailable(f"Kernel '{self._display_name()}' needs a GPU: {snapshot.message}")
-                reason = f"{snapshot.message} This kernel runs on the CPU."
-                self.log.warning("Kernel %s: %s", self.kernel_id, reason)
-                env.update(cpu_environment(logical_devices=request.logical_devices, reason=reason))
-            else:
-                slice_ = None
-                if self.slice_id:
-                    try:
-                        slice_ = await asyncio.to_thread(ledger.attach, self.slice_id, os.getpid())
-                    except SliceNotFound:
-                        self.log.warning("Slice %s of kernel %s was reclaimed; reserving anew.", self.slice_id, self.kernel_id)
-                        self.slice_id = None
-                if slice_ is None:
-                    slice_ = await self._reserve(ledger, request, self._labels(env))
-                    self.slice_id = slice_.id
-                    reserved_now = True
-                env.update(
-                    slice_environment(slice_, ledger_path=str(ledger.path), simulate=settings.resolved_simulate)
-                )
-                self.log.info(
-                    "Kernel %s holds GPU slice %s: %s", self.kernel_id, slice_.id, slice_.request.describe()
-                )
+            slice_ = await self._slice(ledger, request, env)
+            if slice_ is not None:  # None: no GPU at all, and no_gpu="cpu"
+                self.slice_id = slice_.id
+                env.update(slice_environment(slice_, ledger_path=str(ledger.path), simulate=settings.resolved_simulate))
+                self.log.info("Kernel %s holds GPU slice %s: %s", self.kernel_id, slice_.id, slice_.request.describe())
             kwargs["env"] = env
             kwargs = await super().pre_launch(**kwargs)
             cmd = list(kwargs.get("cmd") or [])
@@ -415,9 +412,33 @@ class VGPUProvisioner(LocalProvisioner):  # type: ignore[misc]
             kwargs["cmd"] = cmd
             return kwargs
         except BaseException:
-            if reserved_now:
+            if self.slice_id and self.slice_id != kept:  # reserved just now: nothing kept
                 await self._release()
             raise
+
+    async def _slice(self, ledger: Ledger, request: SliceRequest, env: dict[str, str]) -> Slice | None:
+        """The kernel's slice: the one it kept across a restart, or a new one (waiting in line up
+        to ``wait_timeout``). None when there is no GPU and the kernel may run on the CPU, whose
+        environment is then put in ``env``."""
+        if self.slice_id:
+            try:
+                return await asyncio.to_thread(ledger.attach, self.slice_id, os.getpid())
+            except SliceNotFound:
+                self.log.warning("Slice %s of kernel %s was reclaimed; reserving anew.", self.slice_id, self.kernel_id)
+                self.slice_id = None
+        holder = Holder.kernel(str(self.kernel_id), pid=os.getpid(), labels=self._labels(env))
+        try:
+            slice_ = await ledger.reserve_async(
+                request, holder, wait=float(self.wait_timeout or 0), waiting=self._waiting(request)
+            )
+        except NoGPU as error:
+            if self.no_gpu == "fail":
+                raise NoGPU(f"Kernel '{self._display_name()}' needs a GPU: {error}") from None
+            reason = f"{error} This kernel runs on the CPU."
+            self.log.warning("Kernel %s: %s", self.kernel_id, reason)
+            env.update(cpu_environment(logical_devices=request.logical_devices, reason=reason))
+            return None
+        return slice_
 
     async def post_launch(self, **kwargs: Any) -> None:
         """The kernel process now exists: make it the slice's holder."""

@@ -55,8 +55,8 @@ def test_status_says_the_gpus_are_simulated_and_lists_slices(vgpu_env: dict[str,
         data = json.loads(vgpu("status", "--json", check=True).stdout)
         assert data["simulated"] is True
         (entry,) = data["slices"]
-        assert entry["holder"] == "sleep 30" and entry["memory_reserved"] == [4 << 30]
-        assert data["gpus"][0]["memory_reservable"] == 12 << 30
+        assert entry["holder"] == "sleep 30" and entry["memory_reserved"] == 4 << 30
+        assert data["gpus"][0]["memory_free"] == 12 << 30
     finally:
         sleeper.terminate()
         sleeper.wait(20)
@@ -236,3 +236,13 @@ def test_without_the_hub_extra_every_command_is_listed_and_the_broker_names_the_
     )  # fmt: skip
     assert imported.returncode != 0
     assert imported.stderr.strip().splitlines()[-1].endswith("pip install 'jupyter-vgpu[hub]'.")
+
+
+def test_run_inside_a_slice_replaces_the_slice_variables_it_inherits(vgpu_env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT", "0=99999M")  # from an outer MPS slice
+    monkeypatch.setenv("JUPYTER_VGPU_SLICE_ID", "0123456789ab")
+    shown = vgpu("run", "-p", "1/4", "--", sys.executable, "-c",
+                 "import os; print(os.environ['JUPYTER_VGPU_SLICE_ID'], os.environ.get('CUDA_MPS_PINNED_DEVICE_MEM_LIMIT'))")  # fmt: skip
+    assert shown.returncode == 0, shown.stderr
+    slice_id, mps = shown.stdout.split()
+    assert slice_id != "0123456789ab" and mps == "None"

@@ -17,14 +17,15 @@ import pytest
 
 from jupyter_vgpu.errors import InvalidRequest, LedgerError, NotPermitted, SliceNotFound, SliceUnavailable
 from jupyter_vgpu.gpus import Inventory
-from jupyter_vgpu.slices import Ledger, SliceRequest
+from jupyter_vgpu.slices import Actor, Holder, Ledger, SliceRequest, SQLiteLedger
+from jupyter_vgpu.slices.store import LedgerFile
 from jupyter_vgpu.units import GiB, MiB
 
 CONTEXT = 300 * MiB
 
 
 def make_ledger(path: Path, spec: str = "2x16GiB") -> Ledger:
-    return Ledger(path, Inventory(spec), context_allowance=CONTEXT, poll_interval=0.05)
+    return SQLiteLedger(path, Inventory(spec), context_allowance=CONTEXT, poll_interval=0.05)
 
 
 @pytest.fixture
@@ -33,8 +34,12 @@ def ledger(tmp_path: Path) -> Ledger:
 
 
 def reserve(ledger: Ledger, share: str | float, **kwargs: object) -> object:
-    request = SliceRequest.parse(memory=share) if isinstance(share, str) and share[-1].isalpha() else SliceRequest.parse(share, **kwargs)  # type: ignore[arg-type]
-    return ledger.reserve(request, holder_kind="command", holder=f"test {share}")
+    request = (
+        SliceRequest.parse(memory=share)
+        if isinstance(share, str) and share[-1].isalpha()
+        else SliceRequest.parse(share, **kwargs)
+    )  # type: ignore[arg-type]
+    return ledger.reserve(request, Holder("command", f"test {share}"))
 
 
 def test_binpack_fills_the_fullest_gpu_that_fits(ledger: Ledger) -> None:
@@ -49,7 +54,7 @@ def test_binpack_fills_the_fullest_gpu_that_fits(ledger: Ledger) -> None:
 
 def test_spread_uses_the_emptiest_gpu(ledger: Ledger) -> None:
     reserve(ledger, 0.25)
-    spread = ledger.reserve(SliceRequest.parse(0.25, placement="spread"), holder_kind="command", holder="x")
+    spread = ledger.reserve(SliceRequest.parse(0.25, placement="spread"), Holder("command", "x"))
     assert spread.gpu_indices == (1,)
 
 
@@ -65,11 +70,11 @@ def test_memory_requests_reserve_exact_bytes_and_frameworks_get_less_the_context
 
 
 def test_multi_gpu_request_gets_distinct_gpus_with_the_same_share(ledger: Ledger) -> None:
-    s = ledger.reserve(SliceRequest.parse(0.5, gpus=2), holder_kind="command", holder="ddp")
+    s = ledger.reserve(SliceRequest.parse(0.5, gpus=2), Holder("command", "ddp"))
     assert sorted(s.gpu_indices) == [0, 1]
     assert s.memory == (8 * GiB, 8 * GiB)
     with pytest.raises(SliceUnavailable, match="needs 3 GPUs but this machine has 2"):
-        ledger.reserve(SliceRequest.parse(0.1, gpus=3), holder_kind="command", holder="x")
+        ledger.reserve(SliceRequest.parse(0.1, gpus=3), Holder("command", "x"))
 
 
 def test_pinned_gpu_by_index_or_uuid(ledger: Ledger) -> None:
@@ -94,7 +99,7 @@ def test_full_gpus_refuse_with_what_is_free_and_who_holds_it(ledger: Ledger) -> 
 def test_a_request_bigger_than_any_gpu_fails_at_once_even_when_waiting(ledger: Ledger) -> None:
     start = time.monotonic()
     with pytest.raises(SliceUnavailable, match="more than the largest GPU"):
-        ledger.reserve(SliceRequest.parse(memory="20GiB"), holder_kind="command", holder="x", wait=5)
+        ledger.reserve(SliceRequest.parse(memory="20GiB"), Holder("command", "x"), wait=5)
     assert time.monotonic() - start < 4
 
 
@@ -105,19 +110,47 @@ def test_slices_no_bigger_than_the_context_allowance_are_refused(ledger: Ledger)
 
 def test_memory_used_by_processes_without_a_slice_is_not_reservable(tmp_path: Path) -> None:
     spec = tmp_path / "gpus.json"
-    spec.write_text(json.dumps({"devices": [{"memory": "16GiB"}], "processes": [{"gpu": 0, "pid": 999999, "memory": "10GiB"}]}))
+    spec.write_text(
+        json.dumps({"devices": [{"memory": "16GiB"}], "processes": [{"gpu": 0, "pid": 999999, "memory": "10GiB"}]})
+    )
     ledger = make_ledger(tmp_path / "l.sqlite", str(spec))
     reserve(ledger, "6GiB")
     with pytest.raises(SliceUnavailable, match="10.0 GiB used by processes without a slice"):
         reserve(ledger, "1GiB")
 
 
+def test_a_slice_using_more_than_it_reserved_takes_that_memory_from_placement(tmp_path: Path) -> None:
+    spec = tmp_path / "gpus.json"
+    spec.write_text(json.dumps({"devices": [{"memory": "16GiB"}], "processes": []}))
+    ledger = make_ledger(tmp_path / "l.sqlite", str(spec))
+    ledger.reserve(SliceRequest.parse(0.25), Holder("command", "greedy", pid=os.getpid()))
+    spec.write_text(
+        json.dumps({"devices": [{"memory": "16GiB"}], "processes": [{"gpu": 0, "pid": os.getpid(), "memory": "5.5GiB"}]})
+    )
+    (gpu,) = ledger.occupancy().gpus  # type: ignore[attr-defined]
+    assert (gpu.reserved, gpu.used_by_slices, gpu.over_use, gpu.free) == (4 * GiB, int(5.5 * GiB), int(1.5 * GiB), int(10.5 * GiB))
+    with pytest.raises(SliceUnavailable, match=r"10.5 GiB free of 16.0 GiB; reserved by greedy \[.*\] 4.0 GiB; 1.5 GiB used beyond reservations"):
+        reserve(ledger, "11GiB")
+    assert reserve(ledger, "10.5GiB")
+
+
+def test_memory_no_visible_process_accounts_for_is_never_reservable(tmp_path: Path) -> None:
+    spec = tmp_path / "gpus.json"  # 40 GiB in use by processes NVML does not list (other containers)
+    spec.write_text(json.dumps({"devices": [{"memory": "80GiB", "used": "40GiB"}], "processes": []}))
+    ledger = make_ledger(tmp_path / "l.sqlite", str(spec))
+    with pytest.raises(SliceUnavailable, match="40.0 GiB free of 80.0 GiB; 40.0 GiB used by processes without a slice"):
+        reserve(ledger, 0.75)
+    assert reserve(ledger, 0.5)
+
+
 def test_memory_used_inside_a_slice_is_not_counted_twice(tmp_path: Path) -> None:
     spec = tmp_path / "gpus.json"
-    spec.write_text(json.dumps({"devices": [{"memory": "16GiB"}], "processes": [{"gpu": 0, "pid": os.getpid(), "memory": "7GiB"}]}))
+    spec.write_text(
+        json.dumps({"devices": [{"memory": "16GiB"}], "processes": [{"gpu": 0, "pid": os.getpid(), "memory": "7GiB"}]})
+    )
     ledger = make_ledger(tmp_path / "l.sqlite", str(spec))
-    ledger.reserve(SliceRequest.parse(0.5), holder_kind="command", holder="mine", pid=os.getpid())
-    assert ledger.reserve(SliceRequest.parse(0.5), holder_kind="command", holder="other")
+    ledger.reserve(SliceRequest.parse(0.5), Holder("command", "mine", pid=os.getpid()))
+    assert ledger.reserve(SliceRequest.parse(0.5), Holder("command", "other"))
 
 
 def test_release_frees_and_unknown_ids_are_clear(ledger: Ledger) -> None:
@@ -129,15 +162,19 @@ def test_release_frees_and_unknown_ids_are_clear(ledger: Ledger) -> None:
 
 
 def test_only_the_owner_may_release(ledger: Ledger) -> None:
-    s = ledger.reserve(SliceRequest.parse(0.5), holder_kind="command", holder="x", uid=4242, owner="bob")
-    with pytest.raises(NotPermitted, match="belongs to bob"):
-        ledger.release(s.id, uid=1000)
-    ledger.release(s.id, uid=4242)
+    s = ledger.acting_for(Actor("bob", 4242)).reserve(SliceRequest.parse(0.5), Holder("command", "x"))
+    alice = ledger.acting_for(Actor("alice", 4343))
+    for change in (alice.release, alice.resize, alice.attach, alice.update_labels):
+        args = {alice.resize: (SliceRequest.parse(0.25),), alice.attach: (os.getpid(),), alice.update_labels: ({"a": "b"},)}
+        with pytest.raises(NotPermitted, match="belongs to bob"):
+            change(s.id, *args.get(change, ()))
+    assert ledger.acting_for(Actor("bob", 4242)).release(s.id).id == s.id
+    assert ledger.slices() == []
 
 
 def test_dead_holders_are_reaped_on_the_next_reservation(ledger: Ledger) -> None:
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
-    ledger.reserve(SliceRequest.parse(1.0, gpus=2), holder_kind="command", holder="doomed", pid=child.pid)
+    ledger.reserve(SliceRequest.parse(1.0, gpus=2), Holder("command", "doomed", pid=child.pid))
     with pytest.raises(SliceUnavailable):
         reserve(ledger, 0.5)
     child.kill()
@@ -148,7 +185,7 @@ def test_dead_holders_are_reaped_on_the_next_reservation(ledger: Ledger) -> None
 
 def test_a_reused_pid_does_not_keep_a_dead_holders_slice(ledger: Ledger) -> None:
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
-    s = ledger.reserve(SliceRequest.parse(0.5), holder_kind="command", holder="old", pid=child.pid)
+    s = ledger.reserve(SliceRequest.parse(0.5), Holder("command", "old", pid=child.pid))
     child.kill()
     child.wait()
     time.sleep(0.05)  # a reused pid always belongs to a later process
@@ -165,12 +202,12 @@ def test_a_reused_pid_does_not_keep_a_dead_holders_slice(ledger: Ledger) -> None
 
 
 def test_waiting_in_line_is_first_come_first_served(ledger: Ledger) -> None:
-    holders = [ledger.reserve(SliceRequest.parse(1.0, gpus=2), holder_kind="command", holder="all")]
+    holders = [ledger.reserve(SliceRequest.parse(1.0, gpus=2), Holder("command", "all"))]
     order: list[str] = []
 
     def wait_for(name: str, share: float) -> None:
         local = make_ledger(ledger.path)
-        s = local.reserve(SliceRequest.parse(share), holder_kind="command", holder=name, wait=20)
+        s = local.reserve(SliceRequest.parse(share), Holder("command", name), wait=20)
         order.append(name)
         holders.append(s)
 
@@ -194,15 +231,15 @@ def test_waiting_in_line_is_first_come_first_served(ledger: Ledger) -> None:
 
 
 def test_waiting_times_out_with_the_reason_and_leaves_the_line(ledger: Ledger) -> None:
-    ledger.reserve(SliceRequest.parse(1.0, gpus=2), holder_kind="command", holder="all")
+    ledger.reserve(SliceRequest.parse(1.0, gpus=2), Holder("command", "all"))
     with pytest.raises(SliceUnavailable, match="Not enough free GPU memory"):
-        ledger.reserve(SliceRequest.parse(0.5), holder_kind="command", holder="x", wait=0.3)
+        ledger.reserve(SliceRequest.parse(0.5), Holder("command", "x"), wait=0.3)
     assert ledger.waiting() == []
 
 
 def test_resize_changes_the_share_in_place_or_says_why_not(ledger: Ledger) -> None:
-    a = ledger.reserve(SliceRequest.parse(0.5, gpu="0"), holder_kind="command", holder="a")
-    b = ledger.reserve(SliceRequest.parse(0.25, gpu="0"), holder_kind="command", holder="b")
+    a = ledger.reserve(SliceRequest.parse(0.5, gpu="0"), Holder("command", "a"))
+    b = ledger.reserve(SliceRequest.parse(0.25, gpu="0"), Holder("command", "b"))
     grown = ledger.resize(a.id, SliceRequest.parse(0.75))
     assert grown.memory == (12 * GiB,) and grown.gpu_indices == (0,)
     with pytest.raises(SliceUnavailable, match="Cannot resize"):
@@ -217,7 +254,7 @@ def test_a_corrupt_ledger_says_so_and_how_to_recover_without_losing_the_file(tmp
         make_ledger(path)
     assert "is corrupt" in str(caught.value)
     assert "jupyter vgpu gc --reset-ledger" in str(caught.value)
-    moved = Ledger.reset(path)
+    moved = LedgerFile.reset(path)
     assert moved is not None and moved.read_bytes().startswith(b"this is not a database")
     assert make_ledger(path).slices() == []
 
@@ -253,7 +290,7 @@ def _worker(path: str, seed: int, operations: int, results: multiprocessing.Queu
             share = rng.choice([0.125, 0.25, 0.5, 0.75, 1.0])
             gpus = rng.choice([1, 1, 1, 2])
             try:
-                held.append(ledger.reserve(SliceRequest.parse(share, gpus=gpus), holder_kind="command", holder=f"w{seed}").id)
+                held.append(ledger.reserve(SliceRequest.parse(share, gpus=gpus), Holder("command", f"w{seed}")).id)
                 granted += 1
             except SliceUnavailable:
                 refused += 1

@@ -8,10 +8,12 @@ import os
 import sqlite3
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 
 from jupyter_vgpu.errors import InvalidConfig, InvalidRequest, SliceUnavailable
@@ -20,8 +22,8 @@ from jupyter_vgpu.gpus.mps import detect
 from jupyter_vgpu.server.monitor import UsageMonitor
 from jupyter_vgpu.server.views import devices_view, slice_view
 from jupyter_vgpu.server.watchdog import Watchdog
-from jupyter_vgpu.slices import Ledger, Slice, SliceRequest, slice_environment
-from jupyter_vgpu.slices.ledger import SCHEMA_VERSION
+from jupyter_vgpu.slices import Holder, Ledger, Slice, SliceRequest, SQLiteLedger, slice_environment
+from jupyter_vgpu.slices.store import SCHEMA_VERSION
 from jupyter_vgpu.units import GiB, MiB
 
 CONTEXT = 300 * MiB
@@ -63,7 +65,7 @@ def ledgers(tmp_path: Path) -> Iterator[Any]:
     opened: list[Ledger] = []
 
     def open_(spec: str) -> Ledger:
-        ledger = Ledger(tmp_path / "ledger.sqlite", Inventory(spec), context_allowance=CONTEXT, poll_interval=0.05)
+        ledger = SQLiteLedger(tmp_path / "ledger.sqlite", Inventory(spec), context_allowance=CONTEXT, poll_interval=0.05)
         opened.append(ledger)
         return ledger
 
@@ -74,7 +76,7 @@ def ledgers(tmp_path: Path) -> Iterator[Any]:
 
 def take(ledger: Ledger, fraction: Any = None, memory: Any = None, wait: float = 0.0, **kwargs: Any) -> Slice:
     request = SliceRequest.parse(fraction, memory, **kwargs)
-    return ledger.reserve(request, holder_kind="command", holder=f"test {fraction or memory}", wait=wait)
+    return ledger.reserve(request, Holder("command", f"test {fraction or memory}"), wait=wait)
 
 
 # -- MIG ---------------------------------------------------------------------------------
@@ -132,7 +134,7 @@ def test_the_environment_names_the_mig_device_and_sizes_limits_to_it(gpus: Any, 
     assert env["CUDA_VISIBLE_DEVICES"] == slice_.mig_devices[0]
     assert env["CUDA_VISIBLE_DEVICES"].startswith("MIG-")
     assert env["JUPYTER_VGPU_GPUS"] == slice_.gpus[0]  # the parent GPU, for NVML
-    assert env["JUPYTER_VGPU_TIER"] == "hard (MIG 1g.10gb)"
+    assert env["JUPYTER_VGPU_TIER"] == "mig" and env["JUPYTER_VGPU_MIG_PROFILES"] == "1g.10gb"
     assert int(env["JUPYTER_VGPU_MEMORY_LIMIT"]) == int(9.75 * GiB) - CONTEXT
     # JAX's fraction is of the device it sees: the MIG device, not the whole card.
     assert float(env["XLA_PYTHON_CLIENT_MEM_FRACTION"]) == pytest.approx((9.75 * GiB - CONTEXT) / (9.75 * GiB), abs=0.001)
@@ -190,7 +192,7 @@ def test_with_mps_slices_get_a_pinned_memory_limit_and_their_share_of_the_sms(
     env = slice_environment(slice_, ledger_path=str(ledger.path))
     assert env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == "0=4096M,1=4096M"  # the whole slice on each GPU
     assert env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "25"
-    assert env["JUPYTER_VGPU_TIER"] == "hard (MPS)"
+    assert env["JUPYTER_VGPU_TIER"] == "mps"
     assert env["CUDA_VISIBLE_DEVICES"] == ",".join(slice_.gpus)
 
 
@@ -232,6 +234,10 @@ def test_auto_detects_a_control_daemon_in_the_pipe_directory(tmp_path: Path, mon
     daemon.symlink_to("/bin/sleep")
     proc = subprocess.Popen([str(daemon), "30"])
     try:
+        # /proc shows the new program's name a moment after exec on a busy machine
+        deadline = time.monotonic() + 10
+        while psutil.Process(proc.pid).name() != "nvidia-cuda-mps-control" and time.monotonic() < deadline:
+            time.sleep(0.05)
         (tmp_path / "nvidia-cuda-mps-control.pid").write_text(str(proc.pid))
         status = detect()
         assert status.active and status.pipe_directory == str(tmp_path)
@@ -257,14 +263,14 @@ def test_the_mps_server_is_not_foreign_and_clients_count_for_their_slice(
     slice_ = take(ledger, "1/4")  # held by this test process, which NVML lists as an MPS client
     snapshot = ledger.inventory.snapshot()
     assert [p.mps_server for p in snapshot.gpus[0].processes] == [True, False]
-    assert "processes without a slice" not in ledger.describe_free()
+    assert "processes without a slice" not in ledger.occupancy().explain()
     monitor = UsageMonitor(ledger, interval=1.0)
     try:
         sample = monitor.collect()
         usage = sample.find(slice_.id)
         assert usage is not None and usage.memory_used == 3 * GiB and usage.source == "measured"
-        assert sample.gpus[0].foreign == 0
-        assert sample.gpus[0].reservable == 12 * GiB
+        assert sample.occupancy.gpus[0].foreign == 0
+        assert sample.occupancy.gpus[0].free == 12 * GiB
     finally:
         monitor.executor.shutdown()
 
@@ -287,7 +293,7 @@ def test_rest_views_show_the_tier_per_slice_and_per_gpu(gpus: Any, ledgers: Any)
         assert [d["tier"] for d in devices] == ["hard (MIG)", "watched"]
         held = {d["profile"] + str(i): d["slice"] for i, d in enumerate(devices[0]["mig_devices"])}
         assert held == {"2g.20gb0": None, "1g.10gb1": mig.id, "1g.10gb2": None}
-        assert devices[0]["memory_reservable"] == int(19.5 * GiB)  # the largest free MIG device
+        assert devices[0]["memory_free"] == int(19.5 * GiB)  # the largest free MIG device
     finally:
         monitor.executor.shutdown()
 

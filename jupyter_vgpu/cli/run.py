@@ -19,7 +19,8 @@ from typing import Any
 
 from ..config import load_settings
 from ..errors import InvalidRequest, SliceNotFound
-from ..slices import SliceRequest, open_ledger, slice_environment, summary
+from ..slices import Holder, SliceRequest, open_ledger, summary
+from ..slices.environment import with_slice
 from ..slices.request import CLI_NAMES
 
 
@@ -71,10 +72,9 @@ def run(args: argparse.Namespace) -> int:
     wait = _wait_seconds(args.wait)
     settings = load_settings()
     ledger = open_ledger(settings)
-    slice_ = ledger.reserve(request, holder_kind="command", holder=shlex.join(command), wait=wait)
+    slice_ = ledger.reserve(request, Holder.command(shlex.join(command)), wait=wait)
     try:
-        env = dict(os.environ)
-        env.update(slice_environment(slice_, ledger_path=str(ledger.path), simulate=settings.resolved_simulate))
+        env = with_slice(os.environ, slice_, ledger_path=str(ledger.path), simulate=settings.resolved_simulate)
         if not args.quiet:
             print(f"jupyter vgpu: {summary(slice_)}", file=sys.stderr)
         return _run_child(command, env, lambda pid: ledger.attach(slice_.id, pid))

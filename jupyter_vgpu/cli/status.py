@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import sys
 from typing import Any
 
 from ..config import load_settings
-from ..slices import Ledger, Slice, open_ledger
+from ..slices import Ledger, Slice, occupancy_of, open_ledger
 from ..slices.holders import attribute
+from ..slices.store import LedgerFile
 from ..units import format_bytes
 
 BAR_WIDTH = 40
@@ -40,35 +40,18 @@ def add_gc_parser(commands: Any) -> None:
 
 
 def collect(ledger: Ledger) -> dict[str, Any]:
-    """Everything ``status`` shows, as JSON-ready data."""
+    """Everything ``status`` shows, as JSON-ready data (the vocabulary of docs/rest.md)."""
     snapshot = ledger.inventory.snapshot()
     slices = ledger.slices()
     waiting = ledger.waiting()
-    used, foreign = attribute(snapshot, {s.id: s.pid for s in slices})
-    gpus = []
-    held = {device: s.id for s in slices for device in s.mig_devices}
-    for gpu in snapshot.gpus:
-        reserved = sum(m for s in slices for u, m in zip(s.gpus, s.memory) if u == gpu.uuid)
-        data = gpu.to_dict()
-        reservable = max(0, gpu.memory_total - reserved - foreign.get(gpu.uuid, 0))
-        for device in data["mig_devices"]:
-            device["slice"] = held.get(device["uuid"])
-            device["foreign"] = bool(foreign.get(device["uuid"]))
-        if gpu.mig_mode:  # only whole MIG devices can be reserved there
-            free = [d["memory_total"] for d in data["mig_devices"] if not d["slice"] and not d["foreign"]]
-            reservable = max(free, default=0)
-        data.update(
-            memory_reserved=reserved,
-            memory_foreign=foreign.get(gpu.uuid, 0),
-            memory_reservable=reservable,
-            tier="hard (MIG)" if gpu.mig_mode else "hard (MPS)" if gpu.mps else "cooperative",
-        )
-        gpus.append(data)
+    attribution = attribute(snapshot, {s.id: s.pid for s in slices})
+    gpus = occupancy_of(snapshot, slices, attribution)
     slice_rows = []
     for s in slices:
         row = s.to_dict()
-        per_gpu = used.get(s.id)
+        per_gpu = attribution.used.get(s.id)
         row["memory_used"] = sum(per_gpu.values()) if per_gpu else (0 if snapshot.available else None)
+        row["memory_used_by_gpu"] = dict(per_gpu or {}) if snapshot.available else None
         row["holder_text"] = s.describe_holder()
         slice_rows.append(row)
     return {
@@ -78,7 +61,7 @@ def collect(ledger: Ledger) -> dict[str, Any]:
         "gpus_source": ledger.inventory.describe(),
         "ledger": str(ledger.path),
         "location": ledger.location(),
-        "gpus": gpus,
+        "gpus": [g.to_dict() for g in gpus.gpus],
         "slices": slice_rows,
         "waiting": [w.to_dict() for w in waiting],
     }
@@ -125,12 +108,14 @@ def render(data: dict[str, Any]) -> str:
         util = f"{gpu['utilization']}%" if gpu["utilization"] is not None else "n/a"
         lines.append(rule)
         lines.append(f"| GPU {gpu['index']}  {gpu['name']}  {gpu['uuid']}  util {util}".ljust(width - 1) + "|")
-        bar = _bar([(gpu["memory_reserved"], "#"), (gpu["memory_foreign"], "x")], total)
+        bar = _bar([(gpu["memory_reserved"], "#"), (gpu["memory_over_use"], "!"), (gpu["memory_foreign"], "x")], total)
         summary = (
             f"reserved {format_bytes(gpu['memory_reserved'])} / {format_bytes(total)}"
-            f"  used {format_bytes(gpu['memory_used'])}  free {format_bytes(gpu['memory_reservable'])}"
+            f"  used {format_bytes(gpu['memory_used'])}  free {format_bytes(gpu['memory_free'])}"
         )
         lines.append(f"| {bar} {summary}".ljust(width - 1) + "|")
+        if gpu["memory_over_use"]:
+            lines.append(f"|   ! = {format_bytes(gpu['memory_over_use'])} used beyond reservations".ljust(width - 1) + "|")
         if gpu["memory_foreign"]:
             lines.append(f"|   x = {format_bytes(gpu['memory_foreign'])} used by processes without a slice".ljust(width - 1) + "|")
         for line in _tier_lines(gpu):
@@ -142,9 +127,8 @@ def render(data: dict[str, Any]) -> str:
             continue
         lines.append(f"  {'SLICE':<13}{'OWNER':<10}{'RESERVED':>10}{'USED':>11}{'CONTEXT':>10}  {'TIER':<20}HOLDER")
         for row in rows:
-            index = row["gpus"].index(gpu["uuid"])
             lines.append(
-                f"  {row['id']:<13}{row['owner'][:9]:<10}{format_bytes(row['memory_reserved'][index]):>10}"
+                f"  {row['id']:<13}{row['owner'][:9]:<10}{format_bytes(row['memory_reserved_by_gpu'][gpu['uuid']]):>10}"
                 f"{format_bytes(row['memory_used']):>11}{format_bytes(row['context_allowance']):>10}"
                 f"  {row['tier']:<20}{row['holder_text']} [{row['request_text']}]"
             )
@@ -169,7 +153,7 @@ def _tier_lines(gpu: dict[str, Any]) -> list[str]:
             return ["MIG mode, no MIG devices: nothing can be reserved (`nvidia-smi mig -cgi PROFILE -C` creates them)"]
         lines = ["MIG mode: slices are whole MIG devices (hard limit)"]
         for d in devices:
-            who = f"slice {d['slice']}" if d.get("slice") else "in use without a slice" if d.get("foreign") else "free"
+            who = f"slice {d['slice']}" if d.get("slice") else "in use without a slice" if d.get("in_use_without_slice") else "free"
             lines.append(f"  MIG {d['profile']:<10} {format_bytes(d['memory_total']):>10}  {who}  {d['uuid']}")
         return lines
     if gpu.get("mps"):
@@ -179,7 +163,7 @@ def _tier_lines(gpu: dict[str, Any]) -> list[str]:
 
 def release(args: argparse.Namespace) -> int:
     ledger = open_ledger(load_settings())
-    freed: Slice = ledger.release(args.slice_id, uid=os.getuid())
+    freed: Slice = ledger.release(args.slice_id)
     note = ""
     if freed.holder_kind == "kernel":
         note = " The kernel keeps running; its GPU memory now counts as used outside slices."
@@ -190,7 +174,7 @@ def release(args: argparse.Namespace) -> int:
 def gc(args: argparse.Namespace) -> int:
     settings = load_settings()
     if args.reset_ledger:
-        moved = Ledger.reset(settings.resolved_ledger_path)
+        moved = LedgerFile.reset(settings.resolved_ledger_path)
         if moved is None:
             print(f"No ledger at {settings.resolved_ledger_path}; nothing to reset.")
         else:

@@ -30,8 +30,8 @@ from tornado import web
 from tornado.httpclient import AsyncHTTPClient, HTTPClientError, HTTPRequest
 
 from ..errors import SliceNotFound, VGPUError
+from ..slices import occupancy_of
 from ..slices.holders import attribute
-from ..slices.remote import slice_to_wire
 from .broker import Broker
 
 log = logging.getLogger("jupyter_vgpu.admin")
@@ -98,29 +98,19 @@ def slices_report(broker: Broker) -> dict[str, Any]:
     """Every slice with its measured usage, and the GPUs (blocking: run it on a thread)."""
     snapshot = broker.ledger.inventory.snapshot()
     slices = broker.ledger.slices()
-    used, foreign = attribute(snapshot, {s.id: s.pid for s in slices})
+    attribution = attribute(snapshot, {s.id: s.pid for s in slices})
     rows = []
     for s in slices:
-        row = slice_to_wire(s)
-        per_gpu = used.get(s.id)
+        row = s.to_dict()
+        per_gpu = attribution.used.get(s.id)
         row["memory_used"] = sum(per_gpu.values()) if per_gpu else (0 if snapshot.available else None)
-        row["memory_reserved"] = sum(s.memory)
-        row["fraction"] = s.fraction
-        row["request_text"] = s.request.describe()
         row["holder_text"] = s.describe_holder()
         rows.append(row)
-    gpus = []
-    for gpu in snapshot.gpus:
-        data = gpu.to_dict()
-        data.pop("processes", None)
-        data["memory_reserved"] = sum(m for s in slices for u, m in zip(s.gpus, s.memory) if u == gpu.uuid)
-        data["memory_foreign"] = foreign.get(gpu.uuid, 0)
-        gpus.append(data)
     return {
         "simulated": snapshot.simulated,
         "policy": broker.policy.current().source,
         "policy_error": broker.policy.error,
-        "gpus": gpus,
+        "gpus": [g.to_dict() for g in occupancy_of(snapshot, slices, attribution).gpus],
         "slices": rows,
         "waiting": [{**w.to_dict()} for w in broker.ledger.waiting()],
     }
@@ -137,7 +127,7 @@ class SliceAPIHandler(AdminHandler):
     async def delete(self, slice_id: str) -> None:
         who = str(self.current_user.get("name"))
         try:
-            freed = await asyncio.to_thread(self.broker.ledger.release, slice_id, uid=0)
+            freed = await asyncio.to_thread(self.broker.ledger.release, slice_id)
         except SliceNotFound as error:
             return self.fail(404, str(error))
         log.info("jupyter-vgpu admin page: %s released slice %s of %s.", who, freed.id, freed.owner)
@@ -232,11 +222,11 @@ async function load() {
   const data = await (await fetch(prefix + "api/slices")).json();
   document.getElementById("sim").innerHTML = data.simulated ? '<span class="sim">simulated GPUs</span>' : "";
   document.getElementById("policy").textContent = "Policy: " + data.policy + (data.policy_error ? " (last reload failed: " + data.policy_error + ")" : "");
-  document.getElementById("gpus").textContent = data.gpus.map(g => `GPU ${g.index} ${g.name}: ${gib(g.memory_reserved)} of ${gib(g.memory_total)} reserved`).join(" · ");
+  document.getElementById("gpus").textContent = data.gpus.map(g => `GPU ${g.index} ${g.name}: ${gib(g.memory_reserved)} of ${gib(g.memory_total)} reserved, ${gib(g.memory_free)} free`).join(" · ");
   const rows = document.getElementById("rows"); rows.textContent = "";
   for (const s of data.slices) {
     const tr = rows.insertRow();
-    for (const text of [s.owner, s.holder_text, s.gpu_indices.join(", "), s.request_text, gib(s.memory_reserved), gib(s.memory_used)]) tr.insertCell().textContent = text;
+    for (const text of [s.owner, s.holder_text, s.gpu_indices.join(", "), s.request_text, gib(s.memory_reserved_total), gib(s.memory_used)]) tr.insertCell().textContent = text;
     const cell = tr.insertCell();
     const release = document.createElement("button"); release.textContent = "Release";
     release.onclick = () => act("DELETE", "api/slices/" + s.id);

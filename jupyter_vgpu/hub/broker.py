@@ -16,6 +16,7 @@ The socket itself is :mod:`.listener`. Clients are :class:`jupyter_vgpu.slices.r
 
 from __future__ import annotations
 
+import inspect
 import logging
 import os
 import pwd
@@ -28,15 +29,16 @@ from typing import Any
 import psutil
 
 from ..errors import InvalidConfig, InvalidRequest, NotPermitted, SliceUnavailable, VGPUError
-from ..gpus import Inventory, Snapshot
-from ..slices import Ledger, Slice, SliceRequest, Ticket, Waiter
-from ..slices.remote import error_to_wire, slice_to_wire, snapshot_to_wire, waiter_to_wire
+from ..slices import Actor, Holder, Ledger, SliceRequest, SQLiteLedger, Ticket
+from ..slices.ledger import OPERATIONS
+from ..slices.records import Slice, Waiter
+from ..slices.remote import error_to_wire, holder_from_wire, slice_to_wire, snapshot_to_wire, waiter_to_wire
+from ..units import shorten
 from . import quota as quotas
 from .policy import Policy, Quota, load_policy, user_groups
 
 log = logging.getLogger("jupyter_vgpu.broker")
 
-HOLDER_KINDS = ("kernel", "command")
 HIDDEN = {"kernel": "another user's kernel", "command": "another user's command"}
 
 
@@ -112,37 +114,20 @@ class PolicySource:
         return self.policy
 
 
-class _AllowedInventory(Inventory):
-    """The node's inventory narrowed to the GPUs a user may use, so placement only sees those."""
-
-    def __init__(self, base: Inventory, uuids: frozenset[str]) -> None:
-        super().__init__(base.simulate)
-        self._base = base
-        self._uuids = uuids
-
-    def describe(self) -> str:
-        return self._base.describe()
-
-    def snapshot(self) -> Snapshot:
-        snap = self._base.snapshot()
-        return replace(snap, gpus=tuple(g for g in snap.gpus if g.uuid in self._uuids))
-
-
 class Broker:
-    """Answers ledger requests for callers identified by their peer credentials."""
+    """Answers ledger requests for callers identified by their peer credentials.
 
-    def __init__(
-        self,
-        ledger: Ledger,
-        policy: PolicySource,
-        *,
-        simulate: str = "",
-    ) -> None:
+    Every operation of the ledger contract (:data:`~jupyter_vgpu.slices.ledger.OPERATIONS`) is
+    served by the same method of the node's :class:`SQLiteLedger`, acting for the caller: that
+    ledger alone decides what a caller may change. The broker adds the policy (quotas, allowed
+    GPUs as a placement constraint, the longest wait) and hides other users' holders.
+    """
+
+    def __init__(self, ledger: SQLiteLedger, policy: PolicySource, *, simulate: str = "") -> None:
         self.ledger = ledger
         self.policy = policy
         self.simulate = simulate
         self._grant_lock = threading.Lock()
-        self._narrowed: dict[frozenset[str], Ledger] = {}
 
     # -- who asks ----------------------------------------------------------------------------
     def caller(self, pid: int, uid: int, gid: int) -> Caller:
@@ -156,26 +141,65 @@ class Broker:
             return Quota(caller.user, unlimited=True)
         return self.policy.current().quota(caller.user, list(caller.groups))
 
+    def acting_for(self, caller: Caller, request: SliceRequest | None = None) -> SQLiteLedger:
+        """The node's ledger acting for ``caller``, placing only on the GPUs its policy allows."""
+        allowed = None
+        if request is not None:
+            allowed = quotas.allowed_gpus(self.quota(caller), self.ledger.inventory.snapshot(), request)
+        return self.ledger.acting_for(Actor(caller.user, caller.uid, caller.admin), allowed_gpus=allowed)
+
     # -- one request -------------------------------------------------------------------------
     def handle(self, caller: Caller, message: dict[str, Any]) -> dict[str, Any]:
         """Answer one decoded request: ``{"ok": true, "result": ...}`` or an error answer."""
         op = message.get("op")
         args = message.get("args") or {}
-        method = getattr(self, f"op_{op}", None) if isinstance(op, str) else None
         try:
-            if method is None or not isinstance(args, dict):
-                raise InvalidRequest(f"The broker does not know the request {op!r}; upgrade the client or the broker.")
-            return {"ok": True, "result": method(caller, **args)}
+            if not isinstance(args, dict):
+                raise InvalidRequest("The request's args must be a mapping.")
+            if op == "info":
+                return {"ok": True, "result": self.info(caller)}
+            if op == "snapshot":
+                return {"ok": True, "result": snapshot_to_wire(self.ledger.inventory.snapshot())}
+            if not isinstance(op, str) or op not in OPERATIONS:
+                raise InvalidRequest(f"The broker does not know the request {shorten(op)}; upgrade the client or the broker.")
+            return {"ok": True, "result": self.serve(caller, op, _arguments(op, args))}
+        except SliceUnavailable as error:
+            return error_to_wire(type(error)(self.scrub(caller, str(error))))
         except VGPUError as error:
             return error_to_wire(error)
-        except TypeError as error:
-            return error_to_wire(InvalidRequest(f"Malformed {op} request: {error}."))
         except Exception as error:  # a broker bug must not take the node's GPUs down with it
-            log.exception("jupyter-vgpu broker: %s from %s failed", op, caller.user)
-            return error_to_wire(VGPUError(f"The jupyter-vgpu broker failed on {op}: {error}."))
+            log.exception("jupyter-vgpu broker: %s from %s failed", shorten(op), caller.user)
+            return error_to_wire(VGPUError(f"The jupyter-vgpu broker failed on {shorten(op)}: {error}."))
 
-    # -- reading -----------------------------------------------------------------------------
-    def op_info(self, caller: Caller) -> dict[str, Any]:
+    def serve(self, caller: Caller, op: str, args: dict[str, Any]) -> Any:
+        """One contract operation for ``caller``, with the policy around what it asks for."""
+        if "holder" in args:
+            holder: Holder = args["holder"]
+            args["holder"] = replace(holder, pid=self._holder_pid(caller, holder.pid))
+        if "pid" in args:
+            args["pid"] = self._holder_pid(caller, args["pid"])
+        if op == "reserve_now":
+            return self._visible(caller, self._reserve_now(caller, args["request"], args["holder"]))
+        if op == "enqueue":
+            quota = self.quota(caller)
+            quotas.check_request(quota, args["request"], self._held(caller))
+            quotas.allowed_gpus(quota, self.ledger.inventory.snapshot(), args["request"])
+            return self.acting_for(caller).enqueue(args["request"], args["holder"]).number
+        if op == "try_grant":
+            granted, reason = self._try_grant(caller, args["ticket"], bool(args.get("final", True)))
+            return {"slice": None if granted is None else self._visible(caller, granted), "reason": reason}
+        if op == "resize":
+            return self._visible(caller, self._resize(caller, args["slice_id"], args["request"]))
+        result = getattr(self.acting_for(caller), op)(**args)
+        if op == "waiting":
+            return [waiter_to_wire(self.visible_waiter(caller, w)) for w in result]
+        if isinstance(result, Slice):
+            return self._visible(caller, result)
+        if isinstance(result, list) and all(isinstance(s, Slice) for s in result):
+            return [self._visible(caller, s) for s in result]
+        return result
+
+    def info(self, caller: Caller) -> dict[str, Any]:
         source = self.policy.current()
         return {
             "simulate": self.simulate,
@@ -187,134 +211,70 @@ class Broker:
             "policy": source.source,
         }
 
-    def op_snapshot(self, caller: Caller) -> dict[str, Any]:
-        return snapshot_to_wire(self.ledger.inventory.snapshot())
-
-    def op_slices(self, caller: Caller) -> list[dict[str, Any]]:
-        return [slice_to_wire(self.visible(caller, s)) for s in self.ledger.slices()]
-
-    def op_get(self, caller: Caller, slice_id: str) -> dict[str, Any]:
-        return slice_to_wire(self.visible(caller, self.ledger.get(str(slice_id))))
-
-    def op_waiting(self, caller: Caller) -> list[dict[str, Any]]:
-        return [waiter_to_wire(self.visible_waiter(caller, w)) for w in self.ledger.waiting()]
-
-    def op_describe_free(self, caller: Caller) -> str:
-        return self.scrub(caller, self.ledger.describe_free())
-
-    def op_overcommitted(self, caller: Caller) -> list[tuple[str, int, int]]:
-        return self.ledger.overcommitted()
-
-    def op_reap(self, caller: Caller) -> list[dict[str, Any]]:
-        return [slice_to_wire(self.visible(caller, s)) for s in self.ledger.reap()]
-
-    # -- reserving ---------------------------------------------------------------------------
-    def op_reserve(
-        self, caller: Caller, request: dict[str, Any], holder_kind: str, holder: str,
-        pid: int | None = None, labels: dict[str, str] | None = None,
-    ) -> dict[str, Any]:
-        parsed = _request(request)
-        fields = self._holder_fields(caller, holder_kind, holder, pid, labels)
+    # -- the policy around reserving -----------------------------------------------------------
+    def _reserve_now(self, caller: Caller, request: SliceRequest, holder: Holder) -> Slice:
         quota = self.quota(caller)
         with self._grant_lock:
             held = self._held(caller)
-            quotas.check_request(quota, parsed, held)
-            ledger = self._ledger_for(quota, parsed)
-            try:
-                granted = ledger.reserve(parsed, **fields)
-            except SliceUnavailable as error:
-                raise SliceUnavailable(self.scrub(caller, str(error))) from None
-            self._check_granted(ledger, quota, granted, held)
-        return slice_to_wire(granted)
+            quotas.check_request(quota, request, held)
+            granted = self.acting_for(caller, request).reserve_now(request, holder)
+            self._check_granted(quota, granted, held)
+        return granted
 
-    def op_enqueue(
-        self, caller: Caller, request: dict[str, Any], holder_kind: str, holder: str,
-        pid: int | None = None, labels: dict[str, str] | None = None,
-    ) -> int:
-        parsed = _request(request)
-        fields = self._holder_fields(caller, holder_kind, holder, pid, labels)
-        quota = self.quota(caller)
-        quotas.check_request(quota, parsed, self._held(caller))
-        quotas.allowed_gpus(quota, self.ledger.inventory.snapshot(), parsed)
-        return self.ledger.enqueue(parsed, **fields).number
-
-    def op_try_grant(self, caller: Caller, ticket: int, final: bool = True) -> dict[str, Any]:
-        waiter = self._own_ticket(caller, ticket)
+    def _try_grant(self, caller: Caller, ticket: Ticket, final: bool) -> tuple[Slice | None, str]:
+        waiter = next((w for w in self.ledger.waiting() if w.ticket == ticket.number), None)
+        if waiter is None:
+            raise SliceUnavailable("This request left the line (its process ended or it was cancelled).")
         quota = self.quota(caller)
         max_wait, source = quota.get("max_wait")
         overdue = max_wait is not None and time.time() - waiter.created >= max_wait
-        place = Ticket(number=waiter.ticket, request=waiter.request)
+        view = self.acting_for(caller, waiter.request)
         with self._grant_lock:
             held = self._held(caller)
             try:
                 quotas.check_request(quota, waiter.request, held)
             except NotPermitted:
-                self.ledger.leave_queue(place)
+                view.leave_queue(ticket)
                 raise
-            ledger = self._ledger_for(quota, waiter.request)
             try:
-                granted = ledger.try_grant(place, final=bool(final) or overdue)
+                granted = view.try_grant(ticket, final=final or overdue)
             except SliceUnavailable as error:
-                reason = self.scrub(caller, str(error))
                 if overdue and not final:
-                    reason = f"{caller.user}: waits at most {max_wait:g} s in line ({source}). {reason}"
-                raise SliceUnavailable(reason) from None
+                    raise SliceUnavailable(f"{caller.user}: waits at most {max_wait:g} s in line ({source}). {error}") from None
+                raise
             if granted is None:
-                return {"slice": None, "reason": self.scrub(caller, place.last_reason)}
-            self._check_granted(ledger, quota, granted, held)
-        return {"slice": slice_to_wire(granted), "reason": ""}
+                return None, self.scrub(caller, ticket.last_reason)
+            self._check_granted(quota, granted, held)
+        return granted, ""
 
-    def op_leave_queue(self, caller: Caller, ticket: int) -> None:
-        try:
-            self._own_ticket(caller, ticket)
-        except SliceUnavailable:
-            return  # granted or gone already
-        self.ledger.leave_queue(Ticket(number=int(ticket), request=SliceRequest()))
-
-    # -- holders -----------------------------------------------------------------------------
-    def op_attach(self, caller: Caller, slice_id: str, pid: int | None = None) -> dict[str, Any]:
-        found = self._own_slice(caller, slice_id, "attach a process to")
-        holder_pid = self._holder_pid(caller, pid)
-        return slice_to_wire(self.ledger.attach(found.id, holder_pid))
-
-    def op_update_labels(self, caller: Caller, slice_id: str, labels: dict[str, Any]) -> dict[str, Any]:
-        found = self._own_slice(caller, slice_id, "relabel")
-        if not isinstance(labels, dict):
-            raise InvalidRequest("Labels must be a mapping of names to text.")
-        clean = {str(k): (None if v is None else str(v)) for k, v in labels.items()}
-        return slice_to_wire(self.ledger.update_labels(found.id, **clean))
-
-    def op_resize(self, caller: Caller, slice_id: str, request: dict[str, Any]) -> dict[str, Any]:
-        parsed = _request(request)
+    def _resize(self, caller: Caller, slice_id: str, request: SliceRequest) -> Slice:
         quota = self.quota(caller)
-        uid = 0 if caller.admin else caller.uid
+        view = self.acting_for(caller)
         with self._grant_lock:
-            found = self.ledger.get(str(slice_id))
-            if not caller.admin and found.uid != caller.uid:
-                raise NotPermitted(f"Slice {found.id} belongs to {found.owner}; you can resize only your own slices.")
+            found = view.get(slice_id)
             others = [s for s in self._held_by(found.uid) if s.id != found.id]
-            try:
-                resized = self.ledger.resize(found.id, parsed, uid=uid)
-            except SliceUnavailable as error:
-                raise SliceUnavailable(self.scrub(caller, str(error))) from None
+            resized = view.resize(found.id, request)
             if found.uid == caller.uid:
                 try:
                     quotas.check_slice(quota, resized, others)
                 except NotPermitted:
-                    self.ledger.resize(found.id, found.request, uid=0)
+                    self.ledger.resize(found.id, found.request)
                     raise
-        return slice_to_wire(resized)
+        return resized
 
-    def op_release(self, caller: Caller, slice_id: str) -> dict[str, Any]:
-        freed = self.ledger.release(str(slice_id), uid=0 if caller.admin else caller.uid)
-        return slice_to_wire(freed)
+    def _check_granted(self, quota: Quota, granted: Slice, held: list[Slice]) -> None:
+        try:
+            quotas.check_slice(quota, granted, held)
+        except NotPermitted:
+            self.ledger.release(granted.id)
+            raise
 
     # -- admin actions (the admin page calls these in-process) ---------------------------------
     def terminate(self, slice_id: str, *, by: str) -> Slice:
         """Release a slice and end its holder process (SIGTERM, if it is still the process that
         took the slice). A ``jupyter vgpu run`` command ends; a kernel's server may restart it."""
         found = self.ledger.get(slice_id)
-        self.ledger.release(found.id, uid=0)
+        self.ledger.release(found.id)
         if found.pid and found.pid != os.getpid():
             try:
                 proc = psutil.Process(found.pid)
@@ -327,15 +287,18 @@ class Broker:
 
     # -- helpers -----------------------------------------------------------------------------
     def visible(self, caller: Caller, s: Slice) -> Slice:
-        """The slice as ``caller`` may see it: others' holders, labels and commands hidden."""
+        """The slice as ``caller`` may see it: others' holders, labels, commands and pids hidden."""
         if caller.admin or s.uid == caller.uid:
             return s
-        return replace(s, holder_kind="other", holder=HIDDEN.get(s.holder_kind, "another user's process"), labels={})
+        return replace(s, holder=HIDDEN[s.holder_kind], labels={}, pid=None, pid_start=None)
+
+    def _visible(self, caller: Caller, s: Slice) -> dict[str, Any]:
+        return slice_to_wire(self.visible(caller, s))
 
     def visible_waiter(self, caller: Caller, w: Waiter) -> Waiter:
-        if caller.admin or w.owner == caller.user:
+        if caller.admin or w.uid == caller.uid:
             return w
-        return replace(w, holder_kind="other", holder=HIDDEN.get(w.holder_kind, "another user's process"), labels={})
+        return replace(w, holder=HIDDEN[w.holder_kind], labels={}, pid=None)
 
     def scrub(self, caller: Caller, text: str) -> str:
         """Replace other users' holder descriptions (notebook paths, command lines) in a message."""
@@ -345,33 +308,15 @@ class Broker:
             if s.uid != caller.uid:
                 shown = s.describe_holder()
                 if shown:
-                    text = text.replace(shown, HIDDEN.get(s.holder_kind, "another user's process"))
+                    text = text.replace(shown, HIDDEN[s.holder_kind])
         return text
-
-    def _holder_fields(
-        self, caller: Caller, holder_kind: str, holder: str, pid: int | None, labels: dict[str, str] | None
-    ) -> dict[str, Any]:
-        if holder_kind not in HOLDER_KINDS:
-            raise InvalidRequest(f"holder_kind {holder_kind!r} is not allowed; use one of: {', '.join(HOLDER_KINDS)}.")
-        if not isinstance(holder, str) or len(holder) > 4096:
-            raise InvalidRequest("holder must be text of at most 4096 characters.")
-        if labels is not None and not isinstance(labels, dict):
-            raise InvalidRequest("labels must be a mapping of names to text.")
-        return {
-            "holder_kind": holder_kind,
-            "holder": holder,
-            "pid": self._holder_pid(caller, pid),
-            "owner": caller.user,
-            "uid": caller.uid,
-            "labels": {str(k): str(v) for k, v in (labels or {}).items()},
-        }
 
     def _holder_pid(self, caller: Caller, pid: int | None) -> int:
         """The caller itself, or a process of the caller's own uid (root: any)."""
         if pid is None:
             return caller.pid
         if isinstance(pid, bool) or not isinstance(pid, int) or pid <= 0:
-            raise InvalidRequest(f"pid {pid!r} is not a process id.")
+            raise InvalidRequest(f"pid {shorten(pid)} is not a process id.")
         try:
             owner = psutil.Process(pid).uids().real
         except psutil.NoSuchProcess:
@@ -386,40 +331,6 @@ class Broker:
     def _held_by(self, uid: int) -> list[Slice]:
         return [s for s in self.ledger.slices() if s.uid == uid]
 
-    def _own_slice(self, caller: Caller, slice_id: str, action: str) -> Slice:
-        found = self.ledger.get(str(slice_id))
-        if not caller.admin and found.uid != caller.uid:
-            raise NotPermitted(f"Slice {found.id} belongs to {found.owner}; you can {action} only your own slices.")
-        return found
-
-    def _own_ticket(self, caller: Caller, ticket: int) -> Waiter:
-        for waiter in self.ledger.waiting():
-            if waiter.ticket == int(ticket):
-                if not caller.admin and waiter.owner != caller.user:
-                    raise NotPermitted(f"Place {ticket} in line belongs to {waiter.owner}, not to {caller.user}.")
-                return waiter
-        raise SliceUnavailable("This request left the line (its process ended or it was cancelled).")
-
-    def _ledger_for(self, quota: Quota, request: SliceRequest) -> Ledger:
-        allowed = quotas.allowed_gpus(quota, self.ledger.inventory.snapshot(), request)
-        if allowed is None:
-            return self.ledger
-        if allowed not in self._narrowed:
-            self._narrowed[allowed] = Ledger(
-                self.ledger.path,
-                _AllowedInventory(self.ledger.inventory, allowed),
-                context_allowance=self.ledger.context_allowance,
-                poll_interval=self.ledger.poll_interval,
-            )
-        return self._narrowed[allowed]
-
-    def _check_granted(self, ledger: Ledger, quota: Quota, granted: Slice, held: list[Slice]) -> None:
-        try:
-            quotas.check_slice(quota, granted, held)
-        except NotPermitted:
-            ledger.release(granted.id, uid=0)
-            raise
-
     def reap_forever(self, interval: float, stop: threading.Event) -> None:
         """Free dead holders' slices every ``interval`` seconds (a restarted broker catches up at once)."""
         while not stop.is_set():
@@ -429,6 +340,39 @@ class Broker:
             except VGPUError as error:
                 log.warning("jupyter-vgpu broker: reaping failed: %s", error)
             stop.wait(interval)
+
+
+#: The contract's arguments as they arrive on the wire, each turned into what the ledger takes.
+_DECODE: dict[str, Any] = {
+    "slice_id": lambda v: _text(v, "slice_id", 64),
+    "request": lambda v: _request(v),
+    "holder": holder_from_wire,
+    "ticket": lambda v: Ticket(number=_whole(v, "ticket"), request=SliceRequest()),
+    "final": lambda v: bool(v),
+    "pid": lambda v: None if v is None else _whole(v, "pid"),
+    "labels": lambda v: v,
+}
+
+
+def _arguments(op: str, args: dict[str, Any]) -> dict[str, Any]:
+    """The arguments of ``op`` as the contract's method names them, decoded; no others."""
+    names = [n for n in inspect.signature(getattr(Ledger, op)).parameters if n != "self"]
+    unknown = sorted(set(args) - set(names))
+    if unknown:
+        raise InvalidRequest(f"{op} takes {', '.join(names) or 'no arguments'}; not {', '.join(map(shorten, unknown))}.")
+    return {name: _DECODE[name](value) for name, value in args.items()}
+
+
+def _text(value: Any, name: str, limit: int) -> str:
+    if not isinstance(value, str) or len(value) > limit:
+        raise InvalidRequest(f"{name} must be text of at most {limit} characters, not {shorten(value)}.")
+    return value
+
+
+def _whole(value: Any, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 < value < 2**63:
+        raise InvalidRequest(f"{name} {shorten(value)} is not a positive whole number.")
+    return value
 
 
 def _request(data: Any) -> SliceRequest:

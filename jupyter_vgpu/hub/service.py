@@ -6,12 +6,13 @@ import logging
 import os
 import signal
 import threading
+from dataclasses import replace
 from pathlib import Path
 from types import FrameType
 
 from ..config import VGPU
 from ..gpus import Inventory
-from ..slices import Ledger
+from ..slices import Actor, SQLiteLedger
 from ..slices.remote import DEFAULT_LEDGER, DEFAULT_SOCKET
 from .broker import Broker, PolicySource
 from .listener import BrokerServer, install_reload_signal
@@ -25,11 +26,13 @@ def open_broker(settings: VGPU, *, ledger_path: str | Path, policy: str | Path |
     """The broker over the node's ledger; a bad policy file raises :class:`InvalidConfig` here."""
     source = PolicySource(policy)
     simulate = settings.resolved_simulate
-    ledger = Ledger(
+    # The broker itself may change any slice (admin): each caller gets a view acting for them.
+    ledger = SQLiteLedger(
         ledger_path,
         Inventory(simulate),
         context_allowance=settings.context_allowance_bytes,
         poll_interval=settings.poll_interval,
+        actor=replace(Actor.this_process(), admin=True),
     )
     return Broker(ledger, source, simulate=simulate)
 

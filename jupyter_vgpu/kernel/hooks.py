@@ -18,7 +18,8 @@ import wrapt
 
 from . import oom
 from .frameworks import FRAMEWORKS, Framework, revisit
-from .state import FAILED, TOO_LATE, FrameworkRecord, current
+from .records import FAILED, TOO_LATE, FrameworkRecord
+from .state import current
 
 _registered = False
 _warned: set[str] = set()
@@ -80,8 +81,7 @@ def refresh() -> None:
     state = current()
     if state is None:
         return
-    for name, record in revisit(state, "refresh").items():
-        state.record(name, record)
+    state.record_all(revisit(state, "refresh"))
 
 
 def say_once(key: str, message: str) -> None:

@@ -46,7 +46,7 @@ def run(shell: Any, state: KernelState, command: str, args: list[str]) -> None:
         show(status_sheet(state, usage))
     elif command == "devices":
         _no_arguments(command, args)
-        show(devices_sheet(state, measure(state)))
+        show(devices_sheet(state, measure(state, with_occupancy=True)))
     elif command == "monitor":
         _monitor(shell, state, args)
     elif command == "resize":

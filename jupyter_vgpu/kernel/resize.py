@@ -60,14 +60,13 @@ def resize(state: KernelState, text: str) -> str:
     )
     ledger = open_ledger()
     try:
-        resized = ledger.resize(facts.slice_id, request, uid=os.getuid())
+        resized = ledger.resize(facts.slice_id, request)
         env = slice_environment(resized, ledger_path=str(ledger.path), simulate=facts.simulate)
     finally:
         ledger.close()
     os.environ.update(env)
     state.facts = replace(SliceFacts.from_env(), simulate=facts.simulate)
-    state.records.update(revisit(state, "reapply"))
-    state.write_report()
+    state.record_all(revisit(state, "reapply"))
     before = _describe(old_share, old_reserved)
     after = _describe(state.facts.fraction, state.facts.memory_reserved)
     return (

@@ -10,29 +10,22 @@ from __future__ import annotations
 import os
 import sys
 import threading
-import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..errors import InvalidConfig
+from ..slices.records import Tier
 from ..slices.reports import write_report
+from ..units import shorten
+from .records import FrameworkRecord
 
 if TYPE_CHECKING:
     from ..gpus import Inventory
 
-#: Statuses a framework record can have, in the words the report and ``%vgpu`` use.
-APPLIED = "applied"  # the framework's limit is set to the slice
-PENDING = "pending"  # set up to apply when the framework initialises CUDA (PyTorch)
-TOO_LATE = "too-late"  # the framework had initialised before the hook ran: no limit
-SKIPPED = "skipped"  # nothing to do (no GPU for it to see, CPU-only build...)
-FAILED = "failed"  # the hook raised; the user's import went on without a limit
-RECORDED = "recorded"  # configured by environment variables set before start (JAX)
-
-
 @dataclass(frozen=True)
 class SliceFacts:
-    """The slice as the kernel environment describes it (DESIGN.md, "Kernel environment").
+    """The slice as the kernel environment describes it (README.md, "Kernel environment").
 
     ``slice_id`` is None in a kernel without a slice; ``no_gpu_reason`` is set when the
     provisioner started the kernel on the CPU.
@@ -48,7 +41,8 @@ class SliceFacts:
     ledger_path: str | None = None
     no_gpu_reason: str | None = None
     simulate: str = ""
-    tier: str | None = None  # "hard (MIG 1g.10gb)", "hard (MPS)" or "cooperative"
+    tier: Tier | None = None
+    mig_profiles: tuple[str, ...] = ()
     devices: tuple[str, ...] = ()  # CUDA_VISIBLE_DEVICES: the GPUs, or the MIG device
 
     @property
@@ -68,7 +62,8 @@ class SliceFacts:
             slice_id=slice_id,
             gpus=(parents or visible) if slice_id else (),
             devices=visible if slice_id else (),
-            tier=env.get("JUPYTER_VGPU_TIER") or None,
+            tier=_tier(env.get("JUPYTER_VGPU_TIER", "")),
+            mig_profiles=tuple(p for p in env.get("JUPYTER_VGPU_MIG_PROFILES", "").split(",") if p),
             fraction=_number(env, "JUPYTER_VGPU_FRACTION", float),
             memory_limit=_number(env, "JUPYTER_VGPU_MEMORY_LIMIT", int),
             memory_reserved=_number(env, "JUPYTER_VGPU_MEMORY_RESERVED", int),
@@ -78,6 +73,16 @@ class SliceFacts:
             no_gpu_reason=env.get("JUPYTER_VGPU_NO_GPU") or None,
             simulate=env.get("JUPYTER_VGPU_SIMULATE", ""),
         )
+
+
+def _tier(text: str) -> Tier | None:
+    if not text.strip():
+        return None
+    try:
+        return Tier(text.strip())
+    except ValueError:
+        allowed = ", ".join(t.value for t in Tier)
+        raise InvalidConfig(f"JUPYTER_VGPU_TIER={shorten(text)} is not one of: {allowed}.") from None
 
 
 def _number(env: Mapping[str, str], name: str, kind: type[int] | type[float]) -> Any:
@@ -91,20 +96,6 @@ def _number(env: Mapping[str, str], name: str, kind: type[int] | type[float]) ->
     if value <= 0 and name != "JUPYTER_VGPU_CONTEXT_ALLOWANCE":
         raise InvalidConfig(f"{name}={text!r} must be larger than zero.")
     return value
-
-
-@dataclass
-class FrameworkRecord:
-    """What happened to one framework in this kernel."""
-
-    title: str
-    status: str
-    detail: str
-    preloaded: bool = False  # imported before the extension loaded
-    updated: float = field(default_factory=time.time)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"status": self.status, "detail": self.detail, "preloaded": self.preloaded}
 
 
 class KernelState:
@@ -127,6 +118,12 @@ class KernelState:
         """Store what a hook did and publish it in the slice's report."""
         with self._lock:
             self.records[name] = record
+        self.write_report()
+
+    def record_all(self, records: Mapping[str, FrameworkRecord]) -> None:
+        """Store what several adapters did (a refresh, a resize) and publish it once."""
+        with self._lock:
+            self.records.update(records)
         self.write_report()
 
     def imported(self, module_name: str) -> Any:

@@ -5,10 +5,12 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
+from ..slices.records import Tier
 from ..units import describe_fraction, format_bytes
 from .frameworks import FRAMEWORKS, framework_memory, imported
+from .records import APPLIED, PENDING, RECORDED
 from .sheet import Sheet
-from .state import APPLIED, PENDING, RECORDED, KernelState
+from .state import KernelState
 from .usage import Usage
 
 if TYPE_CHECKING:
@@ -58,6 +60,9 @@ def share_text(state: KernelState) -> str:
 
 def gpu_line(gpu: GPU, usage: Usage, *, mine: bool = False) -> str:
     parts = [gpu.name, f"{format_bytes(gpu.memory_total)} total", f"{format_bytes(gpu.memory_used)} used"]
+    held = usage.occupancy.gpu(gpu.uuid) if usage.occupancy is not None else None
+    if held is not None:
+        parts += [f"{format_bytes(held.reserved)} reserved", f"free {format_bytes(held.free)}"]
     if gpu.utilization is not None:
         parts.append(f"util {gpu.utilization}%")
     mark = "  ← this slice" if mine else ""
@@ -112,11 +117,13 @@ def tier_text(state: KernelState) -> str:
 def hard_tier_text(state: KernelState) -> str | None:
     """The hardware's own limit on this kernel (MIG device or MPS), or None when there is none."""
     facts = state.facts
-    tier = facts.tier or ""
-    if tier.startswith("hard (MIG"):
+    if facts.tier is None:
+        return None
+    tier = facts.tier.describe(facts.mig_profiles)
+    if facts.tier is Tier.MIG:
         devices = ", ".join(facts.devices)
         return f"{tier}: this kernel sees only its MIG device {devices}; the GPU itself keeps it inside"
-    if tier.startswith("hard (MPS"):
+    if facts.tier is Tier.MPS:
         limit = os.environ.get("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT", "")
         threads = os.environ.get("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", "")
         return (

@@ -16,7 +16,8 @@ from ..slices.holders import tree_pids
 from .state import KernelState
 
 if TYPE_CHECKING:
-    from ..gpus import GPU
+    from ..gpus import GPU, Snapshot
+    from ..slices import Occupancy
 
 
 @dataclass(frozen=True)
@@ -30,6 +31,7 @@ class Usage:
     available: bool = False
     simulated: bool = False
     message: str | None = None
+    occupancy: Occupancy | None = None  # who holds what on each GPU, when asked for (``%vgpu devices``)
 
     @property
     def total_used(self) -> int | None:
@@ -44,8 +46,11 @@ class Usage:
         return max(values) if values else None
 
 
-def measure(state: KernelState) -> Usage:
-    """Read NVML once; remember the peak. Never raises: a failure becomes ``message``."""
+def measure(state: KernelState, *, with_occupancy: bool = False) -> Usage:
+    """Read NVML once; remember the peak. Never raises: a failure becomes ``message``.
+
+    ``with_occupancy`` also reads the ledger, for each GPU's reservations and what is free (the
+    figures every other view shows); a kernel pays for that only when the user asks."""
     try:
         snapshot = state.inventory.snapshot()
     except VGPUError as error:
@@ -71,10 +76,26 @@ def measure(state: KernelState) -> Usage:
         available=True,
         simulated=snapshot.simulated,
         message=snapshot.message,
+        occupancy=_occupancy(snapshot) if with_occupancy else None,
     )
     if state.facts.sliced:
         state.observe(usage.total_used)
     return usage
+
+
+def _occupancy(snapshot: Snapshot) -> Occupancy | None:
+    from ..slices import occupancy_of, open_ledger
+    from ..slices.holders import attribute
+
+    try:
+        ledger = open_ledger()
+        try:
+            slices = ledger.slices()
+        finally:
+            ledger.close()
+    except VGPUError:
+        return None  # the ledger cannot be read: the GPUs' own figures still show
+    return occupancy_of(snapshot, slices, attribute(snapshot, {s.id: s.pid for s in slices}))
 
 
 def slice_gpus(state: KernelState, gpus: tuple[GPU, ...]) -> tuple[GPU, ...]:

@@ -8,7 +8,6 @@ interval old; the only blocking work (releasing a slice) runs on the monitor's w
 from __future__ import annotations
 
 import json
-import os
 from typing import Any
 
 from jupyter_core.utils import ensure_async
@@ -131,7 +130,7 @@ class SliceHandler(VGPUHandler):
                 "(that frees its slice).",
             )
         try:
-            await self.monitor.call(lambda: ledger.release(found.id, uid=os.getuid()))
+            await self.monitor.call(ledger.release, found.id)
         except SliceNotFound as error:  # released by someone else meanwhile
             return self.fail(404, str(error))
         except NotPermitted as error:

@@ -47,6 +47,14 @@ class VGPUCollector(Collector):
         gpu_reserved = GaugeMetricFamily(
             f"{_PREFIX}_gpu_memory_reserved_bytes", "GPU memory reserved by jupyter-vgpu slices.", labels=gpu_labels
         )
+        gpu_foreign = GaugeMetricFamily(
+            f"{_PREFIX}_gpu_memory_foreign_bytes",
+            "GPU memory used outside slices (processes without a slice, memory no process accounts for).",
+            labels=gpu_labels,
+        )
+        gpu_free = GaugeMetricFamily(
+            f"{_PREFIX}_gpu_memory_free_bytes", "GPU memory a new slice could reserve now.", labels=gpu_labels
+        )
         gpu_util = GaugeMetricFamily(
             f"{_PREFIX}_gpu_utilization_percent", "GPU utilisation (NVML), percent.", labels=gpu_labels
         )
@@ -68,10 +76,12 @@ class VGPUCollector(Collector):
         with self._lock:
             samples = [m.latest for m in self._monitors if m.latest is not None]
         for sample in samples:
-            for entry in sample.gpus:
+            for entry in sample.occupancy.gpus:
                 labels = [str(entry.gpu.index), entry.gpu.uuid]
                 gpu_total.add_metric(labels, entry.gpu.memory_total)
                 gpu_reserved.add_metric(labels, entry.reserved)
+                gpu_foreign.add_metric(labels, entry.foreign)
+                gpu_free.add_metric(labels, entry.free)
                 if entry.gpu.memory_used is not None:
                     gpu_used.add_metric(labels, entry.gpu.memory_used)
                 if entry.gpu.utilization is not None:
@@ -84,7 +94,7 @@ class VGPUCollector(Collector):
                     slice_used.add_metric(labels, usage.memory_used)
                 if usage.utilization is not None:
                     slice_util.add_metric(labels, usage.utilization)
-        yield from (gpu_total, gpu_used, gpu_reserved, gpu_util, slice_reserved, slice_used, slice_util)
+        yield from (gpu_total, gpu_used, gpu_reserved, gpu_foreign, gpu_free, gpu_util, slice_reserved, slice_used, slice_util)
 
 
 _collector: VGPUCollector | None = None

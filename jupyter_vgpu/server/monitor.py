@@ -16,13 +16,14 @@ import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from ..errors import VGPUError
-from ..gpus import GPU, Snapshot
-from ..slices import Ledger, Waiter
-from .usage import ProcessOwners, ReportCache, SliceUsage, slice_usage
+from ..gpus import Snapshot
+from ..slices import Ledger, Occupancy, Waiter, occupancy_of
+from ..slices.holders import ProcessOwners
+from .usage import ReportCache, SliceUsage, slice_usage
 
 T = TypeVar("T")
 
@@ -35,30 +36,12 @@ Listener = Callable[["Sample"], Awaitable[None]]
 
 
 @dataclass(frozen=True)
-class GPUUsage:
-    """One GPU with what the ledger reserves on it and what processes without a slice use."""
-
-    gpu: GPU
-    reserved: int
-    foreign: int
-    slices: tuple[str, ...]
-    mig_held: dict[str, str] = field(default_factory=dict)  # MIG device uuid -> the slice or "foreign"
-
-    @property
-    def reservable(self) -> int:
-        """What one new slice could get here: on a GPU in MIG mode, its largest free MIG device."""
-        if self.gpu.mig_mode:
-            return max((m.memory_total for m in self.gpu.mig_devices if m.uuid not in self.mig_held), default=0)
-        return max(0, self.gpu.memory_total - self.reserved - self.foreign)
-
-
-@dataclass(frozen=True)
 class Sample:
     """Everything one tick saw. ``message`` says why it is empty when something failed."""
 
     taken_at: float
     snapshot: Snapshot
-    gpus: tuple[GPUUsage, ...]
+    occupancy: Occupancy
     slices: tuple[SliceUsage, ...]
     waiting: tuple[Waiter, ...]
     message: str | None = None
@@ -94,6 +77,7 @@ class UsageMonitor:
     ) -> None:
         self.ledger = ledger
         self.simulated = simulated if ledger is None else ledger.inventory.simulated
+        self.uid = os.getuid()  # whose slices are "yours" in the views
         self.interval = interval
         # A few minutes at most ``history_points`` points: a sparkline needs no more, and every
         # point is sent to every poll of every open sidebar.
@@ -149,21 +133,7 @@ class UsageMonitor:
         usages = tuple(
             slice_usage(s, holder_pids[s.id], attribution, snapshot, self._reports.get(s.id)) for s in slices
         )
-        gpus = []
-        for gpu in snapshot.gpus:
-            on_gpu = [(s.id, amount) for s in slices for uuid, amount in zip(s.gpus, s.memory) if uuid == gpu.uuid]
-            mig_held = {m.uuid: "foreign" for m in gpu.mig_devices if attribution.foreign.get(m.uuid)}
-            mig_held.update({d: s.id for s in slices for d in s.mig_devices if any(m.uuid == d for m in gpu.mig_devices)})
-            gpus.append(
-                GPUUsage(
-                    gpu=gpu,
-                    reserved=sum(amount for _, amount in on_gpu),
-                    foreign=attribution.foreign.get(gpu.uuid, 0),
-                    slices=tuple(sid for sid, _ in on_gpu),
-                    mig_held=mig_held,
-                )
-            )
-        return Sample(now, snapshot, tuple(gpus), usages, waiting, snapshot.message)
+        return Sample(now, snapshot, occupancy_of(snapshot, slices, attribution), usages, waiting, snapshot.message)
 
     def _reap_due(self) -> bool:
         """Reap when asked to, or every ``reap_every`` ticks if a holder pid has gone; and
@@ -216,8 +186,8 @@ class UsageMonitor:
         for usage in sample.slices:
             history = self.slice_history.setdefault(usage.slice.id, deque(maxlen=self.history_length))
             history.append((sample.taken_at, usage.memory_used, usage.utilization))
-        for entry in sample.gpus:
-            history = self.gpu_history.setdefault(entry.gpu.uuid, deque(maxlen=self.history_length))
+        for entry in sample.occupancy.gpus:
+            history = self.gpu_history.setdefault(entry.uuid, deque(maxlen=self.history_length))
             history.append((sample.taken_at, entry.gpu.memory_used, entry.gpu.utilization))
         if sample.message is None:  # a failed tick says nothing about which slices ended
             live = {u.slice.id for u in sample.slices}
@@ -266,4 +236,4 @@ def _exists(pid: int) -> bool:
 
 def _empty(now: float, message: str, *, simulated: bool = False) -> Sample:
     snapshot = Snapshot(gpus=(), simulated=simulated, available=False, message=message, taken_at=now)
-    return Sample(now, snapshot, (), (), (), message)
+    return Sample(now, snapshot, Occupancy(snapshot, ()), (), (), message)

@@ -1,13 +1,7 @@
 """What each slice uses right now, worked out from one inventory snapshot.
 
-A GPU process belongs to a slice when the slice's holder is that process or one of its
-ancestors (the rule of :func:`jupyter_vgpu.slices.holders.attribute`), so ``!python train.py``
-run from a notebook counts against that notebook. Walking a process's parents costs about half
-a millisecond, so :class:`Attribution` remembers each GPU process's owner across ticks: a
-process keeps its ancestors for life, and an entry is dropped when its pid leaves NVML's list
-(which is also when a pid could be reused) or when the set of holders changes.
-
-Usage is ``measured`` when NVML shows the slice's processes, ``reported`` when it cannot (NVML
+Which GPU process belongs to which slice is :class:`jupyter_vgpu.slices.holders.ProcessOwners`
+(the monitor keeps one across ticks). Usage is ``measured`` when NVML shows the slice's processes, ``reported`` when it cannot (NVML
 reports host pids, which a kernel in a container does not have) and the kernel's own report
 says what its frameworks hold, and ``none`` when neither can say.
 """
@@ -15,14 +9,13 @@ says what its frameworks hold, and ``none`` when neither can say.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ..gpus import Snapshot
 from ..slices import Slice
-from ..slices.holders import ancestors
+from ..slices.holders import Attribution
 from ..slices.reports import read_report, report_path
 
 #: A slice at or above this share of its reservation is "near" its limit.
@@ -31,57 +24,6 @@ NEAR = 0.9
 MEASURED = "measured"
 REPORTED = "reported"
 NO_USAGE = "none"
-
-
-@dataclass
-class Attribution:
-    """Per tick: memory and utilisation of every GPU process, split by slice, and the rest."""
-
-    used: dict[str, dict[str, int]] = field(default_factory=dict)  # slice id -> gpu uuid -> bytes
-    utilization: dict[str, dict[str, int]] = field(default_factory=dict)  # slice id -> gpu uuid -> %
-    foreign: dict[str, int] = field(default_factory=dict)  # gpu (or MIG device) uuid -> bytes used outside slices
-    foreign_pids: dict[str, int] = field(default_factory=dict)  # gpu uuid -> processes outside slices
-
-
-class ProcessOwners:
-    """Which slice (if any) each GPU process belongs to, remembered across ticks."""
-
-    def __init__(self) -> None:
-        self._holders: dict[int, str] = {}
-        self._owner: dict[int, str | None] = {}
-
-    def attribute(self, snapshot: Snapshot, holders: Mapping[str, int | None]) -> Attribution:
-        by_pid = {pid: sid for sid, pid in holders.items() if pid}
-        if by_pid != self._holders:
-            self._holders = by_pid
-            self._owner = {}
-        seen: set[int] = set()
-        result = Attribution()
-        for gpu in snapshot.gpus:
-            for proc in gpu.processes:
-                if proc.mps_server:
-                    continue  # holds memory on behalf of its clients, which NVML lists themselves
-                seen.add(proc.pid)
-                if proc.pid in self._owner:
-                    sid = self._owner[proc.pid]
-                else:
-                    sid = next((by_pid[p] for p in ancestors(proc.pid) if p in by_pid), None)
-                    self._owner[proc.pid] = sid
-                amount = proc.used or 0
-                if sid is None:
-                    result.foreign[gpu.uuid] = result.foreign.get(gpu.uuid, 0) + amount
-                    result.foreign_pids[gpu.uuid] = result.foreign_pids.get(gpu.uuid, 0) + 1
-                    if proc.mig_device:  # a MIG device in use without a slice cannot be reserved
-                        result.foreign[proc.mig_device] = result.foreign.get(proc.mig_device, 0) + max(1, amount)
-                    continue
-                per_gpu = result.used.setdefault(sid, {})
-                per_gpu[gpu.uuid] = per_gpu.get(gpu.uuid, 0) + amount
-                if proc.utilization is not None:
-                    util = result.utilization.setdefault(sid, {})
-                    util[gpu.uuid] = min(100, util.get(gpu.uuid, 0) + proc.utilization)
-        for pid in [p for p in self._owner if p not in seen]:
-            del self._owner[pid]
-        return result
 
 
 class ReportCache:

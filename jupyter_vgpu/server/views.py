@@ -10,7 +10,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..slices.placement import TIER_COOPERATIVE
+from ..slices import Tier
 from .monitor import Point, Sample, UsageMonitor
 from .usage import MEASURED, NO_USAGE, SliceUsage
 from .watchdog import Watchdog
@@ -29,10 +29,10 @@ def _points(history: Iterable[Point], since: float) -> list[dict[str, Any]]:
 
 
 def tier(usage: SliceUsage, watchdog: Watchdog) -> str:
-    """The enforcement tier in force for a slice (DESIGN.md, "Enforcement tiers"): the strongest
+    """The enforcement tier in force for a slice (README.md, "Enforcement tiers"): the strongest
     first (``hard (MIG 1g.10gb)``, ``hard (MPS)`` or ``cooperative``), then ``+watched``."""
     parts = []
-    if usage.slice.tier != TIER_COOPERATIVE:
+    if usage.slice.tier is not Tier.COOPERATIVE:
         parts.append(usage.slice.tier_text)  # recorded when the slice was placed
     # Kernels and `jupyter vgpu run` commands start with the slice's framework limits in their env.
     elif usage.slice.holder_kind in ("kernel", "command"):
@@ -49,47 +49,37 @@ def slice_view(
     kernels: Mapping[str, KernelInfo],
     since: float = 0.0,
 ) -> dict[str, Any]:
-    """One slice (``SLICE`` in docs/rest.md); history only after ``since``."""
+    """One slice (``SLICE`` in docs/rest.md): the shared slice fields, then live use; history
+    only after ``since``."""
     s = usage.slice
     is_kernel = s.holder_kind == "kernel"
     kernel = kernels.get(s.holder) if is_kernel else None
     report = usage.report or {}
     frameworks = report.get("frameworks")
-    return {
-        "id": s.id,
-        "holder_kind": s.holder_kind,
-        "kernel_id": s.holder if is_kernel else None,
-        "kernel_name": (s.labels.get("kernel_name") or (kernel.name if kernel else None)) if is_kernel else None,
-        "kernel_display_name": s.labels.get("kernel_display_name") if is_kernel else None,
-        "path": ((kernel.path if kernel else None) or s.labels.get("path")) if is_kernel else None,
-        "command": None if is_kernel else s.holder,
-        "running_here": kernel is not None,
-        "owner": s.owner,
-        "pid": usage.pid,
-        "gpus": list(s.gpus),
-        "gpu_indices": list(s.gpu_indices),
-        "fraction": s.fraction,
-        "request_text": s.request.describe(),
-        "memory_reserved": s.memory_per_gpu,
-        "memory_reserved_total": usage.memory_reserved_total,
-        "context_allowance": s.context_allowance,
-        "memory_limit": s.memory_limit,
-        "memory_used": usage.memory_used,
-        "memory_used_by_gpu": dict(usage.used_by_gpu) if usage.source == MEASURED else None,
-        "utilization": usage.utilization,
-        "usage_source": usage.source,
-        "tier": tier(usage, watchdog),
-        "tier_kind": s.tier,
-        "visible_devices": list(s.visible_devices),
-        "mig_devices": list(s.mig_devices),
-        "mig_profiles": list(s.mig_profiles),
-        "state": usage.state,
-        "frameworks": frameworks if isinstance(frameworks, dict) else {},
-        "history": _points(monitor.slice_history.get(s.id, ()), since),
-        "watchdog": {"action": watchdog.action, "events": [e.to_dict() for e in watchdog.events(s.id)]},
-        "labels": dict(s.labels),
-        "created": s.created,
-    }
+    view = s.to_dict()
+    view.update(
+        {
+            "kernel_id": s.holder if is_kernel else None,
+            "kernel_name": (s.labels.get("kernel_name") or (kernel.name if kernel else None)) if is_kernel else None,
+            "kernel_display_name": s.labels.get("kernel_display_name") if is_kernel else None,
+            "path": ((kernel.path if kernel else None) or s.labels.get("path")) if is_kernel else None,
+            "command": None if is_kernel else s.holder,
+            "running_here": kernel is not None,
+            "yours": s.uid == monitor.uid,
+            "pid": usage.pid,
+            "memory_used": usage.memory_used,
+            "memory_used_by_gpu": dict(usage.used_by_gpu) if usage.source == MEASURED else None,
+            "utilization": usage.utilization,
+            "usage_source": usage.source,
+            "tier": tier(usage, watchdog),
+            "state": usage.state,
+            "frameworks": frameworks if isinstance(frameworks, dict) else {},
+            "history": _points(monitor.slice_history.get(s.id, ()), since),
+            "watchdog": {"action": watchdog.action, "events": [e.to_dict() for e in watchdog.events(s.id)]},
+        }
+    )
+    del view["holder"], view["uid"]  # said by kernel_id / command, and yours
+    return view
 
 
 def slices_view(
@@ -119,47 +109,14 @@ def slices_view(
 
 def devices_view(sample: Sample, monitor: UsageMonitor, watchdog: Watchdog, since: float = 0.0) -> dict[str, Any]:
     devices = []
-    for entry in sample.gpus:
-        gpu = entry.gpu
-        history = [p for p in monitor.gpu_history.get(gpu.uuid, ()) if p[0] > since]
-        if gpu.mig_mode:
-            gpu_tier = "hard (MIG)"
-        elif gpu.mps:
-            gpu_tier = "hard (MPS)"
-        elif watchdog.action != "none":
-            gpu_tier = "watched"
-        else:
-            gpu_tier = "cooperative"
-        devices.append(
-            {
-                "index": gpu.index,
-                "uuid": gpu.uuid,
-                "name": gpu.name,
-                "memory_total": gpu.memory_total,
-                "memory_used": gpu.memory_used,
-                "memory_reserved": entry.reserved,
-                "memory_foreign": entry.foreign,
-                "memory_reservable": entry.reservable,
-                "utilization": gpu.utilization,
-                "utilization_history": [[t, util] for t, _, util in history],
-                "history": _points(history, since),
-                "mig_mode": gpu.mig_mode,
-                "mig_devices": [
-                    {
-                        "uuid": m.uuid,
-                        "profile": m.profile,
-                        "memory_total": m.memory_total,
-                        "memory_used": m.memory_used,
-                        "slice": entry.mig_held.get(m.uuid) if entry.mig_held.get(m.uuid) != "foreign" else None,
-                        "in_use_without_slice": entry.mig_held.get(m.uuid) == "foreign",
-                    }
-                    for m in gpu.mig_devices
-                ],
-                "mps": gpu.mps,
-                "tier": gpu_tier,
-                "slices": list(entry.slices),
-            }
-        )
+    for entry in sample.occupancy.gpus:
+        history = [p for p in monitor.gpu_history.get(entry.uuid, ()) if p[0] > since]
+        device = entry.to_dict()
+        if not entry.in_mig_mode and not entry.gpu.mps and watchdog.action != "none":
+            device["tier"] = "watched"
+        device["utilization_history"] = [[t, util] for t, _, util in history]
+        device["history"] = _points(history, since)
+        devices.append(device)
     return {
         "simulated": sample.snapshot.simulated,
         "available": sample.snapshot.available,

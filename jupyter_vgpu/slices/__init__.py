@@ -13,22 +13,31 @@ from .._lazy import lazy_names
 if TYPE_CHECKING:
     from ..config import VGPU
     from .environment import cpu_environment, slice_environment
-    from .ledger import Ledger, Slice, Ticket, Waiter, summary
-    from .placement import GPUState, place
+    from .ledger import Ledger
+    from .occupancy import GPUOccupancy, Occupancy, occupancy_of
+    from .placement import place
+    from .records import Actor, Holder, Slice, Ticket, Tier, Waiter, summary
     from .request import SliceRequest, parse_share
+    from .sqlite_ledger import SQLiteLedger
 
 _WHERE = {
     "cpu_environment": "environment",
     "slice_environment": "environment",
     "Ledger": "ledger",
-    "Slice": "ledger",
-    "Ticket": "ledger",
-    "Waiter": "ledger",
-    "summary": "ledger",
-    "GPUState": "placement",
+    "GPUOccupancy": "occupancy",
+    "Occupancy": "occupancy",
+    "occupancy_of": "occupancy",
     "place": "placement",
+    "Actor": "records",
+    "Holder": "records",
+    "Slice": "records",
+    "Ticket": "records",
+    "Tier": "records",
+    "Waiter": "records",
+    "summary": "records",
     "SliceRequest": "request",
     "parse_share": "request",
+    "SQLiteLedger": "sqlite_ledger",
 }
 
 
@@ -45,13 +54,13 @@ def open_ledger(settings: VGPU | None = None) -> Ledger:
 
     from ..config import load_settings
     from ..gpus import Inventory
-    from .ledger import Ledger
     from .remote import ENV_BROKER, BrokerLedger
+    from .sqlite_ledger import SQLiteLedger
 
     settings = settings or load_settings()
     if broker := os.environ.get(ENV_BROKER, "").strip():
         return BrokerLedger(broker, path=settings.resolved_ledger_path)
-    return Ledger(
+    return SQLiteLedger(
         settings.resolved_ledger_path,
         Inventory(settings.resolved_simulate),
         context_allowance=settings.context_allowance_bytes,
@@ -60,13 +69,19 @@ def open_ledger(settings: VGPU | None = None) -> Ledger:
 
 
 __all__ = [
-    "GPUState",
+    "Actor",
+    "GPUOccupancy",
+    "Holder",
     "Ledger",
+    "Occupancy",
+    "SQLiteLedger",
     "Slice",
     "SliceRequest",
     "Ticket",
+    "Tier",
     "Waiter",
     "cpu_environment",
+    "occupancy_of",
     "open_ledger",
     "parse_share",
     "place",

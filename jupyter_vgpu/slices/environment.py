@@ -18,11 +18,14 @@ The slice's tier decides the hard part of it:
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 
-from .ledger import Slice
-from .placement import TIER_MPS
+from .records import Slice, Tier
 
-#: Variables this module may set; a process without a slice gets none of them.
+#: Every variable :func:`slice_environment` or :func:`cpu_environment` may set. A process that
+#: gets a slice starts from an environment without any of them (:func:`without_slice`), so a
+#: command run from a sliced kernel, or a kernel started from a terminal that ran one, does not
+#: inherit a stale limit (say, the MPS pinned memory of another slice).
 VARIABLES = (
     "CUDA_VISIBLE_DEVICES",
     "CUDA_DEVICE_ORDER",
@@ -33,18 +36,29 @@ VARIABLES = (
     "JUPYTER_VGPU_CONTEXT_ALLOWANCE",
     "JUPYTER_VGPU_LOGICAL_DEVICES",
     "JUPYTER_VGPU_NO_GPU",
+    "JUPYTER_VGPU_GPUS",
+    "JUPYTER_VGPU_TIER",
+    "JUPYTER_VGPU_MIG_PROFILES",
     "XLA_PYTHON_CLIENT_MEM_FRACTION",
     "XLA_PYTHON_CLIENT_PREALLOCATE",
     "CUPY_GPU_MEMORY_LIMIT",
-    "JUPYTER_VGPU_GPUS",
-    "JUPYTER_VGPU_TIER",
     "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT",
     "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE",
 )
 
 
+def without_slice(env: Mapping[str, str]) -> dict[str, str]:
+    """``env`` without any variable a slice sets (see :data:`VARIABLES`)."""
+    return {key: value for key, value in env.items() if key not in VARIABLES}
+
+
+def with_slice(env: Mapping[str, str], slice_: Slice, *, ledger_path: str, simulate: str = "") -> dict[str, str]:
+    """``env`` for a process that holds ``slice_``: inherited slice variables replaced."""
+    return {**without_slice(env), **slice_environment(slice_, ledger_path=ledger_path, simulate=simulate)}
+
+
 def slice_environment(slice_: Slice, *, ledger_path: str, simulate: str = "") -> dict[str, str]:
-    """Environment for a process that holds ``slice_`` (contract: DESIGN.md, "Kernel environment")."""
+    """The variables of a process that holds ``slice_`` (README.md, "Kernel environment")."""
     limit = slice_.memory_limit
     # What CUDA reports as the device's total: the MIG device itself on a MIG slice.
     smallest_total = min(slice_.device_memory)
@@ -52,7 +66,7 @@ def slice_environment(slice_: Slice, *, ledger_path: str, simulate: str = "") ->
         # NVML ignores CUDA_VISIBLE_DEVICES and indices can differ from CUDA's order: UUIDs are unambiguous.
         "CUDA_VISIBLE_DEVICES": ",".join(slice_.visible_devices),
         "JUPYTER_VGPU_GPUS": ",".join(slice_.gpus),
-        "JUPYTER_VGPU_TIER": slice_.tier_text,
+        "JUPYTER_VGPU_TIER": slice_.tier.value,
         "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
         "JUPYTER_VGPU_SLICE_ID": slice_.id,
         "JUPYTER_VGPU_FRACTION": f"{slice_.fraction:.6g}",
@@ -66,7 +80,9 @@ def slice_environment(slice_: Slice, *, ledger_path: str, simulate: str = "") ->
         "XLA_PYTHON_CLIENT_PREALLOCATE": "false",
         "CUPY_GPU_MEMORY_LIMIT": str(limit),
     }
-    if slice_.tier == TIER_MPS:
+    if slice_.mig_profiles:
+        env["JUPYTER_VGPU_MIG_PROFILES"] = ",".join(slice_.mig_profiles)
+    if slice_.tier is Tier.MPS:
         env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] = ",".join(
             f"{ordinal}={max(1, amount // 2**20)}M" for ordinal, amount in enumerate(slice_.memory)
         )

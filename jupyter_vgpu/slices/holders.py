@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import psutil
@@ -54,41 +55,72 @@ def ancestors(pid: int) -> list[int]:
     return chain
 
 
-def attribute(snapshot: Snapshot, holders: Mapping[str, int | None]) -> tuple[dict[str, dict[str, int]], dict[str, int]]:
-    """Split NVML's per-process memory into what each slice's process tree uses and the rest.
+@dataclass
+class Attribution:
+    """NVML's per-process memory of one snapshot, split by slice; the rest is used outside slices."""
 
-    ``holders`` maps slice id -> holder pid. A GPU process belongs to a slice when the
-    slice's holder is that process or one of its ancestors (so ``!python train.py`` run from
-    a notebook counts against that notebook). Returns ``(used[slice_id][gpu_uuid],
-    foreign[gpu_uuid])`` where foreign is memory used by processes that hold no slice; a MIG
-    device with such processes also appears in ``foreign`` under its ``MIG-...`` UUID (at least 1,
-    so a MIG device in use counts as taken even when NVML cannot tell the memory).
+    used: dict[str, dict[str, int]] = field(default_factory=dict)  # slice id -> gpu uuid -> bytes
+    utilization: dict[str, dict[str, int]] = field(default_factory=dict)  # slice id -> gpu uuid -> %
+    foreign: dict[str, int] = field(default_factory=dict)  # gpu (or MIG device) uuid -> bytes outside slices
+    foreign_pids: dict[str, int] = field(default_factory=dict)  # gpu uuid -> processes outside slices
 
-    The MPS server is never foreign: it holds memory for its clients, which NVML lists
-    themselves (``nvmlDeviceGetMPSComputeRunningProcesses``) and which are attributed like any
-    other process.
+
+class ProcessOwners:
+    """Which slice (if any) each GPU process belongs to.
+
+    A GPU process belongs to a slice when the slice's holder is that process or one of its
+    ancestors, so ``!python train.py`` run from a notebook counts against that notebook.
+    Walking a process's parents costs about half a millisecond, so one instance remembers each
+    process's owner across calls (the server's monitor keeps one): a process keeps its
+    ancestors for life, and an entry is dropped when its pid leaves NVML's list (which is also
+    when a pid could be reused) or when the set of holders changes.
+
+    The MPS server is never a slice's nor outside slices: it holds memory for its clients,
+    which NVML lists themselves and which are attributed like any other process.
     """
-    by_pid = {pid: sid for sid, pid in holders.items() if pid}
-    used: dict[str, dict[str, int]] = {}
-    foreign: dict[str, int] = {}
-    owner_cache: dict[int, str | None] = {}
-    for gpu in snapshot.gpus:
-        for proc in gpu.processes:
-            if proc.mps_server:
-                continue
-            sid = owner_cache.get(proc.pid, "?")
-            if sid == "?":
-                sid = next((by_pid[p] for p in ancestors(proc.pid) if p in by_pid), None)
-                owner_cache[proc.pid] = sid
-            amount = proc.used or 0
-            if sid is None:
-                foreign[gpu.uuid] = foreign.get(gpu.uuid, 0) + amount
-                if proc.mig_device:
-                    foreign[proc.mig_device] = foreign.get(proc.mig_device, 0) + max(1, amount)
-            else:
-                per_gpu = used.setdefault(sid, {})
+
+    def __init__(self) -> None:
+        self._holders: dict[int, str] = {}
+        self._owner: dict[int, str | None] = {}
+
+    def attribute(self, snapshot: Snapshot, holders: Mapping[str, int | None]) -> Attribution:
+        """``holders`` maps slice id -> holder pid."""
+        by_pid = {pid: sid for sid, pid in holders.items() if pid}
+        if by_pid != self._holders:
+            self._holders = by_pid
+            self._owner = {}
+        seen: set[int] = set()
+        result = Attribution()
+        for gpu in snapshot.gpus:
+            for proc in gpu.processes:
+                if proc.mps_server:
+                    continue
+                seen.add(proc.pid)
+                if proc.pid in self._owner:
+                    sid = self._owner[proc.pid]
+                else:
+                    sid = next((by_pid[p] for p in ancestors(proc.pid) if p in by_pid), None)
+                    self._owner[proc.pid] = sid
+                amount = proc.used or 0
+                if sid is None:
+                    result.foreign[gpu.uuid] = result.foreign.get(gpu.uuid, 0) + amount
+                    result.foreign_pids[gpu.uuid] = result.foreign_pids.get(gpu.uuid, 0) + 1
+                    if proc.mig_device:  # a MIG device in use without a slice cannot be reserved
+                        result.foreign[proc.mig_device] = result.foreign.get(proc.mig_device, 0) + max(1, amount)
+                    continue
+                per_gpu = result.used.setdefault(sid, {})
                 per_gpu[gpu.uuid] = per_gpu.get(gpu.uuid, 0) + amount
-    return used, foreign
+                if proc.utilization is not None:
+                    util = result.utilization.setdefault(sid, {})
+                    util[gpu.uuid] = min(100, util.get(gpu.uuid, 0) + proc.utilization)
+        for pid in [p for p in self._owner if p not in seen]:
+            del self._owner[pid]
+        return result
+
+
+def attribute(snapshot: Snapshot, holders: Mapping[str, int | None]) -> Attribution:
+    """:meth:`ProcessOwners.attribute` once, remembering nothing (a command, a reservation)."""
+    return ProcessOwners().attribute(snapshot, holders)
 
 
 def tree_pids(pid: int) -> set[int]:

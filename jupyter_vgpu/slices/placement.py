@@ -8,10 +8,13 @@ several GPUs uses only GPUs that are not in MIG mode.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Collection
+from dataclasses import dataclass
 
 from ..errors import InvalidRequest
 from ..units import format_bytes
+from .occupancy import GPUOccupancy, MIGState
+from .records import Tier
 from .request import SliceRequest
 
 #: MIG devices hold a little less than the share of the card their profile is named for (a
@@ -19,80 +22,15 @@ from .request import SliceRequest
 #: that falls short of it by at most this share of the whole GPU.
 MIG_FRACTION_SLACK = 0.02
 
-#: Where a slice's tier is recorded: the strongest enforcement its GPUs give (DESIGN.md).
-TIER_MIG = "mig"
-TIER_MPS = "mps"
-TIER_COOPERATIVE = "cooperative"
 
-
-@dataclass
-class InstanceState:
-    """A MIG device of a GPU in MIG mode, and who (if anyone) holds it."""
-
-    uuid: str
-    profile: str
-    memory: int
-    index: int
-    holder: str | None = None  # a slice's holder, or "processes without a slice"
-
-    @property
-    def free(self) -> bool:
-        return self.holder is None
-
-    def describe(self) -> str:
-        return f"{self.profile} ({format_bytes(self.memory)})"
-
-
-@dataclass
-class GPUState:
-    """A GPU as the ledger sees it at reservation time."""
-
-    uuid: str
-    index: int
-    name: str
-    total: int
-    reserved: int = 0
-    foreign: int = 0
-    holders: list[tuple[str, int]] = field(default_factory=list)  # (who, bytes)
-    mig: bool = False  # in MIG mode: only ``instances`` can be reserved
-    instances: list[InstanceState] = field(default_factory=list)
-    mps: bool = False  # an MPS daemon serves it
-
-    @property
-    def free(self) -> int:
-        if self.mig:
-            return max((i.memory for i in self.instances if i.free), default=0)
-        return max(0, self.total - self.reserved - self.foreign)
-
-    def fitting(self, request: SliceRequest) -> list[InstanceState]:
-        """MIG devices (free or not) big enough for ``request``, smallest first."""
-        need = request.amount_on(self.total)
-        slack = int(MIG_FRACTION_SLACK * self.total) if request.memory is None else 0
-        return sorted((i for i in self.instances if i.memory >= need - slack), key=lambda i: (i.memory, i.index))
-
-    def explain(self) -> str:
-        if self.mig:
-            return self._explain_mig()
-        text = f"GPU {self.index} ({self.name}): {format_bytes(self.free)} free of {format_bytes(self.total)}"
-        parts = []
-        if self.holders:
-            shown = ", ".join(f"{who} {format_bytes(amount)}" for who, amount in self.holders[:4])
-            more = f" and {len(self.holders) - 4} more" if len(self.holders) > 4 else ""
-            parts.append(f"reserved by {shown}{more}")
-        if self.foreign:
-            parts.append(f"{format_bytes(self.foreign)} used by processes without a slice")
-        return text + (f"; {'; '.join(parts)}" if parts else "")
-
-    def _explain_mig(self) -> str:
-        text = f"GPU {self.index} ({self.name}) is in MIG mode"
-        if not self.instances:
-            return text + " with no MIG devices"
-        free = [i.describe() for i in self.instances if i.free]
-        held = [f"{i.profile} by {i.holder}" for i in self.instances if not i.free]
-        parts = [f"free MIG devices: {', '.join(free) if free else 'none'}"]
-        if held:
-            parts.append(f"held: {', '.join(held[:4])}" + (f" and {len(held) - 4} more" if len(held) > 4 else ""))
-        return f"{text}; {'; '.join(parts)}"
+def fitting(gpu: GPUOccupancy, request: SliceRequest) -> list[MIGState]:
+    """MIG devices of ``gpu`` (free or not) big enough for ``request``, smallest first."""
+    need = request.amount_on(gpu.total)
+    slack = int(MIG_FRACTION_SLACK * gpu.total) if request.memory is None else 0
+    return sorted(
+        (m for m in gpu.mig if m.device.memory_total >= need - slack),
+        key=lambda m: (m.device.memory_total, m.device.index),
+    )
 
 
 @dataclass(frozen=True)
@@ -100,39 +38,49 @@ class Placement:
     """The chosen GPUs and bytes on each (with the MIG device, on a GPU in MIG mode), or why
     nothing was chosen."""
 
-    chosen: tuple[tuple[GPUState, int], ...] = ()
+    chosen: tuple[tuple[GPUOccupancy, int], ...] = ()
     reason: str = ""
     permanent: bool = False  # True when waiting can never help
-    instances: tuple[InstanceState | None, ...] = ()  # same order as chosen
+    instances: tuple[MIGState | None, ...] = ()  # same order as chosen
 
     def __bool__(self) -> bool:
         return bool(self.chosen)
 
     @property
-    def tier(self) -> str:
+    def tier(self) -> Tier:
         """The enforcement the chosen GPUs give the slice: MIG, MPS (on every GPU), or cooperative."""
         if self.instances and all(i is not None for i in self.instances):
-            return TIER_MIG
-        if self.chosen and all(g.mps for g, _ in self.chosen):
-            return TIER_MPS
-        return TIER_COOPERATIVE
+            return Tier.MIG
+        if self.chosen and all(g.gpu.mps for g, _ in self.chosen):
+            return Tier.MPS
+        return Tier.COOPERATIVE
 
 
-def place(request: SliceRequest, gpus: list[GPUState], *, context_allowance: int) -> Placement:
-    """Pick GPUs for ``request``; deterministic (ties broken by GPU index)."""
-    if not gpus:
+def place(
+    request: SliceRequest,
+    gpus: Collection[GPUOccupancy],
+    *,
+    context_allowance: int,
+    allowed: Collection[str] | None = None,
+) -> Placement:
+    """Pick GPUs for ``request``; deterministic (ties broken by GPU index).
+
+    ``allowed`` (GPU UUIDs) keeps the choice to the GPUs a policy lets this user have.
+    """
+    candidates = [g for g in gpus if allowed is None or g.uuid in allowed]
+    if not candidates:
         return Placement(reason="There is no GPU to reserve on.", permanent=True)
-    candidates = gpus
+    gpus = candidates
     if request.gpu is not None:
         pinned = [g for g in gpus if request.gpu in (str(g.index), g.uuid) or (len(request.gpu) >= 8 and g.uuid.startswith(request.gpu))]
         if not pinned:
             known = ", ".join(f"{g.index} ({g.uuid})" for g in gpus)
             raise InvalidRequest(f"GPU {request.gpu!r} does not exist; use an index or UUID of: {known}.")
         candidates = pinned
-    if request.gpus > 1 and any(g.mig for g in candidates):
-        plain = [g for g in candidates if not g.mig]
+    if request.gpus > 1 and any(g.in_mig_mode for g in candidates):
+        plain = [g for g in candidates if not g.in_mig_mode]
         if request.gpus > len(plain):
-            mig = ", ".join(str(g.index) for g in candidates if g.mig)
+            mig = ", ".join(str(g.index) for g in candidates if g.in_mig_mode)
             return Placement(
                 reason=f"{request.describe()} needs {request.gpus} GPUs not in MIG mode (CUDA shows a process one MIG "
                 f"device only), and this machine has {len(plain)}; GPU {mig} in MIG mode take one-GPU requests.",
@@ -148,28 +96,32 @@ def place(request: SliceRequest, gpus: list[GPUState], *, context_allowance: int
                 f"{request.describe()} is {format_bytes(need)} on GPU {gpu.index}, not more than the "
                 f"CUDA-context allowance ({format_bytes(context_allowance)}); ask for more memory."
             )
-    possible = [g for g in candidates if (g.fitting(request) if g.mig else request.amount_on(g.total) <= g.total)]
+    possible = [g for g in candidates if (fitting(g, request) if g.in_mig_mode else request.amount_on(g.total) <= g.total)]
     if len(possible) < request.gpus:
         return Placement(reason=_never_fits(request, candidates), permanent=True)
-    fits = [g for g in candidates if (any(i.free for i in g.fitting(request)) if g.mig else request.amount_on(g.total) <= g.free)]
+    fits = [
+        g
+        for g in candidates
+        if (any(m.free for m in fitting(g, request)) if g.in_mig_mode else request.amount_on(g.total) <= g.free)
+    ]
     if len(fits) < request.gpus:
         where = "; ".join(g.explain() for g in candidates)
         wanted = f"{request.gpus} GPUs" if request.gpus > 1 else "one GPU"
-        what = "GPU memory" if not all(g.mig for g in candidates) else "MIG devices"
+        what = "GPU memory" if not all(g.in_mig_mode for g in candidates) else "MIG devices"
         return Placement(reason=f"Not enough free {what} for {request.describe()} on {wanted}. {where}.")
 
-    def instance(g: GPUState) -> InstanceState | None:
-        return next((i for i in g.fitting(request) if i.free), None) if g.mig else None
+    def instance(g: GPUOccupancy) -> MIGState | None:
+        return next((m for m in fitting(g, request) if m.free), None) if g.in_mig_mode else None
 
-    def amount(g: GPUState) -> int:
+    def amount(g: GPUOccupancy) -> int:
         chosen = instance(g)
-        return chosen.memory if chosen is not None else request.amount_on(g.total)
+        return chosen.device.memory_total if chosen is not None else request.amount_on(g.total)
 
-    def leftover(g: GPUState) -> int:
+    def leftover(g: GPUOccupancy) -> int:
         # On a MIG GPU: what the MIG device holds beyond the request (the smaller, the better the fit).
         chosen = instance(g)
         if chosen is not None:
-            return chosen.memory - request.amount_on(g.total)
+            return chosen.device.memory_total - request.amount_on(g.total)
         return g.free - request.amount_on(g.total)
 
     if request.placement == "spread":
@@ -183,23 +135,23 @@ def place(request: SliceRequest, gpus: list[GPUState], *, context_allowance: int
     )
 
 
-def _never_fits(request: SliceRequest, candidates: list[GPUState]) -> str:
+def _never_fits(request: SliceRequest, candidates: list[GPUOccupancy]) -> str:
     """Why no amount of waiting can place ``request``, naming MIG limits where they are the cause."""
-    mig = [g for g in candidates if g.mig]
+    mig = [g for g in candidates if g.in_mig_mode]
     if not mig:
         largest = max(g.total for g in candidates)
         return f"{request.describe()} is more than the largest GPU here ({format_bytes(largest)})."
     parts = []
     for g in mig:
-        if not g.instances:
+        if not g.mig:
             parts.append(
                 f"GPU {g.index} is in MIG mode with no MIG devices (an admin creates them with "
                 "`nvidia-smi mig -cgi PROFILE -C`)"
             )
         else:
-            biggest = max(g.instances, key=lambda i: i.memory)
+            biggest = max(g.mig, key=lambda m: m.device.memory_total)
             parts.append(f"GPU {g.index} is in MIG mode and its largest MIG device is {biggest.describe()}")
-    plain = [g for g in candidates if not g.mig]
+    plain = [g for g in candidates if not g.in_mig_mode]
     if plain:
         parts.append(f"the largest GPU not in MIG mode has {format_bytes(max(g.total for g in plain))}")
     return (

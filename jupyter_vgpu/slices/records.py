@@ -1,14 +1,118 @@
-"""What the ledger holds: slices, places in line, and how they read."""
+"""What the ledger holds (slices, places in line) and who asks (holders, actors)."""
 
 from __future__ import annotations
 
+import getpass
+import os
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from enum import Enum
+from typing import Any, Literal
 
-from ..units import format_bytes
-from .placement import TIER_COOPERATIVE, TIER_MIG, TIER_MPS
+from ..errors import InvalidRequest
+from ..units import format_bytes, shorten
 from .request import SliceRequest
+
+#: What holds a slice: a kernel (its id) or a command (its command line). The UI's
+#: ``HolderKind`` type (labextension/src/api.ts) lists the same values.
+HolderKind = Literal["kernel", "command"]
+HOLDER_KINDS: tuple[HolderKind, ...] = ("kernel", "command")
+
+#: Bounds on what a holder may carry: a broker stores it for every user of the node.
+MAX_HOLDER_TEXT = 4096
+MAX_LABELS = 32
+
+
+class Tier(str, Enum):
+    """The enforcement a slice got where it was placed (README.md, "Enforcement tiers")."""
+
+    COOPERATIVE = "cooperative"  # framework limits set at import; user code can undo them
+    MPS = "mps"  # the MPS server's pinned memory limit and thread share
+    MIG = "mig"  # a MIG device of its own
+
+    def describe(self, mig_profiles: tuple[str, ...] = ()) -> str:
+        """``hard (MIG 1g.10gb)``, ``hard (MPS)`` or ``cooperative``: how every view names it."""
+        if self is Tier.MIG:
+            return f"hard (MIG {', '.join(mig_profiles) or 'device'})"
+        if self is Tier.MPS:
+            return "hard (MPS)"
+        return "cooperative"
+
+
+@dataclass(frozen=True)
+class Holder:
+    """Who a slice (or a place in line) is for, and the process whose life keeps it.
+
+    ``pid`` None means the process that asks (a broker reads it from the socket's credentials).
+    """
+
+    kind: HolderKind
+    name: str  # the kernel id, or the command line
+    pid: int | None = None
+    labels: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.kind not in HOLDER_KINDS:
+            raise InvalidRequest(f"holder kind {shorten(self.kind)} is not allowed; use one of: {', '.join(HOLDER_KINDS)}.")
+        if not isinstance(self.name, str) or len(self.name) > MAX_HOLDER_TEXT:
+            raise InvalidRequest(f"A holder's name must be text of at most {MAX_HOLDER_TEXT} characters.")
+        if self.pid is not None and (isinstance(self.pid, bool) or not isinstance(self.pid, int) or self.pid <= 0):
+            raise InvalidRequest(f"pid {shorten(self.pid)} is not a process id.")
+        object.__setattr__(self, "labels", clean_labels(self.labels))
+
+    @classmethod
+    def kernel(cls, kernel_id: str, *, pid: int | None = None, labels: Mapping[str, str] | None = None) -> Holder:
+        return cls("kernel", kernel_id, pid, labels or {})
+
+    @classmethod
+    def command(cls, command_line: str, *, pid: int | None = None, labels: Mapping[str, str] | None = None) -> Holder:
+        return cls("command", command_line, pid, labels or {})
+
+
+def clean_labels(labels: Any, *, removable: bool = False) -> dict[str, Any]:
+    """Labels as text (None too, with ``removable``, meaning "remove it"), bounded in number and size."""
+    if not isinstance(labels, Mapping):
+        raise InvalidRequest("Labels must be a mapping of names to text.")
+    if len(labels) > MAX_LABELS:
+        raise InvalidRequest(f"At most {MAX_LABELS} labels; got {len(labels)}.")
+    result: dict[str, Any] = {}
+    for key, value in labels.items():
+        if value is None and removable:
+            result[str(key)] = None
+            continue
+        if not isinstance(key, str) or not isinstance(value, (str, int, float)) or isinstance(value, bool):
+            raise InvalidRequest(f"Label {shorten(key)} must be text.")
+        text = str(value)
+        if len(key) > 256 or len(text) > MAX_HOLDER_TEXT:
+            raise InvalidRequest(f"Label {shorten(key)} is too long (names 256, values {MAX_HOLDER_TEXT} characters).")
+        result[key] = text
+    return result
+
+
+@dataclass(frozen=True)
+class Actor:
+    """Who acts on the ledger: the user whose slices and places in line they may change.
+
+    A user's own ledger acts for the process's user; the broker acts for each caller in turn,
+    as its peer credentials say. Admins (root, or a hub admin at the broker) may change any.
+    """
+
+    user: str
+    uid: int
+    admin: bool = False
+
+    @classmethod
+    def this_process(cls) -> Actor:
+        uid = os.getuid()
+        try:
+            user = getpass.getuser()
+        except Exception:
+            user = str(uid)
+        return cls(user, uid, admin=uid == 0)
+
+    def may_change(self, owner_uid: int) -> bool:
+        return self.admin or owner_uid == self.uid
 
 
 @dataclass(frozen=True)
@@ -18,7 +122,7 @@ class Slice:
     id: str
     owner: str
     uid: int
-    holder_kind: str  # "kernel" | "command"
+    holder_kind: HolderKind
     holder: str  # kernel id, or the command line
     pid: int | None
     pid_start: float | None
@@ -31,7 +135,7 @@ class Slice:
     request: SliceRequest
     labels: dict[str, str] = field(default_factory=dict)
     created: float = 0.0
-    tier: str = TIER_COOPERATIVE  # "mig" | "mps" | "cooperative": the enforcement chosen at reservation
+    tier: Tier = Tier.COOPERATIVE  # the enforcement chosen at reservation
     mig_devices: tuple[str, ...] = ()  # MIG-... UUID per GPU (same order as gpus) for a MIG slice
     mig_profiles: tuple[str, ...] = ()  # e.g. "1g.10gb", same order
 
@@ -39,25 +143,23 @@ class Slice:
         for name in ("mig_devices", "mig_profiles"):  # lists from a JSON round trip
             if not isinstance(getattr(self, name), tuple):
                 object.__setattr__(self, name, tuple(getattr(self, name)))
+        if not isinstance(self.tier, Tier):
+            object.__setattr__(self, "tier", Tier(self.tier))
 
     @property
     def visible_devices(self) -> tuple[str, ...]:
         """What ``CUDA_VISIBLE_DEVICES`` names: the MIG devices of a MIG slice, else the GPUs."""
-        return self.mig_devices if self.tier == TIER_MIG and self.mig_devices else self.gpus
+        return self.mig_devices if self.tier is Tier.MIG and self.mig_devices else self.gpus
 
     @property
     def device_memory(self) -> tuple[int, ...]:
         """Each visible device's total memory as CUDA reports it (a MIG device's own size)."""
-        return self.memory if self.tier == TIER_MIG else self.memory_total
+        return self.memory if self.tier is Tier.MIG else self.memory_total
 
     @property
     def tier_text(self) -> str:
         """``hard (MIG 1g.10gb)``, ``hard (MPS)`` or ``cooperative``: the tier set at reservation."""
-        if self.tier == TIER_MIG:
-            return f"hard (MIG {', '.join(self.mig_profiles) or 'device'})"
-        if self.tier == TIER_MPS:
-            return "hard (MPS)"
-        return "cooperative"
+        return self.tier.describe(self.mig_profiles)
 
     @property
     def memory_per_gpu(self) -> int:
@@ -88,6 +190,7 @@ class Slice:
         return self.holder
 
     def to_dict(self) -> dict[str, Any]:
+        """The slice's fields in the vocabulary every JSON view shares (docs/rest.md, "SLICE")."""
         return {
             "id": self.id,
             "owner": self.owner,
@@ -97,22 +200,22 @@ class Slice:
             "pid": self.pid,
             "gpus": list(self.gpus),
             "gpu_indices": list(self.gpu_indices),
-            "memory_reserved": list(self.memory),
-            "memory_total": list(self.memory_total),
-            "memory_per_gpu": self.memory_per_gpu,
-            "memory_limit": self.memory_limit,
-            "context_allowance": self.context_allowance,
             "fraction": self.fraction,
-            "logical_devices": self.logical_devices,
             "request": self.request.to_dict(),
             "request_text": self.request.describe(),
-            "labels": dict(self.labels),
-            "created": self.created,
+            "memory_reserved": self.memory_per_gpu,
+            "memory_reserved_total": sum(self.memory),
+            "memory_reserved_by_gpu": dict(zip(self.gpus, self.memory)),
+            "context_allowance": self.context_allowance,
+            "memory_limit": self.memory_limit,
+            "logical_devices": self.logical_devices,
             "tier": self.tier_text,
-            "tier_kind": self.tier,
+            "tier_kind": self.tier.value,
+            "visible_devices": list(self.visible_devices),
             "mig_devices": list(self.mig_devices),
             "mig_profiles": list(self.mig_profiles),
-            "visible_devices": list(self.visible_devices),
+            "labels": dict(self.labels),
+            "created": self.created,
         }
 
 
@@ -130,7 +233,8 @@ class Waiter:
     ticket: int
     position: int
     owner: str
-    holder_kind: str
+    uid: int
+    holder_kind: HolderKind
     holder: str
     pid: int | None
     request: SliceRequest
@@ -142,6 +246,7 @@ class Waiter:
             "ticket": self.ticket,
             "position": self.position,
             "owner": self.owner,
+            "uid": self.uid,
             "holder_kind": self.holder_kind,
             "holder": self.holder,
             "pid": self.pid,

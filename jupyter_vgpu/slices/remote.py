@@ -1,4 +1,4 @@
-"""The ledger behind a node broker: the same interface as :class:`~.ledger.Ledger`, over a Unix socket.
+"""The ledger behind a node broker: the :class:`~.ledger.Ledger` contract over a Unix socket.
 
 When ``JUPYTER_VGPU_BROKER`` names the socket of ``jupyter vgpu broker``, :func:`open_ledger`
 returns a :class:`BrokerLedger` instead of opening a SQLite file: the broker owns the node's
@@ -6,7 +6,7 @@ ledger, learns who asks from the socket's peer credentials and applies the admin
 
 Wire protocol: newline-delimited JSON, one request and one answer per connection::
 
-    -> {"op": "reserve", "args": {...}}
+    -> {"op": "reserve_now", "args": {"request": {...}, "holder": {...}}}
     <- {"ok": true, "result": ...}
     <- {"ok": false, "error": "NotPermitted", "message": "alice: at most 1/4 GPU per kernel ..."}
 
@@ -20,6 +20,7 @@ import json
 import os
 import socket
 import time
+from collections.abc import Mapping
 from dataclasses import fields
 from pathlib import Path
 from typing import Any
@@ -27,7 +28,8 @@ from typing import Any
 from .. import errors
 from ..errors import LedgerError, SliceUnavailable, VGPUError
 from ..gpus import GPU, GPUProcess, Inventory, Snapshot
-from .ledger import Ledger, Slice, Ticket, Waiter
+from .ledger import OPERATIONS, Ledger
+from .records import Holder, Slice, Ticket, Waiter
 from .request import SliceRequest
 
 ENV_BROKER = "JUPYTER_VGPU_BROKER"
@@ -47,6 +49,7 @@ WIRE_ERRORS: dict[str, type[VGPUError]] = {
         errors.InvalidRequest,
         errors.InvalidConfig,
         errors.SliceUnavailable,
+        errors.NoGPU,
         errors.SliceNotFound,
         errors.NotPermitted,
         errors.LedgerError,
@@ -59,6 +62,7 @@ def slice_to_wire(slice_: Slice) -> dict[str, Any]:
     """Every field of a slice, JSON-ready (tuples become lists, the request a dict)."""
     data = {f.name: getattr(slice_, f.name) for f in fields(Slice)}
     data["request"] = slice_.request.to_dict()
+    data["tier"] = slice_.tier.value
     for key in ("gpus", "gpu_indices", "memory", "memory_total"):
         data[key] = list(data[key])
     return data
@@ -71,6 +75,22 @@ def slice_from_wire(data: dict[str, Any]) -> Slice:
         values[key] = tuple(values[key])
     values["labels"] = dict(values.get("labels") or {})
     return Slice(**values)
+
+
+def holder_to_wire(holder: Holder) -> dict[str, Any]:
+    """The holder as sent; a pid that is the sender's own goes as None ("the caller")."""
+    return {
+        "kind": holder.kind,
+        "name": holder.name,
+        "pid": None if holder.pid is None or holder.pid == os.getpid() else int(holder.pid),
+        "labels": dict(holder.labels),
+    }
+
+
+def holder_from_wire(data: Any) -> Holder:
+    if not isinstance(data, dict):
+        raise errors.InvalidRequest("A holder must be a mapping of kind, name, pid and labels.")
+    return Holder(data.get("kind"), data.get("name"), data.get("pid"), data.get("labels") or {})  # type: ignore[arg-type]
 
 
 def waiter_to_wire(waiter: Waiter) -> dict[str, Any]:
@@ -186,18 +206,16 @@ class RemoteInventory(Inventory):
 
 
 class BrokerLedger(Ledger):
-    """A :class:`~.ledger.Ledger` whose every call goes to the node broker instead of SQLite.
+    """The :class:`~.ledger.Ledger` contract, each operation one call to the node broker.
 
-    ``owner`` and ``uid`` arguments are accepted for the same signatures and ignored: the
-    broker takes both from the socket's peer credentials. A ``pid`` equal to this process's
-    own pid is sent as "the caller", which the broker reads from the peer credentials too (so
-    it is right even from inside another pid namespace). ``path`` is this user's own ledger
-    path, used only for the kernels' report files (the broker's ledger is not readable by users).
-    Opening asks the broker for its settings, so an unreachable broker fails here, once.
+    The broker takes who asks (user, uid, pid) from the socket's peer credentials, so a holder
+    whose pid is this process's own is sent as "the caller" (right even from inside another
+    pid namespace). ``path`` is this user's own ledger path, used only for the kernels' report
+    files (the broker's ledger is not readable by users). Opening asks the broker for its
+    settings, so an unreachable broker fails here, once.
     """
 
     def __init__(self, socket_path: str | Path, *, path: str | Path, timeout: float = 60.0) -> None:
-        # Ledger.__init__ opens SQLite; a broker client has nothing local to open.
         self.client = BrokerClient(socket_path, timeout=timeout)
         self.socket_path = Path(socket_path)
         self.path = Path(path)
@@ -206,66 +224,33 @@ class BrokerLedger(Ledger):
         self.context_allowance = int(self.info["context_allowance"])
         self.poll_interval = float(self.info.get("poll_interval") or 0.25)
 
-    def close(self) -> None:
-        """Nothing to close: every call has its own connection."""
-
     def location(self) -> str:
         return f"node broker at {self.socket_path}"
 
+    def _call(self, op: str, **args: Any) -> Any:
+        assert op in OPERATIONS, op
+        return self.client.call(op, **args)
+
     # -- reading ---------------------------------------------------------------------------
     def slices(self) -> list[Slice]:
-        return [slice_from_wire(s) for s in self.client.call("slices")]
+        return [slice_from_wire(s) for s in self._call("slices")]
 
     def get(self, slice_id: str) -> Slice:
-        return slice_from_wire(self.client.call("get", slice_id=str(slice_id)))
+        return slice_from_wire(self._call("get", slice_id=str(slice_id)))
 
     def waiting(self) -> list[Waiter]:
-        return [waiter_from_wire(w) for w in self.client.call("waiting")]
+        return [waiter_from_wire(w) for w in self._call("waiting")]
 
     # -- reserving -------------------------------------------------------------------------
-    def _holder(self, request: SliceRequest, holder_kind: str, holder: str, pid: int | None, labels: dict[str, str] | None) -> dict[str, Any]:
-        return {
-            "request": request.to_dict(),
-            "holder_kind": holder_kind,
-            "holder": holder,
-            "pid": None if pid is None or pid == os.getpid() else int(pid),
-            "labels": dict(labels or {}),
-        }
+    def reserve_now(self, request: SliceRequest, holder: Holder) -> Slice:
+        return slice_from_wire(self._call("reserve_now", request=request.to_dict(), holder=holder_to_wire(holder)))
 
-    def reserve(
-        self,
-        request: SliceRequest,
-        *,
-        holder_kind: str,
-        holder: str,
-        pid: int | None = None,
-        owner: str | None = None,
-        uid: int | None = None,
-        labels: dict[str, str] | None = None,
-        wait: float = 0.0,
-    ) -> Slice:
-        """As :meth:`Ledger.reserve`; waiting happens here, one short call per attempt."""
-        if wait <= 0:
-            return slice_from_wire(self.client.call("reserve", **self._holder(request, holder_kind, holder, pid, labels)))
-        ticket = self.enqueue(request, holder_kind=holder_kind, holder=holder, pid=pid, labels=labels)
-        return self.wait_in_line(ticket, wait)
-
-    def enqueue(
-        self,
-        request: SliceRequest,
-        *,
-        holder_kind: str,
-        holder: str,
-        pid: int | None = None,
-        owner: str | None = None,
-        uid: int | None = None,
-        labels: dict[str, str] | None = None,
-    ) -> Ticket:
-        number = self.client.call("enqueue", **self._holder(request, holder_kind, holder, pid, labels))
+    def enqueue(self, request: SliceRequest, holder: Holder) -> Ticket:
+        number = self._call("enqueue", request=request.to_dict(), holder=holder_to_wire(holder))
         return Ticket(number=int(number), request=request)
 
     def try_grant(self, ticket: Ticket, *, final: bool = True) -> Slice | None:
-        answer = self.client.call("try_grant", ticket=ticket.number, final=final)
+        answer = self._call("try_grant", ticket=ticket.number, final=final)
         if answer.get("slice") is None:
             ticket.last_reason = str(answer.get("reason") or "")
             if final:  # the broker raises on final; this only guards a broker that did not
@@ -274,28 +259,24 @@ class BrokerLedger(Ledger):
         return slice_from_wire(answer["slice"])
 
     def leave_queue(self, ticket: Ticket) -> None:
-        self.client.call("leave_queue", ticket=ticket.number)
+        self._call("leave_queue", ticket=ticket.number)
 
-    # -- holders -----------------------------------------------------------------------------
+    # -- holding -----------------------------------------------------------------------------
     def attach(self, slice_id: str, pid: int) -> Slice:
-        return slice_from_wire(
-            self.client.call("attach", slice_id=str(slice_id), pid=None if pid == os.getpid() else int(pid))
-        )
+        return slice_from_wire(self._call("attach", slice_id=str(slice_id), pid=None if pid == os.getpid() else int(pid)))
 
-    def update_labels(self, slice_id: str, **labels: str | None) -> Slice:
-        return slice_from_wire(self.client.call("update_labels", slice_id=str(slice_id), labels=labels))
+    def update_labels(self, slice_id: str, labels: Mapping[str, str | None]) -> Slice:
+        return slice_from_wire(self._call("update_labels", slice_id=str(slice_id), labels=dict(labels)))
 
-    def resize(self, slice_id: str, request: SliceRequest, *, uid: int | None = None) -> Slice:
-        return slice_from_wire(self.client.call("resize", slice_id=str(slice_id), request=request.to_dict()))
+    def resize(self, slice_id: str, request: SliceRequest) -> Slice:
+        return slice_from_wire(self._call("resize", slice_id=str(slice_id), request=request.to_dict()))
 
-    def release(self, slice_id: str, *, uid: int | None = None) -> Slice:
-        return slice_from_wire(self.client.call("release", slice_id=str(slice_id)))
+    def release(self, slice_id: str) -> Slice:
+        return slice_from_wire(self._call("release", slice_id=str(slice_id)))
 
+    # -- housekeeping ------------------------------------------------------------------------
     def reap(self) -> list[Slice]:
-        return [slice_from_wire(s) for s in self.client.call("reap")]
-
-    def describe_free(self) -> str:
-        return str(self.client.call("describe_free"))
+        return [slice_from_wire(s) for s in self._call("reap")]
 
     def overcommitted(self) -> list[tuple[str, int, int]]:
-        return [(str(u), int(r), int(t)) for u, r, t in self.client.call("overcommitted")]
+        return [(str(u), int(r), int(t)) for u, r, t in self._call("overcommitted")]

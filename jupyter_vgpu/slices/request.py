@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from ..errors import InvalidRequest
-from ..units import describe_fraction, format_bytes, parse_bytes, parse_fraction
+from ..units import describe_fraction, format_bytes, parse_bytes, parse_fraction, shorten
 
 PLACEMENTS = ("binpack", "spread")
 
@@ -36,6 +36,20 @@ class SliceRequest:
     gpu: str | None = None
     logical_devices: int = 1
     placement: str = "binpack"
+
+    def __post_init__(self) -> None:
+        """The invariants of an already-parsed request (a kernelspec's traits build one directly)."""
+        if (self.fraction is None) == (self.memory is None):
+            if self.fraction is None:
+                object.__setattr__(self, "fraction", 1.0)  # neither: whole GPUs
+            else:
+                raise InvalidRequest(
+                    f"gpu_fraction ({self.fraction!r}) and gpu_memory ({self.memory!r}) are both set; set only one of them."
+                )
+        if self.gpu is not None and self.gpus != 1:
+            raise InvalidRequest(f"A pinned GPU (gpu {self.gpu!r}) needs one GPU, not {self.gpus}.")
+        if self.placement not in PLACEMENTS:
+            raise InvalidRequest(f"placement {shorten(self.placement)} is not allowed; use one of: {', '.join(PLACEMENTS)}.")
 
     @classmethod
     def parse(
@@ -73,11 +87,13 @@ class SliceRequest:
         logical = _positive_int(logical_devices, name["logical_devices"], "a whole number, 1 or more")
         if str(placement) not in PLACEMENTS:
             raise InvalidRequest(
-                f"{name['placement']} {placement!r} is not allowed; use one of: {', '.join(PLACEMENTS)}."
+                f"{name['placement']} {shorten(placement)} is not allowed; use one of: {', '.join(PLACEMENTS)}."
             )
         pinned = None
         if _given(gpu):
             pinned = str(gpu).strip()
+            if len(pinned) > 64:
+                raise InvalidRequest(f"{name['gpu']} {shorten(pinned)} is not a GPU index or UUID.")
             if count != 1:
                 raise InvalidRequest(f"A pinned GPU ({name['gpu']} {pinned!r}) needs one GPU, not {count}.")
         return cls(
@@ -129,13 +145,24 @@ def _given(value: Any) -> bool:
     return value is not None and not (isinstance(value, str) and value.strip() == "")
 
 
+#: No node has more GPUs, and TensorFlow splits a GPU into few logical devices.
+MAX_COUNT = 1024
+
+
 def _positive_int(value: Any, name: str, allowed: str) -> int:
-    if isinstance(value, bool):
-        raise InvalidRequest(f"{name} {value!r} is not allowed; use {allowed}.")
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        raise InvalidRequest(f"{name} {value!r} is not allowed; use {allowed}.") from None
-    if not math.isfinite(number) or number != int(number) or number < 1:
-        raise InvalidRequest(f"{name} {value!r} is not allowed; use {allowed}.")
-    return int(number)
+    refused = InvalidRequest(f"{name} {shorten(value)} is not allowed; use {allowed} (at most {MAX_COUNT}).")
+    if isinstance(value, bool) or (isinstance(value, str) and len(value) > 32):
+        raise refused
+    if isinstance(value, int):
+        number = value
+    else:
+        try:
+            as_float = float(value)
+        except (TypeError, ValueError, OverflowError):
+            raise refused from None
+        if not math.isfinite(as_float) or as_float != int(as_float):
+            raise refused
+        number = int(as_float)
+    if not 1 <= number <= MAX_COUNT:
+        raise refused
+    return number

@@ -168,7 +168,8 @@ class LedgerFile:
             fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
 
     @contextmanager
-    def _transaction(self, write: bool = True) -> Iterator[sqlite3.Connection]:
+    def transaction(self, write: bool = True) -> Iterator[sqlite3.Connection]:
+        """One transaction: a writer first waits its turn (flock), then ``BEGIN IMMEDIATE``."""
         with self._lock:
             with self._writer_turn(write):
                 try:

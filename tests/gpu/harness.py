@@ -1,17 +1,15 @@
-"""Real kernels on a real GPU: kernelspecs with the vgpu provisioner, a blocking client, NVML."""
+"""Real kernels on a real GPU: kernelspecs with the vgpu provisioner, the suite's kernel driver, NVML."""
 
 from __future__ import annotations
 
 import importlib.util
 import json
-import queue
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
-from jupyter_client.manager import KernelManager
+from kernels import Kernel
 
 from jupyter_vgpu.gpus import Inventory
 from jupyter_vgpu.units import MiB
@@ -58,84 +56,22 @@ def write_kernelspec(data_dir: Path, name: str, config: dict[str, Any]) -> str:
     return name
 
 
-class Kernel:
-    """A kernel (started here, or one a server runs, by connection file) and a blocking client."""
-
-    def __init__(self, manager: KernelManager | None = None, *, connection_file: str | None = None) -> None:
-        self.manager = manager
-        if manager is not None:
-            self.client = manager.client()
-        else:
-            from jupyter_client.blocking.client import BlockingKernelClient
-
-            self.client = BlockingKernelClient(connection_file=connection_file)
-            self.client.load_connection_file()
-        self.client.start_channels()
-        self.client.wait_for_ready(timeout=120)
-        self.pid = int(self.eval("__import__('os').getpid()"))
-
-    @classmethod
-    def start(cls, kernel_name: str, env: dict[str, str] | None = None) -> Kernel:
-        manager = KernelManager(kernel_name=kernel_name)
-        manager.start_kernel(env=env) if env is not None else manager.start_kernel()
-        return cls(manager)
-
-    def submit(self, code: str) -> str:
-        return str(self.client.execute(code))
-
-    def collect(self, msg_id: str, timeout: float = 600) -> tuple[bool, str, dict[str, Any] | None]:
-        """Wait for ``msg_id`` to finish: (ok, what it printed, the error content or None)."""
-        stdout: list[str] = []
-        error = None
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                msg = self.client.get_iopub_msg(timeout=max(0.1, deadline - time.monotonic()))
-            except queue.Empty:
-                if time.monotonic() > deadline:
-                    raise TimeoutError(msg_id) from None
-                continue
-            if msg["parent_header"].get("msg_id") != msg_id:
-                continue
-            if msg["msg_type"] == "stream" and msg["content"]["name"] == "stdout":
-                stdout.append(msg["content"]["text"])
-            elif msg["msg_type"] == "error":
-                error = msg["content"]
-            elif msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle":
-                return error is None, "".join(stdout), error
-
-    def run(self, code: str, timeout: float = 600) -> tuple[bool, str, dict[str, Any] | None]:
-        return self.collect(self.submit(code), timeout)
-
-    def eval(self, expression: str) -> Any:
-        ok, out, error = self.run(f"print(__import__('json').dumps({expression}))")
-        assert ok, error
-        return json.loads(out.strip().splitlines()[-1])
-
-    def env(self, name: str) -> str:
-        return str(self.eval(f"__import__('os').environ.get({name!r}, '')"))
-
-    def fill(self, framework: str, chunk: int = 256 * MiB) -> int:
-        """Allocate ``chunk``-byte blocks until the framework refuses; the bytes it allowed."""
-        _, allocate, oom = FRAMEWORKS[framework]
-        code = (
-            "_held, _total = [], 0\n"
-            "while _total < 10 * 2**40:\n"
-            "    try:\n"
-            f"        _held.append({allocate.format(n=chunk)})\n"
-            f"    except {oom}:\n"
-            "        break\n"
-            f"    _total += {chunk}\n"
-            "print(_total)"
-        )
-        ok, out, error = self.run(code)
-        assert ok, error
-        return int(out.strip().splitlines()[-1])
-
-    def stop(self) -> None:
-        self.client.stop_channels()
-        if self.manager is not None:
-            self.manager.shutdown_kernel(now=True)
+def fill(kernel: Kernel, framework: str, chunk: int = 256 * MiB) -> int:
+    """Allocate ``chunk``-byte blocks until the framework refuses; the bytes it allowed."""
+    _, allocate, oom = FRAMEWORKS[framework]
+    code = (
+        "_held, _total = [], 0\n"
+        "while _total < 10 * 2**40:\n"
+        "    try:\n"
+        f"        _held.append({allocate.format(n=chunk)})\n"
+        f"    except {oom}:\n"
+        "        break\n"
+        f"    _total += {chunk}\n"
+        "print(_total)"
+    )
+    outcome = kernel.run(code, timeout=600)
+    assert outcome.ok, outcome.error
+    return int(outcome.stdout.strip().splitlines()[-1])
 
 
 def nvml_used(pid: int) -> int | None:
@@ -162,3 +98,6 @@ def gib(value: float) -> str:
 
 def mib(value: float) -> str:
     return f"{value / 2**20:.0f} MiB"
+
+
+__all__ = ["FRAMEWORKS", "Kernel", "fill", "gib", "installed", "mib", "needs", "nvml_used", "require_host_pids", "write_kernelspec"]

@@ -20,10 +20,10 @@ import pytest
 from jupyter_client.manager import KernelManager
 
 from jupyter_vgpu.gpus import Inventory
-from jupyter_vgpu.slices import Slice, SliceRequest, open_ledger, slice_environment
+from jupyter_vgpu.slices import Holder, Slice, SliceRequest, open_ledger, slice_environment
 from jupyter_vgpu.units import MiB
 
-from .harness import FRAMEWORKS, Kernel, installed, needs
+from .harness import FRAMEWORKS, Kernel, fill, installed, needs
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
@@ -35,7 +35,7 @@ class GPUKernel(Kernel):
         self.slice = slice_
         manager = KernelManager(kernel_name="python3")
         manager.start_kernel(env=env, extra_arguments=["--ext=jupyter_vgpu"])
-        super().__init__(manager)
+        super().__init__(manager.client(), manager)
 
     def nvml_used(self) -> int:
         """Bytes NVML attributes to this kernel's process on its GPU (0 when it holds no context)."""
@@ -61,7 +61,7 @@ def gpu_kernel(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]
 
     def start(fraction: float = 0.25, logical_devices: int = 1) -> GPUKernel:
         request = SliceRequest.parse(fraction=fraction, gpu="0", logical_devices=logical_devices)
-        slice_ = ledger.reserve(request, holder_kind="kernel", holder="tests/gpu")
+        slice_ = ledger.reserve(request, Holder("kernel", "tests/gpu"))
         env = {k: v for k, v in os.environ.items() if not k.startswith(("CUDA_", "XLA_", "CUPY_", "JUPYTER_VGPU_SIM"))}
         env.update(slice_environment(slice_, ledger_path=str(ledger.path)))
         env["TF_CPP_MIN_LOG_LEVEL"] = "3"
@@ -78,10 +78,10 @@ def gpu_kernel(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]
 @needs("torch")
 def test_importing_torch_creates_no_cuda_context(gpu_kernel: Any) -> None:
     kernel = gpu_kernel()
-    assert kernel.run("import torch")[0]
+    assert kernel.run("import torch").ok
     assert kernel.nvml_used() == 0
     assert kernel.record("torch")["status"] == "pending"
-    assert kernel.run("torch.zeros(1, device='cuda')")[0]
+    assert kernel.run("torch.zeros(1, device='cuda')").ok
     assert kernel.nvml_used() > 0
     assert kernel.record("torch")["status"] == "applied"
 
@@ -89,13 +89,14 @@ def test_importing_torch_creates_no_cuda_context(gpu_kernel: Any) -> None:
 @needs("torch")
 def test_torch_allocations_stay_inside_the_slice(gpu_kernel: Any) -> None:
     kernel = gpu_kernel()
-    assert kernel.run("import torch; torch.zeros(1, device='cuda'); torch.cuda.synchronize()")[0]
+    assert kernel.run("import torch; torch.zeros(1, device='cuda'); torch.cuda.synchronize()").ok
     context = kernel.nvml_used()
     limit = kernel.slice.memory_limit
-    allowed = kernel.fill("torch")
+    allowed = fill(kernel, "torch")
     assert 0.8 * limit <= allowed <= limit
     assert kernel.nvml_used() - context <= limit
-    ok, _, error = kernel.run(f"torch.empty({2 * limit}, dtype=torch.uint8, device='cuda')")
+    outcome = kernel.run(f"torch.empty({2 * limit}, dtype=torch.uint8, device='cuda')")
+    ok, error = outcome.ok, outcome.error
     assert not ok and error is not None
     assert "jupyter-vgpu: PyTorch ran out of GPU memory in this kernel's slice." in ANSI.sub("", "\n".join(error["traceback"]))
 
@@ -103,11 +104,11 @@ def test_torch_allocations_stay_inside_the_slice(gpu_kernel: Any) -> None:
 @needs("cupy")
 def test_cupy_pool_is_limited_to_the_slice(gpu_kernel: Any) -> None:
     kernel = gpu_kernel()
-    assert kernel.run("import cupy")[0]
+    assert kernel.run("import cupy").ok
     assert kernel.eval("cupy.get_default_memory_pool().get_limit()") == kernel.slice.memory_limit
-    assert kernel.run("cupy.zeros(1); cupy.cuda.Device().synchronize()")[0]
+    assert kernel.run("cupy.zeros(1); cupy.cuda.Device().synchronize()").ok
     context = kernel.nvml_used()
-    allowed = kernel.fill("cupy")
+    allowed = fill(kernel, "cupy")
     assert 0.8 * kernel.slice.memory_limit <= allowed <= kernel.slice.memory_limit
     assert kernel.nvml_used() - context <= kernel.slice.memory_limit
 
@@ -115,10 +116,10 @@ def test_cupy_pool_is_limited_to_the_slice(gpu_kernel: Any) -> None:
 @needs("jax")
 def test_jax_stays_inside_its_memory_fraction(gpu_kernel: Any) -> None:
     kernel = gpu_kernel()
-    assert kernel.run("import jax, jax.numpy as jnp; jnp.zeros(1).block_until_ready()")[0]
+    assert kernel.run("import jax, jax.numpy as jnp; jnp.zeros(1).block_until_ready()").ok
     assert kernel.record("jax")["status"] in ("recorded", "applied")
     context = kernel.nvml_used()
-    allowed = kernel.fill("jax")
+    allowed = fill(kernel, "jax")
     assert allowed <= kernel.slice.memory_limit
     assert kernel.nvml_used() - context <= kernel.slice.memory_limit * 1.02  # XLA rounds its fraction
 
@@ -127,7 +128,7 @@ def test_tensorflow_gpu_gets_logical_devices_with_the_slices_limit(gpu_kernel: A
     if importlib.util.find_spec("tensorflow") is None:
         pytest.skip("tensorflow is not installed")
     kernel = gpu_kernel(logical_devices=2)
-    assert kernel.run("import tensorflow as tf")[0]
+    assert kernel.run("import tensorflow as tf").ok
     if not kernel.eval("len(tf.config.list_physical_devices('GPU'))"):
         pytest.skip("this TensorFlow build sees no GPU")
     assert kernel.record("tensorflow")["status"] == "applied"
@@ -143,7 +144,8 @@ def test_three_frameworks_side_by_side_on_one_gpu(gpu_kernel: Any) -> None:
     for name, (setup, allocate) in present.items():
         kernel = kernels[name]
         block = int(kernel.slice.memory_limit * 0.85)
-        ok, _, error = kernel.run(f"{setup}\n_block = {allocate.format(n=block)}")
+        outcome = kernel.run(f"{setup}\n_block = {allocate.format(n=block)}")
+        ok, error = outcome.ok, outcome.error
         assert ok, f"{name} could not allocate 85% of its slice next to the others: {error}"
     for name, kernel in kernels.items():
         assert kernel.nvml_used() <= kernel.slice.memory_per_gpu + 512 * MiB, f"{name} is over its slice"

@@ -15,10 +15,10 @@ from typing import Any
 import pytest
 
 from jupyter_vgpu.gpus import Inventory
-from jupyter_vgpu.slices import SliceRequest, open_ledger
+from jupyter_vgpu.slices import Holder, SliceRequest, open_ledger
 from jupyter_vgpu.slices.holders import attribute
 
-from .harness import Kernel, gib, installed, write_kernelspec
+from .harness import Kernel, fill, gib, installed, write_kernelspec
 
 CONTROL = shutil.which("nvidia-cuda-mps-control")
 
@@ -58,14 +58,14 @@ def test_mps_slices_get_a_pinned_limit_that_user_code_cannot_lift(
     name = write_kernelspec(real_gpu, "vgpu-quarter-mps", {"gpu_fraction": 0.25, "gpu": "0"})
     kernel = Kernel.start(name)
     try:
-        assert kernel.env("JUPYTER_VGPU_TIER") == "hard (MPS)"
+        assert kernel.env("JUPYTER_VGPU_TIER") == "mps"
         reserved = int(kernel.env("JUPYTER_VGPU_MEMORY_RESERVED"))
         assert kernel.env("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT") == f"0={reserved // 2**20}M"
-        ok, _, error = kernel.run(
+        outcome = kernel.run(
             "import torch; torch.zeros(1, device='cuda'); torch.cuda.set_per_process_memory_fraction(1.0)"
         )
-        assert ok, error
-        allowed = kernel.fill("torch", chunk=128 * 2**20)
+        assert outcome.ok, outcome.error
+        allowed = fill(kernel, "torch", chunk=128 * 2**20)
         # The pinned limit holds although the framework limit was lifted.
         assert allowed <= reserved
         snapshot = Inventory("").snapshot()
@@ -74,7 +74,7 @@ def test_mps_slices_get_a_pinned_limit_that_user_code_cannot_lift(
         ledger = open_ledger()
         try:
             slices = ledger.slices()
-            _, foreign = attribute(snapshot, {s.id: s.pid for s in slices})
+            foreign = attribute(snapshot, {s.id: s.pid for s in slices}).foreign
         finally:
             ledger.close()
         figures["MPS tier"] = (
@@ -91,7 +91,7 @@ def test_mps_slices_get_a_pinned_limit_that_user_code_cannot_lift(
 def test_mps_tier_is_recorded_with_the_slice(mps_daemon: Path) -> None:
     ledger = open_ledger()
     try:
-        slice_ = ledger.reserve(SliceRequest.parse("1/4", gpu="0"), holder_kind="command", holder="tests/gpu mps")
+        slice_ = ledger.reserve(SliceRequest.parse("1/4", gpu="0"), Holder("command", "tests/gpu mps"))
         assert slice_.tier == "mps" and slice_.tier_text == "hard (MPS)"
         ledger.release(slice_.id)
     finally:

@@ -13,7 +13,7 @@ import pytest
 
 from jupyter_vgpu.units import MiB
 
-from .harness import FRAMEWORKS, Kernel, gib, installed, mib, require_host_pids, write_kernelspec
+from .harness import FRAMEWORKS, Kernel, fill, gib, installed, mib, require_host_pids, write_kernelspec
 
 #: NVML's figure may exceed framework allocations by allocator rounding and library workspaces.
 TOLERANCE = 64 * MiB
@@ -58,13 +58,14 @@ def test_torch_jax_and_cupy_kernels_share_one_gpu_each_inside_its_slice(
     for name, kernel in kernels.items():
         assert kernel.env("JUPYTER_VGPU_SLICE_ID"), f"{name}: the provisioner gave the kernel no slice"
         assert kernel.env("JUPYTER_VGPU_FRACTION") == "0.25"
-        ok, _, error = kernel.run(FRAMEWORKS[name][0])
+        outcome = kernel.run(FRAMEWORKS[name][0])
+        ok, error = outcome.ok, outcome.error
         assert ok, error
     contexts = {name: require_host_pids(kernel.pid) for name, kernel in kernels.items()}
     for name, kernel in kernels.items():
         limit = int(kernel.env("JUPYTER_VGPU_MEMORY_LIMIT"))
         reserved = int(kernel.env("JUPYTER_VGPU_MEMORY_RESERVED"))
-        allowed = kernel.fill(name)
+        allowed = fill(kernel, name)
         used = require_host_pids(kernel.pid)
         context = contexts[name]
         tier = kernel.env("JUPYTER_VGPU_TIER")
@@ -83,14 +84,15 @@ def test_torch_jax_and_cupy_kernels_share_one_gpu_each_inside_its_slice(
 def test_four_sharing_kernels_slow_a_matmul_loop(quarter_kernels: Any, figures: dict[str, Any]) -> None:
     kernels = quarter_kernels(4)
     for kernel in kernels:
-        ok, _, error = kernel.run(BENCH.format(steps=200) + "\n_bench(20)")  # define, warm up
-        assert ok, error
+        outcome = kernel.run(BENCH.format(steps=200) + "\n_bench(20)", timeout=600)  # define, warm up
+        assert outcome.ok, outcome.error
     alone = min(float(kernels[0].eval("_bench()")) for _ in range(2))
     started = time.perf_counter()
     pending = [(kernel, kernel.submit("print(_bench())")) for kernel in kernels]
     shared = []
     for kernel, msg_id in pending:
-        ok, out, error = kernel.collect(msg_id)
+        outcome = kernel.collect(msg_id, timeout=600)
+        ok, out, error = outcome.ok, outcome.stdout, outcome.error
         assert ok, error
         shared.append(float(out.strip().splitlines()[-1]))
     wall = time.perf_counter() - started

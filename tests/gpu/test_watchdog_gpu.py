@@ -102,13 +102,14 @@ def server(real_gpu: Path, tmp_path: Path) -> Iterator[Server]:
 @pytest.mark.skipif(not installed("torch"), reason="the greedy kernel uses torch")
 def test_the_watchdog_interrupts_a_kernel_that_lifts_its_limit(server: Server, figures: dict[str, Any]) -> None:
     model = server.call("POST", "api", "kernels", body={"name": "vgpu-quarter"})
-    kernel = Kernel(connection_file=str(server.runtime / f"kernel-{model['id']}.json"))
+    kernel = Kernel.attach(str(server.runtime / f"kernel-{model['id']}.json"))
     try:
         reserved = int(kernel.env("JUPYTER_VGPU_MEMORY_RESERVED"))
-        assert kernel.run("import torch; torch.zeros(1, device='cuda')")[0]
+        assert kernel.run("import torch; torch.zeros(1, device='cuda')").ok
         require_host_pids(kernel.pid)
         started = time.monotonic()
-        ok, _, error = kernel.run(GREEDY.format(size=1.5 * reserved), timeout=180)
+        outcome = kernel.run(GREEDY.format(size=1.5 * reserved), timeout=180)
+        ok, error = outcome.ok, outcome.error
         caught = time.monotonic() - started
         assert not ok and error is not None and error["ename"] == "KeyboardInterrupt", error
         view = server.get("api", "vgpu", "kernels", model["id"])["slice"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import time
@@ -10,7 +11,7 @@ import time
 import pytest
 
 from jupyter_vgpu.errors import NotPermitted
-from jupyter_vgpu.slices import SliceRequest, open_ledger
+from jupyter_vgpu.slices import Holder, SliceRequest, open_ledger
 from jupyter_vgpu.slices.remote import BrokerLedger
 
 from .conftest import JUPYTER_VGPU, PYTHON, BrokerProcess, Users, wait_until
@@ -19,9 +20,9 @@ pytestmark = pytest.mark.hub
 
 HOLD = """
 import sys, time
-from jupyter_vgpu.slices import open_ledger, SliceRequest
+from jupyter_vgpu.slices import Holder, open_ledger, SliceRequest
 ledger = open_ledger()
-s = ledger.reserve(SliceRequest.parse(sys.argv[1]), holder_kind="kernel", holder=sys.argv[2], labels={"path": sys.argv[3]})
+s = ledger.reserve(SliceRequest.parse(sys.argv[1]), Holder.kernel(sys.argv[2], labels={"path": sys.argv[3]}))
 print(s.id, flush=True)
 time.sleep(120)
 """
@@ -130,11 +131,11 @@ def test_a_slice_cannot_be_pinned_to_another_users_process(system_users: Users, 
     alice, bob = system_users.alice, system_users.bob
     proc, _ = hold(alice, broker, "1/4", "a.ipynb")
     script = (
-        "import sys\nfrom jupyter_vgpu.slices import open_ledger, SliceRequest\n"
+        "import sys\nfrom jupyter_vgpu.slices import Holder, open_ledger, SliceRequest\n"
         "ledger = open_ledger()\n"
-        "s = ledger.reserve(SliceRequest.parse('1/4'), holder_kind='command', holder='x')\n"
+        "s = ledger.reserve(SliceRequest.parse('1/4'), Holder.command('x'))\n"
         "try:\n    ledger.attach(s.id, int(sys.argv[1]))\nexcept Exception as e:\n    print(type(e).__name__, e)\n"
-        "try:\n    ledger.reserve(SliceRequest.parse('1/4'), holder_kind='command', holder='y', pid=int(sys.argv[1]))\n"
+        "try:\n    ledger.reserve(SliceRequest.parse('1/4'), Holder.command('y', pid=int(sys.argv[1])))\n"
         "except Exception as e:\n    print(type(e).__name__, e)\n"
     )
     try:
@@ -217,7 +218,7 @@ def test_the_client_maps_refusals_to_the_same_errors(system_users: Users, broker
     ledger = open_ledger()
     assert isinstance(ledger, BrokerLedger)
     assert ledger.inventory.simulated and ledger.context_allowance == 300 << 20
-    held = ledger.reserve(SliceRequest.parse("1/4"), holder_kind="command", holder="root-job")
+    held = ledger.reserve(SliceRequest.parse("1/4"), Holder("command", "root-job"))
     other, other_id = hold(system_users.bob, broker, "1/4", "b.ipynb")
     try:
         root_can = ledger.release(other_id)  # root may release anyone's slice
@@ -242,7 +243,7 @@ def _as_alice_in_process(users: Users, broker: BrokerProcess) -> None:
         PYTHON, "-c",
         "import json\nfrom jupyter_vgpu.slices.remote import BrokerClient\nfrom jupyter_vgpu.errors import VGPUError\n"
         f"c = BrokerClient({str(broker.socket)!r})\n"
-        "try:\n    c.call('reserve', request={'fraction': 0.5}, holder_kind='command', holder='z')\n"
+        "try:\n    c.call('reserve_now', request={'fraction': 0.5}, holder={'kind': 'command', 'name': 'z'})\n"
         "except VGPUError as e:\n    print(json.dumps({'error': type(e).__name__, 'message': str(e)}))\n",
         env=users.alice.env(JUPYTER_VGPU_BROKER=str(broker.socket)),
     )
@@ -288,3 +289,41 @@ def test_max_wait_cuts_a_users_wait_in_line_short(system_users: Users, broker: B
         assert f"{alice.name}: waits at most 1 s in line" in waited.stderr
     finally:
         whole.kill()
+
+
+def test_every_operation_of_the_ledger_contract_works_through_the_broker(system_users: Users, broker: BrokerProcess) -> None:
+    """The client implements the contract, not a copy of the SQLite ledger: each operation is one
+    call the broker serves with the same method of its own ledger."""
+    import asyncio
+
+    from jupyter_vgpu.errors import SliceNotFound, SliceUnavailable
+    from jupyter_vgpu.slices.ledger import OPERATIONS, Ledger
+
+    ledger = open_ledger()
+    assert isinstance(ledger, BrokerLedger) and isinstance(ledger, Ledger)
+    used = set()
+    held = ledger.reserve_now(SliceRequest.parse("1/4"), Holder.command("contract", labels={"a": "1"}))
+    used.add("reserve_now")
+    assert ledger.get(held.id).holder == "contract" and [s.id for s in ledger.slices()] == [held.id]
+    used |= {"get", "slices"}
+    assert ledger.attach(held.id, os.getpid()).pid == held.pid  # this process: sent as "the caller"
+    assert ledger.update_labels(held.id, {"a": None, "b": "2"}).labels == {"b": "2"}
+    assert ledger.resize(held.id, SliceRequest.parse("1/2")).memory == (8 << 30,)
+    used |= {"attach", "update_labels", "resize"}
+    full = ledger.reserve_now(SliceRequest.parse("1/2"), Holder.command("fills the GPU"))
+    ticket = ledger.enqueue(SliceRequest.parse("1/4"), Holder.command("waits"))
+    assert [w.holder for w in ledger.waiting()] == ["waits"]
+    assert ledger.try_grant(ticket, final=False) is None and "waiting" not in ticket.last_reason
+    ledger.leave_queue(ticket)
+    assert ledger.waiting() == []
+    used |= {"enqueue", "waiting", "try_grant", "leave_queue"}
+    with pytest.raises(SliceUnavailable, match="Waited 0.3 s in line for 1/4 GPU"):
+        asyncio.run(ledger.reserve_async(SliceRequest.parse("1/4"), Holder.command("async"), wait=0.3))
+    assert ledger.waiting() == []
+    assert ledger.release(full.id).id == full.id and ledger.release(held.id).id == held.id
+    used.add("release")
+    with pytest.raises(SliceNotFound):
+        ledger.get(held.id)
+    assert ledger.reap() == [] and ledger.overcommitted() == []
+    used |= {"reap", "overcommitted"}
+    assert used == set(OPERATIONS)

@@ -100,12 +100,19 @@ def test_status_refreshes_the_report_for_the_server(sliced: tuple[Workspace, Sli
     assert report["pid"] == kernel.pid
 
 
-def test_devices_lists_physical_gpus_and_marks_the_slice(kernel: Kernel) -> None:
+def test_devices_lists_physical_gpus_and_marks_the_slice(sliced: tuple[Workspace, Slice, Kernel], kernel: Kernel) -> None:
     outcome = kernel.run("%vgpu devices")
     [bundle] = outcome.displays
     text = bundle["text/plain"]
     assert "Physical GPUs (simulated)" in text
     assert row(text, "GPU 0").endswith(f"{UUID}  ← this slice")
+    ledger = sliced[0].ledger()
+    try:
+        (gpu,) = ledger.occupancy().gpus
+    finally:
+        ledger.close()
+    assert gpu.free == 12 * 1024**3  # the figure `jupyter vgpu status` and the sidebar show
+    assert "· 4.0 GiB reserved · free 12.0 GiB ·" in row(text, "GPU 0")
     assert row(text, "visible here") == f"CUDA_VISIBLE_DEVICES={UUID}"
     assert "Not imported: TensorFlow, PyTorch, JAX, CuPy." in text
     assert "← this slice" in bundle["text/html"]

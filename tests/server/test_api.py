@@ -11,7 +11,7 @@ import pytest
 from jupyter_server.auth import Authorizer
 from tornado.httpclient import HTTPClientError
 
-from jupyter_vgpu.slices import SliceRequest, open_ledger
+from jupyter_vgpu.slices import Holder, SliceRequest, open_ledger
 
 from .conftest import DISPLAY_NAME, KERNEL, get_json, until
 
@@ -56,7 +56,7 @@ async def test_devices_describe_the_simulated_gpu(jp_fetch: Any, vgpu_server: An
     (gpu,) = data["devices"]
     assert gpu["name"] == "Simulated A100"
     assert gpu["memory_total"] == 16 * 1024**3
-    assert gpu["memory_reserved"] == 0 and gpu["memory_reservable"] == gpu["memory_total"]
+    assert gpu["memory_reserved"] == 0 and gpu["memory_free"] == gpu["memory_total"]
     assert gpu["tier"] == "watched"
 
 
@@ -109,9 +109,7 @@ async def test_delete_releases_a_command_slice(jp_fetch: Any, vgpu_server: Any) 
     command = subprocess.Popen(["sleep", "60"])
     try:
         ledger = open_ledger()
-        held = ledger.reserve(
-            SliceRequest.parse(fraction=0.5), holder_kind="command", holder="python eval.py", pid=command.pid
-        )
+        held = ledger.reserve(SliceRequest.parse(fraction=0.5), Holder("command", "python eval.py", pid=command.pid))
         listed = await until(lambda: _slice_ids(jp_fetch), what="the command's slice to be listed")
         assert held.id in listed
         response = await jp_fetch("api", "vgpu", "slices", held.id, method="DELETE")

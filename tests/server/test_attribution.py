@@ -10,7 +10,7 @@ import psutil
 import pytest
 
 from jupyter_vgpu.gpus import GPU, GPUProcess, Snapshot
-from jupyter_vgpu.server.usage import ProcessOwners
+from jupyter_vgpu.slices.holders import ProcessOwners
 
 GiB = 1024**3
 

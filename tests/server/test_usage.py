@@ -78,7 +78,7 @@ async def test_two_kernels_are_told_apart_and_strangers_count_as_foreign(
     devices = await get_json(jp_fetch, "api", "vgpu", "devices")
     gpu = devices["devices"][0]
     assert gpu["memory_foreign"] == 512 * 1024**2
-    assert gpu["memory_reservable"] == gpu["memory_total"] - 2 * 4 * GiB - 512 * 1024**2
+    assert gpu["memory_free"] == gpu["memory_total"] - 2 * 4 * GiB - 512 * 1024**2
 
 
 async def test_unmatched_pids_fall_back_to_the_kernels_report(
@@ -87,7 +87,7 @@ async def test_unmatched_pids_fall_back_to_the_kernels_report(
     # As in a container: NVML shows a process the server cannot map to any kernel.
     kernel = await start_kernel()
     slice_id = (await wait_for(jp_fetch, kernel.id, lambda v: True, "the kernel's slice"))["id"]
-    await kernel.connect()  # the kernel writes its own first report as it starts: let it finish
+    await kernel.driver()  # the kernel writes its own first report as it starts: let it finish
     simulation_file(processes=[usage(unused_pid(), "2GiB")])
     frameworks = {"tensorflow": {"status": "applied", "detail": "1 logical GPU, 3.7 GiB"}}
     write_report(vgpu_env["JUPYTER_VGPU_LEDGER"], slice_id, {"frameworks": frameworks, "memory_used": 2 * GiB})
@@ -147,3 +147,36 @@ async def test_metrics_show_gpus_and_kernels(jp_fetch: Any, start_kernel: Any, s
     assert re.search(rf"^jupyter_vgpu_gpu_memory_used_bytes\{{{gpu}\}} 1\.073741824e\+09$", text, re.M)
     assert re.search(rf"^jupyter_vgpu_gpu_memory_reserved_bytes\{{{gpu}\}} 4\.294967296e\+09$", text, re.M)
     assert re.search(rf"^jupyter_vgpu_gpu_utilization_percent\{{{gpu}\}} 40\.0$", text, re.M)
+
+
+async def test_free_is_one_figure_in_the_cli_and_the_api_and_counts_a_slice_over_its_share(
+    jp_fetch: Any, start_kernel: Any, simulation_file: Any
+) -> None:
+    import subprocess
+    import sys
+
+    from jupyter_vgpu.units import format_bytes
+
+    kernel = await start_kernel()  # 1/4 of the 16 GiB GPU
+    simulation_file(processes=[usage(kernel.pid, "5GiB")])  # 1 GiB beyond its 4 GiB
+    cli = [sys.executable, "-m", "jupyter_vgpu.cli", "status"]
+
+    async def over() -> Any:
+        devices = await get_json(jp_fetch, "api", "vgpu", "devices")
+        return devices if devices["devices"][0]["memory_over_use"] else None
+
+    gpu = (await until(over, what="the kernel's use beyond its slice"))["devices"][0]
+    assert gpu["memory_over_use"] == 1 * GiB
+    assert gpu["memory_free"] == 16 * GiB - 4 * GiB - 1 * GiB  # what nobody else can have
+    shown = json.loads(subprocess.run([*cli, "--json"], capture_output=True, text=True, check=True).stdout)["gpus"][0]
+    assert {k: shown[k] for k in ("memory_reserved", "memory_over_use", "memory_foreign", "memory_free")} == {
+        k: gpu[k] for k in ("memory_reserved", "memory_over_use", "memory_foreign", "memory_free")
+    }
+    text = subprocess.run(cli, capture_output=True, text=True, check=True).stdout
+    assert f"free {format_bytes(gpu['memory_free'])}" in text and "free 11.0 GiB" in text
+    assert "! = 1.0 GiB used beyond reservations" in text
+    refused = subprocess.run(
+        [sys.executable, "-m", "jupyter_vgpu.cli", "run", "-m", "11.5GiB", "--", "true"], capture_output=True, text=True
+    )
+    assert refused.returncode != 0
+    assert "11.0 GiB free of 16.0 GiB" in refused.stderr and "1.0 GiB used beyond reservations" in refused.stderr

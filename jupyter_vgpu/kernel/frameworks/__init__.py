@@ -16,7 +16,8 @@ from .pytorch import PyTorch
 from .tensorflow import TensorFlow
 
 if TYPE_CHECKING:
-    from ..state import FrameworkRecord, KernelState
+    from ..records import FrameworkRecord
+    from ..state import KernelState
 
 #: Every framework the kernel layer configures, in the order ``%vgpu`` lists them.
 FRAMEWORKS: tuple[Framework, ...] = (TensorFlow(), PyTorch(), JAX(), CuPy())
@@ -43,7 +44,7 @@ def imported(state: KernelState) -> list[tuple[Framework, Any]]:
 def revisit(state: KernelState, step: Literal["refresh", "reapply"]) -> dict[str, FrameworkRecord]:
     """Run ``step`` of every configured framework the user has imported; returns the new records
     (a step that raises becomes a failed record, never an exception in the user's cell)."""
-    from ..state import FAILED, FrameworkRecord
+    from ..records import FAILED, FrameworkRecord
 
     changed: dict[str, FrameworkRecord] = {}
     for framework, module in imported(state):

@@ -6,7 +6,8 @@ from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ..state import FrameworkRecord, KernelState
+    from ..records import FrameworkRecord
+    from ..state import KernelState
 
 
 class Framework(ABC):

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ...units import format_bytes
-from ..state import APPLIED, SKIPPED, FrameworkRecord
+from ..records import APPLIED, SKIPPED, FrameworkRecord
 from .base import Framework
 
 if TYPE_CHECKING:

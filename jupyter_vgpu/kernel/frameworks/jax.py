@@ -10,7 +10,7 @@ import os
 import sys
 from typing import TYPE_CHECKING, Any
 
-from ..state import APPLIED, RECORDED, SKIPPED, FrameworkRecord
+from ..records import APPLIED, RECORDED, SKIPPED, FrameworkRecord
 from .base import Framework
 
 if TYPE_CHECKING:

@@ -14,7 +14,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from ...units import format_bytes
-from ..state import APPLIED, FAILED, PENDING, SKIPPED, FrameworkRecord
+from ..records import APPLIED, FAILED, PENDING, SKIPPED, FrameworkRecord
 from .base import Framework
 
 if TYPE_CHECKING:

@@ -12,7 +12,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from ...units import MiB, format_bytes
-from ..state import APPLIED, SKIPPED, TOO_LATE, FrameworkRecord
+from ..records import APPLIED, SKIPPED, TOO_LATE, FrameworkRecord
 from .base import Framework
 
 if TYPE_CHECKING:

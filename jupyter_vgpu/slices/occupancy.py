@@ -1,0 +1,246 @@
+"""Occupancy: who holds and who uses each GPU, computed once for every view and for placement.
+
+One pure function of (inventory snapshot, slices, process attribution). Per GPU it gives what
+the slices reserve, what their processes use, how far some use more than they reserved, what
+is used outside slices, and what is **free**: what one new slice could get there now. The CLI,
+the REST API (and so the sidebar), ``%vgpu``, the hub's admin page and placement all read it,
+so "free" is the same figure everywhere.
+
+Used outside slices counts processes that hold no slice and memory that no visible process
+accounts for (other containers, other pid namespaces): neither can be handed out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from ..gpus import GPU, MIGDevice, Snapshot
+from ..units import format_bytes
+from .holders import Attribution
+from .records import Slice, Tier
+
+#: At most this many holders are named in a one-line explanation of a GPU.
+NAMED_HOLDERS = 4
+
+
+@dataclass(frozen=True)
+class Share:
+    """One slice on one GPU: what it reserves there and what its processes use."""
+
+    slice: Slice
+    reserved: int
+    used: int  # bytes its processes use on this GPU (0 when NVML shows none)
+
+    @property
+    def over_use(self) -> int:
+        """Bytes used beyond the reservation: taken from what others could reserve."""
+        return max(0, self.used - self.reserved)
+
+    def holder_text(self) -> str:
+        return f"{self.slice.describe_holder()} [{self.slice.owner}]"
+
+
+@dataclass(frozen=True)
+class MIGState:
+    """A MIG device of a GPU in MIG mode and who holds it."""
+
+    device: MIGDevice
+    slice_id: str | None  # the slice that holds it
+    holder: str | None  # that slice's holder, in words
+    in_use_without_slice: bool
+
+    @property
+    def free(self) -> bool:
+        return self.slice_id is None and not self.in_use_without_slice
+
+    def describe(self) -> str:
+        return f"{self.device.profile} ({format_bytes(self.device.memory_total)})"
+
+
+@dataclass(frozen=True)
+class GPUOccupancy:
+    """One GPU at one instant, as every view and placement see it."""
+
+    gpu: GPU
+    shares: tuple[Share, ...]
+    foreign: int  # bytes used outside slices
+    foreign_processes: int
+    unaccounted: int  # part of ``foreign`` that no visible process accounts for
+    mig: tuple[MIGState, ...] = ()
+
+    @property
+    def index(self) -> int:
+        return self.gpu.index
+
+    @property
+    def uuid(self) -> str:
+        return self.gpu.uuid
+
+    @property
+    def total(self) -> int:
+        return self.gpu.memory_total
+
+    @property
+    def in_mig_mode(self) -> bool:
+        return bool(self.gpu.mig_mode)
+
+    @property
+    def reserved(self) -> int:
+        return sum(s.reserved for s in self.shares)
+
+    @property
+    def used_by_slices(self) -> int:
+        return sum(s.used for s in self.shares)
+
+    @property
+    def over_use(self) -> int:
+        return sum(s.over_use for s in self.shares)
+
+    @property
+    def free(self) -> int:
+        """What one new slice could get here now: on a GPU in MIG mode its largest free MIG
+        device; otherwise what neither a reservation, nor a slice's use beyond it, nor a
+        process outside slices takes."""
+        if self.in_mig_mode:
+            return max((m.device.memory_total for m in self.mig if m.free), default=0)
+        return max(0, self.total - self.reserved - self.over_use - self.foreign)
+
+    def explain(self) -> str:
+        """One line for a refusal: what is free, who holds the rest."""
+        if self.in_mig_mode:
+            return self._explain_mig()
+        text = f"GPU {self.index} ({self.gpu.name}): {format_bytes(self.free)} free of {format_bytes(self.total)}"
+        parts = []
+        if self.shares:
+            shown = ", ".join(f"{s.holder_text()} {format_bytes(s.reserved)}" for s in self.shares[:NAMED_HOLDERS])
+            more = f" and {len(self.shares) - NAMED_HOLDERS} more" if len(self.shares) > NAMED_HOLDERS else ""
+            parts.append(f"reserved by {shown}{more}")
+        if self.over_use:
+            parts.append(f"{format_bytes(self.over_use)} used beyond reservations")
+        if self.foreign:
+            parts.append(f"{format_bytes(self.foreign)} used by processes without a slice")
+        return text + (f"; {'; '.join(parts)}" if parts else "")
+
+    def _explain_mig(self) -> str:
+        text = f"GPU {self.index} ({self.gpu.name}) is in MIG mode"
+        if not self.mig:
+            return text + " with no MIG devices"
+        free = [m.describe() for m in self.mig if m.free]
+        held = [
+            f"{m.device.profile} by {m.holder if m.slice_id else 'processes without a slice'}"
+            for m in self.mig
+            if not m.free
+        ]
+        parts = [f"free MIG devices: {', '.join(free) if free else 'none'}"]
+        if held:
+            more = f" and {len(held) - NAMED_HOLDERS} more" if len(held) > NAMED_HOLDERS else ""
+            parts.append(f"held: {', '.join(held[:NAMED_HOLDERS])}{more}")
+        return f"{text}; {'; '.join(parts)}"
+
+    @property
+    def tier(self) -> str:
+        """The strongest enforcement this GPU offers a new slice."""
+        if self.in_mig_mode:
+            return "hard (MIG)"
+        if self.gpu.mps:
+            return Tier.MPS.describe()
+        return Tier.COOPERATIVE.describe()
+
+    def to_dict(self) -> dict[str, Any]:
+        """The GPU fields every JSON view shares (docs/rest.md, "GPU")."""
+        gpu = self.gpu
+        return {
+            "index": gpu.index,
+            "uuid": gpu.uuid,
+            "name": gpu.name,
+            "memory_total": gpu.memory_total,
+            "memory_used": gpu.memory_used,
+            "memory_reserved": self.reserved,
+            "memory_used_by_slices": self.used_by_slices,
+            "memory_over_use": self.over_use,
+            "memory_foreign": self.foreign,
+            "memory_free": self.free,
+            "utilization": gpu.utilization,
+            "mig_mode": gpu.mig_mode,
+            "mig_devices": [
+                {
+                    "uuid": m.device.uuid,
+                    "profile": m.device.profile,
+                    "memory_total": m.device.memory_total,
+                    "memory_used": m.device.memory_used,
+                    "gpu_instance_id": m.device.gpu_instance_id,
+                    "compute_instance_id": m.device.compute_instance_id,
+                    "slice": m.slice_id,
+                    "in_use_without_slice": m.in_use_without_slice,
+                }
+                for m in self.mig
+            ],
+            "mps": gpu.mps,
+            "tier": self.tier,
+            "slices": [s.slice.id for s in self.shares],
+        }
+
+
+@dataclass(frozen=True)
+class Occupancy:
+    """Every GPU of one snapshot."""
+
+    snapshot: Snapshot
+    gpus: tuple[GPUOccupancy, ...]
+
+    def gpu(self, uuid: str) -> GPUOccupancy | None:
+        return next((g for g in self.gpus if g.uuid == uuid), None)
+
+    def explain(self, uuids: Iterable[str] | None = None) -> str:
+        wanted = None if uuids is None else set(uuids)
+        return "; ".join(g.explain() for g in self.gpus if wanted is None or g.uuid in wanted)
+
+
+def occupancy_of(snapshot: Snapshot, slices: Iterable[Slice], attribution: Attribution) -> Occupancy:
+    """Per GPU: reservations, use by slices, over-use, use outside slices and what is free."""
+    slices = list(slices)
+    result = []
+    for gpu in snapshot.gpus:
+        shares = tuple(
+            Share(s, reserved, attribution.used.get(s.id, {}).get(gpu.uuid, 0))
+            for s in slices
+            for uuid, reserved in zip(s.gpus, s.memory)
+            if uuid == gpu.uuid
+        )
+        unaccounted = _unaccounted(gpu)
+        held = {
+            device: (s.id, f"{s.describe_holder()} [{s.owner}]")
+            for s in slices
+            if s.tier is Tier.MIG
+            for device in s.mig_devices
+        }
+        mig = tuple(
+            MIGState(
+                device=m,
+                slice_id=held.get(m.uuid, (None, None))[0],
+                holder=held.get(m.uuid, (None, None))[1],
+                in_use_without_slice=m.uuid not in held and bool(attribution.foreign.get(m.uuid)),
+            )
+            for m in gpu.mig_devices
+        )
+        result.append(
+            GPUOccupancy(
+                gpu=gpu,
+                shares=shares,
+                foreign=attribution.foreign.get(gpu.uuid, 0) + unaccounted,
+                foreign_processes=attribution.foreign_pids.get(gpu.uuid, 0),
+                unaccounted=unaccounted,
+                mig=mig,
+            )
+        )
+    return Occupancy(snapshot, tuple(result))
+
+
+def _unaccounted(gpu: GPU) -> int:
+    """Memory in use that no visible process accounts for (other containers, other pid
+    namespaces). Unknown when some process's own use is unknown: it may be that process's."""
+    if gpu.memory_used is None or gpu.mig_mode or any(p.used is None for p in gpu.processes):
+        return 0
+    return max(0, gpu.memory_used - sum(p.used or 0 for p in gpu.processes))

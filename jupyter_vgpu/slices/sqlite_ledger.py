@@ -1,0 +1,406 @@
+"""The ledger in a SQLite file: the user's own, or the node's when the broker keeps it.
+
+The file itself (schema, transactions) is :mod:`.store`; what it holds is :mod:`.records`.
+Every reservation places against one :mod:`occupancy <.occupancy>` of the GPUs, computed
+inside the writers' turn, so two processes never place against the same free memory. A slice
+whose holder process is gone (pid plus start time, so a reused pid does not count) is
+reclaimed by the next reservation, the server's monitor or ``jupyter vgpu gc``.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+import uuid
+from collections.abc import Collection, Mapping
+from pathlib import Path
+from typing import Any
+
+from ..errors import InvalidRequest, NoGPU, NotPermitted, SliceNotFound, SliceUnavailable
+from ..gpus import Inventory, Snapshot
+from ..units import format_bytes, shorten
+from .holders import attribute, process_alive, process_start
+from .ledger import Ledger
+from .occupancy import Occupancy, occupancy_of
+from .placement import place
+from .records import Actor, Holder, Slice, Ticket, Tier, Waiter, clean_labels
+from .request import SliceRequest
+from .store import LedgerFile
+
+__all__ = ["SQLiteLedger"]
+
+#: A slice id is 12 hex digits; a prefix names one when it has at least this many.
+MIN_PREFIX = 6
+
+
+class SQLiteLedger(Ledger):
+    """Reserve, release and list slices in the SQLite file at ``path``.
+
+    One instance per process is enough; it is safe to share between threads. It acts for
+    ``actor`` (default: this process's user); :meth:`acting_for` gives a view of the same file
+    that acts for someone else and may keep placement to some GPUs (the broker's callers).
+    """
+
+    def __init__(
+        self,
+        path: str | Path,
+        inventory: Inventory,
+        *,
+        context_allowance: int,
+        poll_interval: float = 0.25,
+        actor: Actor | None = None,
+    ) -> None:
+        self.inventory = inventory
+        self.context_allowance = context_allowance
+        self.poll_interval = poll_interval
+        self.actor = actor or Actor.this_process()
+        self.allowed_gpus: frozenset[str] | None = None
+        self.file = LedgerFile(path)
+        self.path = self.file.path
+        self._recorded_gpus: list[tuple[tuple[str, int, str, int], ...] | None] = [None]
+
+    def acting_for(self, actor: Actor, *, allowed_gpus: Collection[str] | None = None) -> SQLiteLedger:
+        """The same file (one connection), acting for ``actor``, placing only on ``allowed_gpus``."""
+        view = replace_ledger(self)
+        view.actor = actor
+        view.allowed_gpus = None if allowed_gpus is None else frozenset(allowed_gpus)
+        return view
+
+    def location(self) -> str:
+        return f"ledger {self.path}"
+
+    def close(self) -> None:
+        self.file.close()
+
+    # -- reading --------------------------------------------------------------------------
+    def slices(self) -> list[Slice]:
+        with self.file.transaction(write=False) as db:
+            return self._read_slices(db)
+
+    def get(self, slice_id: str) -> Slice:
+        with self.file.transaction(write=False) as db:
+            return self._find(db, slice_id)
+
+    def waiting(self) -> list[Waiter]:
+        with self.file.transaction(write=False) as db:
+            rows = db.execute("SELECT * FROM queue ORDER BY ticket").fetchall()
+        return [
+            Waiter(
+                ticket=row["ticket"],
+                position=position,
+                owner=row["owner"],
+                uid=row["uid"],
+                holder_kind=row["holder_kind"],
+                holder=row["holder"],
+                pid=row["pid"],
+                request=SliceRequest.from_dict(json.loads(row["request"])),
+                labels=json.loads(row["labels"]),
+                created=row["created"],
+            )
+            for position, row in enumerate(rows, start=1)
+        ]
+
+    def occupancy(self) -> Occupancy:
+        """Every GPU now, as placement sees it (process trees walked afresh)."""
+        snapshot = self.inventory.snapshot()
+        slices = self.slices()
+        return occupancy_of(snapshot, slices, attribute(snapshot, {s.id: s.pid for s in slices}))
+
+    def _read_slices(self, db: sqlite3.Connection, where: str = "", args: tuple[Any, ...] = ()) -> list[Slice]:
+        rows = db.execute(f"SELECT * FROM slices {where} ORDER BY created, id", args).fetchall()
+        gpu_rows: dict[str, list[sqlite3.Row]] = {}
+        for g in db.execute("SELECT * FROM slice_gpus ORDER BY slice_id, gpu_index").fetchall():
+            gpu_rows.setdefault(g["slice_id"], []).append(g)
+        result = []
+        for row in rows:
+            gs = gpu_rows.get(row["id"], [])
+            result.append(
+                Slice(
+                    id=row["id"],
+                    owner=row["owner"],
+                    uid=row["uid"],
+                    holder_kind=row["holder_kind"],
+                    holder=row["holder"],
+                    pid=row["pid"],
+                    pid_start=row["pid_start"],
+                    gpus=tuple(g["gpu_uuid"] for g in gs),
+                    gpu_indices=tuple(g["gpu_index"] for g in gs),
+                    memory=tuple(g["memory"] for g in gs),
+                    memory_total=tuple(g["memory_total"] for g in gs),
+                    context_allowance=row["context_allowance"],
+                    logical_devices=row["logical_devices"],
+                    request=SliceRequest.from_dict(json.loads(row["request"])),
+                    labels=json.loads(row["labels"]),
+                    created=row["created"],
+                    tier=Tier(row["tier"]),
+                    mig_devices=tuple(g["mig_device"] for g in gs if g["mig_device"]),
+                    mig_profiles=tuple(g["mig_profile"] or "" for g in gs if g["mig_device"]),
+                )
+            )
+        return result
+
+    def _find(self, db: sqlite3.Connection, slice_id: str) -> Slice:
+        """The slice whose id is exactly ``slice_id``, or the only one it is a literal prefix of."""
+        text = str(slice_id).strip()
+        found = self._read_slices(db, "WHERE id = ?", (text,))
+        if not found and len(text) >= MIN_PREFIX and text.isalnum():
+            # a literal prefix: substr(), not LIKE, so % and _ are only themselves
+            found = self._read_slices(db, "WHERE substr(id, 1, ?) = ?", (len(text), text))
+        if len(found) != 1:
+            raise SliceNotFound(f"No slice {shorten(text)} in the {self.location()}; `jupyter vgpu status` lists them.")
+        return found[0]
+
+    def _mine(self, db: sqlite3.Connection, slice_id: str, action: str) -> Slice:
+        """The slice, if this ledger's actor may ``action`` it (the one ownership check)."""
+        found = self._find(db, slice_id)
+        if not self.actor.may_change(found.uid):
+            raise NotPermitted(f"Slice {found.id} belongs to {found.owner}; you can {action} only your own slices.")
+        return found
+
+    # -- reserving ----------------------------------------------------------------------
+    def reserve_now(self, request: SliceRequest, holder: Holder) -> Slice:
+        snapshot = self._available_snapshot()
+        fields = self._holder_fields(request, holder)
+        with self.file.transaction() as db:
+            granted, reason = self._grant(db, snapshot, request, fields, ticket=None)
+        if granted is None:
+            raise SliceUnavailable(reason)
+        return granted
+
+    def enqueue(self, request: SliceRequest, holder: Holder) -> Ticket:
+        fields = self._holder_fields(request, holder)
+        with self.file.transaction() as db:
+            cursor = db.execute(
+                "INSERT INTO queue (owner, uid, holder_kind, holder, pid, pid_start, request, labels, created)"
+                " VALUES (:owner, :uid, :holder_kind, :holder, :pid, :pid_start, :request, :labels, :created)",
+                fields,
+            )
+            assert cursor.lastrowid is not None
+            return Ticket(number=cursor.lastrowid, request=request)
+
+    def leave_queue(self, ticket: Ticket) -> None:
+        with self.file.transaction() as db:
+            row = db.execute("SELECT uid FROM queue WHERE ticket = ?", (int(ticket.number),)).fetchone()
+            if row is None:
+                return
+            if not self.actor.may_change(row["uid"]):
+                raise NotPermitted(f"Place {ticket.number} in line is not yours.")
+            db.execute("DELETE FROM queue WHERE ticket = ?", (int(ticket.number),))
+
+    def try_grant(self, ticket: Ticket, *, final: bool = True) -> Slice | None:
+        snapshot = self._available_snapshot()
+        with self.file.transaction() as db:
+            row = db.execute("SELECT * FROM queue WHERE ticket = ?", (int(ticket.number),)).fetchone()
+            if row is None:
+                raise SliceUnavailable("This request left the line (its process ended or it was cancelled).")
+            if not self.actor.may_change(row["uid"]):
+                raise NotPermitted(f"Place {ticket.number} in line belongs to {row['owner']}, not to {self.actor.user}.")
+            request = SliceRequest.from_dict(json.loads(row["request"]))
+            try:
+                granted, reason = self._grant(db, snapshot, request, dict(row), ticket=int(ticket.number))
+            except SliceUnavailable:  # waiting cannot help: leave the line at once
+                db.execute("DELETE FROM queue WHERE ticket = ?", (int(ticket.number),))
+                raise
+        if granted is None:
+            ticket.last_reason = reason
+            if final:
+                raise SliceUnavailable(reason)
+        return granted
+
+    def _available_snapshot(self) -> Snapshot:
+        snapshot = self.inventory.snapshot()
+        if not snapshot.available:
+            raise NoGPU(snapshot.message or "No GPU is available.")
+        return snapshot
+
+    def _occupancy(self, db: sqlite3.Connection, snapshot: Snapshot, slices: list[Slice]) -> Occupancy:
+        return occupancy_of(snapshot, slices, attribute(snapshot, {s.id: s.pid for s in slices}))
+
+    def _grant(
+        self, db: sqlite3.Connection, snapshot: Snapshot, request: SliceRequest, fields: dict[str, Any], ticket: int | None
+    ) -> tuple[Slice | None, str]:
+        """Inside a write transaction: place and record the slice, or say why not."""
+        self._record_gpus(db, snapshot)
+        slices = self._read_slices(db)
+        dead = {s.id for s in self._reap(db, slices)}
+        live = [s for s in slices if s.id not in dead]
+        if ticket is None:
+            ahead = db.execute("SELECT count(*) FROM queue").fetchone()[0]
+        else:
+            ahead = db.execute("SELECT count(*) FROM queue WHERE ticket < ?", (ticket,)).fetchone()[0]
+        placement = place(
+            request,
+            self._occupancy(db, snapshot, live).gpus,
+            context_allowance=self.context_allowance,
+            allowed=self.allowed_gpus,
+        )
+        if placement.permanent:
+            raise SliceUnavailable(f"Cannot reserve {request.describe()}: {placement.reason}")
+        if ahead or not placement:
+            reason = placement.reason
+            if ahead:
+                waiting = f"{ahead} earlier request{'s are' if ahead > 1 else ' is'} waiting in line for a slice."
+                reason = f"{waiting} {reason}".strip()
+            return None, reason
+        slice_id = uuid.uuid4().hex[:12]
+        db.execute(
+            "INSERT INTO slices (id, owner, uid, holder_kind, holder, pid, pid_start, context_allowance,"
+            " logical_devices, request, labels, created, tier) VALUES (:id, :owner, :uid, :holder_kind, :holder,"
+            " :pid, :pid_start, :context, :logical, :request, :labels, :now, :tier)",
+            {
+                **fields,
+                "id": slice_id,
+                "context": self.context_allowance,
+                "logical": request.logical_devices,
+                "now": time.time(),
+                "tier": placement.tier.value,
+            },
+        )
+        instances = placement.instances or (None,) * len(placement.chosen)
+        db.executemany(
+            "INSERT INTO slice_gpus (slice_id, gpu_uuid, gpu_index, memory, memory_total, mig_device, mig_profile)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?)",
+            [
+                (
+                    slice_id,
+                    gpu.uuid,
+                    gpu.index,
+                    amount,
+                    gpu.total,
+                    mig.device.uuid if mig else None,
+                    mig.device.profile if mig else None,
+                )
+                for (gpu, amount), mig in zip(placement.chosen, instances)
+            ],
+        )
+        if ticket is not None:
+            db.execute("DELETE FROM queue WHERE ticket = ?", (ticket,))
+        return self._find(db, slice_id), ""
+
+    def _record_gpus(self, db: sqlite3.Connection, snapshot: Snapshot) -> None:
+        # The capacities the over-commitment check reads; written only when they change.
+        known = tuple((g.uuid, g.index, g.name, g.memory_total) for g in snapshot.gpus)
+        if known == self._recorded_gpus[0]:
+            return
+        self._recorded_gpus[0] = known
+        now = time.time()
+        db.executemany(
+            "INSERT INTO gpus (uuid, idx, name, memory_total, seen) VALUES (?, ?, ?, ?, ?)"
+            " ON CONFLICT(uuid) DO UPDATE SET idx = excluded.idx, name = excluded.name,"
+            " memory_total = excluded.memory_total, seen = excluded.seen",
+            [(g.uuid, g.index, g.name, g.memory_total, now) for g in snapshot.gpus],
+        )
+
+    def _holder_fields(self, request: SliceRequest, holder: Holder) -> dict[str, Any]:
+        from os import getpid
+
+        pid = getpid() if holder.pid is None else holder.pid
+        return {
+            "owner": self.actor.user,
+            "uid": self.actor.uid,
+            "holder_kind": holder.kind,
+            "holder": holder.name,
+            "pid": pid,
+            "pid_start": process_start(pid),
+            "request": json.dumps(request.to_dict()),
+            "labels": json.dumps(dict(holder.labels)),
+            "created": time.time(),
+        }
+
+    # -- holders ------------------------------------------------------------------------
+    def attach(self, slice_id: str, pid: int) -> Slice:
+        with self.file.transaction() as db:
+            found = self._mine(db, slice_id, "attach a process to")
+            db.execute("UPDATE slices SET pid = ?, pid_start = ? WHERE id = ?", (pid, process_start(pid), found.id))
+            return self._find(db, found.id)
+
+    def update_labels(self, slice_id: str, labels: Mapping[str, str | None]) -> Slice:
+        changes = clean_labels(labels, removable=True)
+        with self.file.transaction() as db:
+            found = self._mine(db, slice_id, "relabel")
+            merged = dict(found.labels)
+            for key, value in changes.items():
+                if value is None:
+                    merged.pop(key, None)
+                else:
+                    merged[key] = value
+            clean_labels(merged)  # the result stays within the bounds
+            db.execute("UPDATE slices SET labels = ? WHERE id = ?", (json.dumps(merged), found.id))
+            return self._find(db, found.id)
+
+    def resize(self, slice_id: str, request: SliceRequest) -> Slice:
+        snapshot = self._available_snapshot()
+        with self.file.transaction() as db:
+            found = self._mine(db, slice_id, "resize")
+            if found.tier is Tier.MIG:
+                raise InvalidRequest(
+                    f"Slice {found.id} is a whole MIG device ({', '.join(found.mig_profiles)}), which cannot change "
+                    "size; start a kernel with a different share to get another MIG device."
+                )
+            if request.gpus != len(found.gpus):
+                raise InvalidRequest(
+                    f"A resize keeps the GPU count ({len(found.gpus)}); gpus={request.gpus} needs a new slice."
+                )
+            others = [s for s in self._read_slices(db) if s.id != found.id]
+            gpus = self._occupancy(db, snapshot, others)
+            changes = []
+            for gpu_uuid in found.gpus:
+                gpu = gpus.gpu(gpu_uuid)
+                if gpu is None:
+                    raise SliceUnavailable(f"GPU {gpu_uuid} of slice {found.id} is no longer present.")
+                need = request.amount_on(gpu.total)
+                if need <= self.context_allowance:
+                    raise InvalidRequest(
+                        f"{request.describe()} is {format_bytes(need)}, not more than the CUDA-context allowance "
+                        f"({format_bytes(self.context_allowance)}); ask for more memory."
+                    )
+                if need > gpu.free:
+                    raise SliceUnavailable(f"Cannot resize slice {found.id} to {request.describe()}: {gpu.explain()}.")
+                changes.append((need, found.id, gpu_uuid))
+            db.executemany("UPDATE slice_gpus SET memory = ? WHERE slice_id = ? AND gpu_uuid = ?", changes)
+            stored = {**request.to_dict(), "gpu": found.request.gpu, "placement": found.request.placement}
+            db.execute(
+                "UPDATE slices SET request = ?, logical_devices = ? WHERE id = ?",
+                (json.dumps(stored), request.logical_devices, found.id),
+            )
+            return self._find(db, found.id)
+
+    def release(self, slice_id: str) -> Slice:
+        with self.file.transaction() as db:
+            found = self._mine(db, slice_id, "release")
+            db.execute("DELETE FROM slices WHERE id = ?", (found.id,))
+            return found
+
+    def reap(self) -> list[Slice]:
+        with self.file.transaction() as db:
+            return self._reap(db)
+
+    def _reap(self, db: sqlite3.Connection, slices: list[Slice] | None = None) -> list[Slice]:
+        if slices is None:
+            slices = self._read_slices(db)
+        dead = [s for s in slices if not process_alive(s.pid, s.pid_start)]
+        for s in dead:
+            db.execute("DELETE FROM slices WHERE id = ?", (s.id,))
+        for row in db.execute("SELECT ticket, pid, pid_start FROM queue").fetchall():
+            if not process_alive(row["pid"], row["pid_start"]):
+                db.execute("DELETE FROM queue WHERE ticket = ?", (row["ticket"],))
+        return dead
+
+    # -- checks ---------------------------------------------------------------------------
+    def overcommitted(self) -> list[tuple[str, int, int]]:
+        with self.file.transaction(write=False) as db:
+            rows = db.execute(
+                "SELECT g.uuid, r.reserved, g.memory_total FROM gpus g JOIN"
+                " (SELECT gpu_uuid, SUM(memory) AS reserved FROM slice_gpus GROUP BY gpu_uuid) r"
+                " ON r.gpu_uuid = g.uuid WHERE r.reserved > g.memory_total"
+            ).fetchall()
+        return [(r[0], r[1], r[2]) for r in rows]
+
+
+def replace_ledger(ledger: SQLiteLedger) -> SQLiteLedger:
+    """A shallow copy sharing the file and its connection (for :meth:`SQLiteLedger.acting_for`)."""
+    view = SQLiteLedger.__new__(SQLiteLedger)
+    view.__dict__.update(ledger.__dict__)
+    return view
+

@@ -1,0 +1,139 @@
+"""The shape of the code the layer table promises (README.md, "Development"): layers that import downwards only, no import
+circle, one ledger contract with two complete implementations, one holder vocabulary with the UI."""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+from jupyter_vgpu.slices.ledger import OPERATIONS, Ledger
+from jupyter_vgpu.slices.records import HOLDER_KINDS
+from jupyter_vgpu.slices.remote import BrokerLedger
+from jupyter_vgpu.slices.sqlite_ledger import SQLiteLedger
+
+PACKAGE = Path(__file__).resolve().parents[1] / "jupyter_vgpu"
+UI = Path(__file__).resolve().parents[1] / "labextension" / "src"
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def imports() -> dict[str, set[str]]:
+    """Module -> the modules it imports at its top level or in a function (lazy imports count:
+    they are dependencies too). Imports for type checkers only (``if TYPE_CHECKING:``) do not."""
+    graph: dict[str, set[str]] = defaultdict(set)
+    for path in PACKAGE.rglob("*.py"):
+        module = _module_name(path)
+        package = module if path.name == "__init__.py" else module.rsplit(".", 1)[0]
+        tree = ast.parse(path.read_text())
+        typing_only = {
+            id(inner)
+            for node in ast.walk(tree)
+            if isinstance(node, ast.If) and ast.unparse(node.test) in ("TYPE_CHECKING", "typing.TYPE_CHECKING")
+            for inner in ast.walk(node)
+        }
+        for node in ast.walk(tree):
+            if id(node) in typing_only:
+                continue
+            if isinstance(node, ast.ImportFrom):
+                if node.level:
+                    base = package.split(".")
+                    base = base[: len(base) - node.level + 1]
+                    target = ".".join(base + ([node.module] if node.module else []))
+                else:
+                    target = node.module or ""
+                graph[module].add(target)
+                for alias in node.names:
+                    graph[module].add(f"{target}.{alias.name}")
+            elif isinstance(node, ast.Import):
+                graph[module].update(alias.name for alias in node.names)
+    return graph
+
+
+def _in(module: str, layer: str) -> bool:
+    return module == layer or module.startswith(layer + ".")
+
+
+FORBIDDEN = [
+    ("jupyter_vgpu.gpus", "jupyter_vgpu.slices"),
+    ("jupyter_vgpu.gpus", "jupyter_vgpu.server"),
+    ("jupyter_vgpu.slices", "jupyter_server"),
+    ("jupyter_vgpu.slices", "jupyter_vgpu.server"),
+    ("jupyter_vgpu.slices", "jupyter_vgpu.hub"),
+    ("jupyter_vgpu.slices", "jupyter_vgpu.provisioner"),
+    ("jupyter_vgpu.kernel", "jupyter_vgpu.server"),
+    ("jupyter_vgpu.kernel", "jupyter_vgpu.hub"),
+    ("jupyter_vgpu.provisioner", "jupyter_vgpu.server"),
+    ("jupyter_vgpu.server", "jupyter_vgpu.hub"),
+    ("jupyter_vgpu.server", "jupyterhub"),
+    ("jupyter_vgpu.cli", "jupyterhub"),
+]
+
+
+@pytest.mark.parametrize(("layer", "below"), FORBIDDEN, ids=[f"{a}-not-{b}" for a, b in FORBIDDEN])
+def test_a_layer_does_not_import_what_sits_above_it(layer: str, below: str) -> None:
+    offending = sorted(
+        f"{module} imports {target}"
+        for module, targets in imports().items()
+        if _in(module, layer)
+        for target in targets
+        if _in(target, below)
+    )
+    assert offending == []
+
+
+def test_the_command_line_imports_the_hub_only_inside_the_broker_command() -> None:
+    offending = sorted(
+        module
+        for module, targets in imports().items()
+        if _in(module, "jupyter_vgpu.cli") and module != "jupyter_vgpu.cli.broker"
+        if any(_in(t, "jupyter_vgpu.hub") for t in targets)
+    )
+    assert offending == []
+
+
+def test_no_two_modules_import_each_other_in_a_circle() -> None:
+    graph = imports()
+    modules = set(graph)
+    edges = {m: {t for t in graph[m] if t in modules and t != m and not m.startswith(t + ".")} for m in modules}
+    circle: list[str] = []
+
+    def visit(node: str, path: list[str], seen: set[str]) -> bool:
+        for nxt in sorted(edges[node]):
+            if nxt in path:
+                circle.extend([*path[path.index(nxt) :], nxt])
+                return True
+            if nxt not in seen:
+                seen.add(nxt)
+                if visit(nxt, [*path, nxt], seen):
+                    return True
+        return False
+
+    seen: set[str] = set()
+    for start in sorted(modules):
+        if start not in seen and visit(start, [start], seen):
+            break
+    assert circle == [], " -> ".join(circle)
+
+
+def test_both_ledgers_implement_the_whole_contract_and_the_broker_serves_exactly_it() -> None:
+    assert not SQLiteLedger.__abstractmethods__ and not BrokerLedger.__abstractmethods__
+    assert set(Ledger.__abstractmethods__) - {"location"} == set(OPERATIONS)
+    assert issubclass(SQLiteLedger, Ledger) and issubclass(BrokerLedger, Ledger)
+    assert not issubclass(BrokerLedger, SQLiteLedger), "the broker client is a sibling, not a subclass"
+
+
+def test_the_ui_names_the_same_holder_kinds_as_the_server() -> None:
+    source = (UI / "api.ts").read_text()
+    match = re.search(r"export type HolderKind = ([^;]+);", source)
+    assert match, "labextension/src/api.ts declares no HolderKind"
+    assert tuple(re.findall(r"'(\w+)'", match.group(1))) == HOLDER_KINDS
+    assert "holder_kind: HolderKind" in source
