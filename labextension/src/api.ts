@@ -6,16 +6,29 @@
 import { URLExt } from '@jupyterlab/coreutils';
 import { ServerConnection } from '@jupyterlab/services';
 
-/** One GPU, as `GET /api/vgpu/devices` describes it. */
+/**
+ * What holds a slice. The server's `HolderKind` (jupyter_vgpu/slices/records.py) lists the same
+ * values; tests/test_contract.py checks that the two agree.
+ */
+export type HolderKind = 'kernel' | 'command';
+
+/** One GPU, as `GET /api/vgpu/devices` describes it (the GPU fields of docs/rest.md). */
 export interface IDevice {
   index: number;
   uuid: string;
   name: string;
   memory_total: number;
   memory_used: number | null;
+  /** What the slices reserve here. */
   memory_reserved: number;
+  /** What the slices' processes use here. */
+  memory_used_by_slices: number;
+  /** What slices use beyond their reservations. */
+  memory_over_use: number;
+  /** What is used outside slices (processes without a slice, memory no process accounts for). */
   memory_foreign: number;
-  memory_reservable: number;
+  /** What one new slice could get here now: the same figure as `jupyter vgpu status`. */
+  memory_free: number;
   utilization: number | null;
   utilization_history: [number, number | null][];
   mig_mode: boolean;
@@ -38,7 +51,11 @@ export type SliceState = 'ok' | 'near' | 'over' | 'unknown';
 /** One reservation: a kernel's or a `jupyter vgpu run` command's. */
 export interface ISlice {
   id: string;
-  holder_kind: 'kernel' | 'command';
+  holder_kind: HolderKind;
+  /** The slice belongs to the user this server runs as (others' come from a node broker). */
+  yours: boolean;
+  /** A kernel of this very server (only those can be shut down from here). */
+  running_here: boolean;
   kernel_id: string | null;
   kernel_name: string | null;
   kernel_display_name: string | null;
@@ -73,7 +90,7 @@ export interface ISlice {
 export interface IWaiting {
   ticket: number;
   position: number;
-  holder_kind: 'kernel' | 'command';
+  holder_kind: HolderKind;
   holder: string;
   request_text: string;
   waiting_seconds: number;

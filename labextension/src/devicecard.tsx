@@ -45,7 +45,7 @@ export function DeviceCard(props: {
           {formatUsage(used, device.memory_total)}
         </span>
         <span className="jp-vgpu-DeviceCard-free" title="Memory a new slice can still reserve">
-          free {formatBytes(device.memory_reservable)}
+          free {formatBytes(device.memory_free)}
         </span>
         <span className="jp-vgpu-DeviceCard-util" title="GPU utilisation">
           util {formatPercent(device.utilization)}

@@ -8,15 +8,26 @@ import { ISlice } from './api';
 const MiB = 1024 ** 2;
 const GiB = 1024 ** 3;
 
-/** "2.1 GiB", "512 MiB"; "–" when unknown. */
+/**
+ * "2.1 GiB", "512 MiB", "0 B"; "–" when unknown. The same rule as the server's
+ * `jupyter_vgpu.units.format_bytes`, so a figure reads the same in the CLI, `%vgpu` and here.
+ */
 export function formatBytes(bytes: number | null | undefined): string {
   if (bytes === null || bytes === undefined || !isFinite(bytes)) {
     return '–';
   }
-  if (Math.abs(bytes) >= GiB) {
-    return `${(bytes / GiB).toFixed(1)} GiB`;
+  const units: [string, number, number][] = [
+    ['TiB', 1024 ** 4, 1],
+    ['GiB', GiB, 1],
+    ['MiB', MiB, 0],
+    ['KiB', 1024, 0]
+  ];
+  for (const [unit, size, digits] of units) {
+    if (Math.abs(bytes) >= size) {
+      return `${(bytes / size).toFixed(digits)} ${unit}`;
+    }
   }
-  return `${Math.round(bytes / MiB)} MiB`;
+  return `${Math.round(bytes)} B`;
 }
 
 /**

@@ -90,6 +90,8 @@ export function SliceRow(props: {
   const warning = stateText(slice);
   const isKernel = slice.holder_kind === 'kernel';
   const KindIcon = isKernel ? kernelIcon : terminalIcon;
+  // Only this server's kernels can be shut down from here, and only your own commands released.
+  const canAct = isKernel ? slice.running_here : slice.yours;
   return (
     <li
       className={`jp-vgpu-SliceRow jp-vgpu-mod-${slice.state}`}
@@ -123,16 +125,18 @@ export function SliceRow(props: {
             >
               <copyIcon.react tag="span" elementSize="small" />
             </button>
-            <button
-              className={`jp-Button jp-mod-minimal ${isKernel ? 'jp-vgpu-action-shutdown' : 'jp-vgpu-action-release'}`}
-              title={isKernel ? 'Shut down this kernel' : 'Release this slice'}
-              aria-label={isKernel ? 'Shut down kernel' : 'Release slice'}
-              onClick={() =>
-                isKernel ? actions.shutdownKernel(slice) : actions.releaseSlice(slice)
-              }
-            >
-              <closeIcon.react tag="span" elementSize="small" />
-            </button>
+            {canAct && (
+              <button
+                className={`jp-Button jp-mod-minimal ${isKernel ? 'jp-vgpu-action-shutdown' : 'jp-vgpu-action-release'}`}
+                title={isKernel ? 'Shut down this kernel' : 'Release this slice'}
+                aria-label={isKernel ? 'Shut down kernel' : 'Release slice'}
+                onClick={() =>
+                  isKernel ? actions.shutdownKernel(slice) : actions.releaseSlice(slice)
+                }
+              >
+                <closeIcon.react tag="span" elementSize="small" />
+              </button>
+            )}
           </span>
         </div>
         <div className="jp-vgpu-SliceRow-line jp-vgpu-SliceRow-sub">

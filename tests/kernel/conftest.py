@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from .harness import Kernel, Workspace
+from .harness import start as start_kernel
 
 
 @pytest.fixture
@@ -30,7 +31,7 @@ def start(kernels: list[Kernel]) -> Any:
     """``start(env, extension=True)`` -> a running :class:`Kernel`, stopped after the test."""
 
     def starter(env: dict[str, str], **options: Any) -> Kernel:
-        kernel = Kernel(env, **options)
+        kernel = start_kernel(env, **options)
         kernels.append(kernel)
         return kernel
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import psutil
 import pytest
-from jupyter_client.asynchronous.client import AsyncKernelClient
+from kernels import Kernel
 
 # pytest-jupyter has no entry point: its fixtures come in by import. Its hooks that run
 # coroutine tests themselves are left out, so pytest-asyncio (asyncio_mode=auto) runs these
@@ -116,13 +116,14 @@ async def until(check: Callable[[], Awaitable[Any]], timeout: float = 30.0, what
         await asyncio.sleep(INTERVAL / 2)
 
 
-class Kernel:
-    """A kernel started through the server's REST API, and a client to run code in it."""
+class ServerKernel:
+    """A kernel the test server started through its REST API, driven by the suite's one kernel
+    driver (:class:`kernels.Kernel`) on a worker thread, so the server's loop keeps serving."""
 
     def __init__(self, serverapp: Any, kernel_id: str) -> None:
         self.serverapp = serverapp
         self.id = kernel_id
-        self.client: AsyncKernelClient | None = None
+        self._driver: Kernel | None = None
 
     @property
     def manager(self) -> Any:
@@ -136,37 +137,30 @@ class Kernel:
     def alive(self) -> bool:
         return self.id in self.serverapp.kernel_manager
 
-    async def connect(self) -> AsyncKernelClient:
-        if self.client is None:
-            self.client = self.manager.client()
-            self.client.start_channels()
-            await self.client.wait_for_ready(timeout=60)
-        return self.client
+    async def driver(self) -> Kernel:
+        """The connected driver (its blocking calls belong on a worker thread)."""
+        if self._driver is None:
+            self._driver = await asyncio.to_thread(Kernel.attach, self.manager.get_connection_info(session=False))
+        return self._driver
 
     async def run(self, code: str, timeout: float = 60) -> tuple[dict[str, Any], str]:
         """Execute ``code``; returns the reply content and what it printed."""
-        client = await self.connect()
-        printed: list[str] = []
-
-        def output(msg: dict[str, Any]) -> None:
-            if msg["msg_type"] == "stream":
-                printed.append(msg["content"]["text"])
-
-        reply = await client.execute_interactive(code, output_hook=output, timeout=timeout)
-        return reply["content"], "".join(printed)
+        driver = await self.driver()
+        outcome = await asyncio.to_thread(driver.run, code, timeout)
+        return outcome.reply["content"], outcome.stdout
 
     def close(self) -> None:
-        if self.client is not None:
-            self.client.stop_channels()
-            self.client = None
+        if self._driver is not None:
+            self._driver.stop()
+            self._driver = None
 
 
 @pytest.fixture
-async def start_kernel(jp_fetch: Fetch, vgpu_server: Any) -> AsyncIterator[Callable[..., Awaitable[Kernel]]]:
+async def start_kernel(jp_fetch: Fetch, vgpu_server: Any) -> AsyncIterator[Callable[..., Awaitable[ServerKernel]]]:
     """Start kernels through ``POST /api/kernels`` (or ``/api/sessions`` with a notebook path)."""
-    kernels: list[Kernel] = []
+    kernels: list[ServerKernel] = []
 
-    async def start(name: str = KERNEL, path: str | None = None) -> Kernel:
+    async def start(name: str = KERNEL, path: str | None = None) -> ServerKernel:
         if path is None:
             model = await get_json_post(jp_fetch, ("api", "kernels"), {"name": name})
             kernel_id = model["id"]
@@ -174,7 +168,7 @@ async def start_kernel(jp_fetch: Fetch, vgpu_server: Any) -> AsyncIterator[Calla
             body = {"path": path, "type": "notebook", "name": Path(path).name, "kernel": {"name": name}}
             model = await get_json_post(jp_fetch, ("api", "sessions"), body)
             kernel_id = model["kernel"]["id"]
-        kernel = Kernel(vgpu_server, kernel_id)
+        kernel = ServerKernel(vgpu_server, kernel_id)
         kernels.append(kernel)
         return kernel
 

@@ -55,7 +55,7 @@ async def test_interrupt_ends_the_running_cell(jp_fetch: Any, start_kernel: Any,
     kernel = await start_kernel()
     pid = kernel.pid
     slice_id = (await settled(jp_fetch, kernel))["id"]
-    client = await kernel.connect()
+    client = (await kernel.driver()).client
     msg_id = client.execute("import time; time.sleep(120)")
     await until(lambda: _busy(client), what="the cell to start")
     simulation_file(processes=[usage(pid, OVER)])
@@ -168,7 +168,7 @@ async def _held_by(jp_fetch: Any, kernel_id: str, pid: int) -> Any:
 async def _busy(client: Any) -> bool:
     while True:
         try:
-            msg = await client.get_iopub_msg(timeout=0.1)
+            msg = await asyncio.to_thread(client.get_iopub_msg, timeout=0.1)
         except Exception:
             return False
         if msg["msg_type"] == "status" and msg["content"]["execution_state"] == "busy":
@@ -177,6 +177,6 @@ async def _busy(client: Any) -> bool:
 
 async def _reply(client: Any, msg_id: str, timeout: float) -> dict[str, Any]:
     while True:
-        msg: dict[str, Any] = await client.get_shell_msg(timeout=timeout)
+        msg: dict[str, Any] = await asyncio.to_thread(client.get_shell_msg, timeout=timeout)
         if msg["parent_header"].get("msg_id") == msg_id:
             return msg

@@ -109,20 +109,6 @@ def notebook_json(kernel_name: str, display_name: str, source: str = "x = 1") ->
     )
 
 
-@pytest.fixture
-def jp_asyncio_loop() -> None:
-    """Replaces pytest-jupyter's autouse loop fixture (and the cleanup that uses it) here.
-
-    These tests run their server as a subprocess, and the event loop pytest-jupyter would
-    close after each test is the one Playwright's sync API keeps running.
-    """
-
-
-@pytest.fixture
-def jp_server_cleanup() -> None:
-    """See `jp_asyncio_loop`."""
-
-
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
     """`jupyter lab` on one simulated 16 GiB GPU with a "Python 3 (1/4 GPU)" kernelspec."""

@@ -7,6 +7,7 @@ The tests share one lab and one browser tab and run in file order: a notebook on
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -253,6 +254,45 @@ def test_no_gpu_is_said_plainly(lab: Lab, page: Any, opened: dict) -> None:
     expect(notebook_row(page)).to_be_visible()
 
 
+def test_free_reads_the_same_in_the_sidebar_the_api_and_the_cli(
+    lab: Lab, page: Any, opened: dict, command_holder: subprocess.Popen[bytes]
+) -> None:
+    command = wait_for("the command's slice", lambda: next((s for s in lab.slices() if s["holder_kind"] == "command"), None))
+    # the notebook's kernel uses 1 GiB beyond its 4 GiB: nobody else can have that
+    lab.simulate([{"gpu": 0, "pid": opened["pid"], "memory": "5GiB"}, {"gpu": 0, "pid": command["pid"], "memory": "1GiB"}])
+    expected = "free 7.0 GiB"  # 16 - 4 - 4 reserved - 1 used beyond its slice
+    free = page.locator(f"{SIDEBAR} .jp-vgpu-DeviceCard-free").first
+    expect(free).to_have_text(expected, timeout=30_000)
+    status, devices = lab.api("GET", "api/vgpu/devices")
+    assert status == 200 and devices["devices"][0]["memory_free"] == 7 * GiB
+    cli = subprocess.run(
+        [sys.executable, "-m", "jupyter_vgpu.cli", "status"], env=lab.env, capture_output=True, text=True, check=True
+    )
+    assert f"  {expected}" in cli.stdout, cli.stdout
+
+
+def test_another_users_command_offers_no_release(lab: Lab, page: Any, opened: dict) -> None:
+    from jupyter_vgpu.gpus import Inventory
+    from jupyter_vgpu.slices import Actor, Holder, SliceRequest, SQLiteLedger
+
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    ledger = SQLiteLedger(lab.env["JUPYTER_VGPU_LEDGER"], Inventory(lab.env["JUPYTER_VGPU_SIMULATE"]), context_allowance=300 << 20)
+    try:
+        theirs = ledger.acting_for(Actor("someone-else", os.getuid() + 4242)).reserve(
+            SliceRequest.parse("1/10"), Holder.command("their-job.py", pid=sleeper.pid)
+        )
+        row = page.locator(f'{SIDEBAR} .jp-vgpu-SliceRow[data-slice-id="{theirs.id}"]')
+        expect(row).to_be_visible(timeout=30_000)
+        view = next(s for s in lab.slices() if s["id"] == theirs.id)
+        assert view["yours"] is False and view["holder_kind"] == "command"
+        expect(row.locator(".jp-vgpu-action-release")).to_have_count(0)
+        expect(row.locator(".jp-vgpu-action-copy")).to_have_count(1)
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+        ledger.close()
+
+
 def test_shutting_the_kernel_down_from_the_sidebar_frees_its_slice(lab: Lab, page: Any, opened: dict) -> None:
     open_sidebar(page)
     row = notebook_row(page)
@@ -277,3 +317,4 @@ def test_with_no_slice_left_the_sidebar_says_how_to_get_one(
     expect(empty).to_contain_text("No kernel holds a GPU slice.")
     expect(sidebar.locator(".jp-vgpu-SliceRow")).to_have_count(0)
     assert lab.slices() == []
+
