@@ -25,6 +25,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from jupyter_client.provisioning.factory import KernelProvisionerFactory
 from jupyter_client.provisioning.local_provisioner import LocalProvisioner
 from tornado.web import HTTPError
 from traitlets import Any as AnyTrait
@@ -161,7 +162,7 @@ def _shown(error: BaseException, log: Any) -> BaseException:
     if isinstance(error, VGPUError):
         return KernelStartFailed(str(error))
     log.error("jupyter-vgpu: the kernel start failed", exc_info=error)
-    return KernelStartFailed(f"jupyter-vgpu could not start this kernel ({error!r}); the server log has the details.")
+    return KernelStartFailed(f"jupyter-vgpu could not start this kernel ({shorten(error)}); the server log has the details.")
 
 
 _ledgers: dict[tuple[str, str, int], Ledger] = {}
@@ -236,6 +237,57 @@ def _pinned(value: Any) -> str:
 
 NO_GPU_CHOICES = ("cpu", "fail")
 
+#: What jupyter_client itself passes to a provisioner, besides the kernelspec's config.
+SET_BY_JUPYTER_CLIENT = frozenset({"kernel_id", "kernel_spec", "parent", "config", "log"})
+
+
+#: The kernelspec config keys (and ``c.VGPUProvisioner`` settings) a user may set; the traits
+#: inherited from LocalProvisioner are not the user's to set.
+VGPU_SETTINGS = ("gpu_fraction", "gpu_memory", "gpus", "gpu", "logical_devices", "placement", "wait_timeout", "no_gpu")
+
+
+def unknown_keys_message(unknown: list[str], spec: Any = None) -> str:
+    name = getattr(spec, "display_name", None)
+    where = f"Kernel '{name}'" if name else "The kernelspec"
+    keys = ", ".join(shorten(k) for k in unknown[:5])
+    return (
+        f"{where}: kernel_provisioner config {'key' if len(unknown) == 1 else 'keys'} {keys} "
+        f"{'is' if len(unknown) == 1 else 'are'} not allowed; use {', '.join(VGPU_SETTINGS)}."
+    )
+
+
+class CheckedProvisionerFactory(KernelProvisionerFactory):  # type: ignore[misc]
+    """jupyter_client's provisioner factory, which first checks that a vgpu-provisioner stanza's
+    ``config`` is a mapping: the factory passes it as ``**config``, and anything else would end
+    the kernel start in a TypeError ("Unhandled error") instead of a sentence."""
+
+    def create_provisioner_instance(self, kernel_id: str, kernel_spec: Any, parent: Any) -> Any:
+        stanza = (getattr(kernel_spec, "metadata", None) or {}).get("kernel_provisioner")
+        if isinstance(stanza, dict) and stanza.get("provisioner_name") == PROVISIONER_NAME:
+            config = stanza.get("config", {})
+            if not isinstance(config, dict):
+                name = getattr(kernel_spec, "display_name", "") or "kernel"
+                raise InvalidKernelConfig(
+                    f"Kernel '{name}': kernel_provisioner config must be a mapping of settings such as "
+                    f'{{"gpu_fraction": 0.25}}, not {shorten(config)}.'
+                )
+        return super().create_provisioner_instance(kernel_id, kernel_spec, parent)
+
+
+def check_provisioner_configs() -> None:
+    """Make the process's provisioner factory a :class:`CheckedProvisionerFactory` (the server
+    extension calls this once; traitlets' singleton makes every kernel manager use it)."""
+    current = KernelProvisionerFactory._instance
+    if isinstance(current, CheckedProvisionerFactory):
+        return
+    parent = getattr(current, "parent", None)
+    KernelProvisionerFactory.clear_instance()
+    CheckedProvisionerFactory.clear_instance()  # one left from an earlier server of this process
+    CheckedProvisionerFactory.instance(parent=parent)
+
+
+PROVISIONER_NAME = "vgpu-provisioner"
+
 
 class VGPUProvisioner(LocalProvisioner):  # type: ignore[misc]
     """Starts local kernels that each hold a GPU slice (``c.VGPUProvisioner.*`` or kernelspec config).
@@ -303,6 +355,14 @@ class VGPUProvisioner(LocalProvisioner):  # type: ignore[misc]
     slice_id: str | None = None
     _slice_ledger: Ledger | None = None
 
+    def __init__(self, **kwargs: Any) -> None:
+        # jupyter_client passes the kernelspec's provisioner config as keyword arguments, which
+        # would set any trait, or vanish when misspelt: only the settings below are allowed.
+        unknown = sorted(set(kwargs) - SET_BY_JUPYTER_CLIENT - set(VGPU_SETTINGS))
+        if unknown:
+            raise InvalidKernelConfig(unknown_keys_message(unknown, kwargs.get("kernel_spec")))
+        super().__init__(**kwargs)
+
     def _ledger(self) -> Ledger:
         """The ledger this kernel's slice lives in: the one ``pre_launch`` reserved from, even if
         the environment changed since (settings are read once per server)."""
@@ -349,6 +409,13 @@ class VGPUProvisioner(LocalProvisioner):  # type: ignore[misc]
     @staticmethod
     def _is_ipykernel(cmd: list[str]) -> bool:
         return any(part.endswith("ipykernel_launcher") or part in ("ipykernel", "ipykernel.kernelapp") for part in cmd)
+
+    def _keeper(self) -> int | None:
+        """This process, when its kernel manager restarts kernels that die (a Jupyter server's
+        does): it then keeps the slice while the kernel is gone (SIGKILL, the OOM killer), so
+        nobody takes the memory in between. The server's monitor frees it if the server gives up."""
+        restarts = bool(getattr(self.parent, "autorestart", False)) and hasattr(self.parent, "restarter_class")
+        return os.getpid() if restarts else None
 
     def _waiting(self, request: SliceRequest) -> Callable[[Ticket], None]:
         def say(ticket: Ticket) -> None:
@@ -426,7 +493,7 @@ class VGPUProvisioner(LocalProvisioner):  # type: ignore[misc]
             except SliceNotFound:
                 self.log.warning("Slice %s of kernel %s was reclaimed; reserving anew.", self.slice_id, self.kernel_id)
                 self.slice_id = None
-        holder = Holder.kernel(str(self.kernel_id), pid=os.getpid(), labels=self._labels(env))
+        holder = Holder.kernel(str(self.kernel_id), pid=os.getpid(), labels=self._labels(env), keeper=self._keeper())
         try:
             slice_ = await ledger.reserve_async(
                 request, holder, wait=float(self.wait_timeout or 0), waiting=self._waiting(request)

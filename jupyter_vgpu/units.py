@@ -41,7 +41,7 @@ def parse_bytes(value: str | int | float, *, what: str = "memory") -> int:
     Raises :class:`InvalidRequest` naming the value and the accepted forms.
     """
     if isinstance(value, bool):
-        raise InvalidRequest(f"{what} {value!r} is not {ALLOWED_SIZES}.")
+        raise InvalidRequest(f"{what} {shorten(value)} is not {ALLOWED_SIZES}.")
     if isinstance(value, (int, float)):
         if not value > 0 or (isinstance(value, float) and not math.isfinite(value)):
             raise InvalidRequest(f"{what} {shorten(value)} must be larger than zero; use {ALLOWED_SIZES}.")
@@ -89,7 +89,7 @@ ALLOWED_FRACTIONS = "a share of a GPU in (0, 1], written 0.25, 1/4 or 25%"
 def parse_fraction(value: str | int | float, *, what: str = "gpu_fraction") -> float:
     """Parse ``0.25``, ``"1/4"`` or ``"25%"`` into a float in (0, 1]."""
     if isinstance(value, bool):
-        raise InvalidRequest(f"{what} {value!r} is not {ALLOWED_FRACTIONS}.")
+        raise InvalidRequest(f"{what} {shorten(value)} is not {ALLOWED_FRACTIONS}.")
     result: float
     if isinstance(value, int) and not -2 <= value <= 2:  # float() of a 400-digit int overflows
         raise InvalidRequest(f"{what} {shorten(value)} is outside (0, 1]; use {ALLOWED_FRACTIONS}.")
@@ -101,7 +101,7 @@ def parse_fraction(value: str | int | float, *, what: str = "gpu_fraction") -> f
             raise InvalidRequest(f"{what} {shorten(value)} is not {ALLOWED_FRACTIONS}.")
         if m := _FRACTION.match(text):
             if int(m.group(2)) == 0:
-                raise InvalidRequest(f"{what} {value!r} divides by zero; use {ALLOWED_FRACTIONS}.")
+                raise InvalidRequest(f"{what} {shorten(value)} divides by zero; use {ALLOWED_FRACTIONS}.")
             result = float(Fraction(int(m.group(1)), int(m.group(2))))
         elif m := _PERCENT.match(text):
             result = float(m.group(1)) / 100
@@ -109,7 +109,7 @@ def parse_fraction(value: str | int | float, *, what: str = "gpu_fraction") -> f
             try:
                 result = float(text)
             except ValueError:
-                raise InvalidRequest(f"{what} {value!r} is not {ALLOWED_FRACTIONS}.") from None
+                raise InvalidRequest(f"{what} {shorten(value)} is not {ALLOWED_FRACTIONS}.") from None
     if not math.isfinite(result) or not 0 < result <= 1:
         raise InvalidRequest(f"{what} {shorten(value)} is outside (0, 1]; use {ALLOWED_FRACTIONS}.")
     return result

@@ -56,13 +56,14 @@ def isolated_env(tmp: Path, **extra: str) -> dict[str, str]:
 
 def write_sliced_kernelspec(
     data_dir: Path,
-    config: Mapping[str, Any] | None = None,
+    config: Any = None,
     *,
     name: str = KERNEL_NAME,
     display_name: str = KERNEL_DISPLAY_NAME,
     python: str = sys.executable,
 ) -> Path:
-    """A kernelspec naming the vgpu-provisioner with ``config`` (default: 1/4 GPU)."""
+    """A kernelspec naming the vgpu-provisioner with ``config`` (default: 1/4 GPU; written as it is
+    given, so a test can write what a careless admin would)."""
     spec = data_dir / "kernels" / name
     spec.mkdir(parents=True, exist_ok=True)
     (spec / "kernel.json").write_text(
@@ -74,7 +75,7 @@ def write_sliced_kernelspec(
                 "metadata": {
                     "kernel_provisioner": {
                         "provisioner_name": "vgpu-provisioner",
-                        "config": dict(config if config is not None else {"gpu_fraction": 0.25}),
+                        "config": config if config is not None else {"gpu_fraction": 0.25},
                     }
                 },
             }

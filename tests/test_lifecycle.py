@@ -182,3 +182,60 @@ def test_a_bad_server_option_leaves_the_server_able_to_stop(home: Path, stopped:
     assert reply["interval"] == 2.0, "the option that cannot work was not replaced by its default"
     took = server.stop(signal.SIGTERM, timeout=10)
     assert took is not None, f"the server did not stop within 10 s of SIGTERM:\n{server.log_tail()}"
+
+
+def _kernel_slice(server: JupyterProcess, kernel_id: str) -> dict[str, Any] | None:
+    status, reply = server.api("GET", f"api/vgpu/kernels/{kernel_id}")
+    return reply.get("slice") if status == 200 else None
+
+
+def test_a_kernel_killed_with_sigkill_keeps_its_slice_while_the_server_restarts_it(
+    home: Path, stopped: list[JupyterProcess]
+) -> None:
+    import os
+
+    write_sliced_kernelspec(home / "data", {"gpu_fraction": 1})
+    env = isolated_env(home, JUPYTER_VGPU_SIMULATE="1x16GiB")
+    server = start_jupyter(home, env=env)
+    stopped.append(server)
+    status, kernel = start_kernel(server)
+    assert status == 201, kernel
+    before = _wait(lambda: _kernel_slice(server, kernel["id"]), "the kernel's slice")
+    os.kill(before["pid"], signal.SIGKILL)
+    # Someone else asks for the whole GPU the moment the kernel is gone, again and again.
+    taken = []
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        grab = subprocess.run(
+            [sys.executable, "-m", "jupyter_vgpu.cli", "run", "-q", "-p", "1", "--", "true"], env=env, capture_output=True
+        )
+        taken.append(grab.returncode == 0)
+        after = _kernel_slice(server, kernel["id"])
+        if after is not None and after["pid"] not in (None, before["pid"]):
+            break
+    assert not any(taken), "another process got the GPU while the server restarted the killed kernel"
+    assert after is not None and after["id"] == before["id"], (before, after)
+
+
+def test_a_kernel_the_server_gives_up_on_frees_its_slice(home: Path, stopped: list[JupyterProcess]) -> None:
+    import os
+
+    env = isolated_env(home, JUPYTER_VGPU_SIMULATE="1x16GiB")
+    server = start_jupyter(home, env=env, args=["--KernelRestarter.restart_limit=0", "--VGPUServer.monitor_interval=0.2"])
+    stopped.append(server)
+    status, kernel = start_kernel(server)
+    assert status == 201, kernel
+    held = _wait(lambda: _kernel_slice(server, kernel["id"]), "the kernel's slice")
+    os.kill(held["pid"], signal.SIGKILL)
+    _wait(lambda: server.api("GET", "api/vgpu/slices")[1]["slices"] == [], "the slice of the given-up kernel to be freed")
+    assert f"freed slice {held['id']}" in server.log_text()
+
+
+def _wait(check: Any, what: str, timeout: float = 30) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.2)

@@ -9,6 +9,7 @@ from typing import Any
 
 from ..config import ENV_LEDGER, load_settings
 from ..slices.remote import DEFAULT_LEDGER, DEFAULT_SOCKET, ENV_BROKER
+from ..units import shorten
 
 
 def add_parser(commands: Any) -> None:
@@ -34,13 +35,27 @@ def add_parser(commands: Any) -> None:
         "--policy", metavar="FILE", default=None,
         help="quotas: a JSON file, or a jupyterhub_config.py whose c.VGPUPolicy is read (re-read when it changes)",
     )
-    parser.add_argument("--reap-interval", type=float, default=5.0, metavar="SECONDS", help="how often dead holders' slices are freed")
+    parser.add_argument("--reap-interval", type=_seconds, default=5.0, metavar="SECONDS", help="how often dead holders' slices are freed")
+    parser.add_argument(
+        "--waiter-timeout", type=_seconds, default=30.0, metavar="SECONDS",
+        help="drop a place in line whose requester stopped asking for it this long ago (default 30)",
+    )
     parser.add_argument(
         "--no-admin-page", action="store_true",
         help="do not serve the admin page even when JupyterHub runs the broker as a service",
     )
     parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     parser.set_defaults(handler=broker)
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0.1 <= value <= 86400:
+        raise argparse.ArgumentTypeError(f"{shorten(text)} is not a number of seconds from 0.1 to 86400")
+    return value
 
 
 def broker(args: argparse.Namespace) -> int:
@@ -50,7 +65,7 @@ def broker(args: argparse.Namespace) -> int:
     settings = load_settings()
     socket_path = args.socket or os.environ.get(ENV_BROKER) or DEFAULT_SOCKET
     ledger_path = args.ledger or os.environ.get(ENV_LEDGER) or DEFAULT_LEDGER
-    node = open_broker(settings, ledger_path=ledger_path, policy=args.policy)
+    node = open_broker(settings, ledger_path=ledger_path, policy=args.policy, waiter_timeout=args.waiter_timeout)
     address = None if args.no_admin_page else hub_service_address()
     if address is None:
         serve(node, socket_path, reap_interval=args.reap_interval)

@@ -22,7 +22,7 @@ from jupyter_client.kernelspec import KernelSpecManager, NoSuchKernel
 from ..errors import InvalidRequest
 from ..slices import SliceRequest
 from ..slices.request import CLI_NAMES
-from ..units import describe_fraction, format_bytes
+from ..units import describe_fraction, format_bytes, shorten
 
 PROVISIONER = "vgpu-provisioner"
 DEFAULT_SET = ("1/4", "1/2", "1")
@@ -116,7 +116,7 @@ def install(
         spec = manager.get_kernel_spec(source)
     except NoSuchKernel:
         known = ", ".join(sorted(manager.find_kernel_specs())) or "none"
-        raise InvalidRequest(f"No kernelspec named {source!r} to copy; installed: {known}.") from None
+        raise InvalidRequest(f"No kernelspec named {shorten(source)} to copy; installed: {known}.") from None
     source_dir = Path(spec.resource_dir)
     try:
         data: dict[str, Any] = json.loads((source_dir / "kernel.json").read_text())
@@ -140,7 +140,7 @@ def install(
     data["display_name"] = display_name or f"{_base_display(str(data.get('display_name') or source))} ({describe_slice(request)})"
     kernel_name = name or default_name(source, request)
     if not re.fullmatch(r"[a-zA-Z0-9._-]+", kernel_name):
-        raise InvalidRequest(f"Kernelspec name {kernel_name!r} may use only letters, digits, '.', '_' and '-'.")
+        raise InvalidRequest(f"Kernelspec name {shorten(kernel_name)} may use only letters, digits, '.', '_' and '-'.")
     with tempfile.TemporaryDirectory() as tmp:
         staged = Path(tmp) / kernel_name
         shutil.copytree(source_dir, staged)
@@ -176,7 +176,7 @@ def install_command(args: argparse.Namespace) -> int:
     except ValueError:
         seconds = -1.0
     if not 0 <= seconds < float("inf"):
-        raise InvalidRequest(f"--wait {args.wait!r} is not allowed; use a number of seconds, 0 or more.")
+        raise InvalidRequest(f"--wait {shorten(args.wait)} is not allowed; use a number of seconds, 0 or more.")
     if args.defaults:
         if args.name or args.display_name:
             raise InvalidRequest("--defaults installs several kernelspecs; it cannot take --name or --display-name.")
@@ -225,7 +225,7 @@ def remove_command(args: argparse.Namespace) -> int:
         raise InvalidRequest("Name the kernelspecs to remove (see `jupyter vgpu kernelspec list`) or use --all.")
     for name in names:
         if name not in specs:
-            raise InvalidRequest(f"{name!r} is not a sliced kernelspec; sliced ones: {', '.join(specs) or 'none'}.")
+            raise InvalidRequest(f"{shorten(name)} is not a sliced kernelspec; sliced ones: {', '.join(specs) or 'none'}.")
     for name in names:
         path = manager.remove_kernel_spec(name)
         print(f"Removed kernelspec {name} from {path}")

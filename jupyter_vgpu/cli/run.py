@@ -22,6 +22,7 @@ from ..errors import InvalidRequest, SliceNotFound
 from ..slices import Holder, SliceRequest, open_ledger, summary
 from ..slices.environment import with_slice
 from ..slices.request import CLI_NAMES
+from ..units import shorten
 
 
 def add_parser(commands: Any) -> None:
@@ -50,7 +51,7 @@ def _wait_seconds(text: str) -> float:
     except ValueError:
         seconds = -1.0
     if not 0 <= seconds < float("inf"):
-        raise InvalidRequest(f"--wait {text!r} is not allowed; use a number of seconds, 0 or more.")
+        raise InvalidRequest(f"--wait {shorten(text)} is not allowed; use a number of seconds, 0 or more.")
     return seconds
 
 
@@ -93,9 +94,9 @@ def _run_child(command: list[str], env: dict[str, str], on_start: Any) -> int:
         try:
             child = subprocess.Popen(command, env=env)
         except FileNotFoundError:
-            raise InvalidRequest(f"Command not found: {command[0]!r}.") from None
+            raise InvalidRequest(f"Command not found: {shorten(command[0])}.") from None
         except PermissionError:
-            raise InvalidRequest(f"Command {command[0]!r} is not executable.") from None
+            raise InvalidRequest(f"Command {shorten(command[0])} is not executable.") from None
 
         def forward(signum: int, frame: FrameType | None) -> None:
             child.send_signal(signum)

@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import sys
+from pathlib import Path
 from typing import Any
 
-from ..config import load_settings
+from ..config import VGPU, load_settings
+from ..errors import InvalidRequest, NotPermitted
 from ..slices import Ledger, Slice, occupancy_of, open_ledger
 from ..slices.holders import attribute
+from ..slices.remote import ENV_BROKER
 from ..slices.store import LedgerFile
 from ..units import format_bytes
 
@@ -34,7 +38,12 @@ def add_gc_parser(commands: Any) -> None:
     parser.add_argument(
         "--reset-ledger",
         action="store_true",
-        help="move a corrupt ledger aside (kept as <file>.corrupt-<time>) and start a fresh one",
+        help="move a damaged ledger aside (kept as <file>.corrupt-<time>) and start a fresh one",
+    )
+    parser.add_argument(
+        "--force",
+        action="store_true",
+        help="with --reset-ledger: also reset a healthy ledger, once no running process holds a slice in it",
     )
     parser.set_defaults(handler=gc)
 
@@ -173,17 +182,37 @@ def release(args: argparse.Namespace) -> int:
 
 def gc(args: argparse.Namespace) -> int:
     settings = load_settings()
+    if args.force and not args.reset_ledger:
+        raise InvalidRequest("--force goes with --reset-ledger; plain `jupyter vgpu gc` frees only dead holders' slices.")
     if args.reset_ledger:
-        moved = LedgerFile.reset(settings.resolved_ledger_path)
-        if moved is None:
-            print(f"No ledger at {settings.resolved_ledger_path}; nothing to reset.")
-        else:
-            print(f"Moved the ledger to {moved}; a fresh one starts at {settings.resolved_ledger_path}.")
-        open_ledger(settings)
-        return 0
+        return reset_ledger(settings.resolved_ledger_path, force=args.force, settings=settings)
     ledger = open_ledger(settings)
     freed = ledger.reap()
     for s in freed:
         print(f"Freed slice {s.id} ({s.describe_holder()}): its process {s.pid} is gone.")
     print(f"{len(freed)} slice{'s' if len(freed) != 1 else ''} freed; {len(ledger.slices())} in use.")
+    return 0
+
+
+def reset_ledger(path: Path, *, force: bool, settings: VGPU) -> int:
+    """Move a damaged ledger aside; empty a healthy one (in place, so every process that has it
+    open sees it) only with ``force`` and no live holder."""
+    if os.environ.get(ENV_BROKER, "").strip():
+        raise NotPermitted(f"Slices are kept by the node broker ({ENV_BROKER}); only its admin can reset that ledger.")
+    damage = LedgerFile.damage(path)
+    if damage is None and not path.exists():
+        print(f"No ledger at {path}; nothing to reset.")
+        return 0
+    if damage is None:
+        if not force:
+            raise InvalidRequest(
+                f"The ledger {path} is healthy; --reset-ledger moves only a damaged ledger aside. "
+                "`jupyter vgpu gc` frees the slices of processes that have ended; add --force to start afresh anyway."
+            )
+        copy = LedgerFile.clear(path)
+        print(f"Emptied the ledger {path}; what it held is kept in {copy}.")
+    else:
+        moved = LedgerFile.reset(path)
+        print(f"Moved the ledger to {moved}; a fresh one starts at {path}.")
+    open_ledger(settings).close()
     return 0

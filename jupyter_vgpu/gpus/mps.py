@@ -21,6 +21,7 @@ from pathlib import Path
 import psutil
 
 from ..errors import InvalidConfig
+from ..units import shorten
 
 ENV_MPS = "JUPYTER_VGPU_MPS"
 MODES = ("auto", "on", "off")
@@ -47,7 +48,7 @@ def mps_mode(env: dict[str, str] | None = None) -> str:
     source = os.environ if env is None else env
     value = source.get(ENV_MPS, "").strip().lower() or "auto"
     if value not in MODES:
-        raise InvalidConfig(f"{ENV_MPS}={source.get(ENV_MPS)!r} is not allowed; use one of: {', '.join(MODES)}.")
+        raise InvalidConfig(f"{ENV_MPS}={shorten(source.get(ENV_MPS))} is not allowed; use one of: {', '.join(MODES)}.")
     return value
 
 

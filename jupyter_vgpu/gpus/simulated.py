@@ -210,7 +210,7 @@ def _load_json(path: Path) -> list[SimulatedDevice]:
             raise InvalidConfig(f'{where}: process {number} needs "pid" and "gpu".')
         device = by_key.get(str(proc.get("gpu", 0)))
         if device is None:
-            raise InvalidConfig(f"{where}: process {number} names gpu {proc.get('gpu')!r}, which is not listed.")
+            raise InvalidConfig(f"{where}: process {number} names gpu {shorten(proc.get('gpu'))}, which is not listed.")
         used: int | None = None
         if proc.get("memory") is not None:
             try:
@@ -256,7 +256,7 @@ def _process_mig(value: Any, device: SimulatedDevice, *, where: str) -> int | No
     for number, mig in enumerate(device.mig or []):
         if str(value) in (str(number), mig.uuid):
             return number
-    raise InvalidConfig(f"{where} names MIG device {value!r}, which GPU {device.index} does not have.")
+    raise InvalidConfig(f"{where} names MIG device {shorten(value)}, which GPU {device.index} does not have.")
 
 
 class SimulatedNVML:

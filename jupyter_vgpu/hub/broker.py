@@ -128,6 +128,8 @@ class Broker:
         self.policy = policy
         self.simulate = simulate
         self._grant_lock = threading.Lock()
+        #: Why the broker took a place out of line (its longest wait passed), for the waiter's next ask.
+        self._expired: dict[int, str] = {}
 
     # -- who asks ----------------------------------------------------------------------------
     def caller(self, pid: int, uid: int, gid: int) -> Caller:
@@ -162,7 +164,7 @@ class Broker:
                 return {"ok": True, "result": snapshot_to_wire(self.ledger.inventory.snapshot())}
             if not isinstance(op, str) or op not in OPERATIONS:
                 raise InvalidRequest(f"The broker does not know the request {shorten(op)}; upgrade the client or the broker.")
-            return {"ok": True, "result": self.serve(caller, op, _arguments(op, args))}
+            return {"ok": True, "result": self.serve(caller, op, _arguments(op, args, caller))}
         except SliceUnavailable as error:
             return error_to_wire(type(error)(self.scrub(caller, str(error))))
         except VGPUError as error:
@@ -175,16 +177,18 @@ class Broker:
         """One contract operation for ``caller``, with the policy around what it asks for."""
         if "holder" in args:
             holder: Holder = args["holder"]
-            args["holder"] = replace(holder, pid=self._holder_pid(caller, holder.pid))
+            keeper = None if holder.keeper is None else self._holder_pid(caller, holder.keeper)
+            args["holder"] = replace(holder, pid=self._holder_pid(caller, holder.pid), keeper=keeper)
         if "pid" in args:
             args["pid"] = self._holder_pid(caller, args["pid"])
         if op == "reserve_now":
             return self._visible(caller, self._reserve_now(caller, args["request"], args["holder"]))
         if op == "enqueue":
             quota = self.quota(caller)
-            quotas.check_request(quota, args["request"], self._held(caller))
-            quotas.allowed_gpus(quota, self.ledger.inventory.snapshot(), args["request"])
-            return self.acting_for(caller).enqueue(args["request"], args["holder"]).number
+            with self._grant_lock:
+                quotas.check_request(quota, args["request"], self._held(caller), self._waiting_of(caller))
+                quotas.allowed_gpus(quota, self.ledger.inventory.snapshot(), args["request"])
+                return self.acting_for(caller).enqueue(args["request"], args["holder"]).number
         if op == "try_grant":
             granted, reason = self._try_grant(caller, args["ticket"], bool(args.get("final", True)))
             return {"slice": None if granted is None else self._visible(caller, granted), "reason": reason}
@@ -216,7 +220,7 @@ class Broker:
         quota = self.quota(caller)
         with self._grant_lock:
             held = self._held(caller)
-            quotas.check_request(quota, request, held)
+            quotas.check_request(quota, request, held, self._waiting_of(caller))
             granted = self.acting_for(caller, request).reserve_now(request, holder)
             self._check_granted(quota, granted, held)
         return granted
@@ -224,7 +228,8 @@ class Broker:
     def _try_grant(self, caller: Caller, ticket: Ticket, final: bool) -> tuple[Slice | None, str]:
         waiter = next((w for w in self.ledger.waiting() if w.ticket == ticket.number), None)
         if waiter is None:
-            raise SliceUnavailable("This request left the line (its process ended or it was cancelled).")
+            why = self._expired.pop(ticket.number, None)
+            raise SliceUnavailable(why or "This request left the line (its process ended or it was cancelled).")
         quota = self.quota(caller)
         max_wait, source = quota.get("max_wait")
         overdue = max_wait is not None and time.time() - waiter.created >= max_wait
@@ -232,7 +237,7 @@ class Broker:
         with self._grant_lock:
             held = self._held(caller)
             try:
-                quotas.check_request(quota, waiter.request, held)
+                quotas.check_request(quota, waiter.request, held, self._waiting_of(caller, but=ticket.number))
             except NotPermitted:
                 view.leave_queue(ticket)
                 raise
@@ -290,7 +295,9 @@ class Broker:
         """The slice as ``caller`` may see it: others' holders, labels, commands and pids hidden."""
         if caller.admin or s.uid == caller.uid:
             return s
-        return replace(s, holder=HIDDEN[s.holder_kind], labels={}, pid=None, pid_start=None)
+        return replace(
+            s, holder=HIDDEN[s.holder_kind], labels={}, pid=None, pid_start=None, keeper_pid=None, keeper_start=None
+        )
 
     def _visible(self, caller: Caller, s: Slice) -> dict[str, Any]:
         return slice_to_wire(self.visible(caller, s))
@@ -328,6 +335,31 @@ class Broker:
     def _held(self, caller: Caller) -> list[Slice]:
         return self._held_by(caller.uid)
 
+    def _waiting_of(self, caller: Caller, *, but: int | None = None) -> list[SliceRequest]:
+        """What the caller's other places in line ask for (they count against its limits)."""
+        return [w.request for w in self.ledger.waiting() if w.uid == caller.uid and w.ticket != but]
+
+    def expire_waiters(self) -> list[Waiter]:
+        """Take out of line every request that has waited longer than its user's ``max_wait``,
+        on the broker's clock: a waiter that never asks again cannot outstay its limit."""
+        expired = []
+        now = time.time()
+        for waiter in self.ledger.waiting():
+            if waiter.uid == 0:
+                continue
+            max_wait, source = self.policy.current().quota(waiter.owner, user_groups(waiter.owner)).get("max_wait")
+            if max_wait is None or now - waiter.created < max_wait:
+                continue
+            self.ledger.leave_queue(Ticket(waiter.ticket, waiter.request))
+            self._expired[waiter.ticket] = (
+                f"{waiter.owner}: waits at most {max_wait:g} s in line ({source}); "
+                f"{waiter.request.describe()} was not free in time."
+            )
+            while len(self._expired) > 1024:
+                self._expired.pop(next(iter(self._expired)))
+            expired.append(waiter)
+        return expired
+
     def _held_by(self, uid: int) -> list[Slice]:
         return [s for s in self.ledger.slices() if s.uid == uid]
 
@@ -337,6 +369,8 @@ class Broker:
             try:
                 for dead in self.ledger.reap():
                     log.info("jupyter-vgpu broker: freed slice %s of %s (%s): its process ended.", dead.id, dead.owner, dead.describe_holder())
+                for waiter in self.expire_waiters():
+                    log.info("jupyter-vgpu broker: %s's request for %s waited past its limit.", waiter.owner, waiter.request.describe())
             except VGPUError as error:
                 log.warning("jupyter-vgpu broker: reaping failed: %s", error)
             stop.wait(interval)
@@ -346,7 +380,7 @@ class Broker:
 _DECODE: dict[str, Any] = {
     "slice_id": lambda v: _text(v, "slice_id", 64),
     "request": lambda v: _request(v),
-    "holder": holder_from_wire,
+    "holder": None,  # needs the caller: see _arguments
     "ticket": lambda v: Ticket(number=_whole(v, "ticket"), request=SliceRequest()),
     "final": lambda v: bool(v),
     "pid": lambda v: None if v is None else _whole(v, "pid"),
@@ -354,13 +388,20 @@ _DECODE: dict[str, Any] = {
 }
 
 
-def _arguments(op: str, args: dict[str, Any]) -> dict[str, Any]:
+def _arguments(op: str, args: dict[str, Any], caller: Caller) -> dict[str, Any]:
     """The arguments of ``op`` as the contract's method names them, decoded; no others."""
-    names = [n for n in inspect.signature(getattr(Ledger, op)).parameters if n != "self"]
-    unknown = sorted(set(args) - set(names))
+    parameters = {n: p for n, p in inspect.signature(getattr(Ledger, op)).parameters.items() if n != "self"}
+    names = list(parameters)
+    unknown = sorted(set(args) - set(names), key=str)
     if unknown:
         raise InvalidRequest(f"{op} takes {', '.join(names) or 'no arguments'}; not {', '.join(map(shorten, unknown))}.")
-    return {name: _DECODE[name](value) for name, value in args.items()}
+    missing = [n for n, p in parameters.items() if p.default is inspect.Parameter.empty and n not in args]
+    if missing:
+        raise InvalidRequest(f"{op} needs {', '.join(missing)}.")
+    return {
+        name: holder_from_wire(value, caller.pid) if name == "holder" else _DECODE[name](value)
+        for name, value in args.items()
+    }
 
 
 def _text(value: Any, name: str, limit: int) -> str:

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InvalidConfig
-from ..units import MiB, parse_bytes
+from ..units import MiB, parse_bytes, shorten
 from .policy import Policy, Share, load_policy
 
 MODES = ("gpu", "hami", "mig")
@@ -63,7 +63,7 @@ def resources(
 ) -> dict[str, str]:
     """Extended resources for a pod holding ``share`` (empty: no GPU)."""
     if mode not in MODES:
-        raise InvalidConfig(f"mode {mode!r} is not allowed; use one of: {', '.join(MODES)}.")
+        raise InvalidConfig(f"mode {shorten(mode)} is not allowed; use one of: {', '.join(MODES)}.")
     if share is None:
         return {}
     if share.memory is not None and gpu_memory is None and mode != "mig":
@@ -109,7 +109,7 @@ def pre_spawn_hook(
     (extended resources need both equal) and leaves other spawner settings alone.
     """
     if mode not in MODES:
-        raise InvalidConfig(f"mode {mode!r} is not allowed; use one of: {', '.join(MODES)}.")
+        raise InvalidConfig(f"mode {shorten(mode)} is not allowed; use one of: {', '.join(MODES)}.")
     memory = parse_bytes(gpu_memory, what="gpu_memory") if gpu_memory is not None else None
 
     def hook(spawner: Any) -> None:

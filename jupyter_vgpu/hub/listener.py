@@ -1,7 +1,10 @@
 """The broker's Unix socket: one JSON request per line, the caller known from ``SO_PEERCRED``.
 
 The socket is world-writable (0666, in a directory only root may change): the peer credential
-check, not the file mode, is the boundary.
+check, not the file mode, is the boundary. Every caller may be hostile, so everything is
+bounded: connections in all (:data:`MAX_CONNECTIONS`) and per user (:data:`MAX_PER_USER`), the
+size of a request (:data:`MAX_REQUEST`), how long a connection may sit idle (:data:`IDLE_SECONDS`)
+and how many requests one connection may send (:data:`MAX_REQUESTS`).
 """
 
 from __future__ import annotations
@@ -15,9 +18,19 @@ import struct
 import threading
 from pathlib import Path
 
-from ..errors import InvalidRequest, LedgerError
-from ..slices.remote import MAX_MESSAGE, error_to_wire
+from ..errors import InvalidRequest, LedgerError, VGPUError
+from ..slices.remote import error_to_wire
 from .broker import Broker, PolicySource, log
+
+#: Connections served at once, in all and per user; one more is answered with an error and closed.
+MAX_CONNECTIONS = 64
+MAX_PER_USER = 16
+#: The longest request line (a request is a few hundred bytes; labels are bounded too).
+MAX_REQUEST = 64 * 1024
+#: Seconds a connection may wait between two requests (clients send theirs at once).
+IDLE_SECONDS = 10.0
+#: Requests per connection (clients send one).
+MAX_REQUESTS = 100
 
 
 def peer_credentials(conn: socket.socket) -> tuple[int, int, int]:
@@ -29,6 +42,7 @@ def peer_credentials(conn: socket.socket) -> tuple[int, int, int]:
 
 class _Connection(socketserver.StreamRequestHandler):
     server: BrokerServer
+    timeout = IDLE_SECONDS
 
     def handle(self) -> None:
         try:
@@ -36,36 +50,79 @@ class _Connection(socketserver.StreamRequestHandler):
         except OSError as error:
             log.warning("jupyter-vgpu broker: cannot read peer credentials: %s", error)
             return
-        while True:
-            line = self.rfile.readline(MAX_MESSAGE)
+        for _ in range(MAX_REQUESTS):
+            try:
+                line = self.rfile.readline(MAX_REQUEST + 1)
+            except OSError:  # idle too long, or the peer went away
+                return
             if not line:
+                return
+            if len(line) > MAX_REQUEST:
+                self._answer(error_to_wire(InvalidRequest(f"A request is at most {MAX_REQUEST} bytes.")))
                 return
             try:
                 message = json.loads(line)
                 if not isinstance(message, dict):
                     raise ValueError("not a mapping")
-            except ValueError:
+            except (ValueError, RecursionError):
                 answer = error_to_wire(InvalidRequest("The broker reads one JSON object per line."))
             else:
                 answer = self.server.broker.handle(caller, message)
-            try:
-                self.wfile.write(json.dumps(answer).encode() + b"\n")
-                self.wfile.flush()
-            except OSError:
+            if not self._answer(answer):
                 return
+
+    def _answer(self, answer: dict[str, object]) -> bool:
+        try:
+            self.wfile.write(json.dumps(answer).encode() + b"\n")
+            self.wfile.flush()
+        except OSError:
+            return False
+        return True
 
 
 class BrokerServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
     """The broker's Unix socket: world-writable, one thread per connection."""
 
     daemon_threads = True
+    request_queue_size = 64
 
     def __init__(self, path: str | Path, broker: Broker) -> None:
         self.broker = broker
         self.path = Path(path)
+        self._open: dict[socket.socket, int] = {}  # connection -> its user's uid
+        self._counts_lock = threading.Lock()
         _prepare_socket_path(self.path)
         super().__init__(str(self.path), _Connection)
         os.chmod(self.path, 0o666)
+
+    def verify_request(self, request: object, client_address: object) -> bool:
+        """Serve a connection only while its user, and everyone, stay under the caps."""
+        assert isinstance(request, socket.socket)
+        try:
+            _, uid, _ = peer_credentials(request)
+        except OSError:
+            return False
+        with self._counts_lock:
+            total = len(self._open)
+            mine = sum(1 for owner in self._open.values() if owner == uid)
+            if total < MAX_CONNECTIONS and (uid == 0 or mine < MAX_PER_USER):
+                self._open[request] = uid
+                return True
+        why = (
+            f"The jupyter-vgpu broker serves at most {MAX_PER_USER} connections per user and {MAX_CONNECTIONS} "
+            "in all; close some and try again."
+        )
+        try:
+            request.settimeout(1.0)
+            request.sendall(json.dumps(error_to_wire(VGPUError(why))).encode() + b"\n")
+        except OSError:
+            pass
+        return False
+
+    def shutdown_request(self, request: object) -> None:
+        with self._counts_lock:
+            self._open.pop(request, None)  # type: ignore[call-overload]
+        super().shutdown_request(request)  # type: ignore[arg-type]
 
     def server_close(self) -> None:
         super().server_close()

@@ -31,7 +31,7 @@ from traitlets.config import Config, Configurable
 from traitlets.config.loader import PyFileConfigLoader
 
 from ..errors import InvalidConfig, InvalidRequest
-from ..units import describe_fraction, format_bytes, parse_bytes
+from ..units import describe_fraction, format_bytes, parse_bytes, shorten
 
 LIMITS = ("max_per_kernel", "max_total", "max_slices", "gpus", "max_wait")
 _RATIO = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*/\s*(\d+(?:\.\d+)?)\s*$")
@@ -49,7 +49,7 @@ class Share:
     @classmethod
     def parse(cls, value: Any, *, what: str) -> Share:
         if isinstance(value, bool) or value is None:
-            raise InvalidConfig(f"{what} {value!r} is not {SHARES}.")
+            raise InvalidConfig(f"{what} {shorten(value)} is not {SHARES}.")
         if isinstance(value, (int, float)):
             number = float(value)
         else:
@@ -58,10 +58,10 @@ class Share:
                 try:
                     return cls(memory=parse_bytes(text, what=what))
                 except InvalidRequest:
-                    raise InvalidConfig(f"{what} {value!r} is not {SHARES}.") from None
+                    raise InvalidConfig(f"{what} {shorten(value)} is not {SHARES}.") from None
             if m := _RATIO.match(text):
                 if float(m.group(2)) == 0:
-                    raise InvalidConfig(f"{what} {value!r} divides by zero; use {SHARES}.")
+                    raise InvalidConfig(f"{what} {shorten(value)} divides by zero; use {SHARES}.")
                 number = float(m.group(1)) / float(m.group(2))
             elif m := _PERCENT.match(text):
                 number = float(m.group(1)) / 100
@@ -69,9 +69,9 @@ class Share:
                 try:
                     number = float(text)
                 except ValueError:
-                    raise InvalidConfig(f"{what} {value!r} is not {SHARES}.") from None
+                    raise InvalidConfig(f"{what} {shorten(value)} is not {SHARES}.") from None
         if not math.isfinite(number) or number <= 0:
-            raise InvalidConfig(f"{what} {value!r} must be more than zero; use {SHARES}.")
+            raise InvalidConfig(f"{what} {shorten(value)} must be more than zero; use {SHARES}.")
         return cls(gpus=number)
 
     def describe(self) -> str:
@@ -115,10 +115,10 @@ class Limits:
     @classmethod
     def parse(cls, data: Any, *, where: str) -> Limits:
         if not isinstance(data, dict):
-            raise InvalidConfig(f"{where} must be a mapping of limits ({', '.join(LIMITS)}), not {data!r}.")
+            raise InvalidConfig(f"{where} must be a mapping of limits ({', '.join(LIMITS)}), not {shorten(data)}.")
         unknown = sorted(set(data) - set(LIMITS))
         if unknown:
-            raise InvalidConfig(f"{where}: unknown limit {unknown[0]!r}; the limits are {', '.join(LIMITS)}.")
+            raise InvalidConfig(f"{where}: unknown limit {shorten(unknown[0])}; the limits are {', '.join(LIMITS)}.")
         values: dict[str, Any] = {}
         for key in ("max_per_kernel", "max_total"):
             if data.get(key) is not None:
@@ -126,19 +126,19 @@ class Limits:
         if data.get("max_slices") is not None:
             count = data["max_slices"]
             if isinstance(count, bool) or not isinstance(count, int) or count < 0:
-                raise InvalidConfig(f"{where}.max_slices {count!r} is not allowed; use a whole number, 0 or more.")
+                raise InvalidConfig(f"{where}.max_slices {shorten(count)} is not allowed; use a whole number, 0 or more.")
             values["max_slices"] = count
         if data.get("gpus") is not None:
             gpus = data["gpus"]
             if isinstance(gpus, (str, int)):
                 gpus = [gpus]
             if not isinstance(gpus, list) or any(isinstance(g, bool) or not isinstance(g, (str, int)) for g in gpus):
-                raise InvalidConfig(f"{where}.gpus {data['gpus']!r} is not allowed; use a list of GPU indices or UUIDs.")
+                raise InvalidConfig(f"{where}.gpus {shorten(data['gpus'])} is not allowed; use a list of GPU indices or UUIDs.")
             values["gpus"] = tuple(str(g).strip() for g in gpus)
         if data.get("max_wait") is not None:
             wait = data["max_wait"]
             if isinstance(wait, bool) or not isinstance(wait, (int, float)) or not 0 <= wait < math.inf:
-                raise InvalidConfig(f"{where}.max_wait {wait!r} is not allowed; use a number of seconds, 0 or more.")
+                raise InvalidConfig(f"{where}.max_wait {shorten(wait)} is not allowed; use a number of seconds, 0 or more.")
             values["max_wait"] = float(wait)
         return cls(**values)
 
@@ -183,20 +183,20 @@ class Policy:
         known = {"default", "groups", "users", "admin_users", "admin_groups"}
         unknown = sorted(set(data) - known)
         if unknown:
-            raise InvalidConfig(f"The policy in {source} has an unknown key {unknown[0]!r}; use {', '.join(sorted(known))}.")
+            raise InvalidConfig(f"The policy in {source} has an unknown key {shorten(unknown[0])}; use {', '.join(sorted(known))}.")
         try:
             default = Limits.parse(data.get("default") or {}, where="default")
             tables: dict[str, dict[str, Limits]] = {}
             for kind in ("groups", "users"):
                 table = data.get(kind) or {}
                 if not isinstance(table, dict):
-                    raise InvalidConfig(f"{kind} must map names to limits, not {table!r}.")
+                    raise InvalidConfig(f"{kind} must map names to limits, not {shorten(table)}.")
                 tables[kind] = {str(name): Limits.parse(entry, where=f"{kind}.{name}") for name, entry in table.items()}
             admins = {}
             for kind in ("admin_users", "admin_groups"):
                 names = data.get(kind) or []
                 if isinstance(names, str) or not isinstance(names, (list, tuple, set, frozenset)):
-                    raise InvalidConfig(f"{kind} must be a list of names, not {names!r}.")
+                    raise InvalidConfig(f"{kind} must be a list of names, not {shorten(names)}.")
                 admins[kind] = frozenset(str(n) for n in names)
         except InvalidConfig as error:
             raise InvalidConfig(f"The policy in {source} is not valid: {error}") from None

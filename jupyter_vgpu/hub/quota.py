@@ -40,17 +40,22 @@ def allowed_gpus(quota: Quota, snapshot: Snapshot, request: SliceRequest | None 
     return frozenset(g.uuid for g in chosen)
 
 
-def check_request(quota: Quota, request: SliceRequest, held: list[Slice]) -> None:
-    """Before placement: the limits that can be judged from the request alone."""
+def check_request(
+    quota: Quota, request: SliceRequest, held: list[Slice], waiting: Iterable[SliceRequest] = ()
+) -> None:
+    """Before placement: the limits that can be judged from the request alone. The user's other
+    requests waiting in line count as if they were held: nobody queues past a limit."""
     if quota.unlimited:
         return
+    waiting = list(waiting)
     count, source = quota.get("max_slices")
-    if count is not None and len(held) >= count:
+    if count is not None and len(held) + len(waiting) >= count:
         if count == 0:
             raise NotPermitted(f"{quota.user}: may not reserve GPU slices ({source}: max_slices 0).")
+        waits = f" and waits in line for {len(waiting)} more" if waiting else ""
         raise NotPermitted(
             f"{quota.user}: at most {count} slice{'s' if count != 1 else ''} at once ({source}); "
-            f"already holds {len(held)}; asked for {request.describe()}."
+            f"already holds {len(held)}{waits}; asked for {request.describe()}."
         )
     gpus, memory = _requested(request)
     per_kernel: Share | None
@@ -61,6 +66,10 @@ def check_request(quota: Quota, request: SliceRequest, held: list[Slice]) -> Non
     total, source = quota.get("max_total")
     if total is not None and _judgeable(total, gpus, memory):
         held_gpus, held_memory = amount(held)
+        for other in waiting:
+            other_gpus, other_memory = _requested(other)
+            held_gpus += other_gpus or 0.0
+            held_memory += other_memory or 0
         if total.exceeded_by(held_gpus + (gpus or 0.0), held_memory + (memory or 0)):
             raise NotPermitted(_total_message(quota.user, total, source, held_gpus, held_memory, request.describe()))
 

@@ -14,6 +14,7 @@ from ..config import VGPU
 from ..gpus import Inventory
 from ..slices import Actor, SQLiteLedger
 from ..slices.remote import DEFAULT_LEDGER, DEFAULT_SOCKET
+from ..slices.sqlite_ledger import STALE_WAITER
 from .broker import Broker, PolicySource
 from .listener import BrokerServer, install_reload_signal
 
@@ -22,7 +23,9 @@ log = logging.getLogger("jupyter_vgpu.broker")
 __all__ = ["DEFAULT_LEDGER", "DEFAULT_SOCKET", "hub_service_address", "open_broker", "serve"]
 
 
-def open_broker(settings: VGPU, *, ledger_path: str | Path, policy: str | Path | None) -> Broker:
+def open_broker(
+    settings: VGPU, *, ledger_path: str | Path, policy: str | Path | None, waiter_timeout: float = STALE_WAITER
+) -> Broker:
     """The broker over the node's ledger; a bad policy file raises :class:`InvalidConfig` here."""
     source = PolicySource(policy)
     simulate = settings.resolved_simulate
@@ -33,6 +36,7 @@ def open_broker(settings: VGPU, *, ledger_path: str | Path, policy: str | Path |
         context_allowance=settings.context_allowance_bytes,
         poll_interval=settings.poll_interval,
         actor=replace(Actor.this_process(), admin=True),
+        waiter_timeout=waiter_timeout,
     )
     return Broker(ledger, source, simulate=simulate)
 

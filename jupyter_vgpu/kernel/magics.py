@@ -10,6 +10,7 @@ from IPython.core.magic import Magics, line_magic, magics_class
 from IPython.display import display
 
 from ..errors import VGPUError
+from ..units import shorten
 from . import hooks, monitor
 from .state import KernelState, establish
 from .status import devices_sheet, help_sheet, status_sheet
@@ -28,7 +29,7 @@ class VGPUMagics(Magics):
         try:
             words = shlex.split(line)
         except ValueError as error:
-            raise UsageError(f"%vgpu {line!r} cannot be read ({error}); `%vgpu help` lists the commands.") from None
+            raise UsageError(f"%vgpu {shorten(line)} cannot be read ({error}); `%vgpu help` lists the commands.") from None
         command, args = (words[0], words[1:]) if words else ("status", [])
         try:
             run(self.shell, establish(), command, args)
@@ -56,7 +57,7 @@ def run(shell: Any, state: KernelState, command: str, args: list[str]) -> None:
     elif command == "help":
         show(help_sheet())
     else:
-        raise UsageError(f"%vgpu {command!r} is not a command; use one of: {', '.join(SUBCOMMANDS)} (`%vgpu help`).")
+        raise UsageError(f"%vgpu {shorten(command)} is not a command; use one of: {', '.join(SUBCOMMANDS)} (`%vgpu help`).")
 
 
 def show(value: Any) -> None:
@@ -66,7 +67,7 @@ def show(value: Any) -> None:
 
 def _no_arguments(command: str, args: list[str]) -> None:
     if args:
-        raise UsageError(f"%vgpu {command} takes no arguments (got {' '.join(args)!r}).")
+        raise UsageError(f"%vgpu {command} takes no arguments (got {shorten(' '.join(args))}).")
 
 
 def _monitor(shell: Any, state: KernelState, args: list[str]) -> None:
@@ -80,11 +81,11 @@ def _monitor(shell: Any, state: KernelState, args: list[str]) -> None:
         name = rest.pop(0)
         key, _, inline = name.partition("=")
         if key not in options:
-            raise UsageError(f"%vgpu monitor does not know {name!r}; use stop, --interval SECONDS or --minutes MINUTES.")
+            raise UsageError(f"%vgpu monitor does not know {shorten(name)}; use stop, --interval SECONDS or --minutes MINUTES.")
         text = inline or (rest.pop(0) if rest else "")
         try:
             options[key] = float(text)
         except ValueError:
-            raise UsageError(f"%vgpu monitor {key} {text!r} is not a number.") from None
+            raise UsageError(f"%vgpu monitor {key} {shorten(text)} is not a number.") from None
     view = monitor.start(shell, state, interval=options["--interval"], minutes=options["--minutes"])
     show(view.widget)

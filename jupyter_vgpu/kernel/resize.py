@@ -14,7 +14,7 @@ from dataclasses import replace
 
 from ..errors import InvalidRequest, VGPUError
 from ..slices import SliceRequest, open_ledger, parse_share, slice_environment
-from ..units import describe_fraction, format_bytes
+from ..units import describe_fraction, format_bytes, shorten
 from .frameworks import FRAMEWORKS, revisit
 from .state import KernelState, SliceFacts
 
@@ -35,7 +35,7 @@ def resize(state: KernelState, text: str) -> str:
     try:
         share = parse_share(text)
     except InvalidRequest as error:
-        raise InvalidRequest(f"%vgpu resize {text.strip()!r}: {error} For example `%vgpu resize 1/2` or `%vgpu resize 6GiB`.") from None
+        raise InvalidRequest(f"%vgpu resize {shorten(text.strip())}: {error} For example `%vgpu resize 1/2` or `%vgpu resize 6GiB`.") from None
     holding = []
     for framework in FRAMEWORKS:
         module = sys.modules.get(framework.module)

@@ -92,9 +92,9 @@ def _number(env: Mapping[str, str], name: str, kind: type[int] | type[float]) ->
     try:
         value = kind(text)
     except ValueError:
-        raise InvalidConfig(f"{name}={text!r} is not a number; the kernel's GPU slice cannot be read.") from None
+        raise InvalidConfig(f"{name}={shorten(text)} is not a number; the kernel's GPU slice cannot be read.") from None
     if value <= 0 and name != "JUPYTER_VGPU_CONTEXT_ALLOWANCE":
-        raise InvalidConfig(f"{name}={text!r} must be larger than zero.")
+        raise InvalidConfig(f"{name}={shorten(text)} must be larger than zero.")
     return value
 
 

@@ -16,8 +16,9 @@ from traitlets import Enum, Float, Int, TraitError, validate
 from .. import __version__
 from ..config import load_settings
 from ..errors import VGPUError
-from ..provisioner import forget_failed_starts
+from ..provisioner import check_provisioner_configs, forget_failed_starts
 from ..slices import Ledger, open_ledger
+from ..units import shorten
 from . import handlers
 from .metrics import collector
 from .monitor import UsageMonitor
@@ -98,21 +99,21 @@ class VGPUServer(ExtensionApp):
     def _check_interval(self, proposal: Any) -> float:
         value = float(proposal["value"])
         if not value >= 0.1:
-            raise TraitError(f"c.VGPUServer.monitor_interval {value!r} is too short; use 0.1 seconds or more.")
+            raise TraitError(f"c.VGPUServer.monitor_interval {shorten(value)} is too short; use 0.1 seconds or more.")
         return value
 
     @validate("history_points")
     def _check_points(self, proposal: Any) -> int:
         value = int(proposal["value"])
         if value < 1:
-            raise TraitError(f"c.VGPUServer.history_points {value!r} must be 1 or more.")
+            raise TraitError(f"c.VGPUServer.history_points {shorten(value)} must be 1 or more.")
         return value
 
     @validate("history_seconds", "reap_interval", "over_limit_tolerance", "over_limit_grace")
     def _check_not_negative(self, proposal: Any) -> float:
         value = float(proposal["value"])
         if not value >= 0:
-            raise TraitError(f"c.VGPUServer.{proposal['trait'].name} {value!r} must be 0 or more.")
+            raise TraitError(f"c.VGPUServer.{proposal['trait'].name} {shorten(value)} must be 0 or more.")
         return value
 
     def update_config(self, config: Any) -> None:
@@ -143,10 +144,11 @@ class VGPUServer(ExtensionApp):
         except (VGPUError, TraitError) as error:
             problem = str(error)
         except Exception as error:  # a bug must not take the server (or its shutdown) down
-            problem = f"jupyter-vgpu could not start: {error!r}."
+            problem = f"jupyter-vgpu could not start: {shorten(error)}."
             self.log.exception("jupyter-vgpu: opening the ledger failed")
         if problem:
             self.log.error("jupyter-vgpu: %s The GPU API answers with this message until it is fixed.", problem)
+        check_provisioner_configs()
         manager = self.serverapp.kernel_manager
         self.monitor = UsageMonitor(
             ledger,
@@ -205,14 +207,14 @@ class VGPUServer(ExtensionApp):
             await monitor.stop()
 
 
-def kernel_pids(manager: Any) -> dict[str, int]:
-    """Kernel id -> pid of each kernel the server runs locally (remote kernels have none)."""
-    pids = {}
+def kernel_pids(manager: Any) -> dict[str, int | None]:
+    """Kernel id -> pid of each kernel the server manages (None while it has no process: a
+    restart, a remote kernel)."""
+    pids: dict[str, int | None] = {}
     for kernel_id in list(manager.list_kernel_ids()):
         try:
             pid = getattr(manager.get_kernel(kernel_id).provisioner, "pid", None)
         except KeyError:
             continue
-        if isinstance(pid, int) and pid > 0:
-            pids[kernel_id] = pid
+        pids[kernel_id] = pid if isinstance(pid, int) and pid > 0 else None
     return pids

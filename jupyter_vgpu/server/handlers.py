@@ -17,6 +17,7 @@ from tornado import web
 
 from ..errors import NotPermitted, SliceNotFound
 from ..slices import Slice
+from ..units import shorten
 from .monitor import UsageMonitor
 from .views import KernelInfo, devices_view, slice_view, slices_view
 from .watchdog import Watchdog
@@ -110,7 +111,7 @@ class SliceHandler(VGPUHandler):
         sample = await self.monitor.current()
         usage = sample.find(slice_id)
         if usage is None:
-            return self.fail(404, f"No slice {slice_id!r} exists; GET /api/vgpu/slices lists them.")
+            return self.fail(404, f"No slice {shorten(slice_id)} exists; GET /api/vgpu/slices lists them.")
         self.write_json(slice_view(usage, self.monitor, self.watchdog, await self.kernels(), self.since()))
 
     @web.authenticated
@@ -152,7 +153,7 @@ class KernelHandler(VGPUHandler):
         usage = sample.for_kernel(kernel_id)
         if usage is None and kernel_id not in kernels:
             return self.fail(
-                404, f"No kernel {kernel_id!r} runs on this server, and no GPU slice is held for that kernel id."
+                404, f"No kernel {shorten(kernel_id)} runs on this server, and no GPU slice is held for that kernel id."
             )
         view = slice_view(usage, self.monitor, self.watchdog, kernels, self.since()) if usage is not None else None
         self.write_json({"kernel_id": kernel_id, "slice": view})

@@ -19,10 +19,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from ..errors import VGPUError
+from ..errors import SliceNotFound, VGPUError
 from ..gpus import Snapshot
-from ..slices import Ledger, Occupancy, Waiter, occupancy_of
-from ..slices.holders import ProcessOwners
+from ..slices import Ledger, Occupancy, Slice, Waiter, occupancy_of
+from ..slices.holders import ProcessOwners, process_alive
+from ..units import shorten
 from .usage import ReportCache, SliceUsage, slice_usage
 
 T = TypeVar("T")
@@ -70,7 +71,7 @@ class UsageMonitor:
         history_seconds: float = 300.0,
         history_points: int = 60,
         reap_interval: float = 10.0,
-        kernel_pids: Callable[[], Mapping[str, int]] = dict,
+        kernel_pids: Callable[[], Mapping[str, int | None]] = dict,
         log: logging.Logger | None = None,
         problem: str | None = None,
         simulated: bool = False,
@@ -78,6 +79,7 @@ class UsageMonitor:
         self.ledger = ledger
         self.simulated = simulated if ledger is None else ledger.inventory.simulated
         self.uid = os.getuid()  # whose slices are "yours" in the views
+        self.server_pid = os.getpid()  # the keeper of this server's kernels' slices
         self.interval = interval
         # A few minutes at most ``history_points`` points: a sparkline needs no more, and every
         # point is sent to every poll of every open sidebar.
@@ -103,7 +105,7 @@ class UsageMonitor:
         self._task: asyncio.Task[None] | None = None
 
     # -- one tick (worker thread) -----------------------------------------------------------
-    def collect(self, kernel_pids: Mapping[str, int] | None = None) -> Sample:
+    def collect(self, kernel_pids: Mapping[str, int | None] | None = None) -> Sample:
         """Take one sample. Blocking: call it on :attr:`executor`, never on the event loop."""
         now = time.time()
         if self.ledger is None:
@@ -115,13 +117,13 @@ class UsageMonitor:
                     self.log.info(
                         "jupyter-vgpu: freed slice %s of %s, which has ended.", dead.id, dead.describe_holder()
                     )
-            slices = self.ledger.slices()
+            slices = self._free_given_up(self.ledger.slices(), kernel_pids)
             waiting = tuple(self.ledger.waiting())
         except VGPUError as error:
             return _empty(now, str(error), simulated=self.simulated)
         except Exception as error:  # a bug: say so in the API rather than answer 500 forever
             self.log.exception("jupyter-vgpu: reading the GPUs and the ledger failed")
-            return _empty(now, f"jupyter-vgpu could not read the GPUs and the ledger: {error!r}.", simulated=self.simulated)
+            return _empty(now, f"jupyter-vgpu could not read the GPUs and the ledger: {shorten(error)}.", simulated=self.simulated)
         finally:
             self._ticks += 1
         self._known_pids = [s.pid for s in slices if s.pid]
@@ -134,6 +136,30 @@ class UsageMonitor:
             slice_usage(s, holder_pids[s.id], attribution, snapshot, self._reports.get(s.id)) for s in slices
         )
         return Sample(now, snapshot, occupancy_of(snapshot, slices, attribution), usages, waiting, snapshot.message)
+
+    def _free_given_up(self, slices: list[Slice], kernel_pids: Mapping[str, int | None] | None) -> list[Slice]:
+        """Free the slices this server kept for kernels that died and that it no longer manages
+        (jupyter_server gave up restarting them, and calls no provisioner cleanup then)."""
+        if kernel_pids is None:
+            return slices
+        kept = []
+        for s in slices:
+            orphan = (
+                s.holder_kind == "kernel"
+                and s.keeper_pid == self.server_pid
+                and s.holder not in kernel_pids
+                and not process_alive(s.pid, s.pid_start)
+            )
+            if not orphan:
+                kept.append(s)
+                continue
+            try:
+                assert self.ledger is not None
+                self.ledger.release(s.id)
+                self.log.info("jupyter-vgpu: freed slice %s of %s, which died for good.", s.id, s.describe_holder())
+            except SliceNotFound:
+                pass  # freed meanwhile
+        return kept
 
     def _reap_due(self) -> bool:
         """Reap when asked to, or every ``reap_every`` ticks if a holder pid has gone; and

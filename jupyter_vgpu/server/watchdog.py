@@ -23,7 +23,7 @@ from typing import Any
 
 from jupyter_core.utils import ensure_async
 
-from ..units import format_bytes
+from ..units import format_bytes, shorten
 from .monitor import Sample
 from .usage import SliceUsage
 
@@ -68,7 +68,7 @@ class Watchdog:
         on_action: Any = None,
     ) -> None:
         if action not in ACTIONS:
-            raise ValueError(f"over_limit_action {action!r} is not one of {', '.join(ACTIONS)}.")
+            raise ValueError(f"over_limit_action {shorten(action)} is not one of {', '.join(ACTIONS)}.")
         self.kernel_manager = kernel_manager
         self.action = action
         self.tolerance = tolerance

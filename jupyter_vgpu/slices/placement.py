@@ -12,7 +12,7 @@ from collections.abc import Collection
 from dataclasses import dataclass
 
 from ..errors import InvalidRequest
-from ..units import format_bytes
+from ..units import format_bytes, shorten
 from .occupancy import GPUOccupancy, MIGState
 from .records import Tier
 from .request import SliceRequest
@@ -75,7 +75,7 @@ def place(
         pinned = [g for g in gpus if request.gpu in (str(g.index), g.uuid) or (len(request.gpu) >= 8 and g.uuid.startswith(request.gpu))]
         if not pinned:
             known = ", ".join(f"{g.index} ({g.uuid})" for g in gpus)
-            raise InvalidRequest(f"GPU {request.gpu!r} does not exist; use an index or UUID of: {known}.")
+            raise InvalidRequest(f"GPU {shorten(request.gpu)} does not exist; use an index or UUID of: {known}.")
         candidates = pinned
     if request.gpus > 1 and any(g.in_mig_mode for g in candidates):
         plain = [g for g in candidates if not g.in_mig_mode]

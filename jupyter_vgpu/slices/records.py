@@ -51,19 +51,25 @@ class Holder:
     name: str  # the kernel id, or the command line
     pid: int | None = None
     labels: Mapping[str, str] = field(default_factory=dict)
+    #: A process that keeps the slice while ``pid`` is gone: the Jupyter server, which restarts a
+    #: kernel that died (a kernel killed with SIGKILL keeps its slice until the server gives up).
+    keeper: int | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in HOLDER_KINDS:
             raise InvalidRequest(f"holder kind {shorten(self.kind)} is not allowed; use one of: {', '.join(HOLDER_KINDS)}.")
         if not isinstance(self.name, str) or len(self.name) > MAX_HOLDER_TEXT:
             raise InvalidRequest(f"A holder's name must be text of at most {MAX_HOLDER_TEXT} characters.")
-        if self.pid is not None and (isinstance(self.pid, bool) or not isinstance(self.pid, int) or self.pid <= 0):
-            raise InvalidRequest(f"pid {shorten(self.pid)} is not a process id.")
+        for pid in (self.pid, self.keeper):
+            if pid is not None and (isinstance(pid, bool) or not isinstance(pid, int) or not 0 < pid < 2**31):
+                raise InvalidRequest(f"pid {shorten(pid)} is not a process id.")
         object.__setattr__(self, "labels", clean_labels(self.labels))
 
     @classmethod
-    def kernel(cls, kernel_id: str, *, pid: int | None = None, labels: Mapping[str, str] | None = None) -> Holder:
-        return cls("kernel", kernel_id, pid, labels or {})
+    def kernel(
+        cls, kernel_id: str, *, pid: int | None = None, labels: Mapping[str, str] | None = None, keeper: int | None = None
+    ) -> Holder:
+        return cls("kernel", kernel_id, pid, labels or {}, keeper)
 
     @classmethod
     def command(cls, command_line: str, *, pid: int | None = None, labels: Mapping[str, str] | None = None) -> Holder:
@@ -138,6 +144,8 @@ class Slice:
     tier: Tier = Tier.COOPERATIVE  # the enforcement chosen at reservation
     mig_devices: tuple[str, ...] = ()  # MIG-... UUID per GPU (same order as gpus) for a MIG slice
     mig_profiles: tuple[str, ...] = ()  # e.g. "1g.10gb", same order
+    keeper_pid: int | None = None  # a process that keeps the slice while the holder restarts (the server)
+    keeper_start: float | None = None
 
     def __post_init__(self) -> None:
         for name in ("mig_devices", "mig_profiles"):  # lists from a JSON round trip

@@ -77,20 +77,41 @@ def slice_from_wire(data: dict[str, Any]) -> Slice:
     return Slice(**values)
 
 
+#: On the wire, a holder's ``keeper`` that is the sender itself (the broker reads its pid from the
+#: socket's credentials, right across pid namespaces).
+CALLER = "caller"
+
+
 def holder_to_wire(holder: Holder) -> dict[str, Any]:
-    """The holder as sent; a pid that is the sender's own goes as None ("the caller")."""
+    """The holder as sent; a pid that is the sender's own goes as None (the holder) or
+    :data:`CALLER` (the keeper)."""
+    keeper: int | str | None = holder.keeper
+    if keeper is not None and keeper == os.getpid():
+        keeper = CALLER
     return {
         "kind": holder.kind,
         "name": holder.name,
         "pid": None if holder.pid is None or holder.pid == os.getpid() else int(holder.pid),
         "labels": dict(holder.labels),
+        "keeper": keeper,
     }
 
 
-def holder_from_wire(data: Any) -> Holder:
+def holder_from_wire(data: Any, caller_pid: int) -> Holder:
+    """The holder a client sent; its own pid (the caller) is ``caller_pid``."""
     if not isinstance(data, dict):
-        raise errors.InvalidRequest("A holder must be a mapping of kind, name, pid and labels.")
-    return Holder(data.get("kind"), data.get("name"), data.get("pid"), data.get("labels") or {})  # type: ignore[arg-type]
+        raise errors.InvalidRequest("A holder must be a mapping of kind, name, pid, labels and keeper.")
+    unknown = set(data) - {"kind", "name", "pid", "labels", "keeper"}
+    if unknown:
+        raise errors.InvalidRequest(f"A holder has kind, name, pid, labels and keeper; not {', '.join(sorted(map(str, unknown)))[:200]}.")
+    keeper = data.get("keeper")
+    return Holder(
+        data.get("kind"),  # type: ignore[arg-type]
+        data.get("name"),  # type: ignore[arg-type]
+        data.get("pid"),
+        data.get("labels") or {},
+        caller_pid if keeper == CALLER else keeper,
+    )
 
 
 def waiter_to_wire(waiter: Waiter) -> dict[str, Any]:

@@ -44,10 +44,10 @@ class SliceRequest:
                 object.__setattr__(self, "fraction", 1.0)  # neither: whole GPUs
             else:
                 raise InvalidRequest(
-                    f"gpu_fraction ({self.fraction!r}) and gpu_memory ({self.memory!r}) are both set; set only one of them."
+                    f"gpu_fraction ({shorten(self.fraction)}) and gpu_memory ({shorten(self.memory)}) are both set; set only one of them."
                 )
         if self.gpu is not None and self.gpus != 1:
-            raise InvalidRequest(f"A pinned GPU (gpu {self.gpu!r}) needs one GPU, not {self.gpus}.")
+            raise InvalidRequest(f"A pinned GPU (gpu {shorten(self.gpu)}) needs one GPU, not {self.gpus}.")
         if self.placement not in PLACEMENTS:
             raise InvalidRequest(f"placement {shorten(self.placement)} is not allowed; use one of: {', '.join(PLACEMENTS)}.")
 
@@ -74,7 +74,7 @@ class SliceRequest:
         name.update(names or {})
         if _given(fraction) and _given(memory):
             raise InvalidRequest(
-                f"{name['gpu_fraction']} ({fraction!r}) and {name['gpu_memory']} ({memory!r}) are both set; "
+                f"{name['gpu_fraction']} ({shorten(fraction)}) and {name['gpu_memory']} ({shorten(memory)}) are both set; "
                 "set only one of them."
             )
         parsed_fraction = parse_fraction(fraction, what=name["gpu_fraction"]) if _given(fraction) else None
@@ -95,7 +95,7 @@ class SliceRequest:
             if len(pinned) > 64:
                 raise InvalidRequest(f"{name['gpu']} {shorten(pinned)} is not a GPU index or UUID.")
             if count != 1:
-                raise InvalidRequest(f"A pinned GPU ({name['gpu']} {pinned!r}) needs one GPU, not {count}.")
+                raise InvalidRequest(f"A pinned GPU ({name['gpu']} {shorten(pinned)}) needs one GPU, not {count}.")
         return cls(
             fraction=parsed_fraction,
             memory=parsed_memory,

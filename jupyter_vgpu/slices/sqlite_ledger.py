@@ -33,6 +33,21 @@ __all__ = ["SQLiteLedger"]
 #: A slice id is 12 hex digits; a prefix names one when it has at least this many.
 MIN_PREFIX = 6
 
+#: A place in line whose requester has not asked for it for this many seconds is dropped: a
+#: waiting request asks every poll interval (a fraction of a second), one that stopped (its
+#: process hangs or ignores the line) must not hold everyone else back.
+STALE_WAITER = 30.0
+
+#: At most this many requests wait in line at once (a bound on what anyone can queue).
+MAX_WAITING = 256
+
+
+def held(slice_: Slice) -> bool:
+    """A slice is held while its holder runs, or its keeper (the server that restarts its kernel)."""
+    if process_alive(slice_.pid, slice_.pid_start):
+        return True
+    return slice_.keeper_pid is not None and process_alive(slice_.keeper_pid, slice_.keeper_start)
+
 
 class SQLiteLedger(Ledger):
     """Reserve, release and list slices in the SQLite file at ``path``.
@@ -50,8 +65,10 @@ class SQLiteLedger(Ledger):
         context_allowance: int,
         poll_interval: float = 0.25,
         actor: Actor | None = None,
+        waiter_timeout: float = STALE_WAITER,
     ) -> None:
         self.inventory = inventory
+        self.waiter_timeout = waiter_timeout
         self.context_allowance = context_allowance
         self.poll_interval = poll_interval
         self.actor = actor or Actor.this_process()
@@ -136,6 +153,8 @@ class SQLiteLedger(Ledger):
                     tier=Tier(row["tier"]),
                     mig_devices=tuple(g["mig_device"] for g in gs if g["mig_device"]),
                     mig_profiles=tuple(g["mig_profile"] or "" for g in gs if g["mig_device"]),
+                    keeper_pid=row["keeper_pid"],
+                    keeper_start=row["keeper_start"],
                 )
             )
         return result
@@ -171,9 +190,15 @@ class SQLiteLedger(Ledger):
     def enqueue(self, request: SliceRequest, holder: Holder) -> Ticket:
         fields = self._holder_fields(request, holder)
         with self.file.transaction() as db:
+            waiting = db.execute("SELECT count(*) FROM queue").fetchone()[0]
+            if waiting >= MAX_WAITING:
+                raise SliceUnavailable(
+                    f"{waiting} requests already wait in line for a slice (at most {MAX_WAITING}); try again later."
+                )
             cursor = db.execute(
-                "INSERT INTO queue (owner, uid, holder_kind, holder, pid, pid_start, request, labels, created)"
-                " VALUES (:owner, :uid, :holder_kind, :holder, :pid, :pid_start, :request, :labels, :created)",
+                "INSERT INTO queue (owner, uid, holder_kind, holder, pid, pid_start, request, labels, created, polled,"
+                " keeper_pid, keeper_start) VALUES (:owner, :uid, :holder_kind, :holder, :pid, :pid_start, :request,"
+                " :labels, :created, :created, :keeper_pid, :keeper_start)",
                 fields,
             )
             assert cursor.lastrowid is not None
@@ -196,6 +221,7 @@ class SQLiteLedger(Ledger):
                 raise SliceUnavailable("This request left the line (its process ended or it was cancelled).")
             if not self.actor.may_change(row["uid"]):
                 raise NotPermitted(f"Place {ticket.number} in line belongs to {row['owner']}, not to {self.actor.user}.")
+            db.execute("UPDATE queue SET polled = ? WHERE ticket = ?", (time.time(), int(ticket.number)))
             request = SliceRequest.from_dict(json.loads(row["request"]))
             try:
                 granted, reason = self._grant(db, snapshot, request, dict(row), ticket=int(ticket.number))
@@ -225,10 +251,7 @@ class SQLiteLedger(Ledger):
         slices = self._read_slices(db)
         dead = {s.id for s in self._reap(db, slices)}
         live = [s for s in slices if s.id not in dead]
-        if ticket is None:
-            ahead = db.execute("SELECT count(*) FROM queue").fetchone()[0]
-        else:
-            ahead = db.execute("SELECT count(*) FROM queue WHERE ticket < ?", (ticket,)).fetchone()[0]
+        ahead = self._ahead(db, request, fields["uid"], ticket)
         placement = place(
             request,
             self._occupancy(db, snapshot, live).gpus,
@@ -246,8 +269,9 @@ class SQLiteLedger(Ledger):
         slice_id = uuid.uuid4().hex[:12]
         db.execute(
             "INSERT INTO slices (id, owner, uid, holder_kind, holder, pid, pid_start, context_allowance,"
-            " logical_devices, request, labels, created, tier) VALUES (:id, :owner, :uid, :holder_kind, :holder,"
-            " :pid, :pid_start, :context, :logical, :request, :labels, :now, :tier)",
+            " logical_devices, request, labels, created, tier, keeper_pid, keeper_start) VALUES (:id, :owner, :uid,"
+            " :holder_kind, :holder, :pid, :pid_start, :context, :logical, :request, :labels, :now, :tier,"
+            " :keeper_pid, :keeper_start)",
             {
                 **fields,
                 "id": slice_id,
@@ -278,6 +302,28 @@ class SQLiteLedger(Ledger):
             db.execute("DELETE FROM queue WHERE ticket = ?", (ticket,))
         return self._find(db, slice_id), ""
 
+    @staticmethod
+    def _ahead(db: sqlite3.Connection, request: SliceRequest, uid: int, ticket: int | None) -> int:
+        """How many earlier places in line this request waits behind: first come, first served,
+        with two bounds on what others can hold back (README.md, "Waiting in line"): another user
+        blocks it with their earliest place only, and a place pinned to another GPU not at all."""
+        rows = db.execute(
+            "SELECT ticket, uid, request FROM queue" + (" WHERE ticket < ?" if ticket is not None else "") + " ORDER BY ticket",
+            () if ticket is None else (ticket,),
+        ).fetchall()
+        seen: set[int] = set()
+        ahead = 0
+        for row in rows:
+            first_of_user = row["uid"] not in seen
+            seen.add(row["uid"])
+            if row["uid"] != uid and not first_of_user:
+                continue
+            pinned = json.loads(row["request"]).get("gpu")
+            if pinned is not None and request.gpu is not None and str(pinned) != str(request.gpu):
+                continue
+            ahead += 1
+        return ahead
+
     def _record_gpus(self, db: sqlite3.Connection, snapshot: Snapshot) -> None:
         # The capacities the over-commitment check reads; written only when they change.
         known = tuple((g.uuid, g.index, g.name, g.memory_total) for g in snapshot.gpus)
@@ -297,6 +343,8 @@ class SQLiteLedger(Ledger):
 
         pid = getpid() if holder.pid is None else holder.pid
         return {
+            "keeper_pid": holder.keeper,
+            "keeper_start": process_start(holder.keeper) if holder.keeper else None,
             "owner": self.actor.user,
             "uid": self.actor.uid,
             "holder_kind": holder.kind,
@@ -379,11 +427,12 @@ class SQLiteLedger(Ledger):
     def _reap(self, db: sqlite3.Connection, slices: list[Slice] | None = None) -> list[Slice]:
         if slices is None:
             slices = self._read_slices(db)
-        dead = [s for s in slices if not process_alive(s.pid, s.pid_start)]
+        dead = [s for s in slices if not held(s)]
         for s in dead:
             db.execute("DELETE FROM slices WHERE id = ?", (s.id,))
-        for row in db.execute("SELECT ticket, pid, pid_start FROM queue").fetchall():
-            if not process_alive(row["pid"], row["pid_start"]):
+        stale = time.time() - self.waiter_timeout
+        for row in db.execute("SELECT ticket, pid, pid_start, created, polled FROM queue").fetchall():
+            if not process_alive(row["pid"], row["pid_start"]) or (row["polled"] or row["created"]) < stale:
                 db.execute("DELETE FROM queue WHERE ticket = ?", (row["ticket"],))
         return dead
 

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import importlib.util
-import json
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from jupyter_process import write_sliced_kernelspec
 from kernels import Kernel
 
 from jupyter_vgpu.gpus import Inventory
@@ -43,16 +42,7 @@ def needs(module: str) -> pytest.MarkDecorator:
 
 
 def write_kernelspec(data_dir: Path, name: str, config: dict[str, Any]) -> str:
-    """A kernelspec under ``data_dir/kernels`` whose kernels get a slice from ``vgpu-provisioner``."""
-    folder = data_dir / "kernels" / name
-    folder.mkdir(parents=True, exist_ok=True)
-    spec = {
-        "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
-        "display_name": f"Python 3 ({name})",
-        "language": "python",
-        "metadata": {"kernel_provisioner": {"provisioner_name": "vgpu-provisioner", "config": config}},
-    }
-    (folder / "kernel.json").write_text(json.dumps(spec))
+    write_sliced_kernelspec(data_dir, config, name=name, display_name=f"Python 3 ({name})")
     return name
 
 

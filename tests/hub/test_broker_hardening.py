@@ -1,0 +1,198 @@
+"""The node broker against a hostile user: places in line count and expire, nobody blocks the node,
+connections and messages are bounded, nothing of another user leaks."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import stat
+import subprocess
+import time
+from collections.abc import Iterator
+
+import psutil
+import pytest
+
+from jupyter_vgpu.slices import Holder, SliceRequest, open_ledger
+
+from .conftest import JUPYTER_VGPU, PYTHON, BrokerProcess, Users, student_policy, wait_until
+
+pytestmark = pytest.mark.hub
+
+#: Run as a user: take places in line for argv[2] (a share) argv[3] times, print the answers,
+#: then stay alive without ever asking again (a waiter that stopped polling).
+SILENT_WAITER = """
+import json, sys, time
+from jupyter_vgpu.slices.remote import BrokerClient
+from jupyter_vgpu.errors import VGPUError
+client = BrokerClient(sys.argv[1])
+for _ in range(int(sys.argv[3])):
+    try:
+        number = client.call("enqueue", request={"fraction": sys.argv[2]}, holder={"kind": "command", "name": "waits"})
+        print(json.dumps({"ticket": number}), flush=True)
+    except VGPUError as error:
+        print(json.dumps({"error": type(error).__name__, "message": str(error)}), flush=True)
+print("done", flush=True)
+time.sleep(120)
+"""
+
+
+def silent_waiter(user, broker: BrokerProcess, share: str, count: int) -> tuple[subprocess.Popen[str], list[dict]]:  # type: ignore[no-untyped-def]
+    proc = user.popen(PYTHON, "-c", SILENT_WAITER, str(broker.socket), share, str(count))
+    answers = []
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        if line.strip() == "done":
+            break
+        answers.append(json.loads(line))
+    return proc, answers
+
+
+def vgpu(user, broker: BrokerProcess, *args: str) -> subprocess.CompletedProcess[str]:  # type: ignore[no-untyped-def]
+    return user.run(JUPYTER_VGPU, *args, env=user.env(JUPYTER_VGPU_BROKER=str(broker.socket)))
+
+
+@pytest.fixture
+def quick_broker(broker: BrokerProcess) -> Iterator[BrokerProcess]:
+    """The broker restarted dropping silent waiters after 1 s (instead of 30)."""
+    broker.kill(signal_term())
+    broker.extra = ["--waiter-timeout", "1"]
+    broker.start()
+    yield broker
+
+
+def signal_term() -> int:
+    import signal
+
+    return signal.SIGTERM
+
+
+def test_one_users_silent_waiters_count_against_their_limits_and_stop_blocking_others(
+    system_users: Users, quick_broker: BrokerProcess
+) -> None:
+    alice, bob = system_users.alice, system_users.bob
+    root = open_ledger()
+    big = root.reserve(SliceRequest.parse("3/4"), Holder.command("root job"))  # 4 GiB of 16 left
+    bob_proc, answers = silent_waiter(bob, quick_broker, "1/2", 4)
+    try:
+        tickets = [a for a in answers if "ticket" in a]
+        refused = [a for a in answers if "error" in a]
+        assert len(tickets) == 3, answers  # max_slices 3: places in line count as slices
+        assert refused and refused[0]["error"] == "NotPermitted"
+        assert "at most 3 slices at once (default); already holds 0 and waits in line for 3 more" in refused[0]["message"]
+        blocked = vgpu(alice, quick_broker, "run", "-p", "1/4", "--", "true")
+        assert blocked.returncode != 0 and "1 earlier request is waiting in line" in blocked.stderr  # bob's first only
+        wait_until(lambda: root.waiting() == [], timeout=10, what="bob's silent places to be dropped")
+        granted = vgpu(alice, quick_broker, "run", "-p", "1/4", "--", "true")
+        assert granted.returncode == 0, granted.stderr
+    finally:
+        bob_proc.kill()
+        root.release(big.id)
+
+
+def test_the_broker_expires_a_wait_on_its_own_clock(system_users: Users, broker: BrokerProcess) -> None:
+    policy = student_policy(system_users)
+    policy["users"] = {system_users.bob.name: {"max_wait": 1}}
+    broker.write_policy(policy)
+    root = open_ledger()
+    big = root.reserve(SliceRequest.parse(1.0), Holder.command("root job"))
+    bob_proc, answers = silent_waiter(system_users.bob, broker, "1/2", 1)
+    try:
+        assert "ticket" in answers[0], answers
+        assert [w.owner for w in root.waiting()] == [system_users.bob.name]
+        wait_until(lambda: root.waiting() == [], timeout=10, what="the broker to end bob's wait")
+        asked = system_users.bob.run(
+            PYTHON, "-c",
+            "import sys\nfrom jupyter_vgpu.slices.remote import BrokerClient\nfrom jupyter_vgpu.errors import VGPUError\n"
+            "try:\n    BrokerClient(sys.argv[1]).call('try_grant', ticket=int(sys.argv[2]), final=False)\n"
+            "except VGPUError as e:\n    print(e)\n",
+            str(broker.socket), str(answers[0]["ticket"]),
+            env=system_users.bob.env(),
+        )  # fmt: skip
+        assert f"{system_users.bob.name}: waits at most 1 s in line (user {system_users.bob.name})" in asked.stdout, asked
+    finally:
+        bob_proc.kill()
+        root.release(big.id)
+
+
+def test_connections_are_bounded_per_user_and_in_all(system_users: Users, broker: BrokerProcess) -> None:
+    assert broker.process is not None
+    server = psutil.Process(broker.process.pid)
+    threads_before = server.num_threads()
+    opener = system_users.alice.popen(
+        PYTHON, "-c",
+        "import socket, sys, time\nsocks = []\n"
+        "for _ in range(200):\n    s = socket.socket(socket.AF_UNIX); s.connect(sys.argv[1]); socks.append(s)\n"
+        "time.sleep(1)\nrefused = 0\n"
+        "for s in socks:\n    s.settimeout(0.2)\n    try:\n        refused += b'connections per user' in s.recv(4096)\n"
+        "    except OSError:\n        pass\nprint(refused, flush=True)\ntime.sleep(30)\n",
+        str(broker.socket),
+    )  # fmt: skip
+    try:
+        assert opener.stdout is not None
+        refused = int(opener.stdout.readline())
+        assert refused >= 200 - 16, "more than 16 connections of one user were served"
+        assert server.num_threads() <= threads_before + 16 + 2
+        # the node still answers everyone else
+        status = system_users.bob.run(JUPYTER_VGPU, "status", env=system_users.bob.env(JUPYTER_VGPU_BROKER=str(broker.socket)))
+        assert status.returncode == 0, status.stderr
+    finally:
+        opener.kill()
+
+
+def test_a_request_without_end_is_cut_off_and_memory_stays_small(broker: BrokerProcess) -> None:
+    assert broker.process is not None
+    server = psutil.Process(broker.process.pid)
+    before = server.memory_info().rss
+    clients = []
+    for _ in range(8):
+        conn = socket.socket(socket.AF_UNIX)
+        conn.connect(str(broker.socket))
+        clients.append(conn)
+    chunk = b"x" * (1 << 20)
+    answers = []
+    for conn in clients:
+        try:
+            for _ in range(16):  # 16 MiB, never a newline
+                conn.sendall(chunk)
+        except OSError:
+            pass  # the broker hung up after its limit: that is the point
+        conn.settimeout(5)
+        try:
+            answers.append(conn.recv(4096))
+        except OSError:
+            answers.append(b"")
+    for conn in clients:
+        conn.close()
+    assert any(b"A request is at most 65536 bytes" in a for a in answers), answers
+    assert server.memory_info().rss - before < 30 * 2**20
+
+
+def test_an_idle_connection_is_closed(broker: BrokerProcess) -> None:
+    conn = socket.socket(socket.AF_UNIX)
+    conn.connect(str(broker.socket))
+    conn.settimeout(20)
+    started = time.monotonic()
+    assert conn.recv(4096) == b""  # closed by the broker, not by us
+    assert 5 < time.monotonic() - started < 18
+    conn.close()
+
+
+def test_other_users_pids_are_hidden_and_the_node_ledger_is_private(system_users: Users, broker: BrokerProcess) -> None:
+    root = open_ledger()
+    theirs = root.reserve(SliceRequest.parse("1/4"), Holder.command("root's secret job"))
+    try:
+        listed = system_users.alice.run(
+            PYTHON, "-c",
+            "from jupyter_vgpu.slices import open_ledger\nimport json\n"
+            "print(json.dumps([[s.holder, s.pid, s.keeper_pid, s.labels] for s in open_ledger().slices()]))",
+            env=system_users.alice.env(JUPYTER_VGPU_BROKER=str(broker.socket)),
+        )  # fmt: skip
+        assert listed.returncode == 0, listed.stderr
+        assert json.loads(listed.stdout) == [["another user's command", None, None, {}]]
+        assert theirs.pid == os.getpid()
+    finally:
+        root.release(theirs.id)
+    mode = stat.S_IMODE(broker.ledger.stat().st_mode)
+    assert mode & 0o077 == 0, oct(mode)

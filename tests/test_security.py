@@ -1,0 +1,170 @@
+"""Nobody takes what is not theirs, nothing is lost: the ledger and the commands against a hostile
+or careless user (the broker's side is tests/hub/test_broker_hardening.py, REST is
+tests/server/test_rest_hardening.py)."""
+
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from jupyter_vgpu.errors import LedgerError
+from jupyter_vgpu.gpus import Inventory
+from jupyter_vgpu.slices import Actor, Holder, SliceRequest, SQLiteLedger
+from jupyter_vgpu.slices.store import LedgerFile
+
+CLI = [sys.executable, "-m", "jupyter_vgpu.cli"]
+
+
+def vgpu(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=60)
+
+
+def hold(share: str = "1/4") -> subprocess.Popen[str]:
+    """`jupyter vgpu run -p SHARE -- sleep` once its slice is in the ledger."""
+    proc = subprocess.Popen([*CLI, "run", "-p", share, "--", "sleep", "60"], stderr=subprocess.PIPE, text=True)
+    assert proc.stderr is not None and "slice" in proc.stderr.readline()
+    return proc
+
+
+def ledger_at(path: str | Path) -> SQLiteLedger:
+    return SQLiteLedger(path, Inventory("1x16GiB"), context_allowance=300 << 20)
+
+
+def identity(path: Path) -> tuple[int, int]:
+    st = path.stat()
+    return st.st_dev, st.st_ino
+
+
+# -- resetting a ledger ------------------------------------------------------------------------
+def test_reset_refuses_a_healthy_ledger(vgpu_env: dict[str, str]) -> None:
+    path = Path(vgpu_env["JUPYTER_VGPU_LEDGER"])
+    holder = hold()
+    try:
+        before = identity(path)
+        refused = vgpu("gc", "--reset-ledger")
+        assert refused.returncode != 0
+        assert f"The ledger {path} is healthy; --reset-ledger moves only a damaged ledger aside." in refused.stderr
+        forced = vgpu("gc", "--reset-ledger", "--force")
+        assert forced.returncode != 0
+        assert "1 running process holds a slice in" in forced.stderr and "sleep 60" in forced.stderr
+        assert identity(path) == before and len(ledger_at(path).slices()) == 1
+    finally:
+        holder.terminate()
+        holder.wait()
+
+
+def test_a_forced_reset_empties_the_ledger_every_process_has_open(vgpu_env: dict[str, str]) -> None:
+    path = Path(vgpu_env["JUPYTER_VGPU_LEDGER"])
+    server = ledger_at(path)  # e.g. a Jupyter server's connection, open across the reset
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    stale = server.reserve(SliceRequest.parse("1/2"), Holder.command("stale", pid=os.getpid()))
+    server.release(stale.id)
+    server.reserve(SliceRequest.parse("1/2"), Holder.command("ended", pid=dead.pid))  # left by a dead process
+    forced = vgpu("gc", "--reset-ledger", "--force")
+    assert forced.returncode == 0, forced.stderr
+    (copy,) = path.parent.glob("ledger.sqlite.reset-*")
+    assert [h for (h,) in __import__("sqlite3").connect(copy).execute("SELECT holder FROM slices")] == ["ended"]
+    assert server.slices() == []  # the same file, emptied: the open connection sees it
+    held = server.reserve(SliceRequest.parse(1.0), Holder.command("after"))
+    assert [s.id for s in ledger_at(path).slices()] == [held.id]
+    refused = vgpu("run", "-p", "1/4", "--", "true")  # the GPU is full: one file, one truth
+    assert refused.returncode != 0 and "Not enough free GPU memory" in refused.stderr
+    server.release(held.id)
+
+
+def test_a_process_with_a_damaged_ledger_open_follows_it_to_the_fresh_file(vgpu_env: dict[str, str]) -> None:
+    path = Path(vgpu_env["JUPYTER_VGPU_LEDGER"])
+    server = ledger_at(path)
+    server.slices()
+    moved = LedgerFile.reset(path)  # what `gc --reset-ledger` does to a damaged file
+    assert moved is not None and moved.exists()
+    held = server.reserve(SliceRequest.parse("1/4"), Holder.command("after"))  # written to the fresh file
+    other = ledger_at(path)
+    assert [s.id for s in other.slices()] == [held.id]
+    more = other.reserve(SliceRequest.parse("1/4"), Holder.command("another process"))
+    assert {s.id for s in server.slices()} == {held.id, more.id}  # nobody's log was lost
+
+
+def test_a_damaged_ledger_is_reset_without_force(vgpu_env: dict[str, str]) -> None:
+    path = Path(vgpu_env["JUPYTER_VGPU_LEDGER"])
+    assert vgpu("status").returncode == 0
+    path.write_bytes(b"this is not a database" * 100)
+    reset = vgpu("gc", "--reset-ledger")
+    assert reset.returncode == 0, reset.stderr
+    assert list(path.parent.glob("ledger.sqlite.corrupt-*"))
+    assert vgpu("status").returncode == 0
+
+
+# -- ids are matched exactly ----------------------------------------------------------------------
+@pytest.mark.parametrize("pattern", ["%%%%%%", "______", "%", "%_%_%_", "' OR 1=1 --"])
+def test_release_matches_ids_exactly_never_as_patterns(vgpu_env: dict[str, str], pattern: str) -> None:
+    holder = hold()
+    try:
+        released = vgpu("release", pattern)
+        assert released.returncode != 0 and "No slice" in released.stderr
+        assert len(ledger_at(vgpu_env["JUPYTER_VGPU_LEDGER"]).slices()) == 1
+    finally:
+        holder.terminate()
+        holder.wait()
+
+
+def test_a_unique_prefix_is_a_literal_prefix(vgpu_env: dict[str, str]) -> None:
+    ledger = ledger_at(vgpu_env["JUPYTER_VGPU_LEDGER"])
+    held = ledger.reserve(SliceRequest.parse("1/4"), Holder.command("x"))
+    assert ledger.get(held.id[:6]).id == held.id
+    assert ledger.release(held.id[:8]).id == held.id
+
+
+# -- the ledger file ------------------------------------------------------------------------------
+def test_a_ledger_that_is_not_a_regular_file_is_refused_and_nothing_is_created_beside_it(tmp_path: Path) -> None:
+    with pytest.raises(LedgerError, match="is not a regular file"):
+        ledger_at("/dev/null")
+    assert not Path("/dev/null-journal").exists() and not Path("/dev/null-wal").exists()
+    folder = tmp_path / "a-folder"
+    folder.mkdir()
+    with pytest.raises(LedgerError, match="is not a regular file"):
+        ledger_at(folder)
+
+
+def test_a_new_ledger_is_readable_by_its_owner_only(tmp_path: Path) -> None:
+    path = tmp_path / "new" / "ledger.sqlite"
+    old = os.umask(0o022)
+    try:
+        ledger_at(path).reserve(SliceRequest.parse("1/4"), Holder.command("x"))
+    finally:
+        os.umask(old)
+    for name in ("ledger.sqlite", "ledger.sqlite-wal", "ledger.sqlite.lock"):
+        mode = stat.S_IMODE((path.parent / name).stat().st_mode)
+        assert mode & 0o077 == 0, f"{name} is {oct(mode)}"
+
+
+# -- places in line -------------------------------------------------------------------------------
+def test_a_waiter_that_stops_asking_is_dropped_and_blocks_nobody(tmp_path: Path) -> None:
+    ledger = SQLiteLedger(tmp_path / "l.sqlite", Inventory("1x16GiB"), context_allowance=300 << 20, waiter_timeout=0.5)
+    ledger.reserve(SliceRequest.parse("3/4"), Holder.command("big"))
+    ledger.enqueue(SliceRequest.parse("1/2"), Holder.command("silent"))  # never asks again
+    with pytest.raises(Exception, match="1 earlier request is waiting"):
+        ledger.reserve_now(SliceRequest.parse("1/8"), Holder.command("newcomer"))
+    time.sleep(0.7)
+    assert ledger.reserve_now(SliceRequest.parse("1/8"), Holder.command("newcomer"))
+    assert ledger.waiting() == []
+
+
+def test_another_users_later_waiters_do_not_hold_anyone_back(tmp_path: Path) -> None:
+    ledger = SQLiteLedger(tmp_path / "l.sqlite", Inventory("2x16GiB"), context_allowance=300 << 20)
+    ledger.reserve(SliceRequest.parse(1.0, gpu="0"), Holder.command("gpu 0 is full"))
+    bob = ledger.acting_for(Actor("bob", 4242))
+    for _ in range(3):
+        bob.enqueue(SliceRequest.parse(1.0), Holder.command("bob waits"))
+    with pytest.raises(Exception, match="1 earlier request is waiting"):  # only bob's first place counts
+        ledger.reserve_now(SliceRequest.parse("1/4"), Holder.command("me"))
+    bob_pinned = SQLiteLedger(tmp_path / "m.sqlite", Inventory("2x16GiB"), context_allowance=300 << 20)
+    bob_pinned.acting_for(Actor("bob", 4242)).enqueue(SliceRequest.parse(1.0, gpu="0"), Holder.command("bob on 0"))
+    assert bob_pinned.reserve_now(SliceRequest.parse("1/4", gpu="1"), Holder.command("me on 1"))  # other GPU
