@@ -18,14 +18,15 @@ from traitlets.config import Config, Configurable
 from traitlets.config.loader import JSONFileConfigLoader, PyFileConfigLoader
 
 from .errors import InvalidConfig, InvalidRequest
-from .units import MiB, format_bytes, parse_bytes
+from .gpus.context import UNKNOWN as UNKNOWN_ALLOWANCE
+from .units import format_bytes, parse_bytes
 
 ENV_LEDGER = "JUPYTER_VGPU_LEDGER"
 ENV_SIMULATE = "JUPYTER_VGPU_SIMULATE"
 ENV_CONTEXT = "JUPYTER_VGPU_CONTEXT_ALLOWANCE"
 
-#: What a CUDA context costs before a framework allocates anything (see README, "context allowance").
-DEFAULT_CONTEXT_ALLOWANCE = 300 * MiB
+#: The context allowance chosen per GPU from its compute capability (jupyter_vgpu.gpus.context).
+AUTO = "auto"
 
 
 class VGPU(Configurable):
@@ -48,8 +49,10 @@ class VGPU(Configurable):
     context_allowance = Unicode(
         help=f"""GPU memory counted inside every slice for the CUDA context each process creates
         (a context costs memory outside any framework limit). Framework limits are set to the
-        slice minus this allowance. A size such as "300MiB". Environment variable {ENV_CONTEXT}
-        overrides it. Default {format_bytes(DEFAULT_CONTEXT_ALLOWANCE)}.""",
+        slice minus this allowance. A size such as "512MiB", or "auto" (the default): an
+        allowance per GPU by its compute capability, from published context sizes (docs/gpu.md),
+        {format_bytes(UNKNOWN_ALLOWANCE)} where that is unknown. Environment variable {ENV_CONTEXT}
+        overrides it.""",
     ).tag(config=True)
 
     poll_interval = Float(
@@ -67,28 +70,28 @@ class VGPU(Configurable):
 
     @default("context_allowance")
     def _default_context(self) -> str:
-        return os.environ.get(ENV_CONTEXT) or f"{DEFAULT_CONTEXT_ALLOWANCE // MiB}MiB"
+        return os.environ.get(ENV_CONTEXT) or AUTO
 
     @validate("context_allowance")
     def _check_context(self, proposal: Any) -> str:
         value = str(proposal["value"])
-        try:
-            parse_bytes(value, what="c.VGPU.context_allowance")
-        except InvalidRequest as error:
-            raise InvalidConfig(str(error)) from None
+        if value.strip().lower() != AUTO:
+            try:
+                parse_bytes(value, what="c.VGPU.context_allowance")
+            except InvalidRequest as error:
+                raise InvalidConfig(f"{error} Or use {AUTO!r}.") from None
         return value
 
     @property
-    def context_allowance_bytes(self) -> int:
-        """The allowance in bytes."""
-        if value := os.environ.get(ENV_CONTEXT):
-            source = value
-        else:
-            source = self.context_allowance
+    def context_allowance_bytes(self) -> int | None:
+        """The allowance in bytes, or None for "by each GPU's compute capability"."""
+        source = os.environ.get(ENV_CONTEXT) or self.context_allowance
+        if source.strip().lower() == AUTO:
+            return None
         try:
             return parse_bytes(source, what=ENV_CONTEXT)
         except InvalidRequest as error:
-            raise InvalidConfig(str(error)) from None
+            raise InvalidConfig(f"{error} Or use {AUTO!r}.") from None
 
     @property
     def resolved_ledger_path(self) -> Path:

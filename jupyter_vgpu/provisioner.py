@@ -43,7 +43,7 @@ from .errors import (
     VGPUError,
 )
 from .slices import Holder, Ledger, Slice, SliceRequest, Ticket, cpu_environment, open_ledger, slice_environment
-from .slices.environment import without_slice
+from .slices.environment import DEVICE_NAMES, without_slice
 from .slices.reports import remove_report
 from .slices.request import PLACEMENTS
 from .units import parse_bytes, parse_fraction, shorten
@@ -165,7 +165,7 @@ def _shown(error: BaseException, log: Any) -> BaseException:
     return KernelStartFailed(f"jupyter-vgpu could not start this kernel ({shorten(error)}); the server log has the details.")
 
 
-_ledgers: dict[tuple[str, str, int], Ledger] = {}
+_ledgers: dict[tuple[str, str, int | None], Ledger] = {}
 _settings: dict[int, tuple[Any, VGPU]] = {}
 _shared_lock = threading.Lock()
 
@@ -228,6 +228,12 @@ def _no_gpu(value: Any) -> str:
     return str(value)
 
 
+def _device_names(value: Any) -> str:
+    if value not in DEVICE_NAMES:
+        raise InvalidRequest(f"device_names {shorten(value)} is not allowed; use one of: {', '.join(DEVICE_NAMES)}.")
+    return str(value)
+
+
 def _pinned(value: Any) -> str:
     text = str(value).strip()
     if isinstance(value, bool) or not isinstance(value, (str, int)) or len(text) > 64:
@@ -243,7 +249,9 @@ SET_BY_JUPYTER_CLIENT = frozenset({"kernel_id", "kernel_spec", "parent", "config
 
 #: The kernelspec config keys (and ``c.VGPUProvisioner`` settings) a user may set; the traits
 #: inherited from LocalProvisioner are not the user's to set.
-VGPU_SETTINGS = ("gpu_fraction", "gpu_memory", "gpus", "gpu", "logical_devices", "placement", "wait_timeout", "no_gpu")
+VGPU_SETTINGS = (
+    "gpu_fraction", "gpu_memory", "gpus", "gpu", "logical_devices", "placement", "wait_timeout", "no_gpu", "device_names",
+)  # fmt: skip
 
 
 def unknown_keys_message(unknown: list[str], spec: Any = None) -> str:
@@ -342,6 +350,13 @@ class VGPUProvisioner(LocalProvisioner):  # type: ignore[misc]
         kernel on the CPU and says so in %vgpu and the server log; "fail" refuses to start it.""",
     ).tag(config=True)
 
+    device_names = AnyTrait(
+        "uuid",
+        help="""How CUDA_VISIBLE_DEVICES names the kernel's GPUs: "uuid" (default; what CUDA,
+        PyTorch, TensorFlow and JAX accept) or "index", for tools that read it as numbers (vLLM
+        before 0.24). A MIG slice always names its MIG device by UUID.""",
+    ).tag(config=True)
+
     _check_fraction = validate("gpu_fraction")(_converted(parse_fraction))
     _check_memory = validate("gpu_memory")(_converted(lambda v: parse_bytes(v, what="gpu_memory")))
     _check_gpus = validate("gpus")(_converted(lambda v: SliceRequest.parse(gpus=v).gpus))
@@ -350,6 +365,7 @@ class VGPUProvisioner(LocalProvisioner):  # type: ignore[misc]
     _check_placement = validate("placement")(_converted(_placement))
     _check_wait = validate("wait_timeout")(_converted(_seconds))
     _check_no_gpu = validate("no_gpu")(_converted(_no_gpu))
+    _check_names = validate("device_names")(_converted(_device_names))
 
     #: The slice this kernel holds: the provisioner's own state, never configuration.
     slice_id: str | None = None
@@ -469,7 +485,14 @@ class VGPUProvisioner(LocalProvisioner):  # type: ignore[misc]
             slice_ = await self._slice(ledger, request, env)
             if slice_ is not None:  # None: no GPU at all, and no_gpu="cpu"
                 self.slice_id = slice_.id
-                env.update(slice_environment(slice_, ledger_path=str(ledger.path), simulate=settings.resolved_simulate))
+                env.update(
+                    slice_environment(
+                        slice_,
+                        ledger_path=str(ledger.path),
+                        simulate=settings.resolved_simulate,
+                        device_names=self.device_names or "uuid",
+                    )
+                )
                 self.log.info("Kernel %s holds GPU slice %s: %s", self.kernel_id, slice_.id, slice_.request.describe())
             kwargs["env"] = env
             kwargs = await super().pre_launch(**kwargs)

@@ -26,6 +26,18 @@ KERNEL_NAME = "python3-vgpu-1-4"
 KERNEL_DISPLAY_NAME = "Python 3 (1/4 GPU)"
 
 
+def wait_for(check: Any, what: str, timeout: float = 60) -> Any:
+    """Poll ``check`` until it returns something truthy, and return that; fail naming ``what``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+        time.sleep(0.2)
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

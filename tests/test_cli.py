@@ -51,7 +51,7 @@ def test_status_says_the_gpus_are_simulated_and_lists_slices(vgpu_env: dict[str,
         assert "GPU 0  Simulated GPU 16GiB" in text
         assert "reserved 4.0 GiB / 16.0 GiB" in text
         line = next(line for line in text.splitlines() if "sleep 30" in line)
-        assert "4.0 GiB" in line and "300 MiB" in line and "[1/4 GPU]" in line
+        assert "4.0 GiB" in line and "512 MiB" in line and "[1/4 GPU]" in line
         data = json.loads(vgpu("status", "--json", check=True).stdout)
         assert data["simulated"] is True
         (entry,) = data["slices"]
@@ -71,7 +71,7 @@ def test_run_gives_the_command_the_kernel_environment(vgpu_env: dict[str, str]) 
     assert env["CUDA_VISIBLE_DEVICES"].startswith("GPU-")
     assert env["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
     assert env["JUPYTER_VGPU_FRACTION"] == "0.25"
-    assert int(env["JUPYTER_VGPU_MEMORY_LIMIT"]) == (4 << 30) - (300 << 20)
+    assert int(env["JUPYTER_VGPU_MEMORY_LIMIT"]) == (4 << 30) - (512 << 20)
     assert env["XLA_PYTHON_CLIENT_PREALLOCATE"] == "false"
     assert env["CUPY_GPU_MEMORY_LIMIT"] == env["JUPYTER_VGPU_MEMORY_LIMIT"]
     assert env["JUPYTER_VGPU_LEDGER"] == vgpu_env["JUPYTER_VGPU_LEDGER"]

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from jupyter_process import KERNEL_NAME, JupyterProcess, isolated_env, start_jupyter, write_sliced_kernelspec
+from jupyter_process import KERNEL_NAME, JupyterProcess, isolated_env, start_jupyter, wait_for, write_sliced_kernelspec
 
 pytestmark = pytest.mark.slow
 
@@ -200,7 +200,7 @@ def test_a_kernel_killed_with_sigkill_keeps_its_slice_while_the_server_restarts_
     stopped.append(server)
     status, kernel = start_kernel(server)
     assert status == 201, kernel
-    before = _wait(lambda: _kernel_slice(server, kernel["id"]), "the kernel's slice")
+    before = wait_for(lambda: _kernel_slice(server, kernel["id"]), "the kernel's slice")
     os.kill(before["pid"], signal.SIGKILL)
     # Someone else asks for the whole GPU the moment the kernel is gone, again and again.
     taken = []
@@ -225,17 +225,7 @@ def test_a_kernel_the_server_gives_up_on_frees_its_slice(home: Path, stopped: li
     stopped.append(server)
     status, kernel = start_kernel(server)
     assert status == 201, kernel
-    held = _wait(lambda: _kernel_slice(server, kernel["id"]), "the kernel's slice")
+    held = wait_for(lambda: _kernel_slice(server, kernel["id"]), "the kernel's slice")
     os.kill(held["pid"], signal.SIGKILL)
-    _wait(lambda: server.api("GET", "api/vgpu/slices")[1]["slices"] == [], "the slice of the given-up kernel to be freed")
+    wait_for(lambda: server.api("GET", "api/vgpu/slices")[1]["slices"] == [], "the slice of the given-up kernel to be freed")
     assert f"freed slice {held['id']}" in server.log_text()
-
-
-def _wait(check: Any, what: str, timeout: float = 30) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.2)

@@ -96,7 +96,7 @@ async def test_a_sliced_kernel_gets_its_slice_in_its_environment(kernels_dir: Pa
     assert env["JUPYTER_VGPU_SLICE_ID"] == slice_.id
     assert env["CUDA_VISIBLE_DEVICES"] == slice_.gpus[0]
     assert env["JUPYTER_VGPU_FRACTION"] == "0.25"
-    assert int(env["JUPYTER_VGPU_MEMORY_LIMIT"]) == (4 << 30) - (300 << 20)
+    assert int(env["JUPYTER_VGPU_MEMORY_LIMIT"]) == (4 << 30) - (512 << 20)
     assert "--ext=jupyter_vgpu" in psutil.Process(slice_.pid).cmdline()
     await km.shutdown_kernel()
     assert open_ledger().slices() == []

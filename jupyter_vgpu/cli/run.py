@@ -20,7 +20,7 @@ from typing import Any
 from ..config import load_settings
 from ..errors import InvalidRequest, SliceNotFound
 from ..slices import Holder, SliceRequest, open_ledger, summary
-from ..slices.environment import with_slice
+from ..slices.environment import DEVICE_NAMES, fit_installed_frameworks, with_slice
 from ..slices.request import CLI_NAMES
 from ..units import shorten
 
@@ -40,6 +40,10 @@ def add_parser(commands: Any) -> None:
     parser.add_argument("--wait", default="0", metavar="SECONDS", help="wait in line up to SECONDS for a slice (default 0)")
     parser.add_argument("--logical-devices", default="1", metavar="K", help="TensorFlow logical devices per GPU")
     parser.add_argument("--placement", default="binpack", choices=["binpack", "spread"], help="which GPU when several fit")
+    parser.add_argument(
+        "--device-names", default="uuid", choices=DEVICE_NAMES,
+        help="how CUDA_VISIBLE_DEVICES names the GPUs: uuid (default) or index, for tools that need numbers",
+    )
     parser.add_argument("-q", "--quiet", action="store_true", help="do not print the slice to stderr")
     parser.add_argument("command", nargs=argparse.REMAINDER, metavar="COMMAND", help="the command, after --")
     parser.set_defaults(handler=run)
@@ -75,7 +79,11 @@ def run(args: argparse.Namespace) -> int:
     ledger = open_ledger(settings)
     slice_ = ledger.reserve(request, Holder.command(shlex.join(command)), wait=wait)
     try:
-        env = with_slice(os.environ, slice_, ledger_path=str(ledger.path), simulate=settings.resolved_simulate)
+        env = with_slice(
+            os.environ, slice_, ledger_path=str(ledger.path), simulate=settings.resolved_simulate,
+            device_names=args.device_names,
+        )  # fmt: skip
+        fit_installed_frameworks(env)  # for the frameworks of this Python
         if not args.quiet:
             print(f"jupyter vgpu: {summary(slice_)}", file=sys.stderr)
         return _run_child(command, env, lambda pid: ledger.attach(slice_.id, pid))

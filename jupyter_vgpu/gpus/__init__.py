@@ -12,7 +12,8 @@ from .._lazy import lazy_names
 if TYPE_CHECKING:
     from .inventory import GPU, GPUProcess, Inventory, MIGDevice, Snapshot
     from .mps import MPSStatus
-    from .simulated import SimulatedNVML, parse_spec
+    from .simulated import SimulatedNVML
+    from .simulation import parse_spec
 
 _WHERE = {
     "GPU": "inventory",
@@ -22,7 +23,7 @@ _WHERE = {
     "MPSStatus": "mps",
     "Snapshot": "inventory",
     "SimulatedNVML": "simulated",
-    "parse_spec": "simulated",
+    "parse_spec": "simulation",
 }
 
 

@@ -17,7 +17,8 @@ from typing import Any, TypeVar
 from ..errors import InvalidConfig
 from ..units import shorten
 from .mps import SERVER_PROCESS, MPSDetector
-from .simulated import SimulatedNVML, describe
+from .simulated import SimulatedNVML
+from .simulation import describe
 
 T = TypeVar("T")
 
@@ -72,12 +73,22 @@ class GPU:
     processes: tuple[GPUProcess, ...] = ()
     mig_devices: tuple[MIGDevice, ...] = ()
     mps: bool = False
+    #: What the driver keeps for itself (NVML's ``reserved``): no process can have it.
+    memory_reserved_by_driver: int = 0
+    compute_capability: tuple[int, int] | None = None
 
     def __post_init__(self) -> None:
-        # Accept the plain dicts of a JSON round trip (the broker's wire) as well as dataclasses.
+        # Accept the plain dicts and lists of a JSON round trip (the broker's wire).
         if any(isinstance(m, dict) for m in self.mig_devices):
             devices = tuple(MIGDevice(**m) if isinstance(m, dict) else m for m in self.mig_devices)
             object.__setattr__(self, "mig_devices", devices)
+        if self.compute_capability is not None and not isinstance(self.compute_capability, tuple):
+            object.__setattr__(self, "compute_capability", tuple(self.compute_capability))
+
+    @property
+    def memory_usable(self) -> int:
+        """What processes can have: the total less what the driver keeps."""
+        return max(0, self.memory_total - self.memory_reserved_by_driver)
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -143,6 +154,7 @@ class Inventory:
         self._initialised = False
         self.mps = MPSDetector()
         self._names: dict[int, str] = {}  # pid -> process name, for the pids NVML lists
+        self._util_seen: dict[int, int] = {}  # GPU index -> newest utilisation sample read (µs)
 
     @property
     def simulated(self) -> bool:
@@ -204,36 +216,44 @@ class Inventory:
         if handle is None:
             return None
         uuid = _safe(lambda: nvml.nvmlDeviceGetUUID(handle))
-        memory = _safe(lambda: nvml.nvmlDeviceGetMemoryInfo(handle))
-        if uuid is None or memory is None:
-            return None  # cannot place a slice on a GPU we cannot name or size
-        util = _safe(lambda: nvml.nvmlDeviceGetUtilizationRates(handle))
+        if uuid is None:
+            return None  # cannot place a slice on a GPU we cannot name
         mig = _safe(lambda: nvml.nvmlDeviceGetMigMode(handle))
         mig_mode = bool(mig[0]) if mig is not None else None
-        process_util: dict[int, int] = {}
-        for sample in _safe(lambda: nvml.nvmlDeviceGetProcessUtilization(handle, 0)) or []:
-            process_util[int(sample.pid)] = max(process_util.get(int(sample.pid), 0), int(sample.smUtil))
-        mig_devices: list[MIGDevice] = []
-        mig_handles: list[tuple[MIGDevice, Any]] = []
-        if mig_mode:
-            for device, mig_handle in self._read_mig_devices(nvml, handle):
-                mig_devices.append(device)
-                mig_handles.append((device, mig_handle))
-        by_instance = {d.gpu_instance_id: d.uuid for d in mig_devices if d.gpu_instance_id is not None}
+        mig_handles = self._read_mig_devices(nvml, handle) if mig_mode else []
+        mig_devices = [device for device, _ in mig_handles]
+        memory = _memory(nvml, handle)
+        if memory is None and mig_devices:
+            # In a MIG container the parent GPU's memory query is refused (NoPermission): its
+            # MIG devices are what there is, each GPU instance's memory counted once.
+            per_instance = {instance_key(d): d for d in mig_devices}.values()
+            memory = (
+                sum(d.memory_total for d in per_instance),
+                sum(d.memory_used or 0 for d in per_instance),
+                0,
+            )
+        if memory is None:
+            return None  # cannot place a slice on a GPU we cannot size
+        total, used, reserved = memory
+        util = _safe(lambda: nvml.nvmlDeviceGetUtilizationRates(handle))
+        process_util = self._process_utilization(nvml, handle, index)
+        by_instance = {(d.gpu_instance_id, d.compute_instance_id): d.uuid for d in mig_devices}
         found: dict[int, GPUProcess] = {}
 
         def add(entries: Any, mig_device: str | None = None) -> None:
             for proc in entries or []:
                 pid = int(proc.pid)
-                used = getattr(proc, "usedGpuMemory", None)
-                device = mig_device or by_instance.get(int(getattr(proc, "gpuInstanceId", -1) or -1))
+                used_by = getattr(proc, "usedGpuMemory", None)
+                device = mig_device or by_instance.get(
+                    (_id(getattr(proc, "gpuInstanceId", None)), _id(getattr(proc, "computeInstanceId", None)))
+                )
                 known = found.get(pid)
-                if known is not None and known.used is not None and used is None:
+                if known is not None and known.used is not None and used_by is None:
                     continue  # keep the entry that knows the memory
                 found[pid] = GPUProcess(
                     pid=pid,
-                    used=int(used) if used is not None else None,
-                    utilization=process_util.get(pid),
+                    used=int(used_by) if used_by is not None else None,
+                    utilization=None if process_util is None else process_util.get(pid, 0),
                     mig_device=device or (known.mig_device if known else None),
                 )
 
@@ -242,24 +262,54 @@ class Inventory:
         add(_safe(lambda: nvml.nvmlDeviceGetMPSComputeRunningProcesses(handle)))
         for device, mig_handle in mig_handles:
             add(_ask(nvml.nvmlDeviceGetComputeRunningProcesses, mig_handle), device.uuid)
+            add(_ask(nvml.nvmlDeviceGetMPSComputeRunningProcesses, mig_handle), device.uuid)
         processes = [
             GPUProcess(p.pid, p.used, p.utilization, p.mig_device, mps_server=True)
             if self._process_name(nvml, p.pid) == SERVER_PROCESS
             else p
             for p in found.values()
         ]
+        capability = _safe(lambda: nvml.nvmlDeviceGetCudaComputeCapability(handle))
         return GPU(
             index=index,
             uuid=_text(uuid),
             name=_text(_safe(lambda: nvml.nvmlDeviceGetName(handle)) or "unknown GPU"),
-            memory_total=int(memory.total),
-            memory_used=int(memory.used) if memory.used is not None else None,
+            memory_total=total,
+            memory_used=used,
             utilization=int(util.gpu) if util is not None else None,
             mig_mode=mig_mode,
             processes=tuple(processes),
             mig_devices=tuple(mig_devices),
             mps=mps and not mig_mode,
+            memory_reserved_by_driver=reserved,
+            compute_capability=(int(capability[0]), int(capability[1])) if capability else None,
         )
+
+    def _process_utilization(self, nvml: Any, handle: Any, index: int) -> dict[int, int] | None:
+        """Each process's SM utilisation from its newest sample, or None when NVML cannot say.
+
+        NVML keeps a buffer of samples: asked from timestamp 0 it returns all of them, old peaks
+        included. Ask from the newest sample already read (nvitop asks for the last second), and
+        count a listed process without a newer sample as idle."""
+        now = int(time.time() * 1_000_000)
+        since = max(self._util_seen.get(index, 0), now - 2_000_000)
+        try:
+            samples = nvml.nvmlDeviceGetProcessUtilization(handle, since)
+        except Exception as error:
+            # NOT_FOUND: no sample since, every process was idle. Some NVML builds (NVIDIA's mock)
+            # answer an empty buffer with SUCCESS, which pynvml raises as an error too.
+            if getattr(error, "value", None) in (getattr(nvml, "NVML_ERROR_NOT_FOUND", 6), 0):
+                return {}
+            return None
+        latest: dict[int, tuple[int, int]] = {}
+        for sample in samples or []:
+            stamp = int(getattr(sample, "timeStamp", 0))
+            pid = int(sample.pid)
+            if pid not in latest or stamp >= latest[pid][0]:
+                latest[pid] = (stamp, int(sample.smUtil))
+        if latest:
+            self._util_seen[index] = max(stamp for stamp, _ in latest.values())
+        return {pid: util for pid, (_, util) in latest.items()}
 
     def _read_mig_devices(self, nvml: Any, handle: Any) -> list[tuple[MIGDevice, Any]]:
         """The MIG devices that exist under a GPU in MIG mode (empty slots raise NOT_FOUND)."""
@@ -274,7 +324,7 @@ class Inventory:
                 continue
             name = _text(_ask(nvml.nvmlDeviceGetName, mig) or "")
             match = _MIG_PROFILE.search(name)
-            gi = _ask(nvml.nvmlDeviceGetGpuInstanceId, mig)
+            gi = _ask(nvml.nvmlDeviceGetGpuInstanceId, mig)  # 0 is a real id (MIG-backed vGPU)
             ci = _ask(nvml.nvmlDeviceGetComputeInstanceId, mig)
             device = MIGDevice(
                 index=index,
@@ -307,6 +357,39 @@ class Inventory:
     def _forget_names(self, live: set[int]) -> None:
         for pid in [p for p in self._names if p not in live]:
             del self._names[pid]
+
+
+#: NVML's "not applicable" GPU/compute-instance id (a process outside MIG).
+NOT_APPLICABLE = 0xFFFFFFFF
+
+
+def _id(value: Any) -> int | None:
+    """A GPU- or compute-instance id; None when absent or not applicable. 0 is a valid id."""
+    if value is None:
+        return None
+    number = int(value)
+    return None if number == NOT_APPLICABLE else number
+
+
+def instance_key(device: MIGDevice) -> tuple[int | None, str]:
+    """What a MIG device's memory belongs to: its GPU instance (compute instances share it)."""
+    return (device.gpu_instance_id, device.uuid if device.gpu_instance_id is None else "")
+
+
+def _memory(nvml: Any, handle: Any) -> tuple[int, int | None, int] | None:
+    """(total, used, reserved by the driver), or None when NVML refuses to say (a MIG container).
+
+    NVML's v2 query separates what the driver reserves from what processes use; v1's ``used``
+    may include it. Without v2 (an old driver, the simulated NVML) the driver's share is 0."""
+    version = getattr(nvml, "nvmlMemory_v2", None)
+    if version is not None:
+        info = _safe(lambda: nvml.nvmlDeviceGetMemoryInfo(handle, version=version))
+        if info is not None:
+            return int(info.total), int(info.used) if info.used is not None else None, int(info.reserved)
+    info = _safe(lambda: nvml.nvmlDeviceGetMemoryInfo(handle))
+    if info is None:
+        return None
+    return int(info.total), int(info.used) if info.used is not None else None, 0
 
 
 def _text(value: Any) -> str:

@@ -18,12 +18,24 @@ from .state import KernelState, current, establish
 def load_ipython_extension(ipython: Any) -> None:
     """Called by IPython when the extension loads (once per ``%load_ext``)."""
     state = establish()
+    if state.facts.sliced:
+        _fit_environment()
     oom.install(ipython)
     hooks.install()
     ipython.register_magics(VGPUMagics)
     if state.problem:
         print(f"jupyter-vgpu: {state.problem} Frameworks are not limited in this kernel.", file=sys.stderr)
     state.write_report()
+
+
+def _fit_environment() -> None:
+    """Name the slice's limit the way the framework releases installed in this kernel read it
+    (before any of them is imported, and for every process the kernel starts)."""
+    import os
+
+    from ..slices.environment import fit_installed_frameworks
+
+    fit_installed_frameworks(os.environ)
 
 
 def unload_ipython_extension(ipython: Any) -> None:

@@ -14,6 +14,7 @@ from dataclasses import replace
 
 from ..errors import InvalidRequest, VGPUError
 from ..slices import SliceRequest, open_ledger, parse_share, slice_environment
+from ..slices.environment import VARIABLES, fit_installed_frameworks
 from ..units import describe_fraction, format_bytes, shorten
 from .frameworks import FRAMEWORKS, revisit
 from .state import KernelState, SliceFacts
@@ -61,7 +62,13 @@ def resize(state: KernelState, text: str) -> str:
     ledger = open_ledger()
     try:
         resized = ledger.resize(facts.slice_id, request)
-        env = slice_environment(resized, ledger_path=str(ledger.path), simulate=facts.simulate)
+        by_index = all(part.strip().isdigit() for part in os.environ.get("CUDA_VISIBLE_DEVICES", "x").split(","))
+        env = slice_environment(
+            resized, ledger_path=str(ledger.path), simulate=facts.simulate, device_names="index" if by_index else "uuid"
+        )
+        for name in VARIABLES:
+            os.environ.pop(name, None)  # the new environment names each variable afresh
+        fit_installed_frameworks(env)
     finally:
         ledger.close()
     os.environ.update(env)

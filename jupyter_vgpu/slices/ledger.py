@@ -50,13 +50,14 @@ class Ledger(ABC):
 
     Attributes every ledger has: ``path`` (the user's ledger path; kernels write their reports
     beside it), ``inventory`` (the GPUs, as this ledger sees them), ``context_allowance`` (bytes
-    counted inside each slice for the CUDA context) and ``poll_interval`` (seconds between two
-    attempts of a request waiting in line).
+    counted inside each slice for the CUDA context; None: by each GPU's compute capability, and
+    each slice records the allowance it got) and ``poll_interval`` (seconds between two attempts
+    of a request waiting in line).
     """
 
     path: Path
     inventory: Inventory
-    context_allowance: int
+    context_allowance: int | None
     poll_interval: float
 
     @abstractmethod

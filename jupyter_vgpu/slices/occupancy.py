@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..gpus import GPU, MIGDevice, Snapshot
+from ..gpus.inventory import instance_key
 from ..units import format_bytes
 from .holders import Attribution
 from .records import Slice, Tier
@@ -80,7 +81,8 @@ class GPUOccupancy:
 
     @property
     def total(self) -> int:
-        return self.gpu.memory_total
+        """What slices share: the GPU's memory less what the driver keeps (a fraction is of this)."""
+        return self.gpu.memory_usable
 
     @property
     def in_mig_mode(self) -> bool:
@@ -111,8 +113,10 @@ class GPUOccupancy:
         """One line for a refusal: what is free, who holds the rest."""
         if self.in_mig_mode:
             return self._explain_mig()
-        text = f"GPU {self.index} ({self.gpu.name}): {format_bytes(self.free)} free of {format_bytes(self.total)}"
+        text = f"GPU {self.index} ({self.gpu.name}): {format_bytes(self.free)} free of {format_bytes(self.gpu.memory_total)}"
         parts = []
+        if self.gpu.memory_reserved_by_driver:
+            parts.append(f"{format_bytes(self.gpu.memory_reserved_by_driver)} kept by the driver")
         if self.shares:
             shown = ", ".join(f"{s.holder_text()} {format_bytes(s.reserved)}" for s in self.shares[:NAMED_HOLDERS])
             more = f" and {len(self.shares) - NAMED_HOLDERS} more" if len(self.shares) > NAMED_HOLDERS else ""
@@ -156,6 +160,7 @@ class GPUOccupancy:
             "uuid": gpu.uuid,
             "name": gpu.name,
             "memory_total": gpu.memory_total,
+            "memory_reserved_by_driver": gpu.memory_reserved_by_driver,
             "memory_used": gpu.memory_used,
             "memory_reserved": self.reserved,
             "memory_used_by_slices": self.used_by_slices,
@@ -178,6 +183,7 @@ class GPUOccupancy:
                 for m in self.mig
             ],
             "mps": gpu.mps,
+            "compute_capability": ".".join(map(str, gpu.compute_capability)) if gpu.compute_capability else None,
             "tier": self.tier,
             "slices": [s.slice.id for s in self.shares],
         }
@@ -210,18 +216,24 @@ def occupancy_of(snapshot: Snapshot, slices: Iterable[Slice], attribution: Attri
             if uuid == gpu.uuid
         )
         unaccounted = _unaccounted(gpu)
+        # Compute instances of one GPU instance share its memory: a slice holds the whole GPU
+        # instance, whichever of its MIG devices it names, and a process outside slices in any of
+        # them takes it too. So shared memory is never handed out twice.
+        instance = {m.uuid: instance_key(m) for m in gpu.mig_devices}
         held = {
-            device: (s.id, f"{s.describe_holder()} [{s.owner}]")
+            instance[device]: (s.id, f"{s.describe_holder()} [{s.owner}]")
             for s in slices
             if s.tier is Tier.MIG
             for device in s.mig_devices
+            if device in instance
         }
+        foreign_instances = {instance[m.uuid] for m in gpu.mig_devices if attribution.foreign.get(m.uuid)}
         mig = tuple(
             MIGState(
                 device=m,
-                slice_id=held.get(m.uuid, (None, None))[0],
-                holder=held.get(m.uuid, (None, None))[1],
-                in_use_without_slice=m.uuid not in held and bool(attribution.foreign.get(m.uuid)),
+                slice_id=held.get(instance[m.uuid], (None, None))[0],
+                holder=held.get(instance[m.uuid], (None, None))[1],
+                in_use_without_slice=instance[m.uuid] not in held and instance[m.uuid] in foreign_instances,
             )
             for m in gpu.mig_devices
         )

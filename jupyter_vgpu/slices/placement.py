@@ -8,7 +8,7 @@ several GPUs uses only GPUs that are not in MIG mode.
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
 from ..errors import InvalidRequest
@@ -60,11 +60,12 @@ def place(
     request: SliceRequest,
     gpus: Collection[GPUOccupancy],
     *,
-    context_allowance: int,
+    allowance: Callable[[GPUOccupancy], int],
     allowed: Collection[str] | None = None,
 ) -> Placement:
     """Pick GPUs for ``request``; deterministic (ties broken by GPU index).
 
+    ``allowance`` is the CUDA-context allowance on a GPU (a slice must hold more than it);
     ``allowed`` (GPU UUIDs) keeps the choice to the GPUs a policy lets this user have.
     """
     candidates = [g for g in gpus if allowed is None or g.uuid in allowed]
@@ -91,10 +92,10 @@ def place(
         return Placement(reason=f"{request.describe()} needs {request.gpus} GPUs but this machine has {len(candidates)}.", permanent=True)
     for gpu in candidates:
         need = request.amount_on(gpu.total)
-        if need <= context_allowance:
+        if need <= allowance(gpu):
             raise InvalidRequest(
                 f"{request.describe()} is {format_bytes(need)} on GPU {gpu.index}, not more than the "
-                f"CUDA-context allowance ({format_bytes(context_allowance)}); ask for more memory."
+                f"CUDA-context allowance ({format_bytes(allowance(gpu))}); ask for more memory."
             )
     possible = [g for g in candidates if (fitting(g, request) if g.in_mig_mode else request.amount_on(g.total) <= g.total)]
     if len(possible) < request.gpus:

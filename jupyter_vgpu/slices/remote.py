@@ -242,7 +242,8 @@ class BrokerLedger(Ledger):
         self.path = Path(path)
         self.info: dict[str, Any] = dict(self.client.call("info"))
         self.inventory = RemoteInventory(self.client, self.info)
-        self.context_allowance = int(self.info["context_allowance"])
+        allowance = self.info.get("context_allowance")
+        self.context_allowance = None if allowance is None else int(allowance)
         self.poll_interval = float(self.info.get("poll_interval") or 0.25)
 
     def location(self) -> str:

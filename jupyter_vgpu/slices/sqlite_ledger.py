@@ -19,10 +19,11 @@ from typing import Any
 
 from ..errors import InvalidRequest, NoGPU, NotPermitted, SliceNotFound, SliceUnavailable
 from ..gpus import Inventory, Snapshot
+from ..gpus.context import context_allowance
 from ..units import format_bytes, shorten
 from .holders import attribute, process_alive, process_start
 from .ledger import Ledger
-from .occupancy import Occupancy, occupancy_of
+from .occupancy import GPUOccupancy, Occupancy, occupancy_of
 from .placement import place
 from .records import Actor, Holder, Slice, Ticket, Tier, Waiter, clean_labels
 from .request import SliceRequest
@@ -62,7 +63,7 @@ class SQLiteLedger(Ledger):
         path: str | Path,
         inventory: Inventory,
         *,
-        context_allowance: int,
+        context_allowance: int | None = None,
         poll_interval: float = 0.25,
         actor: Actor | None = None,
         waiter_timeout: float = STALE_WAITER,
@@ -76,6 +77,12 @@ class SQLiteLedger(Ledger):
         self.file = LedgerFile(path)
         self.path = self.file.path
         self._recorded_gpus: list[tuple[tuple[str, int, str, int], ...] | None] = [None]
+
+    def allowance_for(self, gpu: GPUOccupancy) -> int:
+        """The CUDA-context allowance on ``gpu``: the setting, or by its compute capability."""
+        if self.context_allowance is not None:
+            return self.context_allowance
+        return context_allowance(gpu.gpu.compute_capability)
 
     def acting_for(self, actor: Actor, *, allowed_gpus: Collection[str] | None = None) -> SQLiteLedger:
         """The same file (one connection), acting for ``actor``, placing only on ``allowed_gpus``."""
@@ -255,7 +262,7 @@ class SQLiteLedger(Ledger):
         placement = place(
             request,
             self._occupancy(db, snapshot, live).gpus,
-            context_allowance=self.context_allowance,
+            allowance=self.allowance_for,
             allowed=self.allowed_gpus,
         )
         if placement.permanent:
@@ -275,7 +282,7 @@ class SQLiteLedger(Ledger):
             {
                 **fields,
                 "id": slice_id,
-                "context": self.context_allowance,
+                "context": max(self.allowance_for(gpu) for gpu, _ in placement.chosen),
                 "logical": request.logical_devices,
                 "now": time.time(),
                 "tier": placement.tier.value,
@@ -326,7 +333,7 @@ class SQLiteLedger(Ledger):
 
     def _record_gpus(self, db: sqlite3.Connection, snapshot: Snapshot) -> None:
         # The capacities the over-commitment check reads; written only when they change.
-        known = tuple((g.uuid, g.index, g.name, g.memory_total) for g in snapshot.gpus)
+        known = tuple((g.uuid, g.index, g.name, g.memory_usable) for g in snapshot.gpus)
         if known == self._recorded_gpus[0]:
             return
         self._recorded_gpus[0] = known
@@ -335,7 +342,7 @@ class SQLiteLedger(Ledger):
             "INSERT INTO gpus (uuid, idx, name, memory_total, seen) VALUES (?, ?, ?, ?, ?)"
             " ON CONFLICT(uuid) DO UPDATE SET idx = excluded.idx, name = excluded.name,"
             " memory_total = excluded.memory_total, seen = excluded.seen",
-            [(g.uuid, g.index, g.name, g.memory_total, now) for g in snapshot.gpus],
+            [(g.uuid, g.index, g.name, g.memory_usable, now) for g in snapshot.gpus],
         )
 
     def _holder_fields(self, request: SliceRequest, holder: Holder) -> dict[str, Any]:
@@ -398,10 +405,10 @@ class SQLiteLedger(Ledger):
                 if gpu is None:
                     raise SliceUnavailable(f"GPU {gpu_uuid} of slice {found.id} is no longer present.")
                 need = request.amount_on(gpu.total)
-                if need <= self.context_allowance:
+                if need <= found.context_allowance:
                     raise InvalidRequest(
                         f"{request.describe()} is {format_bytes(need)}, not more than the CUDA-context allowance "
-                        f"({format_bytes(self.context_allowance)}); ask for more memory."
+                        f"({format_bytes(found.context_allowance)}); ask for more memory."
                     )
                 if need > gpu.free:
                     raise SliceUnavailable(f"Cannot resize slice {found.id} to {request.describe()}: {gpu.explain()}.")

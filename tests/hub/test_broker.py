@@ -217,7 +217,7 @@ def test_a_bad_policy_on_reload_keeps_the_last_good_one(system_users: Users, bro
 def test_the_client_maps_refusals_to_the_same_errors(system_users: Users, broker: BrokerProcess) -> None:
     ledger = open_ledger()
     assert isinstance(ledger, BrokerLedger)
-    assert ledger.inventory.simulated and ledger.context_allowance == 300 << 20
+    assert ledger.inventory.simulated and ledger.context_allowance is None  # by each GPU's compute capability
     held = ledger.reserve(SliceRequest.parse("1/4"), Holder("command", "root-job"))
     other, other_id = hold(system_users.bob, broker, "1/4", "b.ipynb")
     try:

@@ -15,7 +15,6 @@ from typing import Any
 import pytest
 from kernels import Kernel, Outcome
 
-from jupyter_vgpu.config import DEFAULT_CONTEXT_ALLOWANCE
 from jupyter_vgpu.gpus import Inventory
 from jupyter_vgpu.slices import Holder, Ledger, Slice, SliceRequest, SQLiteLedger, cpu_environment, slice_environment
 
@@ -44,7 +43,7 @@ class Workspace:
         time.sleep(0.02)  # a new mtime even on coarse clocks
 
     def ledger(self) -> Ledger:
-        return SQLiteLedger(self.ledger_path, Inventory(str(self.simulation)), context_allowance=DEFAULT_CONTEXT_ALLOWANCE)
+        return SQLiteLedger(self.ledger_path, Inventory(str(self.simulation)))  # the allowance by compute capability
 
     def reserve(self, fraction: float | None = 0.25, *, memory: str | None = None, logical_devices: int = 1) -> Slice:
         request = SliceRequest.parse(fraction=None if memory else fraction, memory=memory, logical_devices=logical_devices)

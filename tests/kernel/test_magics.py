@@ -50,8 +50,8 @@ def test_status_shows_the_slice(sliced: tuple[Workspace, Slice, Kernel], kernel:
     assert row(text, "GPU") == f"0 · Simulated A100 · {UUID}"
     assert row(text, "share") == "1/4 GPU"
     assert row(text, "reserved") == "4.0 GiB per GPU (context allowance included)"
-    assert row(text, "limit") == "3.7 GiB per GPU for frameworks"
-    assert row(text, "context allowance") == "300 MiB per GPU for the CUDA context"
+    assert row(text, "limit") == "3.5 GiB per GPU for frameworks"
+    assert row(text, "context allowance") == "512 MiB per GPU for the CUDA context"
 
 
 def test_status_shows_current_use_and_utilisation(kernel: Kernel) -> None:

@@ -11,11 +11,11 @@ import os
 import re
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from jupyter_process import wait_for as poll
 
 from .conftest import ARTIFACTS, KERNEL_DISPLAY_NAME, Lab, notebook_json
 
@@ -34,14 +34,7 @@ def expect(locator: Any) -> Any:
 
 def wait_for(what: str, check: Callable[[], Any], timeout: float = 60.0) -> Any:
     """Poll `check` until it returns something truthy; fail naming `what`."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}")
-        time.sleep(0.5)
+    return poll(check, what, timeout)
 
 
 def notebook_slice(lab: Lab) -> dict[str, Any] | None:

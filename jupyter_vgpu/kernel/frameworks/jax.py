@@ -1,7 +1,8 @@
-"""JAX: configured by ``XLA_PYTHON_CLIENT_MEM_FRACTION`` / ``XLA_PYTHON_CLIENT_PREALLOCATE``.
+"""JAX: configured by its memory-fraction variable and ``XLA_PYTHON_CLIENT_PREALLOCATE``.
 
-The provisioner sets them before the kernel starts and JAX reads them when it starts its GPU
-backend (its first op), so the hook only records what is in force.
+The provisioner sets them before the kernel starts (the extension renames the fraction to
+``XLA_CLIENT_MEM_FRACTION`` where the installed jaxlib reads that name) and JAX reads them when
+it starts its GPU backend (its first op), so the hook only records what is in force.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from .base import Framework
 if TYPE_CHECKING:
     from ..state import KernelState
 
-_VARIABLES = ("XLA_PYTHON_CLIENT_MEM_FRACTION", "XLA_PYTHON_CLIENT_PREALLOCATE")
+_VARIABLES = ("XLA_CLIENT_MEM_FRACTION", "XLA_PYTHON_CLIENT_MEM_FRACTION", "XLA_PYTHON_CLIENT_PREALLOCATE")
 
 
 def backend_started() -> bool:

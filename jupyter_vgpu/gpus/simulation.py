@@ -1,0 +1,245 @@
+"""What ``JUPYTER_VGPU_SIMULATE`` describes: simulated GPUs, their MIG devices and processes.
+
+Two forms:
+
+* ``"2x16GiB"``: two idle GPUs of 16 GiB each (``"16GiB"`` alone means one);
+* the path of a JSON file (re-read by :class:`~.simulated.SimulatedNVML` whenever it changes, so
+  tests and demos can move usage live)::
+
+    {"devices": [{"name": "NVIDIA A100-SXM4-40GB", "memory": "40GiB", "utilization": 35}],
+     "processes": [{"gpu": 0, "pid": 4242, "memory": "3GiB", "utilization": 20}]}
+
+Per device: ``uuid``, ``name``, ``utilization``, ``used`` (memory in use that no listed process
+accounts for: the driver, another container), ``reserved`` (what the driver keeps for itself, as
+NVML's v2 memory query reports), ``compute_capability`` (``"9.0"``), ``memory_query``
+(``"no-permission"``: the parent's memory query is refused, as in a MIG container) and
+``privileged`` (in MIG mode the whole-GPU process lists answer only to privileged callers).
+
+A GPU in MIG mode lists its MIG devices, the way ``nvidia-smi -L`` and the MIG tables show them::
+
+    "mig": [{"profile": "3g.20gb", "memory": "19968MiB", "uuid": "MIG-...",
+             "gpu_instance_id": 2, "compute_instance_id": 0}]
+
+Ids are optional: without them each entry gets a GPU instance of its own, except compute
+instances (``1c.3g.20gb``) which share one GPU instance until its compute slices are used up. Every
+compute instance of a GPU instance reports that instance's whole memory, as NVML does.
+
+A process runs on ``gpu`` (index or UUID), in a MIG device (``"mig"``: its UUID or position), may
+be an MPS client (``"mps": true`` or ``"type": "M+C"``), has a ``name`` (``nvidia-cuda-mps-server``
+is the MPS server) and a ``utilization_history`` of ``[seconds_ago, percent]`` samples still in
+the driver's buffer. Keys of recorded fixtures (``source``, ``notes``) are ignored.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import uuid as uuidlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..errors import InvalidConfig, InvalidRequest
+from ..units import format_bytes, parse_bytes, shorten
+
+_SHORT = re.compile(r"^\s*(?:(\d+)\s*[xX]\s*)?(\S+)\s*$")
+ALLOWED = 'a device spec such as "2x16GiB" (count x memory) or the path of a JSON file'
+_PROFILE = re.compile(r"^(?:(\d+)c\.)?(\d+)g\.")
+
+
+@dataclass
+class SimulatedProcess:
+    """One process on a simulated GPU (what a JSON ``processes`` entry describes)."""
+
+    pid: int
+    used: int | None
+    utilization: int = 0
+    mig: int | None = None  # index of the MIG device it runs in
+    name: str = "python"
+    mps_client: bool = False
+    history: list[tuple[float, int]] = field(default_factory=list)  # (seconds ago, percent)
+
+
+@dataclass
+class SimulatedMIG:
+    """One MIG device (a compute instance in a GPU instance) of a simulated GPU in MIG mode."""
+
+    uuid: str
+    profile: str
+    memory_total: int  # the GPU instance's memory (shared by its compute instances)
+    gpu_instance_id: int
+    compute_instance_id: int = 0
+
+
+@dataclass
+class SimulatedDevice:
+    """One simulated GPU (what a JSON ``devices`` entry describes)."""
+
+    index: int
+    uuid: str
+    name: str
+    memory_total: int
+    utilization: int = 0
+    base_used: int = 0
+    reserved: int = 0
+    compute_capability: tuple[int, int] | None = None
+    memory_query_refused: bool = False
+    privileged: bool = False
+    processes: list[SimulatedProcess] = field(default_factory=list)
+    mig: list[SimulatedMIG] | None = None  # None: not in MIG mode
+
+
+def _stable_uuid(index: int, memory: int, name: str) -> str:
+    # Same spec -> same UUIDs across processes, so the server, kernels and commands agree.
+    return "GPU-" + str(uuidlib.uuid5(uuidlib.NAMESPACE_OID, f"jupyter-vgpu/{index}/{memory}/{name}"))
+
+
+def parse_spec(spec: str) -> list[SimulatedDevice]:
+    """Devices described by ``JUPYTER_VGPU_SIMULATE`` (short form or JSON file)."""
+    text = spec.strip()
+    if text.endswith(".json") or os.sep in text or is_file(text):
+        return _load_json(Path(text).expanduser())
+    match = _SHORT.match(text) if len(text) <= 80 else None
+    if not match:
+        raise InvalidConfig(f"JUPYTER_VGPU_SIMULATE={shorten(spec)} is not {ALLOWED}.")
+    count = int(match.group(1) or 1)
+    if not 1 <= count <= 64:
+        raise InvalidConfig(f"JUPYTER_VGPU_SIMULATE={shorten(spec)} asks for {shorten(count)} GPUs; use 1 to 64.")
+    try:
+        memory = parse_bytes(match.group(2), what="JUPYTER_VGPU_SIMULATE memory")
+    except InvalidRequest:
+        raise InvalidConfig(f"JUPYTER_VGPU_SIMULATE={shorten(spec)} is not {ALLOWED}.") from None
+    name = f"Simulated GPU {format_bytes(memory, precision=0).replace(' ', '')}"
+    return [
+        SimulatedDevice(index=i, uuid=_stable_uuid(i, memory, name), name=name, memory_total=memory)
+        for i in range(count)
+    ]
+
+
+def is_file(text: str) -> bool:
+    try:
+        return Path(text).expanduser().is_file()
+    except (OSError, ValueError):  # a name too long for the file system, a NUL byte
+        return False
+
+
+def _size(value: Any, where: str, what: str) -> int:
+    try:
+        return parse_bytes(value, what=what)
+    except InvalidRequest as error:
+        raise InvalidConfig(f"{where}: {error}") from None
+
+
+def _load_json(path: Path) -> list[SimulatedDevice]:
+    where = f"JUPYTER_VGPU_SIMULATE file {path}"
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise InvalidConfig(f"{where} does not exist; use {ALLOWED}.") from None
+    except (OSError, ValueError) as error:
+        raise InvalidConfig(f"{where} cannot be read as JSON: {error}.") from None
+    if not isinstance(data, dict) or not isinstance(data.get("devices"), list) or not data["devices"]:
+        raise InvalidConfig(f'{where} needs a non-empty "devices" list.')
+    devices = [_device(index, entry, where) for index, entry in enumerate(data["devices"])]
+    by_key = {str(d.index): d for d in devices} | {d.uuid: d for d in devices}
+    for number, proc in enumerate(data.get("processes") or []):
+        if not isinstance(proc, dict) or "pid" not in proc:
+            raise InvalidConfig(f'{where}: process {number} needs "pid" and "gpu".')
+        device = by_key.get(str(proc.get("gpu", 0)))
+        if device is None:
+            raise InvalidConfig(f"{where}: process {number} names gpu {shorten(proc.get('gpu'))}, which is not listed.")
+        used = None if proc.get("memory") is None else _size(proc["memory"], where, f"process {number} memory")
+        history = [(float(ago), int(util)) for ago, util in proc.get("utilization_history") or []]
+        device.processes.append(
+            SimulatedProcess(
+                pid=int(proc["pid"]),
+                used=used,
+                utilization=int(proc.get("utilization", 0)),
+                mig=_process_mig(proc.get("mig"), device, where=f"{where}: process {number}"),
+                name=str(proc.get("name") or "python"),
+                mps_client=bool(proc.get("mps")) or str(proc.get("type", "")).upper() == "M+C",
+                history=history,
+            )
+        )
+    return devices
+
+
+def _device(index: int, entry: Any, where: str) -> SimulatedDevice:
+    if not isinstance(entry, dict) or "memory" not in entry:
+        raise InvalidConfig(f'{where}: device {index} needs "memory" (e.g. "16GiB").')
+    here = f"{where}: device {index}"
+    memory = _size(entry["memory"], here, "memory")
+    name = str(entry.get("name") or f"Simulated GPU {format_bytes(memory, precision=0).replace(' ', '')}")
+    uuid = str(entry.get("uuid") or _stable_uuid(index, memory, name))
+    capability = None
+    if entry.get("compute_capability"):
+        major, _, minor = str(entry["compute_capability"]).partition(".")
+        try:
+            capability = (int(major), int(minor or 0))
+        except ValueError:
+            raise InvalidConfig(f'{here}: compute_capability {shorten(entry["compute_capability"])} is not like "9.0".') from None
+    return SimulatedDevice(
+        index=index,
+        uuid=uuid,
+        name=name,
+        memory_total=memory,
+        utilization=int(entry.get("utilization", 0)),
+        base_used=_size(entry["used"], here, "used") if entry.get("used") else 0,
+        reserved=_size(entry["reserved"], here, "reserved") if entry.get("reserved") else 0,
+        compute_capability=capability,
+        memory_query_refused=entry.get("memory_query") == "no-permission",
+        privileged=bool(entry.get("privileged")),
+        mig=_load_mig(entry.get("mig"), where=here, parent=uuid, memory=memory),
+    )
+
+
+def _load_mig(entries: Any, *, where: str, parent: str, memory: int) -> list[SimulatedMIG] | None:
+    if entries is None:
+        return None
+    if not isinstance(entries, list):
+        raise InvalidConfig(f'{where}: "mig" must be a list of {{"profile": "1g.10gb", "memory": "9.75GiB"}}.')
+    result: list[SimulatedMIG] = []
+    next_gi, open_gi, room = 1, -1, 0  # the GPU instance compute instances are being added to
+    for number, entry in enumerate(entries):
+        if not isinstance(entry, dict) or "profile" not in entry or "memory" not in entry:
+            raise InvalidConfig(f'{where}: MIG device {number} needs "profile" (e.g. "1g.10gb") and "memory".')
+        size = _size(entry["memory"], where, f"MIG device {number} memory")
+        profile = str(entry["profile"])
+        gi, ci = entry.get("gpu_instance_id"), entry.get("compute_instance_id")
+        if gi is None:
+            # Infer the GPU instance: "1c.3g.20gb" compute instances fill a 3g instance's 3 slices.
+            match = _PROFILE.match(profile)
+            slices, width = (int(match.group(1) or match.group(2)), int(match.group(2))) if match else (1, 1)
+            if match and match.group(1) and open_gi >= 0 and room >= slices:
+                gi, room = open_gi, room - slices
+            else:
+                while any(m.gpu_instance_id == next_gi for m in result):
+                    next_gi += 1
+                gi, next_gi = next_gi, next_gi + 1
+                open_gi, room = (gi, width - slices) if match and match.group(1) else (-1, 0)
+            ci = sum(1 for m in result if m.gpu_instance_id == gi)
+        uuid = str(entry.get("uuid") or "MIG-" + str(uuidlib.uuid5(uuidlib.NAMESPACE_OID, f"{parent}/mig/{number}")))
+        result.append(SimulatedMIG(uuid, profile, size, int(gi), int(ci or 0)))
+    per_instance = {m.gpu_instance_id: m.memory_total for m in result}
+    if sum(per_instance.values()) > memory:
+        raise InvalidConfig(f"{where}: its GPU instances hold more memory than the GPU has.")
+    return result
+
+
+def _process_mig(value: Any, device: SimulatedDevice, *, where: str) -> int | None:
+    if value is None:
+        return None
+    for number, mig in enumerate(device.mig or []):
+        if str(value) in (str(number), mig.uuid):
+            return number
+    raise InvalidConfig(f"{where} names MIG device {shorten(value)}, which GPU {device.index} does not have.")
+
+
+def describe(spec: str) -> str:
+    """One line for headers: ``2 x 16 GiB`` or the JSON path."""
+    devices = parse_spec(spec)
+    sizes = {d.memory_total for d in devices}
+    if len(sizes) == 1:
+        return f"{len(devices)} x {format_bytes(sizes.pop(), precision=0)}"
+    return ", ".join(format_bytes(d.memory_total, precision=0) for d in devices)
