@@ -6,6 +6,8 @@ Every layer raises these; every front end (CLI, provisioner, REST, magics) shows
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class VGPUError(Exception):
     """Base class for mistakes and refusals a user can act on."""
@@ -20,11 +22,21 @@ class InvalidConfig(VGPUError, ValueError):
 
 
 class SliceUnavailable(VGPUError):
-    """The request is valid but does not fit now (and waiting did not help)."""
+    """The request is valid but does not fit now (and waiting did not help).
+
+    ``detail`` is the structured explanation (``Refusal.to_dict``) when one was made."""
+
+    def __init__(self, message: str = "", detail: dict[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.detail = detail
 
 
 class NoGPU(SliceUnavailable):
     """There is no GPU to reserve on at all (no driver, no device): kernels may start on the CPU."""
+
+
+class LeftLine(SliceUnavailable):
+    """A place in line that is gone before it was granted: cancelled, or its process ended."""
 
 
 class SliceNotFound(VGPUError, KeyError):

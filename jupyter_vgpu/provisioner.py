@@ -22,6 +22,9 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
+import time
+import weakref
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -36,6 +39,7 @@ from .errors import (
     InvalidConfig,
     InvalidRequest,
     LedgerError,
+    LeftLine,
     NoGPU,
     NotPermitted,
     SliceNotFound,
@@ -46,7 +50,7 @@ from .slices import Holder, Ledger, Slice, SliceRequest, Ticket, cpu_environment
 from .slices.environment import DEVICE_NAMES, without_slice
 from .slices.reports import remove_report
 from .slices.request import PLACEMENTS
-from .units import parse_bytes, parse_fraction, shorten
+from .units import format_bytes, parse_bytes, parse_fraction, shorten
 
 EXTENSION_ARG = "--ext=jupyter_vgpu"
 
@@ -147,6 +151,70 @@ def _forget_when_done(manager: Any, kernel_id: str) -> None:
     task.add_done_callback(forget)
 
 
+class RefusalLog:
+    """The kernel starts a server refused lately, newest last: what ``GET /api/vgpu/refusals``
+    answers, so JupyterLab can lay out the refusal its "Error Starting Kernel" dialog shows as
+    text. Bounded: the last ``keep`` refusals, none older than ``max_age`` seconds."""
+
+    def __init__(self, keep: int = 50, max_age: float = 600.0) -> None:
+        self.max_age = max_age
+        self._entries: deque[dict[str, Any]] = deque(maxlen=keep)
+        self._lock = threading.Lock()
+
+    def add(self, entry: dict[str, Any]) -> None:
+        with self._lock:
+            self._entries.append(entry)
+
+    def since(self, t: float) -> list[dict[str, Any]]:
+        """Refusals after ``t`` (seconds since the epoch), newest first."""
+        oldest = max(t, time.time() - self.max_age)
+        with self._lock:
+            return [e for e in reversed(self._entries) if e["t"] > oldest]
+
+
+_refusal_logs: weakref.WeakKeyDictionary[Any, RefusalLog] = weakref.WeakKeyDictionary()
+
+
+def refusals_of(manager: Any) -> RefusalLog:
+    """The refusal log of a (multi) kernel manager: one per Jupyter server."""
+    with _shared_lock:
+        log = _refusal_logs.get(manager)
+        if log is None:
+            log = _refusal_logs[manager] = RefusalLog()
+        return log
+
+
+def refusal_tips(detail: dict[str, Any], *, kernels: list[dict[str, str]], wait_timeout: float) -> list[str]:
+    """What the person whose kernel start was refused can do, best first."""
+    tips = []
+    if kernels:
+        names = " or ".join(f'"{k["display_name"]}"' for k in kernels[:2])
+        tips.append(f"Start {names} instead: {'it fits' if len(kernels[:2]) == 1 else 'they fit'} now.")
+    elif detail.get("smaller_fits") and isinstance((detail.get("fits_now") or {}).get("memory"), int):
+        most = format_bytes(detail["fits_now"]["memory"])
+        tips.append(f"A kernel of at most {most} fits now (`jupyter vgpu kernelspec install -m {most.replace(' ', '')}`).")
+    if wait_timeout > 0:
+        tips.append(f"Wait longer: this kernel waits {wait_timeout:g} s in line (its wait_timeout).")
+    else:
+        tips.append(
+            "Wait in line: a kernel installed with `jupyter vgpu kernelspec install --wait SECONDS` waits for "
+            "its slice, first come, first served."
+        )
+    tips.append("Or ask the holders above to shut down the kernels they no longer use.")
+    return tips
+
+
+def refusal_text(detail: dict[str, Any], tips: list[str]) -> str:
+    """A refused kernel start, as its "Error Starting Kernel" dialog shows it: the summary, a
+    line per GPU, then what to do."""
+    waited = detail.get("waited")
+    summary = str(detail.get("summary", ""))
+    lines = [f"Waited {waited:g} s in line. {summary}" if isinstance(waited, (int, float)) else summary]
+    lines += [str(line) for line in detail.get("gpu_lines", [])]
+    lines.append("What you can do: " + " ".join(tips))
+    return "\n".join(line for line in lines if line)
+
+
 def _shown(error: BaseException, log: Any) -> BaseException:
     """The error as the user's kernel-start dialog should show it (one sentence, right status)."""
     if isinstance(error, (_ShownToUser, asyncio.CancelledError, KeyboardInterrupt, SystemExit)):
@@ -163,6 +231,33 @@ def _shown(error: BaseException, log: Any) -> BaseException:
         return KernelStartFailed(str(error))
     log.error("jupyter-vgpu: the kernel start failed", exc_info=error)
     return KernelStartFailed(f"jupyter-vgpu could not start this kernel ({shorten(error)}); the server log has the details.")
+
+
+def _reason(error: BaseException) -> str:
+    """Why a start was refused, in one word for front ends: full | timed_out | cancelled |
+    no_gpu | policy | config | broken."""
+    if isinstance(error, LeftLine):
+        return "cancelled"
+    if isinstance(error, NoGPU):
+        return "no_gpu"
+    if isinstance(error, SliceUnavailable):
+        return "timed_out" if error.detail is not None and "waited" in error.detail else "full"
+    if isinstance(error, NotPermitted):
+        return "policy"
+    if isinstance(error, (InvalidRequest, TraitError)):
+        return "config"
+    return "broken"
+
+
+def _refusal_gpu(gpu: dict[str, Any]) -> dict[str, Any]:
+    """A GPU of a refusal for the REST API: its holders by notebook or command, ``yours`` instead
+    of a uid."""
+    holders = [
+        {"label": h.get("label"), "owner": h.get("owner"), "reserved": h.get("reserved"), "yours": h.get("uid") == os.getuid()}
+        for h in gpu.get("holders", [])
+    ]
+    keep = ("index", "name", "free", "total", "foreign", "text")
+    return {**{k: gpu.get(k) for k in keep}, "holders": holders}
 
 
 _ledgers: dict[tuple[str, str, int | None], Ledger] = {}
@@ -370,6 +465,7 @@ class VGPUProvisioner(LocalProvisioner):  # type: ignore[misc]
     #: The slice this kernel holds: the provisioner's own state, never configuration.
     slice_id: str | None = None
     _slice_ledger: Ledger | None = None
+    _start_labels: dict[str, str] | None = None  # the notebook path and kernel name of this start
 
     def __init__(self, **kwargs: Any) -> None:
         # jupyter_client passes the kernelspec's provisioner config as keyword arguments, which
@@ -461,9 +557,80 @@ class VGPUProvisioner(LocalProvisioner):  # type: ignore[misc]
         try:
             return await self._pre_launch(**kwargs)
         except BaseException as error:
-            if not isinstance(error, asyncio.CancelledError):
-                _forget_when_done(getattr(self.parent, "parent", None), str(self.kernel_id))
-            raise _shown(error, self.log) from None
+            if isinstance(error, asyncio.CancelledError):
+                raise
+            _forget_when_done(getattr(self.parent, "parent", None), str(self.kernel_id))
+            shown = _shown(error, self.log)
+            if isinstance(shown, _ShownToUser):
+                shown = await self._refused(error, shown)
+            raise shown from None
+
+    async def _refused(self, error: BaseException, shown: _ShownToUser) -> _ShownToUser:
+        """Record the refusal for the REST API and say it the way a person can act on: with the
+        refusal's structure (a full GPU), name the installed kernels that fit now."""
+        detail = error.detail if isinstance(error, SliceUnavailable) else None
+        kernels: list[dict[str, str]] = []
+        tips: list[str] = []
+        if detail is not None:
+            try:
+                kernels = await asyncio.to_thread(self._kernels_that_fit, detail)
+            except Exception as problem:  # a suggestion is a nicety: never fail over it
+                self.log.debug("jupyter-vgpu: could not list kernels that fit: %s", problem)
+            tips = refusal_tips(detail, kernels=kernels, wait_timeout=float(self.wait_timeout or 0))
+            shown = type(shown)(refusal_text(detail, tips))
+        labels = self._start_labels or {}
+        refusals_of(getattr(self.parent, "parent", None) or self).add(
+            {
+                "t": time.time(),
+                "kernel_id": str(self.kernel_id) if self.kernel_id else None,
+                "kernel_name": labels.get("kernel_name"),
+                "kernel_display_name": labels.get("kernel_display_name"),
+                "path": labels.get("path"),
+                "status": shown.status,
+                "reason": _reason(error),
+                "message": shown.message,
+                "summary": shown.message.split("\n", 1)[0],
+                "asked": (detail or {}).get("asked"),
+                "fits_now": (detail or {}).get("fits_now"),
+                "ahead": (detail or {}).get("ahead", 0),
+                "waited": (detail or {}).get("waited"),
+                "gpus": [_refusal_gpu(g) for g in (detail or {}).get("gpus", [])],
+                "advice": tips,
+                "suggested_kernels": kernels,
+            }
+        )
+        return shown
+
+    def _kernels_that_fit(self, detail: dict[str, Any]) -> list[dict[str, str]]:
+        """Installed sliced kernelspecs of this kernel's language whose slice fits now, largest
+        first (at most three). Nothing fits while earlier requests wait in line."""
+        manager = getattr(self.parent, "kernel_spec_manager", None)
+        if manager is None or detail.get("ahead"):
+            return []
+        free = [(int(g["total"]), int(g["free"])) for g in detail.get("gpus", [])]
+        language = getattr(self.kernel_spec, "language", None)
+        current = getattr(self.parent, "kernel_name", None)
+        found = []
+        for name, entry in manager.get_all_specs().items():
+            spec = (entry.get("spec") or {}) if isinstance(entry, dict) else {}
+            stanza = (spec.get("metadata") or {}).get("kernel_provisioner") or {}
+            if name == current or stanza.get("provisioner_name") != PROVISIONER_NAME:
+                continue
+            if language and spec.get("language") not in (None, language):
+                continue
+            config = stanza.get("config") or {}
+            try:
+                request = SliceRequest.parse(
+                    fraction=config.get("gpu_fraction"), memory=config.get("gpu_memory"), gpus=config.get("gpus", 1)
+                )
+            except (InvalidRequest, TypeError, AttributeError):
+                continue
+            fitting = [request.amount_on(total) for total, room in free if 0 < request.amount_on(total) <= room]
+            if len(fitting) >= request.gpus:
+                display = str(spec.get("display_name") or name)
+                found.append((max(fitting) * request.gpus, display, name))
+        found.sort(key=lambda k: (-k[0], k[1]))
+        return [{"name": name, "display_name": display} for _, display, name in found[:3]]
 
     async def launch_kernel(self, cmd: list[str], **kwargs: Any) -> Any:
         try:
@@ -474,9 +641,10 @@ class VGPUProvisioner(LocalProvisioner):  # type: ignore[misc]
             raise
 
     async def _pre_launch(self, **kwargs: Any) -> dict[str, Any]:
+        env = without_slice(kwargs.get("env") or os.environ)
+        self._start_labels = self._labels(env)
         request = self.request()
         settings = self._settings()
-        env = without_slice(kwargs.get("env") or os.environ)
         if self._slice_ledger is None:
             self._slice_ledger = await asyncio.to_thread(_shared_ledger, settings)
         ledger = self._slice_ledger
@@ -516,7 +684,7 @@ class VGPUProvisioner(LocalProvisioner):  # type: ignore[misc]
             except SliceNotFound:
                 self.log.warning("Slice %s of kernel %s was reclaimed; reserving anew.", self.slice_id, self.kernel_id)
                 self.slice_id = None
-        holder = Holder.kernel(str(self.kernel_id), pid=os.getpid(), labels=self._labels(env), keeper=self._keeper())
+        holder = Holder.kernel(str(self.kernel_id), pid=os.getpid(), labels=self._start_labels, keeper=self._keeper())
         try:
             slice_ = await ledger.reserve_async(
                 request, holder, wait=float(self.wait_timeout or 0), waiting=self._waiting(request)

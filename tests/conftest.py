@@ -21,6 +21,7 @@ def vgpu_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[s
         monkeypatch.setenv(key, value)
     monkeypatch.delenv("JUPYTER_VGPU_CONTEXT_ALLOWANCE", raising=False)
     monkeypatch.delenv("JUPYTER_VGPU_BROKER", raising=False)
+    monkeypatch.delenv("COLUMNS", raising=False)  # messages on one line each, as in a log
     yield env
 
 

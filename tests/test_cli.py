@@ -2,18 +2,23 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
+import pty
 import signal
+import struct
 import subprocess
 import sys
+import termios
 import time
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
 
-from jupyter_vgpu.slices import open_ledger
+from jupyter_vgpu.slices import Ticket, open_ledger
 
 JUPYTER_VGPU = [str(Path(sys.executable).parent / "jupyter-vgpu")]
 
@@ -62,6 +67,33 @@ def test_status_says_the_gpus_are_simulated_and_lists_slices(vgpu_env: dict[str,
         sleeper.wait(20)
     assert sleeper.returncode == 128 + signal.SIGTERM  # SIGTERM was passed on to the command
     assert open_ledger().slices() == []
+
+
+def test_status_keeps_its_box_on_long_lines_and_shows_slices_a_second_shell_cannot_place(
+    vgpu_env: dict[str, str], simulation_file: Any
+) -> None:
+    name = "NVIDIA H100 80GB HBM3 with a name far longer than any terminal column could hold"
+    simulation_file(devices=[{"name": name, "memory": "16GiB"}])
+    sleeper = subprocess.Popen([*JUPYTER_VGPU, "run", "-p", "1/4", "--", "sleep", "30"])
+    try:
+        wait_until(lambda: len(open_ledger().slices()) == 1)
+        (held,) = open_ledger().slices()
+        narrow = {**os.environ, "COLUMNS": "60"}
+        text = subprocess.run([*JUPYTER_VGPU, "status"], env=narrow, capture_output=True, text=True, check=True).stdout
+        boxed = [line for line in text.splitlines() if line.startswith(("|", "+"))]
+        assert len(boxed) > 6 and all(len(line) == 60 and line[-1] in "|+" for line in boxed), text
+        assert "far longer" in text and "free 12.0 GiB" in text
+        assert "Slices here reserve memory only; compute is shared" in text  # what a slice shares
+
+        elsewhere = {k: v for k, v in os.environ.items() if k != "JUPYTER_VGPU_SIMULATE"}
+        other = subprocess.run([*JUPYTER_VGPU, "status"], env=elsewhere, capture_output=True, text=True, timeout=60)
+        assert other.returncode == 0, other.stderr
+        assert "1 slice in this ledger on GPUs this shell does not see: the GPU source differs" in other.stdout
+        line = next(line for line in other.stdout.splitlines() if held.id in line)
+        assert "sleep 30 [1/4 GPU on GPU 0]" in line and "4.0 GiB" in line
+    finally:
+        sleeper.terminate()
+        sleeper.wait(20)
 
 
 def test_run_gives_the_command_the_kernel_environment(vgpu_env: dict[str, str]) -> None:
@@ -140,7 +172,7 @@ def test_release_frees_a_slice_and_unknown_ids_are_one_sentence(vgpu_env: dict[s
         (["run", "-n", "0", "--", "true"], "-n/--gpus '0' is not allowed"),
         (["run", "--wait", "soon", "--", "true"], "--wait 'soon' is not allowed"),
         (["run", "-p", "0.5"], "No command given"),
-        (["run", "--", "no-such-command-xyz"], "Command not found: 'no-such-command-xyz'"),
+        (["run", "--", "no-such-command-xyz"], "command not found: 'no-such-command-xyz'"),
         (["run", "-p", "0.5", "-m", "1GiB", "--", "true"], "not allowed with argument"),
         (["run", "-m", "40GiB", "--", "true"], "more than the largest GPU here (16.0 GiB)"),
     ],
@@ -149,7 +181,7 @@ def test_bad_arguments_get_one_clear_sentence_and_leave_nothing_behind(
     vgpu_env: dict[str, str], args: list[str], message: str
 ) -> None:
     result = vgpu(*args)
-    assert result.returncode != 0
+    assert result.returncode == (127 if "not found" in message else 75 if "largest GPU" in message else 2)
     assert message in result.stderr
     assert "Traceback" not in result.stderr
     assert open_ledger().slices() == []
@@ -160,8 +192,8 @@ def test_full_gpu_refusal_says_who_holds_it(vgpu_env: dict[str, str]) -> None:
     try:
         wait_until(lambda: len(open_ledger().slices()) == 1)
         result = vgpu("run", "-p", "1/2", "--", "true")
-        assert result.returncode == 3
-        assert "Not enough free GPU memory for 1/2 GPU" in result.stderr
+        assert result.returncode == 75  # EX_TEMPFAIL: no room now
+        assert "No room for 1/2 GPU (8.0 GiB) now: at most 4.0 GiB (about 1/4 GPU) on GPU 0 is free." in result.stderr
         assert "sleep 30" in result.stderr
     finally:
         holder.kill()
@@ -187,6 +219,25 @@ def test_waiting_in_line_shows_in_status_then_runs(vgpu_env: dict[str, str]) -> 
     out, _ = waiter.communicate(timeout=60)
     holder.wait(10)
     assert waiter.returncode == 0 and out.strip() == "got it"
+
+
+def test_a_cancelled_place_in_line_ends_the_wait_with_exit_75(vgpu_env: dict[str, str]) -> None:
+    holder = subprocess.Popen([*JUPYTER_VGPU, "run", "-q", "-p", "1", "--", "sleep", "60"])
+    try:
+        wait_until(lambda: len(open_ledger().slices()) == 1)
+        waiter = subprocess.Popen(
+            [*JUPYTER_VGPU, "run", "-q", "-p", "1/2", "--wait", "60", "--", "true"], stderr=subprocess.PIPE, text=True
+        )
+        wait_until(lambda: len(open_ledger().waiting()) == 1)
+        (place,) = open_ledger().waiting()
+        open_ledger().leave_queue(Ticket(place.ticket, place.request))  # what Cancel in JupyterLab does
+        _, err = waiter.communicate(timeout=60)
+        assert waiter.returncode == 75, err
+        assert err.startswith("jupyter vgpu: Stopped waiting in line for 1/2 GPU after ")
+        assert err.rstrip().endswith(" s: the place in line was cancelled.")
+    finally:
+        holder.terminate()
+        holder.wait(10)
 
 
 def test_corrupt_ledger_message_and_documented_way_back(vgpu_env: dict[str, str]) -> None:
@@ -246,3 +297,50 @@ def test_run_inside_a_slice_replaces_the_slice_variables_it_inherits(vgpu_env: d
     assert shown.returncode == 0, shown.stderr
     slice_id, mps = shown.stdout.split()
     assert slice_id != "0123456789ab" and mps == "None"
+
+
+def test_run_exit_codes_tell_a_refusal_from_the_commands_own_code(vgpu_env: dict[str, str]) -> None:
+    assert vgpu("run", "-p", "1/4", "--", "sh", "-c", "exit 3").returncode == 3  # the command's own
+    holder = subprocess.Popen([*JUPYTER_VGPU, "run", "-p", "1", "--", "sleep", "30"])
+    try:
+        wait_until(lambda: len(open_ledger().slices()) == 1)
+        refused = vgpu("run", "-p", "1/4", "--", "sh", "-c", "exit 3")
+        assert refused.returncode == 75 and "No room for 1/4 GPU" in refused.stderr
+    finally:
+        holder.terminate()
+        holder.wait(10)
+
+
+def run_on_terminal(command: list[str], columns: int) -> str:
+    """What ``command`` writes to stderr when stderr is a terminal ``columns`` wide (a real pty)."""
+    main, side = pty.openpty()
+    fcntl.ioctl(side, termios.TIOCSWINSZ, struct.pack("HHHH", 24, columns, 0, 0))
+    env = {key: value for key, value in os.environ.items() if key not in ("COLUMNS", "LINES")}
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=side, env=env)
+    os.close(side)
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(main, 4096)
+        except OSError:  # EIO: the child closed the terminal
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    process.wait(60)
+    os.close(main)
+    return b"".join(chunks).decode().replace("\r\n", "\n")
+
+
+def test_a_refusal_is_folded_to_the_terminal_width(vgpu_env: dict[str, str]) -> None:
+    holder = subprocess.Popen([*JUPYTER_VGPU, "run", "-p", "1", "--", "sleep", "30"])
+    try:
+        wait_until(lambda: len(open_ledger().slices()) == 1)
+        stderr = run_on_terminal([*JUPYTER_VGPU, "run", "-p", "1/4", "--", "true"], columns=60)
+        lines = stderr.splitlines()
+        assert len(lines) > 3 and max(len(line) for line in lines) <= 60, stderr
+        assert lines[0].startswith("jupyter vgpu: No room for 1/4 GPU")
+        assert any(line.startswith("  GPU 0 (Simulated GPU 16GiB)") for line in lines)
+    finally:
+        holder.terminate()
+        holder.wait(10)

@@ -91,7 +91,7 @@ def test_full_gpus_refuse_with_what_is_free_and_who_holds_it(ledger: Ledger) -> 
     with pytest.raises(SliceUnavailable) as caught:
         reserve(ledger, 0.25)
     message = str(caught.value)
-    assert "Not enough free GPU memory for 1/4 GPU" in message
+    assert message.startswith("No room for 1/4 GPU (4.0 GiB) now: every GPU is full.\n")
     assert "GPU 0 (Simulated GPU 16GiB): 0 B free of 16.0 GiB" in message
     assert "reserved by test 0.25" in message
 
@@ -221,7 +221,7 @@ def test_waiting_in_line_is_first_come_first_served(ledger: Ledger) -> None:
     while len(ledger.waiting()) < 2 and time.monotonic() < deadline:
         time.sleep(0.02)
     assert [(w.position, w.holder) for w in ledger.waiting()] == [(1, "first"), (2, "second")]
-    with pytest.raises(SliceUnavailable, match="2 earlier requests are waiting in line"):
+    with pytest.raises(SliceUnavailable, match="2 earlier requests wait in line"):
         reserve(ledger, 0.1)  # a newcomer does not jump the line
     ledger.release(holders[0].id)
     first.join(10)
@@ -232,7 +232,7 @@ def test_waiting_in_line_is_first_come_first_served(ledger: Ledger) -> None:
 
 def test_waiting_times_out_with_the_reason_and_leaves_the_line(ledger: Ledger) -> None:
     ledger.reserve(SliceRequest.parse(1.0, gpus=2), Holder("command", "all"))
-    with pytest.raises(SliceUnavailable, match="Not enough free GPU memory"):
+    with pytest.raises(SliceUnavailable, match="Waited 0.3 s in line for 1/2 GPU. No room for 1/2 GPU"):
         ledger.reserve(SliceRequest.parse(0.5), Holder("command", "x"), wait=0.3)
     assert ledger.waiting() == []
 

@@ -111,7 +111,7 @@ async def test_eight_kernels_asking_for_a_quarter_of_one_gpu_exactly_four_start(
     assert len(failures) == 4
     for failure in failures:
         assert isinstance(failure, SliceUnavailable)
-        assert "Not enough free GPU memory for 1/4 GPU" in str(failure)
+        assert str(failure).startswith("No room for 1/4 GPU (4.0 GiB) now: every GPU is full.")
     slices = open_ledger().slices()
     assert len(slices) == 4
     assert sum(s.memory[0] for s in slices) == 16 << 30

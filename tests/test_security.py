@@ -75,7 +75,7 @@ def test_a_forced_reset_empties_the_ledger_every_process_has_open(vgpu_env: dict
     held = server.reserve(SliceRequest.parse(1.0), Holder.command("after"))
     assert [s.id for s in ledger_at(path).slices()] == [held.id]
     refused = vgpu("run", "-p", "1/4", "--", "true")  # the GPU is full: one file, one truth
-    assert refused.returncode != 0 and "Not enough free GPU memory" in refused.stderr
+    assert refused.returncode != 0 and "No room for 1/4 GPU" in refused.stderr
     server.release(held.id)
 
 
@@ -150,7 +150,7 @@ def test_a_waiter_that_stops_asking_is_dropped_and_blocks_nobody(tmp_path: Path)
     ledger = SQLiteLedger(tmp_path / "l.sqlite", Inventory("1x16GiB"), context_allowance=300 << 20, waiter_timeout=0.5)
     ledger.reserve(SliceRequest.parse("3/4"), Holder.command("big"))
     ledger.enqueue(SliceRequest.parse("1/2"), Holder.command("silent"))  # never asks again
-    with pytest.raises(Exception, match="1 earlier request is waiting"):
+    with pytest.raises(Exception, match="1 earlier request waits in line"):
         ledger.reserve_now(SliceRequest.parse("1/8"), Holder.command("newcomer"))
     time.sleep(0.7)
     assert ledger.reserve_now(SliceRequest.parse("1/8"), Holder.command("newcomer"))
@@ -163,7 +163,7 @@ def test_another_users_later_waiters_do_not_hold_anyone_back(tmp_path: Path) -> 
     bob = ledger.acting_for(Actor("bob", 4242))
     for _ in range(3):
         bob.enqueue(SliceRequest.parse(1.0), Holder.command("bob waits"))
-    with pytest.raises(Exception, match="1 earlier request is waiting"):  # only bob's first place counts
+    with pytest.raises(Exception, match="1 earlier request waits in line"):  # only bob's first place counts
         ledger.reserve_now(SliceRequest.parse("1/4"), Holder.command("me"))
     bob_pinned = SQLiteLedger(tmp_path / "m.sqlite", Inventory("2x16GiB"), context_allowance=300 << 20)
     bob_pinned.acting_for(Actor("bob", 4242)).enqueue(SliceRequest.parse(1.0, gpu="0"), Holder.command("bob on 0"))

@@ -113,7 +113,7 @@ def test_each_mig_device_holds_one_slice(gpus: Any, ledgers: Any) -> None:
     held = [take(ledger, memory="8GiB") for _ in range(3)]
     assert [s.mig_profiles[0] for s in held] == ["1g.10gb", "1g.10gb", "2g.20gb"]
     assert len({s.mig_devices[0] for s in held}) == 3
-    with pytest.raises(SliceUnavailable, match="Not enough free MIG devices.*free MIG devices: none"):
+    with pytest.raises(SliceUnavailable, match="(?s)No free MIG device for 1.0 GiB now: every MIG device is taken.*free MIG devices: none"):
         take(ledger, memory="1GiB")
     ledger.release(held[0].id)
     assert take(ledger, memory="1GiB").mig_devices == held[0].mig_devices
@@ -285,12 +285,13 @@ def test_rest_views_show_the_tier_per_slice_and_per_gpu(gpus: Any, ledgers: Any)
     try:
         sample = monitor.collect()
         views = {u.slice.id: slice_view(u, monitor, watchdog, {}) for u in sample.slices}
-        assert views[mig.id]["tier"] == "hard (MIG 1g.10gb)+watched"
+        assert (views[mig.id]["tier"], views[mig.id]["watched"]) == ("hard (MIG 1g.10gb)", True)
+        assert views[mig.id]["share_note"] == "a MIG device: its own memory and compute"
         assert views[mig.id]["tier_kind"] == "mig"
         assert views[mig.id]["visible_devices"] == list(mig.mig_devices)
-        assert views[plain.id]["tier"] == "cooperative+watched"
+        assert (views[plain.id]["tier"], views[plain.id]["watched"]) == ("cooperative", True)
         devices = devices_view(sample, monitor, watchdog)["devices"]
-        assert [d["tier"] for d in devices] == ["hard (MIG)", "watched"]
+        assert [(d["tier"], d["watched"]) for d in devices] == [("hard (MIG)", True), ("cooperative", True)]
         held = {d["profile"] + str(i): d["slice"] for i, d in enumerate(devices[0]["mig_devices"])}
         assert held == {"2g.20gb0": None, "1g.10gb1": mig.id, "1g.10gb2": None}
         assert devices[0]["memory_free"] == int(19.5 * GiB)  # the largest free MIG device

@@ -6,14 +6,20 @@ Every user mistake ends as one sentence on stderr and a non-zero exit code, neve
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+import textwrap
 from collections.abc import Sequence
 
 from .._version import __version__
-from ..errors import VGPUError
+from ..errors import InvalidRequest, NotPermitted, SliceUnavailable, VGPUError
 
-EXIT_USAGE = 2
-EXIT_REFUSED = 3
+#: Exit codes (README.md, "Exit codes"). ``jupyter vgpu run`` passes its command's own code through,
+#: so the codes of its refusals are the sysexits(3) ones a command rarely uses.
+EXIT_ERROR = 1  # the ledger or a setting cannot be used
+EXIT_USAGE = 2  # a mistake in the command line or a request
+EXIT_UNAVAILABLE = 75  # EX_TEMPFAIL: no room now (or a wait timed out): try again later
+EXIT_REFUSED = 77  # EX_NOPERM: a policy refuses it, or it is another user's
 
 
 class _Parser(argparse.ArgumentParser):
@@ -50,10 +56,40 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.handler(args) or 0)
     except VGPUError as error:
-        print(f"jupyter vgpu: {error}", file=sys.stderr)
-        return EXIT_REFUSED
+        print(wrap(f"jupyter vgpu: {error}"), file=sys.stderr)
+        return exit_code(error)
     except KeyboardInterrupt:
         return 130
+
+
+def exit_code(error: VGPUError) -> int:
+    if isinstance(error, SliceUnavailable):
+        return EXIT_UNAVAILABLE
+    if isinstance(error, NotPermitted):
+        return EXIT_REFUSED
+    if isinstance(error, InvalidRequest):
+        return EXIT_USAGE
+    return EXIT_ERROR
+
+
+def wrap(text: str, width: int | None = None) -> str:
+    """Each line of ``text`` folded to the terminal's width, its indentation kept, when stderr is a
+    terminal; a log or a pipe gets each line whole, so it can be searched."""
+    if width is None:
+        if not sys.stderr.isatty():
+            return text
+        try:
+            width = max(40, os.get_terminal_size(sys.stderr.fileno()).columns)
+        except OSError:
+            width = 100
+    lines = []
+    for line in text.splitlines() or [""]:
+        indent = line[: len(line) - len(line.lstrip())]
+        lines.append(
+            textwrap.fill(line.strip(), width=width, initial_indent=indent, subsequent_indent=indent + "  ",
+                          break_on_hyphens=False, break_long_words=False) or line
+        )  # fmt: skip
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

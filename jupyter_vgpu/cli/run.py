@@ -94,6 +94,11 @@ def run(args: argparse.Namespace) -> int:
             pass
 
 
+#: As shells report a command they cannot start.
+COMMAND_NOT_FOUND = 127
+COMMAND_NOT_EXECUTABLE = 126
+
+
 def _run_child(command: list[str], env: dict[str, str], on_start: Any) -> int:
     # Ctrl-C and Ctrl-\ reach the child from the terminal (same process group): the parent
     # ignores them and waits; SIGTERM and SIGHUP sent to `run` are passed on to the child.
@@ -102,9 +107,11 @@ def _run_child(command: list[str], env: dict[str, str], on_start: Any) -> int:
         try:
             child = subprocess.Popen(command, env=env)
         except FileNotFoundError:
-            raise InvalidRequest(f"Command not found: {shorten(command[0])}.") from None
+            print(f"jupyter vgpu: command not found: {shorten(command[0])}.", file=sys.stderr)
+            return COMMAND_NOT_FOUND
         except PermissionError:
-            raise InvalidRequest(f"Command {shorten(command[0])} is not executable.") from None
+            print(f"jupyter vgpu: command {shorten(command[0])} is not executable.", file=sys.stderr)
+            return COMMAND_NOT_EXECUTABLE
 
         def forward(signum: int, frame: FrameType | None) -> None:
             child.send_signal(signum)

@@ -5,8 +5,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import sys
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -14,11 +16,14 @@ from ..config import VGPU, load_settings
 from ..errors import InvalidRequest, NotPermitted
 from ..slices import Ledger, Slice, occupancy_of, open_ledger
 from ..slices.holders import attribute
+from ..slices.records import Tier, share_note
 from ..slices.remote import ENV_BROKER
 from ..slices.store import LedgerFile
 from ..units import format_bytes
 
 BAR_WIDTH = 40
+_KEEP = "\u00a0"  # a space the box never breaks a line at
+_AMOUNT = re.compile(r"(\d) (B|KiB|MiB|GiB|TiB|PiB)\b")
 
 
 def add_parser(commands: Any) -> None:
@@ -112,35 +117,40 @@ def render(data: dict[str, Any]) -> str:
         for uuid in row["gpus"]:
             by_gpu.setdefault(uuid, []).append(row)
     rule = "+" + "-" * (width - 2) + "+"
+    shown = {gpu["uuid"] for gpu in data["gpus"]}
     for gpu in data["gpus"]:
         total = gpu["memory_total"]
         util = f"{gpu['utilization']}%" if gpu["utilization"] is not None else "n/a"
         lines.append(rule)
-        lines.append(f"| GPU {gpu['index']}  {gpu['name']}  {gpu['uuid']}  util {util}".ljust(width - 1) + "|")
+        lines += _boxed(f"GPU {gpu['index']}  {gpu['name']}  {gpu['uuid']}  util {util}", width)
         bar = _bar([(gpu["memory_reserved"], "#"), (gpu["memory_over_use"], "!"), (gpu["memory_foreign"], "x")], total)
-        summary = (
-            f"reserved {format_bytes(gpu['memory_reserved'])} / {format_bytes(total)}"
-            f"  used {format_bytes(gpu['memory_used'])}  free {format_bytes(gpu['memory_free'])}"
-        )
-        lines.append(f"| {bar} {summary}".ljust(width - 1) + "|")
+        figures = [
+            f"reserved {format_bytes(gpu['memory_reserved'])} / {format_bytes(total)}",
+            f"used {format_bytes(gpu['memory_used'])}",
+            f"free {format_bytes(gpu['memory_free'])}",
+        ]
+        lines += _boxed(f"{bar} " + "  ".join(f.replace(" ", _KEEP) for f in figures), width)
         if gpu["memory_over_use"]:
-            lines.append(f"|   ! = {format_bytes(gpu['memory_over_use'])} used beyond reservations".ljust(width - 1) + "|")
+            lines += _boxed(f"  ! = {format_bytes(gpu['memory_over_use'])} used beyond reservations", width)
         if gpu["memory_foreign"]:
-            lines.append(f"|   x = {format_bytes(gpu['memory_foreign'])} used by processes without a slice".ljust(width - 1) + "|")
+            lines += _boxed(f"  x = {format_bytes(gpu['memory_foreign'])} used by processes without a slice", width)
         for line in _tier_lines(gpu):
-            lines.append(f"|   {line}".ljust(width - 1) + "|")
+            lines += _boxed(f"  {line}", width)
         lines.append(rule)
         rows = by_gpu.get(gpu["uuid"], [])
         if not rows:
             lines.append("  (no slices)")
             continue
-        lines.append(f"  {'SLICE':<13}{'OWNER':<10}{'RESERVED':>10}{'USED':>11}{'CONTEXT':>10}  {'TIER':<20}HOLDER")
-        for row in rows:
-            lines.append(
-                f"  {row['id']:<13}{row['owner'][:9]:<10}{format_bytes(row['memory_reserved_by_gpu'][gpu['uuid']]):>10}"
-                f"{format_bytes(row['memory_used']):>11}{format_bytes(row['context_allowance']):>10}"
-                f"  {row['tier']:<20}{row['holder_text']} [{row['request_text']}]"
-            )
+        lines += _slice_table(rows, gpu["uuid"])
+    elsewhere = [row for row in data["slices"] if not shown.intersection(row["gpus"])]
+    if elsewhere:
+        lines.append("")
+        lines.append(
+            f"{len(elsewhere)} slice{'s' if len(elsewhere) > 1 else ''} in this ledger on GPUs this shell does not see: "
+            f"the GPU source differs (here: {data['gpus_source']}). They were reserved by processes that saw other "
+            "GPUs, e.g. with JUPYTER_VGPU_SIMULATE set; run `status` with the same setting to see their use."
+        )
+        lines += _slice_table(elsewhere, None)
     if data["waiting"]:
         lines.append("")
         lines.append("Waiting in line:")
@@ -152,6 +162,30 @@ def render(data: dict[str, Any]) -> str:
     if not data["slices"] and data["available"]:
         lines.append("No slices. Start one with `jupyter vgpu run -p 0.25 -- COMMAND` or a sliced kernel.")
     return "\n".join(lines) + "\n"
+
+
+def _boxed(text: str, width: int) -> list[str]:
+    """``text`` inside the GPU's box: folded to the box's width (indentation kept), padded."""
+    inner = width - 4
+    indent = text[: len(text) - len(text.lstrip())]
+    kept = _AMOUNT.sub(f"\\1{_KEEP}\\2", text.strip())  # "16.0 GiB" stays on one line
+    folded = textwrap.wrap(kept, inner, initial_indent=indent, subsequent_indent=indent + "  ",
+                           break_on_hyphens=False) or [""]  # fmt: skip
+    return [f"| {line.replace(_KEEP, ' '):<{inner}} |" for line in folded]
+
+
+def _slice_table(rows: list[dict[str, Any]], uuid: str | None) -> list[str]:
+    """Slices under a GPU (reserved on that GPU), or slices on GPUs not shown (reserved per GPU)."""
+    lines = [f"  {'SLICE':<13}{'OWNER':<10}{'RESERVED':>10}{'USED':>11}{'CONTEXT':>10}  {'TIER':<20}HOLDER"]
+    for row in rows:
+        reserved = row["memory_reserved_by_gpu"][uuid] if uuid else row["memory_reserved"]
+        where = "" if uuid else f" on GPU {', '.join(str(i) for i in row['gpu_indices'])}"
+        lines.append(
+            f"  {row['id']:<13}{row['owner'][:9]:<10}{format_bytes(reserved):>10}"
+            f"{format_bytes(row['memory_used']):>11}{format_bytes(row['context_allowance']):>10}"
+            f"  {row['tier']:<20}{row['holder_text']} [{row['request_text']}{where}]"
+        )
+    return lines
 
 
 def _tier_lines(gpu: dict[str, Any]) -> list[str]:
@@ -167,7 +201,7 @@ def _tier_lines(gpu: dict[str, Any]) -> list[str]:
         return lines
     if gpu.get("mps"):
         return ["MPS: an MPS daemon serves this GPU; slices get a hard memory limit and their share of the SMs"]
-    return []
+    return [f"Slices here reserve {share_note(Tier.COOPERATIVE)} (tier: cooperative)"]
 
 
 def release(args: argparse.Namespace) -> int:

@@ -28,7 +28,7 @@ from typing import Any
 
 import psutil
 
-from ..errors import InvalidConfig, InvalidRequest, NotPermitted, SliceUnavailable, VGPUError
+from ..errors import InvalidConfig, InvalidRequest, LeftLine, NotPermitted, SliceUnavailable, VGPUError
 from ..slices import Actor, Holder, Ledger, SliceRequest, SQLiteLedger, Ticket
 from ..slices.ledger import OPERATIONS
 from ..slices.records import Slice, Waiter
@@ -166,7 +166,7 @@ class Broker:
                 raise InvalidRequest(f"The broker does not know the request {shorten(op)}; upgrade the client or the broker.")
             return {"ok": True, "result": self.serve(caller, op, _arguments(op, args, caller))}
         except SliceUnavailable as error:
-            return error_to_wire(type(error)(self.scrub(caller, str(error))))
+            return error_to_wire(type(error)(self.scrub(caller, str(error)), detail=self.scrub_detail(caller, error.detail)))
         except VGPUError as error:
             return error_to_wire(error)
         except Exception as error:  # a broker bug must not take the node's GPUs down with it
@@ -229,7 +229,9 @@ class Broker:
         waiter = next((w for w in self.ledger.waiting() if w.ticket == ticket.number), None)
         if waiter is None:
             why = self._expired.pop(ticket.number, None)
-            raise SliceUnavailable(why or "This request left the line (its process ended or it was cancelled).")
+            if why:  # the broker let it go: say why, not "cancelled"
+                raise SliceUnavailable(why)
+            raise LeftLine(f"Place {ticket.number} in line was cancelled (or its process ended).")
         quota = self.quota(caller)
         max_wait, source = quota.get("max_wait")
         overdue = max_wait is not None and time.time() - waiter.created >= max_wait
@@ -317,6 +319,21 @@ class Broker:
                 if shown:
                     text = text.replace(shown, HIDDEN[s.holder_kind])
         return text
+
+    def scrub_detail(self, caller: Caller, detail: dict[str, Any] | None) -> dict[str, Any] | None:
+        """A refusal's structure with other users' holders hidden (see :meth:`scrub`)."""
+        if detail is None or caller.admin:
+            return detail
+        gpus = []
+        for gpu in detail.get("gpus", []):
+            holders = [
+                h if h.get("uid") == caller.uid else {**h, "label": "another user's slice"}
+                for h in gpu.get("holders", [])
+            ]
+            gpus.append({**gpu, "holders": holders, "text": self.scrub(caller, str(gpu.get("text", "")))})
+        lines = [self.scrub(caller, str(line)) for line in detail.get("gpu_lines", [])]
+        summary = self.scrub(caller, str(detail.get("summary", "")))
+        return {**detail, "gpus": gpus, "gpu_lines": lines, "summary": summary}
 
     def _holder_pid(self, caller: Caller, pid: int | None) -> int:
         """The caller itself, or a process of the caller's own uid (root: any)."""

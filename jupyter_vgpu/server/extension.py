@@ -169,6 +169,7 @@ class VGPUServer(ExtensionApp):
             max_events=self.watchdog_events,
             log=self.log,
             on_action=self.monitor.reap_soon,
+            ledger_path=ledger.path if ledger is not None else None,
         )
         self.monitor.listeners.append(self.watchdog.check)
         self.settings[handlers.MONITOR] = self.monitor

@@ -16,7 +16,9 @@ from jupyter_server.base.handlers import APIHandler
 from tornado import web
 
 from ..errors import NotPermitted, SliceNotFound
-from ..slices import Slice
+from ..provisioner import refusals_of
+from ..slices import Slice, Ticket
+from ..slices.records import Waiter
 from ..units import shorten
 from .monitor import UsageMonitor
 from .views import KernelInfo, devices_view, slice_view, slices_view
@@ -159,6 +161,44 @@ class KernelHandler(VGPUHandler):
         self.write_json({"kernel_id": kernel_id, "slice": view})
 
 
+class RefusalsHandler(VGPUHandler):
+    """``GET /api/vgpu/refusals?since=<time>``: this server's refused kernel starts, newest first
+    (the last 50, none older than ten minutes), with the structure of each refusal."""
+
+    @web.authenticated
+    @authorized
+    async def get(self) -> None:
+        self.write_json({"refusals": refusals_of(self.kernel_manager).since(self.since())})
+
+
+class WaitingHandler(VGPUHandler):
+    """``DELETE /api/vgpu/waiting/<ticket>``: take one of your requests out of the line; its
+    kernel start then fails with "Stopped waiting in line ... cancelled"."""
+
+    @web.authenticated
+    @authorized
+    async def delete(self, ticket: str) -> None:
+        ledger = self.monitor.ledger
+        if ledger is None:
+            return self.fail(503, self.monitor.problem or "The jupyter-vgpu ledger is not available.")
+        if not ticket.isdigit() or len(ticket) > 18:
+            return self.fail(400, f"{shorten(ticket)} is not a place in line; GET /api/vgpu/slices lists them.")
+        waiters: list[Waiter] = await self.monitor.call(ledger.waiting)
+        waiter = next((w for w in waiters if w.ticket == int(ticket)), None)
+        if waiter is None:
+            return self.fail(404, f"No request waits in line with ticket {ticket}; it may have got its slice or left.")
+        if waiter.uid != self.monitor.uid:
+            return self.fail(403, f"The request with ticket {ticket} is another user's; only they can cancel it.")
+        try:
+            await self.monitor.call(ledger.leave_queue, Ticket(waiter.ticket, waiter.request))
+        except NotPermitted as error:
+            return self.fail(403, str(error))
+        self.log.info("jupyter-vgpu: ticket %s (%s) left the line at the user's request.", ticket, waiter.request.describe())
+        await self.monitor.refresh()
+        self.set_status(204)
+        self.finish()
+
+
 def routes() -> list[tuple[str, type[VGPUHandler]]]:
     """URL patterns relative to the server's base_url (the extension joins them onto it)."""
     return [
@@ -166,4 +206,6 @@ def routes() -> list[tuple[str, type[VGPUHandler]]]:
         (r"/api/vgpu/slices", SlicesHandler),
         (r"/api/vgpu/slices/([^/]+)", SliceHandler),
         (r"/api/vgpu/kernels/([^/]+)", KernelHandler),
+        (r"/api/vgpu/refusals", RefusalsHandler),
+        (r"/api/vgpu/waiting/([^/]+)", WaitingHandler),
     ]

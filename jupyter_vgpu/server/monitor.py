@@ -93,6 +93,7 @@ class UsageMonitor:
         self.latest: Sample | None = None
         self.slice_history: dict[str, deque[Point]] = {}
         self.gpu_history: dict[str, deque[Point]] = {}
+        self.slice_peak: dict[str, int] = {}  # the most memory each live slice was seen using
         self.listeners: list[Listener] = []
         self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="jupyter-vgpu-monitor")
         self._owners = ProcessOwners()
@@ -206,6 +207,14 @@ class UsageMonitor:
         self._reap_soon = True
 
     def _record(self, sample: Sample) -> None:
+        for usage in sample.slices:  # the peak from every sample, and the frameworks' own peak
+            seen = [v for v in (usage.memory_used, (usage.report or {}).get("peak_memory_used")) if isinstance(v, int)]
+            if seen:
+                self.slice_peak[usage.slice.id] = max([*seen, self.slice_peak.get(usage.slice.id, 0)])
+        if sample.message is None:
+            live = {u.slice.id for u in sample.slices}
+            for sid in [s for s in self.slice_peak if s not in live]:
+                del self.slice_peak[sid]
         if sample.taken_at - self._last_point < self.history_step - self.interval / 2:
             return
         self._last_point = sample.taken_at

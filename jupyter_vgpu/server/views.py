@@ -10,7 +10,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..slices import Tier
+from ..slices.records import Waiter
 from .monitor import Point, Sample, UsageMonitor
 from .usage import MEASURED, NO_USAGE, SliceUsage
 from .watchdog import Watchdog
@@ -28,18 +28,10 @@ def _points(history: Iterable[Point], since: float) -> list[dict[str, Any]]:
     return [{"t": t, "used": used, "util": util} for t, used, util in history if t > since]
 
 
-def tier(usage: SliceUsage, watchdog: Watchdog) -> str:
-    """The enforcement tier in force for a slice (README.md, "Enforcement tiers"): the strongest
-    first (``hard (MIG 1g.10gb)``, ``hard (MPS)`` or ``cooperative``), then ``+watched``."""
-    parts = []
-    if usage.slice.tier is not Tier.COOPERATIVE:
-        parts.append(usage.slice.tier_text)  # recorded when the slice was placed
-    # Kernels and `jupyter vgpu run` commands start with the slice's framework limits in their env.
-    elif usage.slice.holder_kind in ("kernel", "command"):
-        parts.append("cooperative")
-    if watchdog.action != "none" and usage.source != NO_USAGE:
-        parts.append("watched")
-    return "+".join(parts) or "none"
+def watched(usage: SliceUsage, watchdog: Watchdog) -> bool:
+    """The watchdog compares this slice's use with its reservation (README.md, "Enforcement
+    tiers"): it has an action, and the slice's use can be seen."""
+    return watchdog.action != "none" and usage.source != NO_USAGE
 
 
 def slice_view(
@@ -71,7 +63,8 @@ def slice_view(
             "memory_used_by_gpu": dict(usage.used_by_gpu) if usage.source == MEASURED else None,
             "utilization": usage.utilization,
             "usage_source": usage.source,
-            "tier": tier(usage, watchdog),
+            "watched": watched(usage, watchdog),
+            "memory_peak": monitor.slice_peak.get(s.id),
             "state": usage.state,
             "frameworks": frameworks if isinstance(frameworks, dict) else {},
             "history": _points(monitor.slice_history.get(s.id, ()), since),
@@ -79,6 +72,21 @@ def slice_view(
         }
     )
     del view["holder"], view["uid"]  # said by kernel_id / command, and yours
+    return view
+
+
+def waiting_view(waiter: Waiter, monitor: UsageMonitor) -> dict[str, Any]:
+    """A place in line (``WAITING`` in docs/rest.md): who waits, by notebook when a kernel does."""
+    view = waiter.to_dict()
+    is_kernel = waiter.holder_kind == "kernel"
+    view.update(
+        {
+            "kernel_id": waiter.holder if is_kernel else None,
+            "path": waiter.labels.get("path") if is_kernel else None,
+            "kernel_display_name": waiter.labels.get("kernel_display_name") if is_kernel else None,
+            "yours": waiter.uid == monitor.uid,
+        }
+    )
     return view
 
 
@@ -97,7 +105,7 @@ def slices_view(
         "history_step": monitor.history_step,
         "taken_at": sample.taken_at,
         "slices": [slice_view(u, monitor, watchdog, kernels, since) for u in sample.slices],
-        "waiting": [w.to_dict() for w in sample.waiting],
+        "waiting": [waiting_view(w, monitor) for w in sample.waiting],
         "watchdog": {
             "action": watchdog.action,
             "tolerance": watchdog.tolerance,
@@ -112,8 +120,7 @@ def devices_view(sample: Sample, monitor: UsageMonitor, watchdog: Watchdog, sinc
     for entry in sample.occupancy.gpus:
         history = [p for p in monitor.gpu_history.get(entry.uuid, ()) if p[0] > since]
         device = entry.to_dict()
-        if not entry.in_mig_mode and not entry.gpu.mps and watchdog.action != "none":
-            device["tier"] = "watched"
+        device["watched"] = watchdog.action != "none"
         device["utilization_history"] = [[t, util] for t, _, util in history]
         device["history"] = _points(history, since)
         devices.append(device)

@@ -19,16 +19,23 @@ import logging
 import time
 from collections import deque
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from jupyter_core.utils import ensure_async
 
+from ..slices.reports import add_notice
 from ..units import format_bytes, shorten
 from .monitor import Sample
 from .usage import SliceUsage
 
 ACTIONS = ("none", "warn", "interrupt", "restart", "shutdown")
 _PAST = {"warn": "warned", "interrupt": "interrupted", "restart": "restarted", "shutdown": "shut down"}
+_PRESENT = {"interrupt": "interrupts", "restart": "restarts", "shutdown": "shuts down"}
+
+#: Seconds between telling a kernel what is about to happen to it and doing it, so the notice
+#: reaches the cell that is running (the kernel checks for notices every half second).
+NOTICE_SECONDS = 2.0
 
 
 @dataclass(frozen=True)
@@ -41,6 +48,9 @@ class WatchdogEvent:
     action: str  # what was done: warn | interrupt | restart | shutdown
     ok: bool
     message: str
+    path: str | None = None  # the notebook, for a kernel started from one
+    memory_used: int | None = None
+    memory_reserved: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -50,6 +60,9 @@ class WatchdogEvent:
             "action": self.action,
             "ok": self.ok,
             "message": self.message,
+            "path": self.path,
+            "memory_used": self.memory_used,
+            "memory_reserved": self.memory_reserved,
         }
 
 
@@ -66,6 +79,8 @@ class Watchdog:
         max_events: int = 20,
         log: logging.Logger | None = None,
         on_action: Any = None,
+        ledger_path: str | Path | None = None,
+        notice_seconds: float = NOTICE_SECONDS,
     ) -> None:
         if action not in ACTIONS:
             raise ValueError(f"over_limit_action {shorten(action)} is not one of {', '.join(ACTIONS)}.")
@@ -75,6 +90,8 @@ class Watchdog:
         self.grace = grace
         self.log = log or logging.getLogger("jupyter_vgpu.server")
         self.on_action = on_action
+        self.ledger_path = ledger_path  # where the kernels read their notices (beside their reports)
+        self.notice_seconds = notice_seconds
         self._max_events = max_events
         self._events: dict[str, deque[WatchdogEvent]] = {}
         self._recent: deque[WatchdogEvent] = deque(maxlen=100)  # outlives the slices it names
@@ -129,11 +146,14 @@ class Watchdog:
             why = " (only warned: not a kernel of this server)"
         else:
             why = ""
-        used = format_bytes(usage.memory_used)
         words = (
-            f"{slice_.describe_holder()} uses {used} ({usage.source}) of slice {slice_.id}, which reserves "
-            f"{format_bytes(usage.memory_reserved_total)}; over the limit for {over_for:.0f} s"
+            f"{slice_.describe_holder()} uses {format_bytes(usage.memory_used)} of GPU memory ({usage.source}), more "
+            f"than the {format_bytes(usage.memory_reserved_total)} its slice {slice_.id} reserves, for {over_for:.0f} s"
         )
+        if action != "warn" and self.notice_seconds > 0:
+            ahead = f"{words}: the server {_PRESENT[action]} it in {self.notice_seconds:g} s (the admin's over-limit policy)."
+            await self._notify(usage, action, "ahead", ahead)
+            await asyncio.sleep(self.notice_seconds)
         ok = True
         try:
             if action == "interrupt":
@@ -142,16 +162,43 @@ class Watchdog:
                 await ensure_async(self.kernel_manager.restart_kernel(kernel_id))
             elif action == "shutdown":
                 await ensure_async(self.kernel_manager.shutdown_kernel(kernel_id))
-            message = f"{words}: {_PAST[action]}{why}."
+            if action == "warn":
+                message = f"{words}: warned{why} (the admin's over-limit policy only warns; the slice's memory is not enforced)."
+            else:
+                message = f"{words}: {_PAST[action]} (the admin's over-limit policy)."
         except Exception as error:
             ok = False
             message = f"{words}: could not be {_PAST[action]} ({error})."
-        event = WatchdogEvent(time.time(), slice_.id, kernel_id, action, ok, message)
+        event = WatchdogEvent(
+            time.time(), slice_.id, kernel_id, action, ok, message,
+            path=slice_.labels.get("path") if kernel_id else None,
+            memory_used=usage.memory_used, memory_reserved=usage.memory_reserved_total,
+        )  # fmt: skip
         self._events.setdefault(slice_.id, deque(maxlen=self._max_events)).append(event)
         self._recent.append(event)
         (self.log.warning if ok else self.log.error)("jupyter-vgpu watchdog: %s", message)
+        if action in ("warn", "interrupt"):  # the kernel is still there to hear it
+            await self._notify(usage, action, "done", message)
         if action == "shutdown" and self.on_action is not None:
             self.on_action()
+
+    async def _notify(self, usage: SliceUsage, action: str, stage: str, message: str) -> None:
+        """Tell the slice's holder (its kernel prints it into the running cell)."""
+        if self.ledger_path is None:
+            return
+        notice = {
+            "id": f"{time.time():.3f}-{action}-{stage}",
+            "t": time.time(),
+            "action": action,
+            "stage": stage,
+            "message": message,
+            "memory_used": usage.memory_used,
+            "memory_reserved": usage.memory_reserved_total,
+        }
+        try:
+            await asyncio.to_thread(add_notice, self.ledger_path, usage.slice.id, notice)
+        except OSError as error:
+            self.log.warning("jupyter-vgpu watchdog: could not leave a notice for slice %s: %s", usage.slice.id, error)
 
     async def stop(self) -> None:
         """Wait for actions in progress (a restart takes a few seconds)."""

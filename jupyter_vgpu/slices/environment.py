@@ -21,7 +21,7 @@ import math
 import re
 from collections.abc import Callable, Mapping, MutableMapping
 
-from .records import Slice, Tier
+from .records import Slice, Tier, mps_thread_percentage
 
 #: Every variable :func:`slice_environment` or :func:`cpu_environment` may set. A process that
 #: gets a slice starts from an environment without any of them (:func:`without_slice`), so a
@@ -108,11 +108,6 @@ def slice_environment(
     if simulate:
         env["JUPYTER_VGPU_SIMULATE"] = simulate
     return env
-
-
-def mps_thread_percentage(fraction: float) -> int:
-    """The share of the SMs an MPS client gets for a slice: its fraction, rounded up, 1 to 100."""
-    return max(1, min(100, math.ceil(round(fraction * 100, 6))))
 
 
 def cpu_environment(*, logical_devices: int = 1, reason: str) -> dict[str, str]:

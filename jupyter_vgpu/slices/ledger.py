@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..errors import SliceUnavailable
+from ..errors import LeftLine, SliceUnavailable
 from .records import Holder, Slice, Ticket, Waiter
 from .request import SliceRequest
 
@@ -168,7 +168,13 @@ class Ledger(ABC):
                 if waiting is not None:
                     waiting(ticket)
                 await asyncio.sleep(min(self.poll_interval, max(0.0, deadline - loop.time())) or 0.01)
+        except LeftLine:
+            waited = wait - max(0.0, deadline - loop.time())
+            raise LeftLine(
+                f"Stopped waiting in line for {request.describe()} after {waited:.0f} s: the place in line was cancelled."
+            ) from None
         except SliceUnavailable as error:
-            raise type(error)(f"Waited {wait:g} s in line for {request.describe()}. {error}") from None
+            detail = {**error.detail, "waited": wait} if error.detail is not None else None
+            raise type(error)(f"Waited {wait:g} s in line for {request.describe()}. {error}", detail=detail) from None
         finally:
             await asyncio.shield(asyncio.to_thread(self.leave_queue, ticket))

@@ -15,6 +15,7 @@ from ..errors import InvalidRequest
 from ..units import format_bytes, shorten
 from .occupancy import GPUOccupancy, MIGState
 from .records import Tier
+from .refusal import Refusal
 from .request import SliceRequest
 
 #: MIG devices hold a little less than the share of the card their profile is named for (a
@@ -42,6 +43,8 @@ class Placement:
     reason: str = ""
     permanent: bool = False  # True when waiting can never help
     instances: tuple[MIGState | None, ...] = ()  # same order as chosen
+    candidates: tuple[GPUOccupancy, ...] = ()  # the GPUs the request could use
+    refusal: Refusal | None = None  # why it does not fit now, for a person
 
     def __bool__(self) -> bool:
         return bool(self.chosen)
@@ -106,10 +109,8 @@ def place(
         if (any(m.free for m in fitting(g, request)) if g.in_mig_mode else request.amount_on(g.total) <= g.free)
     ]
     if len(fits) < request.gpus:
-        where = "; ".join(g.explain() for g in candidates)
-        wanted = f"{request.gpus} GPUs" if request.gpus > 1 else "one GPU"
-        what = "GPU memory" if not all(g.in_mig_mode for g in candidates) else "MIG devices"
-        return Placement(reason=f"Not enough free {what} for {request.describe()} on {wanted}. {where}.")
+        refusal = Refusal(request, tuple(candidates))
+        return Placement(reason=refusal.text(), candidates=tuple(candidates), refusal=refusal)
 
     def instance(g: GPUOccupancy) -> MIGState | None:
         return next((m for m in fitting(g, request) if m.free), None) if g.in_mig_mode else None
@@ -133,6 +134,7 @@ def place(
     return Placement(
         chosen=tuple((g, amount(g)) for g in picked),
         instances=tuple(instance(g) for g in picked),
+        candidates=tuple(candidates),
     )
 
 

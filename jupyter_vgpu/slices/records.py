@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import getpass
+import math
 import os
 import time
 from collections.abc import Mapping
@@ -170,6 +171,11 @@ class Slice:
         return self.tier.describe(self.mig_profiles)
 
     @property
+    def share_note(self) -> str:
+        """What the slice reserves, in words (:func:`share_note`)."""
+        return share_note(self.tier, mps_thread_percentage(self.fraction) if self.tier is Tier.MPS else None)
+
+    @property
     def memory_per_gpu(self) -> int:
         return min(self.memory) if self.memory else 0
 
@@ -186,16 +192,13 @@ class Slice:
         return min(m / t for m, t in zip(self.memory, self.memory_total))
 
     def describe_holder(self) -> str:
+        """Who holds it, as a person knows it: the notebook, else the kernel, else the command."""
         if self.holder_kind == "kernel":
-            path = self.labels.get("path")
+            if path := self.labels.get("path"):
+                return path
             name = self.labels.get("kernel_display_name") or self.labels.get("kernel_name")
-            text = f"kernel {self.holder[:8]}"
-            if path:
-                text += f" ({path})"
-            elif name:
-                text += f" ({name})"
-            return text
-        return self.holder
+            return f"kernel {self.holder[:8]}" + (f" ({name})" if name else "")
+        return self.holder if len(self.holder) <= 80 else self.holder[:77] + "..."
 
     def to_dict(self) -> dict[str, Any]:
         """The slice's fields in the vocabulary every JSON view shares (docs/rest.md, "SLICE")."""
@@ -219,6 +222,7 @@ class Slice:
             "logical_devices": self.logical_devices,
             "tier": self.tier_text,
             "tier_kind": self.tier.value,
+            "share_note": self.share_note,
             "visible_devices": list(self.visible_devices),
             "mig_devices": list(self.mig_devices),
             "mig_profiles": list(self.mig_profiles),
@@ -270,3 +274,19 @@ def summary(slice_: Slice) -> str:
     """``slice 1a2b3c4d5e6f: 4.0 GiB on GPU 0 (1/4 GPU)``."""
     gpus = ", ".join(str(i) for i in slice_.gpu_indices)
     return f"slice {slice_.id}: {format_bytes(slice_.memory_per_gpu)} on GPU {gpus} ({slice_.request.describe()})"
+
+
+def mps_thread_percentage(fraction: float) -> int:
+    """The share of the SMs an MPS client gets for a slice: its fraction, rounded up, 1 to 100."""
+    return max(1, min(100, math.ceil(round(fraction * 100, 6))))
+
+
+def share_note(tier: Tier, thread_percentage: int | None = None) -> str:
+    """What a slice of this tier reserves, in words every view uses: a cooperative slice holds
+    memory, not compute; MPS adds a share of the SMs; a MIG device is its own small GPU."""
+    if tier is Tier.MIG:
+        return "a MIG device: its own memory and compute"
+    if tier is Tier.MPS:
+        share = f"{thread_percentage}% of the SMs" if thread_percentage else "a share of the SMs"
+        return f"memory, and {share} (MPS)"
+    return "memory only; compute is shared with the GPU's other users"

@@ -50,6 +50,7 @@ WIRE_ERRORS: dict[str, type[VGPUError]] = {
         errors.InvalidConfig,
         errors.SliceUnavailable,
         errors.NoGPU,
+        errors.LeftLine,
         errors.SliceNotFound,
         errors.NotPermitted,
         errors.LedgerError,
@@ -148,12 +149,19 @@ def snapshot_from_wire(data: dict[str, Any]) -> Snapshot:
 
 def error_to_wire(error: VGPUError) -> dict[str, Any]:
     name = next((cls.__name__ for cls in type(error).__mro__ if cls.__name__ in WIRE_ERRORS), "VGPUError")
-    return {"ok": False, "error": name, "message": str(error)}
+    answer: dict[str, Any] = {"ok": False, "error": name, "message": str(error)}
+    if isinstance(error, SliceUnavailable) and error.detail is not None:
+        answer["detail"] = error.detail
+    return answer
 
 
 def error_from_wire(answer: dict[str, Any]) -> VGPUError:
     cls = WIRE_ERRORS.get(str(answer.get("error")), VGPUError)
-    return cls(str(answer.get("message") or "The jupyter-vgpu broker refused the request."))
+    message = str(answer.get("message") or "The jupyter-vgpu broker refused the request.")
+    if issubclass(cls, SliceUnavailable):
+        detail = answer.get("detail")
+        return cls(message, detail=detail if isinstance(detail, dict) else None)
+    return cls(message)
 
 
 # -- the client ----------------------------------------------------------------------------

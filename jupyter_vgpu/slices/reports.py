@@ -11,6 +11,14 @@ Report shape::
      "frameworks": {"tensorflow": {"status": "applied", "detail": "2 logical GPUs of 1.8 GiB"}},
      "memory_used": 123456 | null,      # bytes the frameworks report holding, all GPUs
      "peak_memory_used": 234567 | null}
+
+The server writes back what its watchdog says to the slice's holder, beside the report
+(``<slice id>.notices.json``), so the kernel can print it into the cell that is running::
+
+    {"slice_id": "...", "notices": [
+        {"id": "1700000000.0-warn", "t": 1700000000.0, "action": "warn",   # or interrupt | restart | shutdown
+         "stage": "ahead" | "done",       # "ahead": the action follows in a moment
+         "message": "...", "memory_used": 123 | null, "memory_reserved": 456}]}
 """
 
 from __future__ import annotations
@@ -31,11 +39,16 @@ def report_path(ledger_path: str | Path, slice_id: str) -> Path:
     return report_dir(ledger_path) / f"{slice_id}.json"
 
 
-def write_report(ledger_path: str | Path, slice_id: str, report: dict[str, Any]) -> None:
-    """Atomically replace the slice's report (readers never see half a file)."""
-    target = report_path(ledger_path, slice_id)
+#: The newest notices kept per slice.
+MAX_NOTICES = 20
+
+
+def notices_path(ledger_path: str | Path, slice_id: str) -> Path:
+    return report_dir(ledger_path) / f"{slice_id}.notices.json"
+
+
+def _write_json(target: Path, slice_id: str, data: dict[str, Any]) -> None:
     target.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    data = {"slice_id": slice_id, "pid": os.getpid(), "updated": time.time(), **report}
     fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{slice_id}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "w") as handle:
@@ -44,6 +57,29 @@ def write_report(ledger_path: str | Path, slice_id: str, report: dict[str, Any])
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def add_notice(ledger_path: str | Path, slice_id: str, notice: dict[str, Any]) -> None:
+    """Append a notice for the slice's holder (the newest :data:`MAX_NOTICES` are kept)."""
+    notices = [n for n in read_notices(ledger_path, slice_id) if n.get("id") != notice.get("id")]
+    notices = [*notices, notice][-MAX_NOTICES:]
+    _write_json(notices_path(ledger_path, slice_id), slice_id, {"slice_id": slice_id, "notices": notices})
+
+
+def read_notices(ledger_path: str | Path, slice_id: str) -> list[dict[str, Any]]:
+    """The slice's notices, oldest first ([] when there are none or the file cannot be read)."""
+    try:
+        data = json.loads(notices_path(ledger_path, slice_id).read_text())
+    except (OSError, ValueError):
+        return []
+    notices = data.get("notices") if isinstance(data, dict) else None
+    return [n for n in notices if isinstance(n, dict)] if isinstance(notices, list) else []
+
+
+def write_report(ledger_path: str | Path, slice_id: str, report: dict[str, Any]) -> None:
+    """Atomically replace the slice's report (readers never see half a file)."""
+    data = {"slice_id": slice_id, "pid": os.getpid(), "updated": time.time(), **report}
+    _write_json(report_path(ledger_path, slice_id), slice_id, data)
 
 
 def read_report(ledger_path: str | Path, slice_id: str) -> dict[str, Any] | None:
@@ -56,4 +92,6 @@ def read_report(ledger_path: str | Path, slice_id: str) -> dict[str, Any] | None
 
 
 def remove_report(ledger_path: str | Path, slice_id: str) -> None:
+    """Remove the slice's report and notices (the slice has ended)."""
     report_path(ledger_path, slice_id).unlink(missing_ok=True)
+    notices_path(ledger_path, slice_id).unlink(missing_ok=True)

@@ -17,7 +17,7 @@ from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Any
 
-from ..errors import InvalidRequest, NoGPU, NotPermitted, SliceNotFound, SliceUnavailable
+from ..errors import InvalidRequest, LeftLine, NoGPU, NotPermitted, SliceNotFound, SliceUnavailable
 from ..gpus import Inventory, Snapshot
 from ..gpus.context import context_allowance
 from ..units import format_bytes, shorten
@@ -26,6 +26,7 @@ from .ledger import Ledger
 from .occupancy import GPUOccupancy, Occupancy, occupancy_of
 from .placement import place
 from .records import Actor, Holder, Slice, Ticket, Tier, Waiter, clean_labels
+from .refusal import Refusal
 from .request import SliceRequest
 from .store import LedgerFile
 
@@ -191,7 +192,7 @@ class SQLiteLedger(Ledger):
         with self.file.transaction() as db:
             granted, reason = self._grant(db, snapshot, request, fields, ticket=None)
         if granted is None:
-            raise SliceUnavailable(reason)
+            raise reason
         return granted
 
     def enqueue(self, request: SliceRequest, holder: Holder) -> Ticket:
@@ -225,7 +226,7 @@ class SQLiteLedger(Ledger):
         with self.file.transaction() as db:
             row = db.execute("SELECT * FROM queue WHERE ticket = ?", (int(ticket.number),)).fetchone()
             if row is None:
-                raise SliceUnavailable("This request left the line (its process ended or it was cancelled).")
+                raise LeftLine(f"Place {ticket.number} in line was cancelled (or its process ended).")
             if not self.actor.may_change(row["uid"]):
                 raise NotPermitted(f"Place {ticket.number} in line belongs to {row['owner']}, not to {self.actor.user}.")
             db.execute("UPDATE queue SET polled = ? WHERE ticket = ?", (time.time(), int(ticket.number)))
@@ -236,9 +237,9 @@ class SQLiteLedger(Ledger):
                 db.execute("DELETE FROM queue WHERE ticket = ?", (int(ticket.number),))
                 raise
         if granted is None:
-            ticket.last_reason = reason
+            ticket.last_reason = str(reason)
             if final:
-                raise SliceUnavailable(reason)
+                raise reason
         return granted
 
     def _available_snapshot(self) -> Snapshot:
@@ -252,7 +253,7 @@ class SQLiteLedger(Ledger):
 
     def _grant(
         self, db: sqlite3.Connection, snapshot: Snapshot, request: SliceRequest, fields: dict[str, Any], ticket: int | None
-    ) -> tuple[Slice | None, str]:
+    ) -> tuple[Slice | None, SliceUnavailable]:
         """Inside a write transaction: place and record the slice, or say why not."""
         self._record_gpus(db, snapshot)
         slices = self._read_slices(db)
@@ -268,11 +269,10 @@ class SQLiteLedger(Ledger):
         if placement.permanent:
             raise SliceUnavailable(f"Cannot reserve {request.describe()}: {placement.reason}")
         if ahead or not placement:
-            reason = placement.reason
-            if ahead:
-                waiting = f"{ahead} earlier request{'s are' if ahead > 1 else ' is'} waiting in line for a slice."
-                reason = f"{waiting} {reason}".strip()
-            return None, reason
+            refusal = placement.refusal or Refusal(request, placement.candidates, ahead=ahead, fits=bool(placement))
+            if ahead and placement.refusal is not None:
+                refusal = Refusal(request, placement.candidates, ahead=ahead)
+            return None, SliceUnavailable(refusal.text(), detail=refusal.to_dict())
         slice_id = uuid.uuid4().hex[:12]
         db.execute(
             "INSERT INTO slices (id, owner, uid, holder_kind, holder, pid, pid_start, context_allowance,"
@@ -307,7 +307,7 @@ class SQLiteLedger(Ledger):
         )
         if ticket is not None:
             db.execute("DELETE FROM queue WHERE ticket = ?", (ticket,))
-        return self._find(db, slice_id), ""
+        return self._find(db, slice_id), SliceUnavailable()
 
     @staticmethod
     def _ahead(db: sqlite3.Connection, request: SliceRequest, uid: int, ticket: int | None) -> int:

@@ -66,7 +66,7 @@ def _children(pid: int) -> list[int]:
 
 def test_a_request_over_the_per_kernel_limit_is_refused_naming_the_limit(system_users: Users, broker: BrokerProcess) -> None:
     result = vgpu(system_users.alice, broker, "run", "-p", "1/2", "--", "true")
-    assert result.returncode == 3
+    assert result.returncode == 77
     expected = f"{system_users.alice.name}: at most 1/4 GPU per kernel (group {system_users.students}); asked for 1/2 GPU."
     assert expected in result.stderr
     assert open_ledger().slices() == []
@@ -78,7 +78,7 @@ def test_the_total_limit_counts_every_slice_of_the_user(system_users: Users, bro
     second, _ = hold(alice, broker, "1/4", "b.ipynb", "k-2")
     try:
         result = vgpu(alice, broker, "run", "-p", "1/4", "--", "true")
-        assert result.returncode == 3
+        assert result.returncode == 77
         assert (
             f"{alice.name}: at most 1/2 GPU in total (group {system_users.students}); already holds 1/2 GPU "
             "and asked for 1/4 GPU." in result.stderr
@@ -95,7 +95,7 @@ def test_a_user_cannot_release_or_read_another_users_slice(system_users: Users, 
     proc, slice_id = hold(alice, broker, "1/4", "private/thesis.ipynb", "kernel-of-alice")
     try:
         refused = vgpu(bob, broker, "release", slice_id)
-        assert refused.returncode == 3
+        assert refused.returncode == 77
         assert f"Slice {slice_id} belongs to {alice.name}; you can release only your own slices." in refused.stderr
         seen = json.loads(vgpu(bob, broker, "status", "--json").stdout)
         (row,) = seen["slices"]
@@ -118,10 +118,21 @@ def test_a_full_gpu_message_does_not_leak_other_users_notebooks(system_users: Us
     other, _ = hold(system_users.bob, broker, "1/4", "bob.ipynb", "k-bob")
     try:
         result = vgpu(system_users.bob, broker, "run", "-p", "1/2", "--", "true")
-        assert result.returncode == 3
-        assert "Not enough free GPU memory" in result.stderr
+        assert result.returncode == 75
+        assert "No room for 1/2 GPU" in result.stderr
         assert "secret-plan" not in result.stderr and "another user's kernel" in result.stderr
         assert "bob.ipynb" in result.stderr  # his own holders he may see
+        detail = system_users.bob.run(
+            PYTHON, "-c",
+            "import json\nfrom jupyter_vgpu.slices import Holder, SliceRequest, open_ledger\n"
+            "from jupyter_vgpu.errors import SliceUnavailable\n"
+            "try:\n    open_ledger().reserve(SliceRequest.parse('1/2'), Holder.command('x'))\n"
+            "except SliceUnavailable as e:\n    print(json.dumps(e.detail))\n",
+            env=system_users.bob.env(JUPYTER_VGPU_BROKER=str(broker.socket)),
+        )  # fmt: skip
+        assert "secret-plan" not in detail.stdout and "k-alice" not in detail.stdout, detail.stdout
+        (gpu,) = json.loads(detail.stdout)["gpus"]  # the refusal's structure, as the sidebar gets it
+        assert sorted(h["label"] for h in gpu["holders"]) == ["another user's slice", "bob.ipynb"]
     finally:
         proc.kill()
         other.kill()
@@ -188,7 +199,7 @@ def test_a_bad_policy_file_stops_the_broker_at_start_with_a_clear_error(broker: 
         [JUPYTER_VGPU, "broker", "--socket", str(broker.socket), "--ledger", str(broker.ledger), "--policy", str(broker.policy)],
         env=broker.env, capture_output=True, text=True, timeout=60,
     )
-    assert result.returncode == 3
+    assert result.returncode == 1
     assert result.stderr.strip() == (
         f"jupyter vgpu: The policy in {broker.policy} is not valid: groups.students.max_per_kernel 'half' is not "
         'a GPU share such as "1/4", "25%", 0.5 or 2 (GPUs), or memory such as "8GiB".'
@@ -198,7 +209,7 @@ def test_a_bad_policy_file_stops_the_broker_at_start_with_a_clear_error(broker: 
         [JUPYTER_VGPU, "broker", "--socket", str(broker.socket), "--ledger", str(broker.ledger), "--policy", str(broker.policy)],
         env=broker.env, capture_output=True, text=True, timeout=60,
     )
-    assert result.returncode == 3 and f"The policy file {broker.policy} is not valid JSON" in result.stderr
+    assert result.returncode == 1 and f"The policy file {broker.policy} is not valid JSON" in result.stderr
 
 
 def test_a_bad_policy_on_reload_keeps_the_last_good_one(system_users: Users, broker: BrokerProcess) -> None:
@@ -208,7 +219,7 @@ def test_a_bad_policy_on_reload_keeps_the_last_good_one(system_users: Users, bro
     broker.process.send_signal(signal.SIGHUP)
     wait_until(lambda: "Keeping the last good policy" in broker.log.read_text(), what="the reload error logged")
     still = vgpu(alice, broker, "run", "-p", "1/2", "--", "true")
-    assert still.returncode == 3 and "at most 1/4 GPU per kernel" in still.stderr
+    assert still.returncode == 77 and "at most 1/4 GPU per kernel" in still.stderr
     # a good file takes over without a signal, when the broker sees it changed
     broker.write_policy({"default": {"max_per_kernel": 1}})
     wait_until(lambda: vgpu(alice, broker, "run", "-p", "1/2", "--", "true").returncode == 0, what="the new policy in force")
@@ -267,7 +278,7 @@ def test_allowed_gpus_keep_a_users_slices_on_them(system_users: Users, broker: B
         assert rows[alice.name]["gpu_indices"] == [0]  # alice is not restricted: the tie goes to GPU 0
         assert rows[bob.name]["gpu_indices"] == [1]  # binpack alone would put bob beside alice on GPU 0
         pinned = vgpu(bob, broker, "run", "-p", "1/4", "--gpu", "0", "--", "true")
-        assert pinned.returncode == 3
+        assert pinned.returncode == 77
         assert f"{bob.name}: may use GPU 1 only" in pinned.stderr and "asked for GPU 0" in pinned.stderr
     finally:
         bobs.kill()
@@ -285,7 +296,7 @@ def test_max_wait_cuts_a_users_wait_in_line_short(system_users: Users, broker: B
     whole, _ = hold(bob, broker, "1", "big.ipynb", "k-big")  # staff: the whole GPU
     try:
         waited = vgpu(alice, broker, "run", "-p", "1/4", "--wait", "300", "--", "true")
-        assert waited.returncode == 3
+        assert waited.returncode == 75
         assert f"{alice.name}: waits at most 1 s in line" in waited.stderr
     finally:
         whole.kill()

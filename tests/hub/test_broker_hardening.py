@@ -82,7 +82,7 @@ def test_one_users_silent_waiters_count_against_their_limits_and_stop_blocking_o
         assert refused and refused[0]["error"] == "NotPermitted"
         assert "at most 3 slices at once (default); already holds 0 and waits in line for 3 more" in refused[0]["message"]
         blocked = vgpu(alice, quick_broker, "run", "-p", "1/4", "--", "true")
-        assert blocked.returncode != 0 and "1 earlier request is waiting in line" in blocked.stderr  # bob's first only
+        assert blocked.returncode != 0 and "1 earlier request waits in line" in blocked.stderr  # bob's first only
         wait_until(lambda: root.waiting() == [], timeout=10, what="bob's silent places to be dropped")
         granted = vgpu(alice, quick_broker, "run", "-p", "1/4", "--", "true")
         assert granted.returncode == 0, granted.stderr

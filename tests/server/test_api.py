@@ -57,7 +57,7 @@ async def test_devices_describe_the_simulated_gpu(jp_fetch: Any, vgpu_server: An
     assert gpu["name"] == "Simulated A100"
     assert gpu["memory_total"] == 16 * 1024**3
     assert gpu["memory_reserved"] == 0 and gpu["memory_free"] == gpu["memory_total"]
-    assert gpu["tier"] == "watched"
+    assert gpu["tier"] == "cooperative" and gpu["watched"] is True
 
 
 async def test_a_kernel_started_through_the_server_appears_with_its_slice(jp_fetch: Any, start_kernel: Any) -> None:
@@ -75,7 +75,8 @@ async def test_a_kernel_started_through_the_server_appears_with_its_slice(jp_fet
     assert entry["memory_reserved"] == 4 * 1024**3
     assert entry["memory_limit"] == entry["memory_reserved"] - entry["context_allowance"]
     assert entry["pid"] == kernel.pid
-    assert entry["tier"] == "cooperative+watched"
+    assert (entry["tier"], entry["watched"]) == ("cooperative", True)
+    assert entry["share_note"] == "memory only; compute is shared with the GPU's other users"
 
     one = await get_json(jp_fetch, "api", "vgpu", "kernels", kernel.id)
     assert one["kernel_id"] == kernel.id and one["slice"]["id"] == entry["id"]

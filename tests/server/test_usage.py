@@ -101,7 +101,7 @@ async def test_unknown_usage_is_said_to_be_unknown(jp_fetch: Any, start_kernel: 
     simulation_file(processes=[usage(unused_pid(), "2GiB")])  # someone, maybe the kernel, without a report
     view = await wait_for(jp_fetch, kernel.id, lambda v: v["usage_source"] == "none", "usage 'none'")
     assert view["memory_used"] is None and view["state"] == "unknown"
-    assert view["tier"] == "cooperative"  # the watchdog cannot watch what it cannot see
+    assert view["tier"] == "cooperative" and view["watched"] is False  # the watchdog cannot watch what it cannot see
 
 
 async def test_history_keeps_recent_samples(jp_fetch: Any, start_kernel: Any, simulation_file: Any) -> None:

@@ -9,8 +9,9 @@ import pytest
 from tornado.httpclient import HTTPClientError
 
 from jupyter_vgpu.slices import open_ledger
+from jupyter_vgpu.slices.reports import read_notices
 
-from .conftest import INTERVAL, get_json, until, usage
+from .conftest import INTERVAL, GiB, get_json, until, usage
 
 OVER = "8GiB"  # twice the kernel's quarter of the 16 GiB GPU
 
@@ -34,15 +35,21 @@ async def settled(jp_fetch: Any, kernel: Any) -> dict[str, Any]:
 async def test_warn_logs_and_shows_an_event_and_leaves_the_kernel_alone(
     jp_fetch: Any, start_kernel: Any, simulation_file: Any
 ) -> None:
-    kernel = await start_kernel()
+    kernel = await start_kernel(path="train.ipynb")
     pid = kernel.pid
     slice_id = (await settled(jp_fetch, kernel))["id"]
     simulation_file(processes=[usage(pid, OVER)])
     view = await until(lambda: _with_events(jp_fetch, kernel.id), what="a watchdog event on the kernel's slice")
     (event,) = view["watchdog"]["events"]
     assert event["action"] == "warn" and event["ok"] is True
-    assert "8.0 GiB" in event["message"] and slice_id in event["message"]
+    assert event["message"].startswith(
+        f"train.ipynb uses 8.0 GiB of GPU memory (measured), more than the 4.0 GiB its slice {slice_id} reserves, for "
+    )
+    assert event["message"].endswith(": warned (the admin's over-limit policy only warns; the slice's memory is not enforced).")
+    assert (event["path"], event["memory_used"], event["memory_reserved"]) == ("train.ipynb", 8 * GiB, 4 * GiB)
     assert view["state"] == "over"
+    (notice,) = read_notices(open_ledger().path, slice_id)  # what the kernel prints into its running cell
+    assert (notice["action"], notice["stage"], notice["message"]) == ("warn", "done", event["message"])
     await asyncio.sleep(5 * INTERVAL)
     assert kernel.alive and kernel.pid == pid
     assert len((await kernel_slice(jp_fetch, kernel.id))["watchdog"]["events"]) == 1  # once per episode
@@ -65,6 +72,9 @@ async def test_interrupt_ends_the_running_cell(jp_fetch: Any, start_kernel: Any,
     (event,) = await events_of(jp_fetch, slice_id)
     assert event["action"] == "interrupt" and event["ok"] is True and "interrupted" in event["message"]
     assert kernel.alive and kernel.pid == pid
+    ahead, done = read_notices(open_ledger().path, slice_id)  # said before it happened, and after
+    assert (ahead["stage"], done["stage"]) == ("ahead", "done") and ahead["t"] + 1.5 < done["t"]
+    assert ahead["message"].endswith(": the server interrupts it in 2 s (the admin's over-limit policy).")
 
 
 @pytest.mark.parametrize("vgpu_action", ["restart"])

@@ -1,0 +1,142 @@
+"""Why a request gets no slice now, said so a person can act on it.
+
+A refusal reads, in every front end (the kernel-start dialog, ``jupyter vgpu run``, the REST
+API's ``detail``): one short sentence (what was asked, the most that fits now and where), the
+holders of each GPU by notebook or command, then what to do: a smaller share that fits now,
+waiting in line, or asking the holders.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ..units import describe_fraction, format_bytes
+from .occupancy import GPUOccupancy
+from .request import SliceRequest
+
+#: At most this many GPUs are described; the rest are counted.
+SHOWN_GPUS = 4
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """A request that fits nowhere now (or waits behind earlier ones)."""
+
+    request: SliceRequest
+    gpus: tuple[GPUOccupancy, ...]  # the GPUs it could have had
+    ahead: int = 0  # earlier requests waiting in line before it
+    fits: bool = False  # it would fit, were nobody waiting before it
+
+    @property
+    def need(self) -> int:
+        """Bytes per GPU asked for (on the largest candidate GPU, for a fraction)."""
+        return max((self.request.amount_on(g.total) for g in self.gpus), default=0)
+
+    @property
+    def in_mig_mode(self) -> bool:
+        return bool(self.gpus) and all(g.in_mig_mode for g in self.gpus)
+
+    def best(self) -> list[GPUOccupancy]:
+        """The GPUs with the most free, as many as the request needs."""
+        return sorted(self.gpus, key=lambda g: (-g.free, g.index))[: self.request.gpus]
+
+    @property
+    def fits_now(self) -> int:
+        """The most each of the request's GPUs could get now (0: nothing free)."""
+        best = self.best()
+        return min((g.free for g in best), default=0) if len(best) == self.request.gpus else 0
+
+    def fits_now_text(self) -> str:
+        if self.fits_now <= 0:
+            return "nothing"
+        best = self.best()
+        where = ", ".join(str(g.index) for g in best)
+        amount = f"{format_bytes(self.fits_now)}" + (" each" if self.request.gpus > 1 else "")
+        if self.in_mig_mode:
+            return f"a MIG device of {amount} on GPU {where}"
+        share = self.fits_now / max(g.total for g in best)
+        return f"{amount} (about {describe_fraction(_round_down(share))} GPU) on GPU {where}"
+
+    def summary(self) -> str:
+        asked = self.request.describe()
+        if self.request.memory is None:  # a fraction: say what it is in bytes
+            asked += f" ({format_bytes(self.need)}{' per GPU' if self.request.gpus > 1 else ''})"
+        if self.fits and self.ahead:
+            waiting = f"{self.ahead} earlier request{'s wait' if self.ahead > 1 else ' waits'}"
+            return f"{asked} would fit now, but {waiting} in line for a slice (first come, first served)."
+        what = "No free MIG device" if self.in_mig_mode else "No room"
+        if self.fits_now > 0:
+            text = f"{what} for {asked} now: at most {self.fits_now_text()} is free."
+        else:
+            text = f"{what} for {asked} now: {'every MIG device is taken' if self.in_mig_mode else 'every GPU is full'}."
+        if self.ahead:
+            text += f" {self.ahead} earlier request{'s wait' if self.ahead > 1 else ' waits'} in line too."
+        return text
+
+    @property
+    def smaller_fits(self) -> bool:
+        """A smaller request would get a slice now (nobody waits before it)."""
+        return self.fits_now > 0 and not self.ahead
+
+    def advice(self) -> list[str]:
+        tips = []
+        if self.smaller_fits:
+            tips.append(f"Ask for at most {format_bytes(self.fits_now)}: that fits now.")
+        tips.append(
+            "Wait in line: a kernel with wait_timeout, or `jupyter vgpu run --wait SECONDS`; "
+            "requests are served first come, first served."
+        )
+        tips.append("Or ask the holders above to shut down the kernels they no longer use.")
+        return tips
+
+    def gpu_lines(self) -> list[str]:
+        """A line per GPU (the :data:`SHOWN_GPUS` with the most free, by index), indented."""
+        shown = sorted(self.gpus, key=lambda g: (-g.free, g.index))[:SHOWN_GPUS]
+        result = [f"  {g.explain()}." for g in sorted(shown, key=lambda g: g.index)]
+        if len(self.gpus) > len(shown):
+            rest = len(self.gpus) - len(shown)
+            result.append(f"  ... and {rest} more GPU{'s' if rest > 1 else ''}, none with more free.")
+        return result
+
+    def lines(self) -> list[str]:
+        """The whole explanation, a line each: summary, GPUs (indented), what to do."""
+        return [self.summary(), *self.gpu_lines(), "What you can do: " + " ".join(self.advice())]
+
+    def text(self) -> str:
+        return "\n".join(self.lines())
+
+    def to_dict(self) -> dict[str, Any]:
+        """The structured refusal (docs/rest.md, "REFUSAL"), for front ends that lay it out."""
+        return {
+            "asked": self.request.describe(),
+            "need": self.need,
+            "summary": self.summary(),
+            "fits_now": {"memory": self.fits_now or None, "text": self.fits_now_text()},
+            "ahead": self.ahead,
+            "smaller_fits": self.smaller_fits,
+            "gpu_lines": self.gpu_lines(),
+            "gpus": [
+                {
+                    "index": g.index,
+                    "name": g.gpu.name,
+                    "free": g.free,
+                    "total": g.gpu.memory_total,
+                    "foreign": g.foreign,
+                    "text": g.explain(),
+                    "holders": [
+                        {"label": s.slice.describe_holder(), "owner": s.slice.owner, "uid": s.slice.uid, "reserved": s.reserved}
+                        for s in g.shares
+                    ],
+                }
+                for g in self.gpus
+            ],
+            "advice": self.advice(),
+        }
+
+
+def _round_down(share: float) -> float:
+    """A share a person would ask for: the largest of 1/2, 1/3, ... 1/16 (or k/8) not above ``share``."""
+    candidates = [k / 8 for k in range(1, 9)] + [1 / n for n in range(2, 17)]
+    fitting = [c for c in candidates if c <= share + 1e-9]
+    return max(fitting) if fitting else share
