@@ -11,17 +11,23 @@ import pytest
 from jupyter_server.auth import Authorizer
 from tornado.httpclient import HTTPClientError
 
+from jupyter_vgpu.server.handlers import routes
 from jupyter_vgpu.slices import Holder, SliceRequest, open_ledger
 
 from .conftest import DISPLAY_NAME, KERNEL, get_json, until
 
-ROUTES = [
-    ("GET", ("api", "vgpu", "devices")),
-    ("GET", ("api", "vgpu", "slices")),
-    ("GET", ("api", "vgpu", "slices", "0123456789ab")),
-    ("DELETE", ("api", "vgpu", "slices", "0123456789ab")),
-    ("GET", ("api", "vgpu", "kernels", "00000000-0000-0000-0000-000000000000")),
-]
+
+def every_route() -> list[tuple[str, tuple[str, ...]]]:
+    """Each method of each route the extension serves, an id in place of each URL parameter."""
+    found = []
+    for pattern, handler in routes():
+        parts = tuple(pattern.replace("([^/]+)", "7").strip("/").split("/"))
+        found += [(method, parts) for method in ("GET", "POST", "PUT", "PATCH", "DELETE") if method.lower() in vars(handler)]
+    return found
+
+
+ROUTES = every_route()
+assert len(ROUTES) == 7  # devices, slices, a slice (GET, DELETE), a kernel, refusals, a place in line
 
 
 @pytest.mark.parametrize(("method", "parts"), ROUTES)
