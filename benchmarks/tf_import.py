@@ -28,7 +28,7 @@ CHILD = """
 import os, sys, time
 from IPython.core.interactiveshell import InteractiveShell
 shell = InteractiveShell.instance()
-import jupyter_vgpu.kernel  # both sides: modules TensorFlow also imports (wrapt...) are loaded alike
+import jupyter_vgpu.kernel.hooks  # both sides: modules TensorFlow also imports (wrapt...) are loaded alike
 spent = [0.0]
 if sys.argv[1] == "with":
     jupyter_vgpu.load_ipython_extension(shell)

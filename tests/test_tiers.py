@@ -368,8 +368,10 @@ def test_vgpu_magic_names_the_hard_tier_and_the_mig_device(gpus: Any, ledgers: A
     facts = SliceFacts.from_env(slice_environment(slice_, ledger_path=str(ledger.path)))
     assert facts.gpus == slice_.gpus and facts.devices == slice_.mig_devices
     text = status_sheet(KernelState(facts), Usage()).text()
-    assert f"hard (MIG 1g.10gb): this kernel sees only its MIG device {slice_.mig_devices[0]}" in text
-    assert "cooperative: no framework limit in force yet" in text
+    assert "\n  tier               hard (MIG 1g.10gb)\n" in text
+    assert f"this kernel sees only its MIG device {slice_.mig_devices[0]}; the GPU itself keeps it inside" in text
+    assert "none yet: set when TensorFlow, PyTorch, JAX or CuPy is imported" in text
+    assert "a MIG device: its own memory and compute" in text
 
 
 def test_vgpu_magic_names_the_mps_limits(ledgers: Any, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -383,5 +385,6 @@ def test_vgpu_magic_names_the_mps_limits(ledgers: Any, monkeypatch: pytest.Monke
     for key, value in env.items():
         monkeypatch.setenv(key, value)
     text = status_sheet(KernelState(SliceFacts.from_env()), Usage()).text()
-    assert "hard (MPS): the MPS server refuses allocations past 4.0 GiB per GPU" in text
+    assert "\n  tier               hard (MPS)\n" in text
+    assert "the MPS server refuses allocations past 4.0 GiB per GPU" in text
     assert "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=4096M" in text and "25% of the SMs" in text

@@ -3,20 +3,26 @@
 Loaded by ``--ext=jupyter_vgpu`` (provisioned kernels) or ``%load_ext jupyter_vgpu``. Loading
 imports no framework: post-import hooks configure TensorFlow, PyTorch, JAX and CuPy when the
 user imports them. Must not import ``jupyter_vgpu.server``.
+
+Importing this package imports nothing else: :mod:`.hint`, which every IPython kernel of the
+environment loads, pays only for itself; the rest is imported when the extension loads.
 """
 
 from __future__ import annotations
 
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from . import hooks, monitor, oom
-from .magics import VGPUMagics
-from .state import KernelState, current, establish
+if TYPE_CHECKING:
+    from .state import KernelState, current
 
 
 def load_ipython_extension(ipython: Any) -> None:
     """Called by IPython when the extension loads (once per ``%load_ext``)."""
+    from . import hooks, notices, oom
+    from .magics import VGPUMagics
+    from .state import establish
+
     state = establish()
     if state.facts.sliced:
         _fit_environment()
@@ -26,6 +32,7 @@ def load_ipython_extension(ipython: Any) -> None:
     if state.problem:
         print(f"jupyter-vgpu: {state.problem} Frameworks are not limited in this kernel.", file=sys.stderr)
     state.write_report()
+    notices.start(ipython, state.facts.ledger_path, state.facts.slice_id)
 
 
 def _fit_environment() -> None:
@@ -39,14 +46,26 @@ def _fit_environment() -> None:
 
 
 def unload_ipython_extension(ipython: Any) -> None:
-    """``%unload_ext jupyter_vgpu``: stop live views, remove ``%vgpu`` and the OOM handler.
+    """``%unload_ext jupyter_vgpu``: stop live views and notices, remove ``%vgpu`` and the OOM handler.
 
     Framework limits already applied stay (they cannot be undone), and the import hooks stay
     registered (wrapt cannot remove them), so a later import is still fitted to the slice.
     """
+    from . import monitor, notices, oom
+
     monitor.stop_all()
+    notices.stop()
     oom.uninstall()
     ipython.magics_manager.magics["line"].pop("vgpu", None)
+
+
+def __getattr__(name: str) -> Any:
+    """``KernelState`` and ``current`` without importing the state module at package import."""
+    if name in ("KernelState", "current"):
+        from . import state
+
+        return getattr(state, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 __all__ = ["KernelState", "current", "load_ipython_extension", "unload_ipython_extension"]

@@ -1,4 +1,8 @@
-"""``%vgpu monitor``: a live widget of this kernel's GPU memory and utilisation.
+"""``%vgpu monitor``: a live chart of this kernel's GPU memory and utilisation over the last minutes.
+
+Above the chart, one line with the figures now: ``GPU 0 memory 1.2 GiB of 4.0 GiB reserved ·
+peak 2.1 GiB · util 37%``. The chart (:mod:`.chart`) is drawn from the monitor's own
+measurements, kept for the last :data:`DEFAULT_MINUTES` (or the monitor's whole life, if shorter).
 
 Updates are scheduled with ``call_later`` on the kernel's own event loop (ipykernel 7 runs
 its shell on an asyncio loop behind tornado's IOLoop), never from a thread: on ipykernel 7
@@ -10,11 +14,14 @@ monitor cell as its parent. The cost: the view pauses while a cell blocks the lo
 from __future__ import annotations
 
 import asyncio
+import html
 import time
+from collections import deque
 from typing import Any
 
 from ..errors import VGPUError
 from ..units import format_bytes
+from .chart import TEXT_COLOR, Point, history_svg
 from .state import KernelState
 from .status import title
 from .usage import Usage, measure
@@ -59,19 +66,18 @@ class Monitor:
         self.loop = loop
         self.interval = interval
         self.minutes = minutes
+        self.window = 60 * min(minutes, DEFAULT_MINUTES)  # seconds of history the chart shows
         self.deadline = time.monotonic() + minutes * 60
         self.stopped: str | None = None
         self.ticks = 0
+        self.history: deque[tuple[float, int, int | None]] = deque()  # (monotonic time, bytes, percent)
+        self.peak: int | None = None  # the highest use this view measured
         self._handle: asyncio.TimerHandle | None = None
-        self._widgets = widgets
         self.header = widgets.HTML()
-        self.memory: dict[str, Any] = {}
-        self.utilization: dict[str, Any] = {}
-        self.rows = widgets.VBox()
-        self._layout: tuple[str, ...] = ()
+        self.chart = widgets.HTML(layout=widgets.Layout(width="100%"))
         self.button = widgets.Button(description="Stop", icon="stop", tooltip="Stop this live view")
         self.button.on_click(lambda _button: self.stop("stopped"))
-        self.widget = widgets.VBox([self.header, self.rows, self.button])
+        self.widget = widgets.VBox([self.header, self.chart, self.button])
 
     # -- lifecycle ------------------------------------------------------------------------
     def start(self) -> None:
@@ -105,44 +111,57 @@ class Monitor:
             return
         self._handle = self.loop.call_later(self.interval, self._tick)
 
-    # -- drawing --------------------------------------------------------------------------
+    # -- measuring and drawing ------------------------------------------------------------
     def _header_html(self, when: str) -> str:
-        return f"<b>{title(self.state)}</b> · GPU monitor · {when}"
+        return f"<b>{html.escape(title(self.state))}</b> · GPU monitor · {html.escape(when)}"
 
     def _update(self, usage: Usage) -> None:
         if not usage.available:
             self.header.value = self._header_html(f"not available: {usage.message or 'no GPU'}")
             return
-        facts = self.state.facts
-        layout = tuple(gpu.uuid for gpu in usage.mine)
-        if layout != self._layout:
-            self._build(usage)
-            self._layout = layout
-        for gpu in usage.mine:
-            capacity = facts.memory_reserved if facts.sliced and facts.memory_reserved else gpu.memory_total
-            used = usage.used.get(gpu.uuid, 0)
-            util = usage.utilization.get(gpu.uuid)
-            bar, label = self.memory[gpu.uuid]
-            bar.max = float(capacity)
-            bar.value = float(min(used, capacity))
-            bar.bar_style = "danger" if used > capacity else ("warning" if used >= 0.9 * capacity else "success")
-            label.value = f"{format_bytes(used)} / {format_bytes(capacity)}"
-            util_bar, util_label = self.utilization[gpu.uuid]
-            util_bar.value = util or 0
-            util_label.value = f"{util}%" if util is not None else "n/a"
-        peak = f"peak {format_bytes(self.state.peak_used)} · " if facts.sliced else ""
-        self.header.value = self._header_html(f"{peak}updated {time.strftime('%H:%M:%S')}")
+        now = time.monotonic()
+        used = usage.total_used or 0
+        self.history.append((now, used, usage.top_utilization))
+        while self.history and now - self.history[0][0] > self.window:
+            self.history.popleft()
+        self.peak = used if self.peak is None else max(self.peak, used)
+        points = [Point(now - t, memory, util) for t, memory, util in self.history]
+        reserved = self._reserved(usage)
+        self.chart.value = (
+            f'<div style="white-space:normal;overflow-wrap:anywhere;line-height:1.4;color:{TEXT_COLOR}">'
+            f"{html.escape(figures_line(usage, reserved, self._peak()))}</div>"
+            f"{history_svg(points, reserved, window=self.window)}"
+        )
+        self.header.value = self._header_html(f"updated {time.strftime('%H:%M:%S')}")
 
-    def _build(self, usage: Usage) -> None:
-        w = self._widgets
-        rows = []
-        for gpu in usage.mine:
-            memory = (w.FloatProgress(min=0.0, max=1.0, value=0.0, description=f"GPU {gpu.index} memory"), w.Label())
-            utilization = (w.IntProgress(min=0, max=100, value=0, description=f"GPU {gpu.index} util"), w.Label())
-            self.memory[gpu.uuid] = memory
-            self.utilization[gpu.uuid] = utilization
-            rows.extend([w.HBox(list(memory)), w.HBox(list(utilization))])
-        self.rows.children = tuple(rows)
+    def _reserved(self, usage: Usage) -> int | None:
+        """The slice's whole reservation on the GPUs shown, or None for a kernel without a slice."""
+        facts = self.state.facts
+        if not facts.sliced or not facts.memory_reserved:
+            return None
+        return facts.memory_reserved * max(1, len(usage.mine))
+
+    def _peak(self) -> int | None:
+        """The kernel's peak (what ``%vgpu`` shows) when it has a slice, else this view's."""
+        if self.state.facts.sliced and self.state.peak_used is not None:
+            return self.state.peak_used
+        return self.peak
+
+
+def figures_line(usage: Usage, reserved: int | None, peak: int | None) -> str:
+    """``GPU 0 memory 1.2 GiB of 4.0 GiB reserved · peak 2.1 GiB · util 37%``."""
+    indices = [str(gpu.index) for gpu in usage.mine]
+    gpus = f"GPU {indices[0]}" if len(indices) == 1 else f"GPUs {', '.join(indices)}"
+    used = usage.total_used or 0
+    if reserved:
+        memory = f"{format_bytes(used)} of {format_bytes(reserved)} reserved"
+        if used > reserved:
+            memory += f" (over by {format_bytes(used - reserved)})"
+    else:
+        memory = f"{format_bytes(used)} of {format_bytes(sum(gpu.memory_total for gpu in usage.mine))} total"
+    util = usage.top_utilization
+    parts = [f"{gpus} memory {memory}", f"peak {format_bytes(peak)}", f"util {util}%" if util is not None else "util n/a"]
+    return " · ".join(parts)
 
 
 def start(shell: Any, state: KernelState, *, interval: float, minutes: float) -> Monitor:

@@ -13,6 +13,15 @@ from typing import Any
 
 _CODE = re.compile(r"`([^`]+)`")
 
+#: The "simulated GPUs" badge. Every JupyterLab theme (light, dark, dark high contrast) makes
+#: ``--jp-warn-color3`` a light orange (#ffe0b2), so the text is a fixed dark brown: 8.6:1 on
+#: it. The dark theme's ``--jp-warn-color0`` (#f57c00) would be 2.1:1, and the inherited white
+#: text 1.3:1. The border sets the badge off the white page of the light theme.
+BADGE_STYLE = (
+    "font-size:0.8em;padding:1px 6px;border-radius:8px;white-space:nowrap;"
+    "background:var(--jp-warn-color3,#ffe0b2);color:#5d3200;border:1px solid var(--jp-warn-color1,#f57c00)"
+)
+
 
 @dataclass
 class Section:
@@ -62,12 +71,7 @@ class Sheet:
 
     # -- HTML ---------------------------------------------------------------------------
     def _repr_html_(self) -> str:
-        badge = (
-            f' <span style="font-size:0.8em;padding:1px 6px;border-radius:8px;'
-            f'background:var(--jp-warn-color3,#fff3cd)">{_html(self.badge)}</span>'
-            if self.badge
-            else ""
-        )
+        badge = f' <span style="{BADGE_STYLE}">{_html(self.badge)}</span>' if self.badge else ""
         parts = [
             '<div class="jupyter-vgpu-sheet">',
             f'<div style="font-weight:bold;margin-bottom:4px">{_html(self.title)}{badge}</div>',

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
-from ..slices.records import Tier
+from ..slices.records import Tier, mps_thread_percentage, share_note
 from ..units import describe_fraction, format_bytes
 from .frameworks import FRAMEWORKS, framework_memory, imported
 from .records import APPLIED, PENDING, RECORDED
@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from ..gpus import GPU
 
 HOW_TO_GET_A_SLICE = (
-    'To get one, pick a kernel such as "Python 3 (1/4 GPU)" in the kernel picker '
+    'To get one, pick a kernel such as "Python 3 (1/4 GPU)" in the launcher or the kernel picker '
     "(`jupyter vgpu kernelspec install` adds them), or run a script in a slice with "
     "`jupyter vgpu run -p 0.25 -- python train.py`."
 )
@@ -107,30 +107,66 @@ def use_rows(state: KernelState, usage: Usage) -> list[tuple[str, str]]:
     return rows
 
 
-def tier_text(state: KernelState) -> str:
-    limited = [r.title for r in state.records.values() if r.status in (APPLIED, PENDING, RECORDED)]
+def tier_name(state: KernelState) -> str:
+    """The tier as recorded with the slice, in the words every view uses: ``cooperative``,
+    ``hard (MPS)`` or ``hard (MIG 1g.10gb)``."""
+    facts = state.facts
+    return (facts.tier or Tier.COOPERATIVE).describe(facts.mig_profiles)
+
+
+def shares_text(state: KernelState) -> str:
+    """What the slice reserves: memory only, memory and a share of the SMs, or a whole MIG device."""
+    tier = state.facts.tier or Tier.COOPERATIVE
+    percentage = None
+    if tier is Tier.MPS:
+        percentage = _thread_percentage() or (mps_thread_percentage(state.facts.fraction) if state.facts.fraction else None)
+    return share_note(tier, percentage)
+
+
+def _thread_percentage() -> int | None:
+    try:
+        return int(os.environ.get("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", ""))
+    except ValueError:
+        return None
+
+
+def framework_limits_text(state: KernelState) -> str:
+    """The frameworks whose limit is set (or waits for CUDA), or when they will be."""
+    limited = [f"{r.title} ({r.status})" for r in state.records.values() if r.status in (APPLIED, PENDING, RECORDED)]
     if limited:
-        return f"cooperative: framework limits ({', '.join(limited)}); user code can undo them"
-    return "cooperative: no framework limit in force yet (set when TensorFlow, PyTorch, JAX or CuPy is imported)"
+        return f"{', '.join(limited)}; user code can undo them"
+    return "none yet: set when TensorFlow, PyTorch, JAX or CuPy is imported"
 
 
 def hard_tier_text(state: KernelState) -> str | None:
-    """The hardware's own limit on this kernel (MIG device or MPS), or None when there is none."""
+    """How the hardware keeps this kernel inside (MIG device or MPS), or None when nothing does."""
     facts = state.facts
-    if facts.tier is None:
-        return None
-    tier = facts.tier.describe(facts.mig_profiles)
     if facts.tier is Tier.MIG:
         devices = ", ".join(facts.devices)
-        return f"{tier}: this kernel sees only its MIG device {devices}; the GPU itself keeps it inside"
+        return f"this kernel sees only its MIG device {devices}; the GPU itself keeps it inside"
     if facts.tier is Tier.MPS:
         limit = os.environ.get("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT", "")
         threads = os.environ.get("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", "")
         return (
-            f"{tier}: the MPS server refuses allocations past {format_bytes(facts.memory_reserved)} per GPU "
+            f"the MPS server refuses allocations past {format_bytes(facts.memory_reserved)} per GPU "
             f"(CUDA_MPS_PINNED_DEVICE_MEM_LIMIT={limit}) and runs it on {threads}% of the SMs"
         )
     return None
+
+
+WATCHED = "the Jupyter server compares NVML use with the slice when its extension runs"
+
+
+def enforcement_rows(state: KernelState) -> list[tuple[str, str]]:
+    """The tier, what the slice reserves, the framework limits, and the server's watch."""
+    rows = [("tier", tier_name(state))]
+    hard = hard_tier_text(state)
+    if hard:
+        rows.append(("", hard))
+    rows.append(("shares", shares_text(state)))
+    rows.append(("framework limits", framework_limits_text(state)))
+    rows.append(("watched", WATCHED))
+    return rows
 
 
 def framework_rows(state: KernelState) -> list[tuple[str, str]]:
@@ -153,14 +189,7 @@ def status_sheet(state: KernelState, usage: Usage) -> Sheet:
     if facts.sliced:
         sheet.section("Slice").rows.extend(slice_rows(state, usage))
         sheet.section("Use").rows.extend(use_rows(state, usage))
-        enforcement = sheet.section("Enforcement")
-        hard = hard_tier_text(state)
-        if hard:
-            enforcement.add("tier", hard)
-            enforcement.add("", tier_text(state))
-        else:
-            enforcement.add("tier", tier_text(state))
-        enforcement.add("", "watched: the Jupyter server compares NVML use with the slice when its extension runs")
+        sheet.section("Enforcement").rows.extend(enforcement_rows(state))
     else:
         if facts.no_gpu_reason:
             sheet.intro.append(f"This kernel runs without a GPU: {facts.no_gpu_reason}")
@@ -214,7 +243,7 @@ def devices_sheet(state: KernelState, usage: Usage) -> Sheet:
 HELP = (
     ("%vgpu", "this kernel's slice: GPUs, share, limit, use, enforcement, frameworks"),
     ("%vgpu devices", "the devices each imported framework sees, next to the physical GPUs"),
-    ("%vgpu monitor", "a live view of this kernel's GPU memory and utilisation (each second, 10 minutes)"),
+    ("%vgpu monitor", "a live chart of this kernel's GPU memory and utilisation (each second, for 10 minutes)"),
     ("%vgpu monitor --minutes M --interval S", "the same, for M minutes, every S seconds"),
     ("%vgpu monitor stop", "stop every live view of this kernel"),
     ("%vgpu resize 0.5 | 1/2 | 6GiB", "change the slice while no framework uses the GPU yet"),

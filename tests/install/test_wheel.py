@@ -250,3 +250,14 @@ def _listening(path: Path) -> bool:
         except OSError:
             return False
     return True
+
+
+def test_a_plain_kernel_of_the_environment_answers_vgpu(installed: Installed) -> None:
+    config = installed.venv / "etc" / "ipython" / "ipython_kernel_config.json"
+    assert json.loads(config.read_text()) == {"InteractiveShellApp": {"extra_extensions": ["jupyter_vgpu.kernel.hint"]}}
+    result = installed.run(installed.bin("python"), "-c", KERNEL_SCRIPT, "python3", timeout=240)
+    assert result.returncode == 0, result.stderr[-3000:]
+    answer = json.loads(result.stdout.strip().splitlines()[-1])
+    assert answer["status"] == "ok", answer  # not "UsageError: Line magic function `%vgpu` not found"
+    assert "This kernel has no GPU slice" in answer["text"], answer["text"]
+    assert '"Python 3 (1/4 GPU)" in the launcher or the kernel picker' in answer["text"], answer["text"]

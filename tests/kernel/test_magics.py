@@ -73,10 +73,11 @@ def test_peak_use_stays_after_use_falls(sliced: tuple[Workspace, Slice, Kernel],
 
 def test_status_names_the_enforcement_tier_and_each_framework(kernel: Kernel) -> None:
     text = status(kernel)["text/plain"]
-    assert row(text, "tier") == (
-        "cooperative: no framework limit in force yet (set when TensorFlow, PyTorch, JAX or CuPy is imported)"
-    )
-    assert "watched: the Jupyter server compares NVML use with the slice" in text
+    assert row(text, "tier") == "cooperative"
+    assert row(text, "shares") == "memory only; compute is shared with the GPU's other users"
+    assert row(text, "framework limits") == "none yet: set when TensorFlow, PyTorch, JAX or CuPy is imported"
+    assert row(text, "watched") == "the Jupyter server compares NVML use with the slice when its extension runs"
+    assert "no framework limit in force" not in text
     for title in ("TensorFlow", "PyTorch", "JAX", "CuPy"):
         assert row(text, title) == "not imported"
 

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from jupyter_vgpu.slices import Slice
-from jupyter_vgpu.units import GiB
 
 from .harness import Kernel, Outcome, Workspace, module_kernel
 
@@ -46,6 +46,15 @@ def updates(messages: list[dict[str, Any]], comms: dict[str, str], model: str) -
     ]
 
 
+def html_values(messages: list[dict[str, Any]], comms: dict[str, str]) -> list[str]:
+    """Every value sent to the view's HTML widgets (its header and its chart), in order."""
+    return [u["value"] for u in updates(messages, comms, "HTMLModel") if "value" in u]
+
+
+def charts(messages: list[dict[str, Any]], comms: dict[str, str]) -> list[str]:
+    return [value for value in html_values(messages, comms) if "<svg" in value]
+
+
 def test_monitor_shows_a_widget_and_updates_it_while_the_kernel_is_idle(
     sliced: tuple[Workspace, Slice, Kernel], kernel: Kernel
 ) -> None:
@@ -55,18 +64,37 @@ def test_monitor_shows_a_widget_and_updates_it_while_the_kernel_is_idle(
     [bundle] = started.displays
     assert "application/vnd.jupyter.widget-view+json" in bundle
     comms = models(started)
-    assert {"HTMLModel", "FloatProgressModel", "IntProgressModel", "ButtonModel"} <= set(comms.values())
+    assert {"HTMLModel", "ButtonModel"} <= set(comms.values())
 
     workspace.set_usage([{"gpu": 0, "pid": kernel.pid, "memory": "2GiB", "utilization": 70}])
     later = kernel.listen(2.5)
-    memory = [u["value"] for u in updates(later, comms, "FloatProgressModel") if "value" in u]
-    assert 2 * GiB in memory
-    assert 70 in [u["value"] for u in updates(later, comms, "IntProgressModel") if "value" in u]
-    assert any("updated" in u.get("value", "") for u in updates(later, comms, "HTMLModel"))
+    lines = [re.search(r"GPU 0 memory [^<]*", chart) for chart in charts(later, comms)]
+    assert any(re.fullmatch(r"GPU 0 memory 2\.0 GiB of 4\.0 GiB reserved · peak \d\.0 GiB · util 70%", m.group()) for m in lines if m)
+    assert any("updated" in value for value in html_values(later, comms))
     # every update belongs to the monitor cell: driven from the loop, not a thread
     assert {m["parent_header"].get("msg_id") for m in later if m["msg_type"] == "comm_msg"} == {
         started.reply["parent_header"]["msg_id"]
     }
+
+
+def test_monitor_charts_the_history_with_the_reservation_and_utilisation(
+    sliced: tuple[Workspace, Slice, Kernel], kernel: Kernel
+) -> None:
+    workspace, _, _ = sliced
+    started = kernel.run("%vgpu monitor --interval 0.25")
+    comms = models(started)
+    kernel.listen(1.0)
+    workspace.set_usage([{"gpu": 0, "pid": kernel.pid, "memory": "3GiB", "utilization": 90}])
+    chart = charts(kernel.listen(2.0), comms)[-1]
+    used = re.search(r'<polyline class="used" points="([^"]+)"', chart)
+    assert used, chart
+    heights = {point.split(",")[1] for point in used.group(1).split()}
+    assert len(used.group(1).split()) > 1 and len(heights) > 1  # 1 GiB, then 3 GiB
+    assert re.search(r'<line class="reserved" [^>]*stroke-dasharray', chart)
+    assert ">reserved 4.0 GiB</text>" in chart
+    assert '<polyline class="util"' in chart and ">util 100%</text>" in chart
+    assert ">now</text>" in chart and ">\u221210 min</text>" in chart
+    assert "GPU 0 memory 3.0 GiB of 4.0 GiB reserved" in chart and "white-space:normal" in chart
 
 
 def test_monitor_stop_ends_every_update(kernel: Kernel) -> None:

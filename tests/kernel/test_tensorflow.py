@@ -85,7 +85,8 @@ def test_status_shows_what_was_applied_to_tensorflow(session: Session) -> None:
     text = bundle["text/plain"]
     assert re.search(r"\n  TensorFlow +applied: no GPU visible to TensorFlow: the CPU is split into 2", text)
     assert re.search(r"\n  logical devices +2 TensorFlow devices per GPU", text)
-    assert re.search(r"cooperative: framework limits \(([^)]*, )?TensorFlow", text), text  # Keras may import JAX too
+    assert re.search(r"\n  tier +cooperative\n", text), text
+    assert re.search(r"\n  framework limits +([^\n]*, )?TensorFlow \(applied\)[^\n]*; user code can undo them\n", text), text  # Keras may import JAX too
 
 
 def test_devices_shows_tensorflows_logical_devices(session: Session) -> None:

@@ -1,0 +1,121 @@
+"""The watchdog's notices in the notebook: in the cell that runs, or at the start of the next one,
+and a line under a cell the watchdog interrupted, so the user knows it was not them."""
+
+from __future__ import annotations
+
+import queue
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from jupyter_vgpu.kernel.notices import notice_text
+from jupyter_vgpu.slices import Slice
+from jupyter_vgpu.slices.reports import add_notice
+
+from .harness import Kernel, Outcome, Workspace, module_kernel
+
+WATCHDOG_SAYS = "this kernel uses 5.0 GiB of its 4.0 GiB slice; the watchdog interrupts it in 2 s."
+
+
+@pytest.fixture(scope="module")
+def sliced(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Workspace, Slice, Kernel]]:
+    yield from module_kernel(tmp_path_factory, "notices", fraction=0.25)
+
+
+def notice(action: str, message: str, *, stage: str = "ahead") -> dict[str, Any]:
+    """A notice as the server's watchdog writes it."""
+    t = time.time()
+    return {
+        "id": f"{t}-{action}",
+        "t": t,
+        "action": action,
+        "stage": stage,
+        "message": message,
+        "memory_used": 5 * 2**30,
+        "memory_reserved": 4 * 2**30,
+    }
+
+
+def start_cell(kernel: Kernel, code: str) -> str:
+    """Submit ``code`` (which prints ``started`` first) and wait until it runs."""
+    msg_id = kernel.submit(f"print('started', flush=True)\n{code}")
+    while True:
+        try:
+            msg = kernel.client.get_iopub_msg(timeout=60)
+        except queue.Empty:
+            raise AssertionError("the cell did not start") from None
+        content = msg["content"]
+        if msg["parent_header"].get("msg_id") == msg_id and msg["msg_type"] == "stream" and "started" in content["text"]:
+            return msg_id
+
+
+def post(sliced: tuple[Workspace, Slice, Kernel], action: str, message: str) -> None:
+    workspace, slice_, _ = sliced
+    add_notice(workspace.ledger_path, slice_.id, notice(action, message))
+
+
+def test_a_warning_lands_in_the_running_cell(sliced: tuple[Workspace, Slice, Kernel]) -> None:
+    kernel = sliced[2]
+    msg_id = start_cell(kernel, "import time; time.sleep(3)")
+    post(sliced, "warn", "this kernel uses 4.5 GiB of its 4.0 GiB slice.")
+    outcome = kernel.collect(msg_id)
+    assert outcome.ok
+    assert "jupyter-vgpu: this kernel uses 4.5 GiB of its 4.0 GiB slice." in outcome.stderr
+
+
+def test_an_interrupted_cell_says_the_watchdog_did_it(sliced: tuple[Workspace, Slice, Kernel]) -> None:
+    kernel = sliced[2]
+    assert kernel.manager is not None
+    msg_id = start_cell(kernel, "import time; time.sleep(60)")
+    post(sliced, "interrupt", WATCHDOG_SAYS)
+    kernel.manager.interrupt_kernel()
+    outcome = kernel.collect(msg_id)
+    assert outcome.error is not None and outcome.error["ename"] == "KeyboardInterrupt"
+    assert f"jupyter-vgpu: the jupyter-vgpu watchdog interrupted this cell, not you: {WATCHDOG_SAYS}" in outcome.stderr
+
+
+def test_an_interrupt_by_the_user_is_not_blamed_on_the_watchdog(sliced: tuple[Workspace, Slice, Kernel]) -> None:
+    kernel = sliced[2]
+    assert kernel.manager is not None
+    msg_id = start_cell(kernel, "import time; time.sleep(60)")
+    kernel.manager.interrupt_kernel()
+    outcome: Outcome = kernel.collect(msg_id)
+    assert outcome.error is not None and outcome.error["ename"] == "KeyboardInterrupt"
+    assert "watchdog" not in outcome.stderr
+
+
+def test_a_notice_while_idle_shows_at_the_start_of_the_next_cell(sliced: tuple[Workspace, Slice, Kernel]) -> None:
+    kernel = sliced[2]
+    kernel.run("pass")
+    post(sliced, "warn", "this kernel used 4.2 GiB of its 4.0 GiB slice while idle.")
+    outcome = kernel.run("print('next cell')")
+    assert outcome.stdout == "next cell\n"
+    assert "jupyter-vgpu: this kernel used 4.2 GiB of its 4.0 GiB slice while idle. (at " in outcome.stderr
+    assert kernel.run("print('and the one after')").stderr == ""  # shown once
+
+
+def test_notices_from_before_the_kernel_started_are_not_shown(workspace: Workspace, start: Any) -> None:
+    slice_ = workspace.reserve(0.25)
+    old = notice("restart", "the watchdog restarts this kernel in 2 s.")
+    add_notice(workspace.ledger_path, slice_.id, old)  # what the previous kernel process was told
+    kernel = start(workspace.slice_env(slice_))
+    assert "restarts this kernel" not in kernel.run("print('first cell')").stderr
+
+
+def test_a_notice_without_a_message_still_says_what_happens() -> None:
+    bare = {"action": "shutdown", "memory_used": 5 * 2**30, "memory_reserved": 4 * 2**30}
+    assert notice_text(bare) == (
+        "jupyter-vgpu: this kernel uses 5.0 GiB of GPU memory; its slice reserves 4.0 GiB; the watchdog shuts it down."
+    )
+
+
+def test_unloading_the_extension_stops_the_notices(workspace: Workspace, start: Any) -> None:
+    slice_ = workspace.reserve(0.25)
+    kernel = start(workspace.slice_env(slice_))
+    assert "jupyter-vgpu notices" in kernel.eval("[t.name for t in __import__('threading').enumerate()]")
+    assert kernel.run("%unload_ext jupyter_vgpu").ok
+    assert "jupyter-vgpu notices" not in kernel.eval("[t.name for t in __import__('threading').enumerate()]")
+    add_notice(workspace.ledger_path, slice_.id, notice("warn", "this kernel uses 4.5 GiB of its 4.0 GiB slice."))
+    assert "jupyter-vgpu" not in kernel.run("print('after')").stderr
