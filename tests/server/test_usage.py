@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
@@ -180,3 +181,40 @@ async def test_free_is_one_figure_in_the_cli_and_the_api_and_counts_a_slice_over
     )
     assert refused.returncode != 0
     assert "11.0 GiB free of 16.0 GiB" in refused.stderr and "1.0 GiB used beyond reservations" in refused.stderr
+
+
+async def test_one_slice_reads_the_same_in_the_cli_the_api_and_vgpu(
+    jp_fetch: Any, start_kernel: Any, simulation_file: Any
+) -> None:
+    """The tier, what the slice shares and the GPU's free memory: the same words and figures in
+    `jupyter vgpu status`, `GET /api/vgpu/...` and `%vgpu` (the sidebar test checks the UI's)."""
+    import subprocess
+    import sys
+
+    from jupyter_vgpu.units import format_bytes
+
+    kernel = await start_kernel()  # 1/4 of the 16 GiB GPU
+    simulation_file(processes=[usage(kernel.pid, "3GiB")])
+    view = await wait_for(jp_fetch, kernel.id, lambda v: v["memory_used"] == 3 * GiB, "the kernel's use")
+    gpu = (await get_json(jp_fetch, "api", "vgpu", "devices"))["devices"][0]
+    assert (view["tier"], view["watched"]) == ("cooperative", True)
+    share = "memory only; compute is shared with the GPU's other users"
+    assert view["share_note"] == share
+    assert view["memory_peak"] == 3 * GiB
+
+    cli = [sys.executable, "-m", "jupyter_vgpu.cli", "status"]
+    data = json.loads(subprocess.run([*cli, "--json"], capture_output=True, text=True, check=True).stdout)
+    (row,) = data["slices"]
+    assert (row["tier"], row["share_note"]) == (view["tier"], share)
+    assert data["gpus"][0]["memory_free"] == gpu["memory_free"]
+    text = subprocess.run(cli, capture_output=True, text=True, check=True, env={**os.environ, "COLUMNS": "160"}).stdout
+    assert f"free {format_bytes(gpu['memory_free'])}" in text
+    assert f"Slices here reserve {share} (tier: cooperative)" in text
+    assert "cooperative" in next(line for line in text.splitlines() if row["id"] in line).split()
+
+    driver = await kernel.driver()
+    (sheet,) = (await asyncio.to_thread(driver.run, "%vgpu")).displays
+    shown = sheet["text/plain"]
+    assert "\n  tier               cooperative\n" in shown and f"\n  shares             {share}\n" in shown
+    (devices,) = (await asyncio.to_thread(driver.run, "%vgpu devices")).displays
+    assert f"free {format_bytes(gpu['memory_free'])}" in devices["text/plain"]
