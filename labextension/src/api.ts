@@ -31,9 +31,20 @@ export interface IDevice {
   memory_free: number;
   utilization: number | null;
   utilization_history: [number, number | null][];
+  /** Points taken after the `since` of the request (all of them without one). */
+  history?: IHistoryPoint[];
   mig_mode: boolean;
   tier: string;
+  /** The watchdog compares the slices' use here with their reservations. */
+  watched?: boolean;
   slices: string[];
+}
+
+/** One point of a slice's or a GPU's history: memory used (bytes) and utilisation (%). */
+export interface IHistoryPoint {
+  t: number;
+  used: number | null;
+  util: number | null;
 }
 
 export interface IDevicesReply {
@@ -42,6 +53,9 @@ export interface IDevicesReply {
   message: string | null;
   driver: string;
   interval: number;
+  history_step?: number;
+  /** When the server's sample was taken (seconds since the epoch, the server's clock). */
+  taken_at?: number;
   devices: IDevice[];
 }
 
@@ -68,6 +82,8 @@ export interface ISlice {
   fraction: number | null;
   request_text: string;
   memory_reserved: number;
+  /** All GPUs of the slice (what `memory_used` is compared with). */
+  memory_reserved_total?: number;
   context_allowance: number;
   memory_limit: number;
   memory_used: number | null;
@@ -75,33 +91,122 @@ export interface ISlice {
   memory_used_by_gpu?: { [uuid: string]: number | null } | null;
   utilization: number | null;
   usage_source: 'measured' | 'reported' | 'none';
+  /** The enforcement tier, shown exactly as sent ("cooperative", "hard (MPS)", ...). */
   tier: string;
+  /** How the slice was placed: "cooperative" | "mps" | "mig". */
+  tier_kind?: string;
+  /** The watchdog compares this slice's use with its reservation. */
+  watched?: boolean;
+  /** What the share reserves, in words ("memory only; compute is shared"). */
+  share_note?: string | null;
   state: SliceState;
   frameworks?: { [name: string]: { status: string; detail?: string } };
-  history?: { t: number; used: number | null; util: number | null }[];
+  /** Points taken after the `since` of the request (all of them without one). */
+  history?: IHistoryPoint[];
   watchdog?: {
     action: string;
-    events: { t: number; action: string; message: string }[];
+    events: IWatchdogEvent[];
   };
   created: number;
+}
+
+/** Something the watchdog did to a slice over its reservation. */
+export interface IWatchdogEvent {
+  t: number;
+  slice_id: string;
+  kernel_id: string | null;
+  action: 'warn' | 'interrupt' | 'restart' | 'shutdown' | string;
+  ok: boolean;
+  message: string;
+  path?: string | null;
+  memory_used?: number | null;
+  memory_reserved?: number | null;
 }
 
 /** A request waiting in line for a slice. */
 export interface IWaiting {
   ticket: number;
   position: number;
+  owner?: string;
+  uid?: number;
   holder_kind: HolderKind;
   holder: string;
+  kernel_id?: string | null;
+  path?: string | null;
+  kernel_display_name?: string | null;
   request_text: string;
   waiting_seconds: number;
+  /** The request belongs to the user this server runs as (only those can be cancelled here). */
+  yours?: boolean;
   labels: { [key: string]: string };
+  created?: number;
 }
 
 export interface ISlicesReply {
   simulated: boolean;
   interval: number;
+  history_step?: number;
+  taken_at?: number;
   slices: ISlice[];
   waiting: IWaiting[];
+  watchdog?: {
+    action: string;
+    tolerance?: number;
+    grace?: number;
+    events: IWatchdogEvent[];
+  };
+}
+
+/** Who holds memory on a GPU, as a refusal names them. */
+export interface IRefusalHolder {
+  /** The notebook path, or the command. */
+  label: string;
+  owner: string;
+  reserved: number;
+  yours: boolean;
+}
+
+/** A kernel start the server refused (`GET /api/vgpu/refusals`). */
+export interface IRefusal {
+  t: number;
+  kernel_id: string | null;
+  kernel_name: string | null;
+  kernel_display_name: string | null;
+  /** The notebook's path relative to the server root. */
+  path: string | null;
+  status: number;
+  /** Why: "full" | "timed_out" | "cancelled" | "no_gpu" | "policy" | "config" | "broken". */
+  reason?: string;
+  /** The whole text JupyterLab shows in its "Error Starting Kernel" dialog. */
+  message: string;
+  /** Its first sentence. */
+  summary: string;
+  /** What was asked, e.g. "1/2 GPU" (null unless the GPUs were full). */
+  asked: string | null;
+  /** The most that fits now. */
+  fits_now: { memory: number | null; text: string } | null;
+  /** Earlier requests waiting in line. */
+  ahead?: number;
+  /** Seconds it waited in line, when it did. */
+  waited?: number | null;
+  gpus: {
+    index: number;
+    name: string;
+    free: number;
+    total: number;
+    holders: IRefusalHolder[];
+    /** Memory used outside slices. */
+    foreign: number;
+    /** The GPU in one line, as the message says it. */
+    text?: string;
+  }[];
+  advice: string[];
+  /** Installed sliced kernelspecs that fit now, in the server's order (largest first). */
+  suggested_kernels: { name: string; display_name: string }[];
+}
+
+export interface IRefusalsReply {
+  refusals: IRefusal[];
 }
 
 export interface IKernelReply {
@@ -161,23 +266,65 @@ export async function requestAPI<T>(
   return data as T;
 }
 
-/** The three reads the UI needs, bound to one server's settings. */
+/** A `since` later than any history point: the reply carries no history. */
+const NO_HISTORY = Number.MAX_SAFE_INTEGER;
+
+/** `route?since=<time>`, or `route` when there is no time to pass. */
+function withSince(route: string, since?: number | null): string {
+  return since === undefined || since === null || !isFinite(since)
+    ? route
+    : `${route}?since=${encodeURIComponent(String(since))}`;
+}
+
+/** The calls the UI makes, bound to one server's settings. */
 export class VGPUClient {
   constructor(readonly serverSettings: ServerConnection.ISettings) {}
 
-  devices(): Promise<IDevicesReply> {
-    return requestAPI<IDevicesReply>('devices', {}, this.serverSettings);
+  /** The GPUs; with `since`, only history points taken after it. */
+  devices(since?: number | null): Promise<IDevicesReply> {
+    return requestAPI<IDevicesReply>(
+      withSince('devices', since),
+      {},
+      this.serverSettings
+    );
   }
 
-  slices(): Promise<ISlicesReply> {
-    return requestAPI<ISlicesReply>('slices', {}, this.serverSettings);
+  /** The slices and the line; with `since`, only history points taken after it. */
+  slices(since?: number | null): Promise<ISlicesReply> {
+    return requestAPI<ISlicesReply>(
+      withSince('slices', since),
+      {},
+      this.serverSettings
+    );
   }
 
-  /** The slice a kernel holds, or null (also null for a kernel the server does not know). */
+  /** Kernel starts refused since `since` (server time), newest first. */
+  async refusals(since: number): Promise<IRefusal[]> {
+    const reply = await requestAPI<IRefusalsReply>(
+      withSince('refusals', since),
+      {},
+      this.serverSettings
+    );
+    return Array.isArray(reply?.refusals) ? reply.refusals : [];
+  }
+
+  /** Take a request out of the line (its kernel start then fails with "Stopped waiting..."). */
+  async cancelWaiting(ticket: number): Promise<void> {
+    await requestAPI<unknown>(
+      `waiting/${encodeURIComponent(String(ticket))}`,
+      { method: 'DELETE' },
+      this.serverSettings
+    );
+  }
+
+  /**
+   * The slice a kernel holds, or null (also null for a kernel the server does not know).
+   * Without its history: a `since` after any point the server has (the status bar draws none).
+   */
   async kernelSlice(kernelId: string): Promise<ISlice | null> {
     try {
       const reply = await requestAPI<IKernelReply>(
-        `kernels/${encodeURIComponent(kernelId)}`,
+        withSince(`kernels/${encodeURIComponent(kernelId)}`, NO_HISTORY),
         {},
         this.serverSettings
       );

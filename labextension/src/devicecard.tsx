@@ -1,21 +1,31 @@
 /**
- * One GPU: its memory bar stacked by slice, utilisation, and a row per slice on it.
+ * One GPU: its memory bar stacked by slice, utilisation, and a row per slice on it; expanded,
+ * its history.
  */
 import * as React from 'react';
 
 import { IDevice, ISlice } from './api';
 import { DeviceBar, Sparkline } from './bars';
+import { HistoryChart } from './chart';
+import { Disclosure, WatchedChip } from './chips';
 import { formatBytes, formatPercent, formatUsage } from './format';
-import { ISliceActions, SliceRow } from './slicerow';
+import { IHistorySource, ISliceActions, SliceRow } from './slicerow';
 
 export function DeviceCard(props: {
   device: IDevice;
   slices: ISlice[];
   colour: (sliceId: string) => number;
   actions: ISliceActions;
+  history: IHistorySource;
 }): JSX.Element {
-  const { device, slices, colour, actions } = props;
-  const history = device.utilization_history.map(([, util]) => util);
+  const { device, slices, colour, actions, history } = props;
+  const [expanded, setExpanded] = React.useState(false);
+  const points = history.device(device.uuid);
+  // Servers that send no `history` still send `utilization_history`.
+  const utilization = points.length
+    ? points.map(p => p.util)
+    : (device.utilization_history ?? []).map(([, util]) => util);
+  const detailsId = `jp-vgpu-gpu-history-${device.index}`;
   const used =
     device.memory_used ??
     device.memory_foreign +
@@ -27,6 +37,12 @@ export function DeviceCard(props: {
       aria-label={`GPU ${device.index}`}
     >
       <header className="jp-vgpu-DeviceCard-header">
+        <Disclosure
+          expanded={expanded}
+          onToggle={() => setExpanded(!expanded)}
+          controls={detailsId}
+          label={`History of GPU ${device.index}`}
+        />
         <span className="jp-vgpu-DeviceCard-index">GPU {device.index}</span>
         <span
           className="jp-vgpu-DeviceCard-name"
@@ -35,6 +51,7 @@ export function DeviceCard(props: {
           {device.name}
         </span>
         {device.mig_mode && <span className="jp-vgpu-Chip">MIG</span>}
+        {device.watched && <WatchedChip what="the slices on this GPU" />}
       </header>
       <DeviceBar device={device} slices={slices} colour={colour} />
       <div className="jp-vgpu-DeviceCard-stats">
@@ -50,8 +67,19 @@ export function DeviceCard(props: {
         <span className="jp-vgpu-DeviceCard-util" title="GPU utilisation">
           util {formatPercent(device.utilization)}
         </span>
-        <Sparkline values={history} title="Utilisation history" />
+        <Sparkline values={utilization} title="Utilisation history" />
       </div>
+      {expanded && (
+        <div className="jp-vgpu-DeviceCard-details" id={detailsId}>
+          <HistoryChart
+            points={points}
+            reserved={device.memory_reserved || null}
+            total={device.memory_total}
+            now={history.now()}
+            subject={`GPU ${device.index}`}
+          />
+        </div>
+      )}
       {slices.length > 0 || device.memory_foreign > 0 ? (
         <ul className="jp-vgpu-DeviceCard-slices">
           {slices.map(slice => (
@@ -60,6 +88,7 @@ export function DeviceCard(props: {
               slice={slice}
               colour={colour(slice.id)}
               actions={actions}
+              history={history}
             />
           ))}
           {device.memory_foreign > 0 && (

@@ -98,3 +98,53 @@ export function stateText(slice: ISlice): string | null {
       return null;
   }
 }
+
+/**
+ * What a slice's share reserves, in words: the server's `share_note` when it sends one, else
+ * decided from how the slice was placed (only MPS and MIG share out compute).
+ */
+export function shareNote(slice: ISlice): string {
+  if (slice.share_note) {
+    return slice.share_note;
+  }
+  switch (slice.tier_kind) {
+    case 'mps':
+      return slice.fraction
+        ? `memory, and ${Math.round(slice.fraction * 100)}% of the SMs (MPS)`
+        : 'memory, and a share of the SMs (MPS)';
+    case 'mig':
+      return 'a MIG device: its memory and compute';
+    default:
+      return 'memory only; compute is shared';
+  }
+}
+
+/** "1/4 GPU reserves memory only; compute is shared." */
+export function shareSentence(slice: ISlice): string {
+  return `${slice.request_text} reserves ${shareNote(slice)}.`;
+}
+
+/** "42 s", "3 min 5 s", "1 h 2 min": how long something has waited. */
+export function formatDuration(seconds: number | null | undefined): string {
+  if (seconds === null || seconds === undefined || !isFinite(seconds)) {
+    return '–';
+  }
+  const s = Math.max(0, Math.round(seconds));
+  if (s < 60) {
+    return `${s} s`;
+  }
+  if (s < 3600) {
+    const rest = s % 60;
+    return `${Math.floor(s / 60)} min${rest ? ` ${rest} s` : ''}`;
+  }
+  const minutes = Math.floor((s % 3600) / 60);
+  return `${Math.floor(s / 3600)} h${minutes ? ` ${minutes} min` : ''}`;
+}
+
+/** A notebook path or a command as a user names it: the notebook's file name, or the command. */
+export function pathLabel(path: string | null | undefined): string {
+  if (!path) {
+    return '';
+  }
+  return path.endsWith('.ipynb') ? PathExt.basename(path) : path;
+}

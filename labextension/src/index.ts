@@ -1,24 +1,31 @@
 /**
- * jupyter-vgpu in JupyterLab: the "GPUs" sidebar, the status bar item and their settings.
+ * jupyter-vgpu in JupyterLab: the "GPUs" sidebar, the status bar item and their settings;
+ * notifications for the line and the watchdog; readable refusals; launcher order.
  */
 import {
+  ILabShell,
   ILayoutRestorer,
   JupyterFrontEnd,
   JupyterFrontEndPlugin
 } from '@jupyterlab/application';
-import { ICommandPalette } from '@jupyterlab/apputils';
+import { ICommandPalette, ISessionContext } from '@jupyterlab/apputils';
 import { ISettingRegistry } from '@jupyterlab/settingregistry';
 import { IStatusBar } from '@jupyterlab/statusbar';
 
 import { VGPUClient } from './api';
 import { gpuIcon } from './icons';
+import { waitingAlternative } from './kernelspecs';
+import { LauncherOrder } from './launcherorder';
 import { GPUModel } from './model';
+import { RefusalDialogs } from './refusaldialog';
 import { GPUSidebar } from './sidebar';
 import {
   GPUStatusItem,
   KernelSliceModel,
   sessionContextOf
 } from './statusitem';
+import { WaitWatcher } from './waitwatcher';
+import { WatchdogNotifier } from './watchdognotes';
 
 const PLUGIN_ID = 'jupyter-vgpu:plugin';
 
@@ -33,13 +40,20 @@ const plugin: JupyterFrontEndPlugin<void> = {
   id: PLUGIN_ID,
   description: 'GPU slices per kernel: a sidebar and a status bar item.',
   autoStart: true,
-  optional: [ILayoutRestorer, IStatusBar, ISettingRegistry, ICommandPalette],
+  optional: [
+    ILayoutRestorer,
+    IStatusBar,
+    ISettingRegistry,
+    ICommandPalette,
+    ILabShell
+  ],
   activate: (
     app: JupyterFrontEnd,
     restorer: ILayoutRestorer | null,
     statusBar: IStatusBar | null,
     settingRegistry: ISettingRegistry | null,
-    palette: ICommandPalette | null
+    palette: ICommandPalette | null,
+    labShell: ILabShell | null
   ) => {
     const client = new VGPUClient(app.serviceManager.serverSettings);
     const model: GPUModel = new GPUModel({
@@ -47,10 +61,64 @@ const plugin: JupyterFrontEndPlugin<void> = {
       interval: DEFAULT_INTERVAL_S * 1000,
       isVisible: (): boolean => sidebar.isVisible
     });
+    const showSidebar = () => void app.commands.execute(CommandIDs.show);
+    /** The notebooks and consoles open in this browser, by path. */
+    const openContexts = (): Map<string, ISessionContext> => {
+      const contexts = new Map<string, ISessionContext>();
+      for (const widget of app.shell.widgets('main')) {
+        const context = sessionContextOf(widget);
+        if (context?.path) {
+          contexts.set(context.path, context);
+        }
+      }
+      return contexts;
+    };
+    const currentPath = () =>
+      sessionContextOf(app.shell.currentWidget)?.path ?? null;
+    const line = new WaitWatcher({
+      model,
+      openPaths: () => new Set(openContexts().keys()),
+      showSidebar
+    });
+    new WatchdogNotifier({ model, showSidebar });
+    new RefusalDialogs({
+      client,
+      serverNow: () => model.serverNow(),
+      currentPath,
+      contextFor: path => (path ? (openContexts().get(path) ?? null) : null),
+      wasCancelled: path => line.wasCancelled(path),
+      // Waiting helps when the GPUs are full (not for a quota, a bad kernelspec or no GPU).
+      waitingKernel: refusal =>
+        refusal.status === 503 &&
+        ['full', 'timed_out'].includes(refusal.reason ?? 'full')
+          ? waitingAlternative(app.serviceManager.kernelspecs.specs, refusal.kernel_name)
+          : null
+    }).start();
+    let gpuMemory: number | null = null;
+    const launchers = new LauncherOrder({
+      kernelspecs: app.serviceManager.kernelspecs,
+      gpuMemory: () => gpuMemory
+    });
+    const scanLaunchers = () => launchers.scan();
+    model.changed.connect(() => {
+      const memory = (model.snapshot?.devices.devices ?? []).reduce<number | null>(
+        (least, d) => (least === null ? d.memory_total : Math.min(least, d.memory_total)),
+        null
+      );
+      if (memory !== gpuMemory) {
+        gpuMemory = memory; // "8 GiB" and "1/4" compare once the GPUs' size is known
+        launchers.update();
+      }
+    });
+    app.shell.currentChanged?.connect(scanLaunchers);
+    labShell?.layoutModified.connect(scanLaunchers);
+    app.restored.then(scanLaunchers).catch(console.error);
+
     const sidebar = new GPUSidebar({
       model,
       commands: app.commands,
-      serviceManager: app.serviceManager
+      serviceManager: app.serviceManager,
+      cancelWaiting: w => line.cancel(w)
     });
     sidebar.title.caption = 'GPUs';
     app.shell.add(sidebar, 'left', { rank: 750, type: 'GPUs' });
@@ -73,7 +141,7 @@ const plugin: JupyterFrontEndPlugin<void> = {
     let kernelSlice: KernelSliceModel | null = null;
     let showStatusItem = true;
     if (statusBar) {
-      kernelSlice = new KernelSliceModel(client, DEFAULT_INTERVAL_S * 1000);
+      kernelSlice = new KernelSliceModel(client, DEFAULT_INTERVAL_S * 1000, line);
       const item = new GPUStatusItem(kernelSlice, () =>
         app.commands.execute(CommandIDs.show)
       );
@@ -88,7 +156,9 @@ const plugin: JupyterFrontEndPlugin<void> = {
         item,
         align: 'left',
         rank: 5,
-        isActive: () => showStatusItem && kernelSlice?.slice !== null,
+        isActive: () =>
+          showStatusItem &&
+          (kernelSlice?.slice !== null || kernelSlice?.waiter !== null),
         activeStateChanged: kernelSlice.changed
       });
     }

@@ -1,11 +1,13 @@
 /**
- * The sidebar's view of the server: devices and slices, refreshed by a backing-off poll.
+ * The browser's view of the server: devices and slices, refreshed by a backing-off poll, and
+ * the few minutes of history the server keeps, appended poll by poll (`?since=`).
  */
 import { Poll } from '@lumino/polling';
 import { ISignal, Signal } from '@lumino/signaling';
 
 import {
   IDevicesReply,
+  IHistoryPoint,
   ISlice,
   ISlicesReply,
   VGPUApiError,
@@ -18,6 +20,38 @@ export const PALETTE_SIZE = 8;
 /** The longest pause between two refreshes while the server keeps failing. */
 const MAX_BACKOFF_MS = 60 * 1000;
 
+/** How much history the charts show (the server keeps about as much: `history_seconds`). */
+export const HISTORY_SECONDS = 300;
+
+/** At most this many points per slice or GPU (the server keeps 60 by default). */
+const MAX_POINTS = 240;
+
+/**
+ * Append `fresh` to `kept` (points after its last one only), then drop what is older than
+ * `HISTORY_SECONDS` before the newest point.
+ */
+export function appendHistory(
+  kept: IHistoryPoint[] | undefined,
+  fresh: IHistoryPoint[] | undefined
+): IHistoryPoint[] {
+  const out = kept ? kept.slice() : [];
+  const last = out.length > 0 ? out[out.length - 1].t : -Infinity;
+  for (const point of fresh ?? []) {
+    if (point && typeof point.t === 'number' && point.t > last) {
+      out.push(point);
+    }
+  }
+  if (out.length === 0) {
+    return out;
+  }
+  const oldest = out[out.length - 1].t - HISTORY_SECONDS;
+  let start = 0;
+  while (start < out.length && out[start].t < oldest) {
+    start++;
+  }
+  return out.slice(Math.max(start, out.length - MAX_POINTS));
+}
+
 export interface IGPUSnapshot {
   devices: IDevicesReply;
   slices: ISlicesReply;
@@ -26,10 +60,14 @@ export interface IGPUSnapshot {
 }
 
 /**
- * Polls `/api/vgpu/devices` and `/api/vgpu/slices` together so one refresh shows one moment.
+ * Polls `/api/vgpu/slices` (and `/api/vgpu/devices` while the sidebar shows, so one refresh
+ * shows one moment) with `?since=` the previous reply's `taken_at`, and appends the history
+ * points that come back.
  *
- * The poll stands by while `isVisible()` says nobody looks, and backs off (up to a minute)
- * while the server fails; `refresh()` asks for fresh data at once.
+ * The slices are polled while the sidebar is closed too, at the same pace: the line, the
+ * watchdog's events and the status bar item need them. The poll stands by while the browser
+ * tab is hidden and backs off (up to a minute) while the server fails; `refresh()` asks for
+ * fresh data at once.
  */
 export class GPUModel {
   constructor(options: GPUModel.IOptions) {
@@ -43,8 +81,8 @@ export class GPUModel {
         backoff: true,
         max: MAX_BACKOFF_MS
       },
-      name: 'jupyter-vgpu:sidebar',
-      standby: () => (this._isVisible() ? 'when-hidden' : true)
+      name: 'jupyter-vgpu:model',
+      standby: 'when-hidden'
     });
   }
 
@@ -93,6 +131,24 @@ export class GPUModel {
     return this._snapshot?.slices.slices.find(s => s.id === id);
   }
 
+  /** A slice's memory and utilisation over the last few minutes, oldest first. */
+  sliceHistory(sliceId: string): IHistoryPoint[] {
+    return this._sliceHistory.get(sliceId) ?? [];
+  }
+
+  /** A GPU's memory and utilisation over the last few minutes, oldest first. */
+  deviceHistory(uuid: string): IHistoryPoint[] {
+    return this._deviceHistory.get(uuid) ?? [];
+  }
+
+  /**
+   * Now on the server's clock (seconds since the epoch), estimated from the latest reply's
+   * `taken_at`; the browser's clock until the server has said.
+   */
+  serverNow(): number {
+    return (Date.now() + this._clockOffset) / 1000;
+  }
+
   /**
    * The colour index of a slice: fixed the first time the slice is seen, and the least used
    * one among live slices then, so a kernel keeps its colour in the bar and in its row.
@@ -115,11 +171,31 @@ export class GPUModel {
 
   private async _fetch(): Promise<void> {
     try {
+      const withDevices =
+        this._isVisible() || !this._snapshot || this._error !== null;
       const [devices, slices] = await Promise.all([
-        this.client.devices(),
-        this.client.slices()
+        withDevices
+          ? this.client.devices(this._devicesSince)
+          : Promise.resolve(this._snapshot!.devices),
+        this.client.slices(this._slicesSince)
       ]);
-      this._snapshot = { devices, slices, taken: Date.now() };
+      const taken = Date.now();
+      if (withDevices) {
+        this._devicesSince = this._appendAll(
+          this._deviceHistory,
+          devices.devices.map(d => [d.uuid, d.history] as const),
+          devices.taken_at
+        );
+      }
+      this._slicesSince = this._appendAll(
+        this._sliceHistory,
+        slices.slices.map(s => [s.id, s.history] as const),
+        slices.taken_at
+      );
+      if (typeof slices.taken_at === 'number') {
+        this._clockOffset = slices.taken_at * 1000 - taken;
+      }
+      this._snapshot = { devices, slices, taken };
       this._error = null;
       this._forgetColours(slices.slices);
     } catch (error) {
@@ -134,6 +210,33 @@ export class GPUModel {
     }
   }
 
+  /**
+   * Append each key's fresh points to `store` (or replace them all when the server sent no
+   * `taken_at`, so its history is whole each time) and forget keys that are gone. Returns the
+   * `since` for the next request.
+   */
+  private _appendAll(
+    store: Map<string, IHistoryPoint[]>,
+    fresh: ReadonlyArray<readonly [string, IHistoryPoint[] | undefined]>,
+    takenAt: number | undefined
+  ): number | null {
+    const incremental = typeof takenAt === 'number';
+    const live = new Set<string>();
+    for (const [key, points] of fresh) {
+      live.add(key);
+      store.set(
+        key,
+        appendHistory(incremental ? store.get(key) : undefined, points)
+      );
+    }
+    for (const key of Array.from(store.keys())) {
+      if (!live.has(key)) {
+        store.delete(key);
+      }
+    }
+    return incremental ? takenAt! : null;
+  }
+
   private _forgetColours(live: ISlice[]): void {
     const ids = new Set(live.map(s => s.id));
     for (const id of Array.from(this._colours.keys())) {
@@ -144,7 +247,12 @@ export class GPUModel {
   }
 
   private _changed = new Signal<this, void>(this);
+  private _clockOffset = 0;
   private _colours = new Map<string, number>();
+  private _deviceHistory = new Map<string, IHistoryPoint[]>();
+  private _devicesSince: number | null = null;
+  private _sliceHistory = new Map<string, IHistoryPoint[]>();
+  private _slicesSince: number | null = null;
   private _error: VGPUApiError | null = null;
   private _isVisible: () => boolean;
   private _loading = true;
@@ -157,7 +265,7 @@ export namespace GPUModel {
     client: VGPUClient;
     /** Milliseconds between refreshes. */
     interval: number;
-    /** Whether anyone can see the data; the poll stands by when not. */
+    /** Whether the sidebar shows; the GPUs are only asked for while it does. */
     isVisible?: () => boolean;
   }
 }

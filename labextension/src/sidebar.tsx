@@ -16,12 +16,13 @@ import {
 import { CommandRegistry } from '@lumino/commands';
 import * as React from 'react';
 
-import { ISlice } from './api';
+import { ISlice, IWaiting } from './api';
 import { DeviceCard } from './devicecard';
 import { holderLabel } from './format';
 import { gpuIcon } from './icons';
 import { GPUModel } from './model';
-import { ISliceActions } from './slicerow';
+import { IHistorySource, ISliceActions } from './slicerow';
+import { IWaitingActions, WaitingList } from './waiting';
 
 function Header(props: { model: GPUModel }): JSX.Element {
   const { model } = props;
@@ -68,8 +69,13 @@ function Message(props: {
   );
 }
 
-function Body(props: { model: GPUModel; actions: ISliceActions }): JSX.Element {
-  const { model, actions } = props;
+function Body(props: {
+  model: GPUModel;
+  actions: ISliceActions;
+  waitingActions: IWaitingActions;
+  history: IHistorySource;
+}): JSX.Element {
+  const { model, actions, waitingActions, history } = props;
   const snapshot = model.snapshot;
   const error = model.error;
   const banner = error && (
@@ -107,7 +113,7 @@ function Body(props: { model: GPUModel; actions: ISliceActions }): JSX.Element {
   return (
     <>
       {banner}
-      {slices.slices.length === 0 && (
+      {slices.slices.length === 0 && (slices.waiting ?? []).length === 0 && (
         <Message kind="empty" title="No kernel holds a GPU slice.">
           <p className="jp-vgpu-Message-detail">
             Start a sliced kernel such as “Python 3 (1/4 GPU)” from the launcher, or run
@@ -124,22 +130,14 @@ function Body(props: { model: GPUModel; actions: ISliceActions }): JSX.Element {
           )}
           colour={id => model.colour(id)}
           actions={actions}
+          history={history}
         />
       ))}
-      {slices.waiting.length > 0 && (
-        <section className="jp-vgpu-Waiting" aria-label="Waiting for a slice">
-          <h3 className="jp-vgpu-Waiting-title">Waiting for a slice</h3>
-          <ol>
-            {slices.waiting.map(w => (
-              <li key={w.ticket} className="jp-vgpu-Waiting-row">
-                <span>{w.holder}</span>
-                <span>{w.request_text}</span>
-                <span>{Math.round(w.waiting_seconds)} s</span>
-              </li>
-            ))}
-          </ol>
-        </section>
-      )}
+      <WaitingList
+        waiting={slices.waiting ?? []}
+        taken={snapshot.taken}
+        actions={waitingActions}
+      />
     </>
   );
 }
@@ -154,6 +152,16 @@ export class GPUSidebar extends ReactWidget {
     this.model = options.model;
     this._commands = options.commands;
     this._services = options.serviceManager;
+    this._history = {
+      slice: id => this.model.sliceHistory(id),
+      device: uuid => this.model.deviceHistory(uuid),
+      now: () => this.model.serverNow()
+    };
+    this._waitingActions = {
+      cancel: w => void options.cancelWaiting(w),
+      openNotebook: path =>
+        void this._commands.execute('docmanager:open', { path })
+    };
     this.id = 'jupyter-vgpu-sidebar';
     this.addClass('jp-vgpu-Sidebar');
     this.title.icon = gpuIcon;
@@ -190,7 +198,12 @@ export class GPUSidebar extends ReactWidget {
           <div className="jp-vgpu-Sidebar-content">
             <Header model={this.model} />
             <div className="jp-vgpu-Sidebar-body">
-              <Body model={this.model} actions={this._actions} />
+              <Body
+                model={this.model}
+                actions={this._actions}
+                waitingActions={this._waitingActions}
+                history={this._history}
+              />
             </div>
           </div>
         )}
@@ -247,7 +260,9 @@ export class GPUSidebar extends ReactWidget {
 
   private _actions: ISliceActions;
   private _commands: CommandRegistry;
+  private _history: IHistorySource;
   private _services: ServiceManager.IManager;
+  private _waitingActions: IWaitingActions;
 }
 
 export namespace GPUSidebar {
@@ -255,5 +270,7 @@ export namespace GPUSidebar {
     model: GPUModel;
     commands: CommandRegistry;
     serviceManager: ServiceManager.IManager;
+    /** Take a request out of the line. */
+    cancelWaiting: (w: IWaiting) => Promise<void>;
   }
 }

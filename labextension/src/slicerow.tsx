@@ -1,5 +1,6 @@
 /**
- * One reservation in a GPU card: who holds it, how much it uses, and what can be done to it.
+ * One reservation in a GPU card: who holds it, how much it uses, and what can be done to it;
+ * expanded, its history.
  */
 import {
   closeIcon,
@@ -9,16 +10,27 @@ import {
 } from '@jupyterlab/ui-components';
 import * as React from 'react';
 
-import { ISlice } from './api';
+import { IHistoryPoint, ISlice } from './api';
 import { SliceBar, usedPerGPU } from './bars';
+import { HistoryChart } from './chart';
+import { Disclosure, WatchedChip } from './chips';
 import {
   commandText,
   formatBytes,
   formatPercent,
   formatUsage,
   holderLabel,
+  shareSentence,
   stateText
 } from './format';
+
+/** What a row needs to draw its history. */
+export interface IHistorySource {
+  slice(sliceId: string): IHistoryPoint[];
+  device(uuid: string): IHistoryPoint[];
+  /** Now on the server's clock (seconds since the epoch). */
+  now(): number;
+}
 
 /** What a row can ask the application to do. */
 export interface ISliceActions {
@@ -62,7 +74,8 @@ function Holder(props: {
 function details(slice: ISlice): string {
   const lines = [
     `Slice ${slice.id}: ${slice.request_text}`,
-    `Enforcement: ${slice.tier}`,
+    shareSentence(slice),
+    `Enforcement: ${slice.tier}${slice.watched ? ', watched by the server' : ''}`,
     `Frameworks may allocate ${formatBytes(slice.memory_limit)} per GPU` +
       ` (${formatBytes(slice.context_allowance)} is kept for the CUDA context)`
   ];
@@ -80,14 +93,18 @@ function details(slice: ISlice): string {
   return lines.join('\n');
 }
 
-/** A row of the GPU card for one slice. */
+/** A row of the GPU card for one slice; its caret shows the slice's history. */
 export function SliceRow(props: {
   slice: ISlice;
   colour: number;
   actions: ISliceActions;
+  history: IHistorySource;
 }): JSX.Element {
-  const { slice, colour, actions } = props;
+  const { slice, colour, actions, history } = props;
+  const [expanded, setExpanded] = React.useState(false);
   const warning = stateText(slice);
+  const label = holderLabel(slice);
+  const detailsId = `jp-vgpu-slice-history-${slice.id}`;
   const isKernel = slice.holder_kind === 'kernel';
   const KindIcon = isKernel ? kernelIcon : terminalIcon;
   // Only this server's kernels can be shut down from here, and only your own commands released.
@@ -105,6 +122,12 @@ export function SliceRow(props: {
       />
       <div className="jp-vgpu-SliceRow-main">
         <div className="jp-vgpu-SliceRow-line">
+          <Disclosure
+            expanded={expanded}
+            onToggle={() => setExpanded(!expanded)}
+            controls={detailsId}
+            label={`History of ${label}`}
+          />
           <Holder slice={slice} actions={actions} />
           {warning && (
             <span
@@ -141,13 +164,16 @@ export function SliceRow(props: {
         </div>
         <div className="jp-vgpu-SliceRow-line jp-vgpu-SliceRow-sub">
           <KindIcon.react tag="span" elementSize="small" className="jp-vgpu-SliceRow-kind" />
-          <span className="jp-vgpu-SliceRow-kernel">
+          <span className="jp-vgpu-SliceRow-kernel" title={shareSentence(slice)}>
             {isKernel
               ? actions.kernelDisplayName(slice)
               : `jupyter vgpu run, ${slice.request_text}`}
           </span>
-          <span className="jp-vgpu-SliceRow-tier" title="Enforcement tier">
-            {slice.tier}
+          <span className="jp-vgpu-SliceRow-enforcement">
+            <span className="jp-vgpu-SliceRow-tier" title="Enforcement tier">
+              {slice.tier}
+            </span>
+            {slice.watched && <WatchedChip />}
           </span>
         </div>
         <div className="jp-vgpu-SliceRow-line">
@@ -159,6 +185,21 @@ export function SliceRow(props: {
             {formatPercent(slice.utilization)}
           </span>
         </div>
+        {expanded && (
+          <div className="jp-vgpu-SliceRow-details" id={detailsId}>
+            <HistoryChart
+              points={history.slice(slice.id)}
+              reserved={
+                slice.memory_reserved_total ??
+                slice.memory_reserved * Math.max(1, slice.gpus.length)
+              }
+              now={history.now()}
+              colourClass={`jp-vgpu-colour-${colour}`}
+              subject={label}
+            />
+            <p className="jp-vgpu-SliceRow-share">{shareSentence(slice)}</p>
+          </div>
+        )}
       </div>
     </li>
   );

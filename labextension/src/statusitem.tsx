@@ -1,5 +1,6 @@
 /**
- * The status bar item: the slice of the current notebook's (or console's) kernel.
+ * The status bar item: the slice of the current notebook's (or console's) kernel, or its
+ * place in line while its kernel waits for one.
  */
 import { ISessionContext } from '@jupyterlab/apputils';
 import { ReactWidget, UseSignal } from '@jupyterlab/ui-components';
@@ -8,18 +9,29 @@ import { ISignal, Signal } from '@lumino/signaling';
 import { Widget } from '@lumino/widgets';
 import * as React from 'react';
 
-import { ISlice, VGPUClient } from './api';
+import { ISlice, IWaiting, VGPUClient } from './api';
 import { usedPerGPU } from './bars';
-import { formatUsage, stateText } from './format';
+import { formatDuration, formatUsage, pathLabel, stateText } from './format';
 import { gpuIcon } from './icons';
+
+/** Where the item learns about the line (the sidebar's model, through a WaitWatcher). */
+export interface ILineSource {
+  readonly changed: ISignal<unknown, void>;
+  waiterFor(path: string | null, kernelId: string | null): IWaiting | null;
+  /** Seconds since the line was read. */
+  age(): number;
+}
 
 /**
  * Follows one session context at a time and keeps its kernel's slice fresh
- * (`GET /api/vgpu/kernels/<id>`); `slice` is null for kernels without one.
+ * (`GET /api/vgpu/kernels/<id>`); `slice` is null for kernels without one. With a line
+ * source, `waiter` is the notebook's request while its kernel waits in line for a slice.
  */
 export class KernelSliceModel {
-  constructor(client: VGPUClient, interval: number) {
+  constructor(client: VGPUClient, interval: number, line?: ILineSource) {
     this._client = client;
+    this._line = line ?? null;
+    this._line?.changed.connect(this._onLine, this);
     this._poll = new Poll({
       auto: true,
       factory: () => this._fetch(),
@@ -35,6 +47,21 @@ export class KernelSliceModel {
 
   get slice(): ISlice | null {
     return this._slice;
+  }
+
+  /** The request of this notebook waiting in line, while it has no slice. */
+  get waiter(): IWaiting | null {
+    return this._slice ? null : this._waiter;
+  }
+
+  /** Seconds since `waiter` was read. */
+  get waiterAge(): number {
+    return this._line?.age() ?? 0;
+  }
+
+  /** The path of the followed notebook or console. */
+  get path(): string | null {
+    return this._context?.path ?? null;
   }
 
   set interval(ms: number) {
@@ -57,10 +84,12 @@ export class KernelSliceModel {
     context?.kernelChanged.connect(this._onKernel, this);
     context?.statusChanged.connect(this._onKernel, this);
     this._onKernel();
+    this._onLine();
   }
 
   dispose(): void {
     this.sessionContext = null;
+    this._line?.changed.disconnect(this._onLine, this);
     this._poll.dispose();
     Signal.clearData(this);
   }
@@ -95,6 +124,14 @@ export class KernelSliceModel {
     }
   }
 
+  private _onLine(): void {
+    const waiter = this._line?.waiterFor(this.path, this._kernelId()) ?? null;
+    if (waiter || this._waiter) {
+      this._waiter = waiter;
+      this._changed.emit();
+    }
+  }
+
   private _set(slice: ISlice | null): void {
     this._slice = slice;
     this._changed.emit();
@@ -104,8 +141,10 @@ export class KernelSliceModel {
   private _client: VGPUClient;
   private _context: ISessionContext | null = null;
   private _lastKernelId: string | null = null;
+  private _line: ILineSource | null;
   private _poll: Poll;
   private _slice: ISlice | null = null;
+  private _waiter: IWaiting | null = null;
 }
 
 /** Whether a widget has a kernel session (notebooks and consoles do). */
@@ -115,6 +154,30 @@ export function sessionContextOf(widget: Widget | null): ISessionContext | null 
   return context && typeof context.kernelChanged?.connect === 'function'
     ? context
     : null;
+}
+
+/** "GPU: waiting #2 (1/2 GPU) 42 s": the notebook's place in line; a click opens the sidebar. */
+function Waiting(props: {
+  waiter: IWaiting;
+  age: number;
+  onClick: () => void;
+}): JSX.Element {
+  const { waiter: w, age, onClick } = props;
+  const waited = formatDuration(w.waiting_seconds + age);
+  const name = pathLabel(w.path) || 'This kernel';
+  return (
+    <button
+      className="jp-vgpu-StatusItem-content jp-vgpu-mod-waiting"
+      title={`${name} waits in line for ${w.request_text}: place ${w.position}, waiting ${waited}.\nClick to show the GPUs panel (Cancel is there).`}
+      onClick={onClick}
+    >
+      <gpuIcon.react tag="span" elementSize="small" className="jp-vgpu-StatusItem-icon" />
+      <span className="jp-vgpu-StatusItem-text">
+        GPU: waiting #{w.position} ({w.request_text})
+      </span>
+      <span className="jp-vgpu-StatusItem-time">{waited}</span>
+    </button>
+  );
 }
 
 /** "GPU 2.1 / 4.0 GiB", coloured when near or over the slice; a click opens the sidebar. */
@@ -134,6 +197,12 @@ export class GPUStatusItem extends ReactWidget {
       <UseSignal signal={this.model.changed}>
         {() => {
           const slice = this.model.slice;
+          const waiter = this.model.waiter;
+          if (!slice && waiter) {
+            return (
+              <Waiting waiter={waiter} age={this.model.waiterAge} onClick={this._onClick} />
+            );
+          }
           if (!slice) {
             return <span />;
           }

@@ -1,1 +1,4 @@
 import './base.css';
+import './chart.css';
+import './waiting.css';
+import './refusal.css';

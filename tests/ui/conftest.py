@@ -110,17 +110,31 @@ def notebook_json(kernel_name: str, display_name: str, source: str = "x = 1") ->
 
 
 @pytest.fixture(scope="module")
-def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
-    """`jupyter lab` on one simulated 16 GiB GPU with a "Python 3 (1/4 GPU)" kernelspec."""
+def lab(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
+    """`jupyter lab` on one simulated 16 GiB GPU with a "Python 3 (1/4 GPU)" kernelspec.
+
+    A test module may add to it: ``EXTRA_KERNELSPECS`` ({name: (display name, provisioner
+    config)}), ``SERVER_CONFIG`` (written to jupyter_server_config.json, e.g. a faster
+    watchdog) and ``LAB_ARGS`` (more command-line arguments)."""
     tmp = tmp_path_factory.mktemp("lab")
     (tmp / "root" / "work").mkdir(parents=True)
     (tmp / "root" / "work" / "train.ipynb").write_text(notebook_json(KERNEL_NAME, KERNEL_DISPLAY_NAME))
     _write_user_settings(tmp / "config")
     write_sliced_kernelspec(tmp / "data")
+    for name, (display_name, config) in getattr(request.module, "EXTRA_KERNELSPECS", {}).items():
+        write_sliced_kernelspec(tmp / "data", config, name=name, display_name=display_name)
+    server_config = getattr(request.module, "SERVER_CONFIG", None)
+    if server_config:
+        (tmp / "config" / "jupyter_server_config.json").write_text(json.dumps(server_config))
     simulation = tmp / "gpus.json"
     devices = [{"name": "NVIDIA A100-SXM4-16GB (simulated)", "memory": "16GiB", "utilization": 35}]
     simulation.write_text(json.dumps({"devices": devices, "processes": []}))
-    started = start_jupyter(tmp, app="lab", env=isolated_env(tmp, JUPYTER_VGPU_SIMULATE=str(simulation)))
+    started = start_jupyter(
+        tmp,
+        app="lab",
+        env=isolated_env(tmp, JUPYTER_VGPU_SIMULATE=str(simulation)),
+        args=list(getattr(request.module, "LAB_ARGS", ())),
+    )
     server = Lab(**vars(started), simulation=simulation, devices=devices)
     try:
         status, reply = server.api("GET", "api/vgpu/devices")
@@ -130,7 +144,7 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
     finally:
         server.stop(timeout=20)
         ARTIFACTS.mkdir(parents=True, exist_ok=True)
-        shutil.copy(server.log, ARTIFACTS / "server.log")
+        shutil.copy(server.log, ARTIFACTS / f"server-{request.module.__name__.rsplit('.', 1)[-1]}.log")
 
 
 @pytest.fixture(scope="module")
@@ -146,7 +160,7 @@ def browser() -> Iterator[Any]:
 
 
 @pytest.fixture(scope="module")
-def page(browser: Any, lab: Lab) -> Iterator[Any]:
+def page(request: pytest.FixtureRequest, browser: Any, lab: Lab) -> Iterator[Any]:
     """One browser tab on the lab, shared by a module's tests (they run in file order)."""
     context = browser.new_context(
         viewport={"width": 1280, "height": 800}, permissions=["clipboard-read", "clipboard-write"]
@@ -158,7 +172,7 @@ def page(browser: Any, lab: Lab) -> Iterator[Any]:
     finally:
         ARTIFACTS.mkdir(parents=True, exist_ok=True)
         try:
-            page.screenshot(path=str(ARTIFACTS / "last-page.png"))
+            page.screenshot(path=str(ARTIFACTS / f"last-page-{request.module.__name__.rsplit('.', 1)[-1]}.png"))
         except Exception:
             pass
         context.close()

@@ -11,30 +11,17 @@ import os
 import re
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from jupyter_process import wait_for as poll
 
 from .conftest import ARTIFACTS, KERNEL_DISPLAY_NAME, Lab, notebook_json
+from .pages import SIDEBAR, expect, lab_screenshot, open_sidebar, wait_for
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 GiB = 1024**3
-SIDEBAR = "#jupyter-vgpu-sidebar"
-SIDEBAR_TAB = '.lm-TabBar-tab[data-id="jupyter-vgpu-sidebar"]'
-
-
-def expect(locator: Any) -> Any:
-    from playwright.sync_api import expect as playwright_expect
-
-    return playwright_expect(locator)
-
-
-def wait_for(what: str, check: Callable[[], Any], timeout: float = 60.0) -> Any:
-    """Poll `check` until it returns something truthy; fail naming `what`."""
-    return poll(check, what, timeout)
 
 
 def notebook_slice(lab: Lab) -> dict[str, Any] | None:
@@ -44,35 +31,8 @@ def notebook_slice(lab: Lab) -> dict[str, Any] | None:
     return None
 
 
-def open_sidebar(page: Any) -> Any:
-    """Show the GPUs panel (JupyterLab may be restoring it as open or closed meanwhile)."""
-    sidebar = page.locator(SIDEBAR)
-    tab = page.locator(SIDEBAR_TAB)
-    expect(tab).to_be_visible()
-    expect(page.locator(".jp-NotebookPanel:not(.lm-mod-hidden)")).to_be_visible()  # the layout is restored
-    for _ in range(3):
-        if sidebar.is_visible():
-            break
-        if "lm-mod-current" not in (tab.get_attribute("class") or ""):
-            tab.click()
-        page.wait_for_timeout(500)
-    expect(sidebar).to_be_visible()
-    return sidebar
-
-
 def notebook_row(page: Any) -> Any:
     return page.locator(f"{SIDEBAR} .jp-vgpu-SliceRow", has_text="train.ipynb")
-
-
-def lab_screenshot(page: Any, path: Any) -> None:
-    """The whole lab at a README-friendly size: sidebar, notebook and status bar."""
-    size = page.viewport_size
-    page.set_viewport_size({"width": 960, "height": 540})
-    try:
-        page.wait_for_timeout(300)
-        page.screenshot(path=str(path))
-    finally:
-        page.set_viewport_size(size)
 
 
 @pytest.fixture(scope="module")
@@ -270,10 +230,10 @@ def test_another_users_command_offers_no_release(lab: Lab, page: Any, opened: di
 
     sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
     ledger = SQLiteLedger(lab.env["JUPYTER_VGPU_LEDGER"], Inventory(lab.env["JUPYTER_VGPU_SIMULATE"]), context_allowance=300 << 20)
+    someone_else = ledger.acting_for(Actor("someone-else", os.getuid() + 4242))
+    theirs = None
     try:
-        theirs = ledger.acting_for(Actor("someone-else", os.getuid() + 4242)).reserve(
-            SliceRequest.parse("1/10"), Holder.command("their-job.py", pid=sleeper.pid)
-        )
+        theirs = someone_else.reserve(SliceRequest.parse("1/10"), Holder.command("their-job.py", pid=sleeper.pid))
         row = page.locator(f'{SIDEBAR} .jp-vgpu-SliceRow[data-slice-id="{theirs.id}"]')
         expect(row).to_be_visible(timeout=30_000)
         view = next(s for s in lab.slices() if s["id"] == theirs.id)
@@ -281,6 +241,8 @@ def test_another_users_command_offers_no_release(lab: Lab, page: Any, opened: di
         expect(row.locator(".jp-vgpu-action-release")).to_have_count(0)
         expect(row.locator(".jp-vgpu-action-copy")).to_have_count(1)
     finally:
+        if theirs is not None:  # now, not when the reaper next looks (the last test wants no slice)
+            someone_else.release(theirs.id)
         sleeper.kill()
         sleeper.wait()
         ledger.close()

@@ -1,0 +1,70 @@
+"""What the browser tests do to a page: wait, open the GPUs panel, take screenshots."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from jupyter_process import wait_for as poll
+
+SIDEBAR = "#jupyter-vgpu-sidebar"
+SIDEBAR_TAB = '.lm-TabBar-tab[data-id="jupyter-vgpu-sidebar"]'
+THEMES = {"light": "JupyterLab Light", "dark": "JupyterLab Dark"}
+
+
+def expect(locator: Any) -> Any:
+    from playwright.sync_api import expect as playwright_expect
+
+    return playwright_expect(locator)
+
+
+def wait_for(what: str, check: Callable[[], Any], timeout: float = 60.0) -> Any:
+    """Poll `check` until it returns something truthy; fail naming `what`."""
+    return poll(check, what, timeout)
+
+
+def open_sidebar(page: Any) -> Any:
+    """Show the GPUs panel (JupyterLab may be restoring it as open or closed meanwhile)."""
+    sidebar = page.locator(SIDEBAR)
+    tab = page.locator(SIDEBAR_TAB)
+    expect(tab).to_be_visible()
+    expect(page.locator(".jp-NotebookPanel:not(.lm-mod-hidden)")).to_be_visible()  # the layout is restored
+    for _ in range(3):
+        if sidebar.is_visible():
+            break
+        if "lm-mod-current" not in (tab.get_attribute("class") or ""):
+            tab.click()
+        page.wait_for_timeout(500)
+    expect(sidebar).to_be_visible()
+    return sidebar
+
+
+def lab_screenshot(page: Any, path: Any) -> None:
+    """The whole lab at a README-friendly size: sidebar, notebook and status bar."""
+    size = page.viewport_size
+    page.set_viewport_size({"width": 960, "height": 540})
+    try:
+        page.wait_for_timeout(300)
+        page.screenshot(path=str(path))
+    finally:
+        page.set_viewport_size(size)
+
+
+def set_theme_live(page: Any, theme: str) -> None:
+    """Switch the theme without reloading (needs `--LabApp.expose_app_in_browser=True`), so
+    what is on screen (a dialog, a notification) stays."""
+    page.evaluate("theme => window.jupyterapp.commands.execute('apputils:change-theme', {theme})", THEMES[theme])
+    expect(page.locator(f'body[data-jp-theme-light="{str(theme == "light").lower()}"]')).to_have_count(1)
+    page.wait_for_timeout(400)  # the theme's stylesheet applies
+
+
+def screenshots(page: Any, folder: Path, name: str, target: Any = None) -> None:
+    """``<name>-light.png`` and ``<name>-dark.png`` of ``target`` (a locator, or the page)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    try:
+        for theme in ("light", "dark"):
+            set_theme_live(page, theme)
+            (target if target is not None else page).screenshot(path=str(folder / f"{name}-{theme}.png"))
+    finally:
+        set_theme_live(page, "light")
