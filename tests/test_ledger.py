@@ -19,7 +19,7 @@ from jupyter_vgpu.errors import InvalidRequest, LedgerError, NotPermitted, Slice
 from jupyter_vgpu.gpus import Inventory
 from jupyter_vgpu.slices import Actor, Holder, Ledger, SliceRequest, SQLiteLedger
 from jupyter_vgpu.slices.store import LedgerFile
-from jupyter_vgpu.units import GiB, MiB
+from jupyter_vgpu.units import GiB, MiB, format_bytes
 
 CONTEXT = 300 * MiB
 
@@ -94,6 +94,30 @@ def test_full_gpus_refuse_with_what_is_free_and_who_holds_it(ledger: Ledger) -> 
     assert message.startswith("No room for 1/4 GPU (4.0 GiB) now: every GPU is full.\n")
     assert "GPU 0 (Simulated GPU 16GiB): 0 B free of 16.0 GiB" in message
     assert "reserved by test 0.25" in message
+
+
+def test_what_fractions_leave_over_is_not_free_anywhere(tmp_path: Path) -> None:
+    ledger = make_ledger(tmp_path / "ledger.sqlite", "1x16GiB")
+    for _ in range(3):
+        reserve(ledger, "1/3")  # 3 x floor(16 GiB / 3) leaves one byte
+    assert sum(s.memory_per_gpu for s in ledger.slices()) == 16 * 2**30 - 1
+    with pytest.raises(SliceUnavailable) as caught:
+        reserve(ledger, 0.25)
+    assert str(caught.value).startswith("No room for 1/4 GPU (4.0 GiB) now: every GPU is full.\n")
+    assert "0 B free of 16.0 GiB" in str(caught.value) and caught.value.detail["fits_now"]["memory"] is None
+
+
+def test_free_memory_too_small_for_a_context_is_not_offered(tmp_path: Path) -> None:
+    ledger = make_ledger(tmp_path / "ledger.sqlite", "1x16GiB")
+    reserve(ledger, f"{16 * 1024 - 300}MiB")  # 300 MiB left, less than the context allowance
+    with pytest.raises(SliceUnavailable) as caught:
+        reserve(ledger, 0.25)
+    message = str(caught.value)
+    assert message.startswith(
+        f"No room for 1/4 GPU (4.0 GiB) now: the most free is 300 MiB on GPU 0, too little for any slice "
+        f"(each holds a CUDA context of {format_bytes(CONTEXT)}).\n"
+    )
+    assert "Ask for at most" not in message and caught.value.detail["smaller_fits"] is False
 
 
 def test_a_request_bigger_than_any_gpu_fails_at_once_even_when_waiting(ledger: Ledger) -> None:

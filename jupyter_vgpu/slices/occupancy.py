@@ -25,6 +25,10 @@ from .records import Slice, Tier
 #: At most this many holders are named in a one-line explanation of a GPU.
 NAMED_HOLDERS = 4
 
+#: Less free memory than this is no room at all: what splitting a GPU into fractions leaves over
+#: (three slices of 1/3 leave a byte), which no slice could use (each holds a CUDA context).
+CRUMB = 2**20
+
 
 @dataclass(frozen=True)
 class Share:
@@ -107,7 +111,8 @@ class GPUOccupancy:
         process outside slices takes."""
         if self.in_mig_mode:
             return max((m.device.memory_total for m in self.mig if m.free), default=0)
-        return max(0, self.total - self.reserved - self.over_use - self.foreign)
+        left = self.total - self.reserved - self.over_use - self.foreign
+        return left if left >= CRUMB else 0  # what fractions leave over (3 x 1/3) is nobody's
 
     def explain(self) -> str:
         """One line for a refusal: what is free, who holds the rest."""

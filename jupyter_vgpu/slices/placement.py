@@ -109,7 +109,7 @@ def place(
         if (any(m.free for m in fitting(g, request)) if g.in_mig_mode else request.amount_on(g.total) <= g.free)
     ]
     if len(fits) < request.gpus:
-        refusal = Refusal(request, tuple(candidates))
+        refusal = Refusal.of(request, tuple(candidates), allowance)
         return Placement(reason=refusal.text(), candidates=tuple(candidates), refusal=refusal)
 
     def instance(g: GPUOccupancy) -> MIGState | None:

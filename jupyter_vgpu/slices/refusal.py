@@ -8,7 +8,8 @@ waiting in line, or asking the holders.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..units import describe_fraction, format_bytes
@@ -27,6 +28,24 @@ class Refusal:
     gpus: tuple[GPUOccupancy, ...]  # the GPUs it could have had
     ahead: int = 0  # earlier requests waiting in line before it
     fits: bool = False  # it would fit, were nobody waiting before it
+    #: Each GPU's CUDA-context allowance (by UUID): a slice must hold more, so less is not free.
+    allowance: Mapping[str, int] = field(default_factory=dict)
+
+    @classmethod
+    def of(
+        cls,
+        request: SliceRequest,
+        gpus: tuple[GPUOccupancy, ...],
+        allowance: Callable[[GPUOccupancy], int],
+        *,
+        ahead: int = 0,
+        fits: bool = False,
+    ) -> Refusal:
+        return cls(request, gpus, ahead, fits, {g.uuid: allowance(g) for g in gpus})
+
+    def room(self, gpu: GPUOccupancy) -> int:
+        """What a new slice could get on ``gpu`` now: its free memory, if more than the allowance."""
+        return gpu.free if gpu.free > self.allowance.get(gpu.uuid, 0) else 0
 
     @property
     def need(self) -> int:
@@ -38,14 +57,14 @@ class Refusal:
         return bool(self.gpus) and all(g.in_mig_mode for g in self.gpus)
 
     def best(self) -> list[GPUOccupancy]:
-        """The GPUs with the most free, as many as the request needs."""
-        return sorted(self.gpus, key=lambda g: (-g.free, g.index))[: self.request.gpus]
+        """The GPUs with the most room, as many as the request needs."""
+        return sorted(self.gpus, key=lambda g: (-self.room(g), g.index))[: self.request.gpus]
 
     @property
     def fits_now(self) -> int:
-        """The most each of the request's GPUs could get now (0: nothing free)."""
+        """The most each of the request's GPUs could get now (0: no slice fits anywhere)."""
         best = self.best()
-        return min((g.free for g in best), default=0) if len(best) == self.request.gpus else 0
+        return min((self.room(g) for g in best), default=0) if len(best) == self.request.gpus else 0
 
     def fits_now_text(self) -> str:
         if self.fits_now <= 0:
@@ -68,8 +87,16 @@ class Refusal:
         what = "No free MIG device" if self.in_mig_mode else "No room"
         if self.fits_now > 0:
             text = f"{what} for {asked} now: at most {self.fits_now_text()} is free."
+        elif self.in_mig_mode:
+            text = f"{what} for {asked} now: every MIG device is taken."
+        elif (crumbs := max(self.gpus, key=lambda g: (g.free, -g.index), default=None)) and crumbs.free > 0:
+            allowance = format_bytes(self.allowance.get(crumbs.uuid, 0))
+            text = (
+                f"{what} for {asked} now: the most free is {format_bytes(crumbs.free)} on GPU {crumbs.index}, too little "
+                f"for any slice (each holds a CUDA context of {allowance})."
+            )
         else:
-            text = f"{what} for {asked} now: {'every MIG device is taken' if self.in_mig_mode else 'every GPU is full'}."
+            text = f"{what} for {asked} now: every GPU is full."
         if self.ahead:
             text += f" {self.ahead} earlier request{'s wait' if self.ahead > 1 else ' waits'} in line too."
         return text

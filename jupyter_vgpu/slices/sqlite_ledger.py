@@ -269,9 +269,7 @@ class SQLiteLedger(Ledger):
         if placement.permanent:
             raise SliceUnavailable(f"Cannot reserve {request.describe()}: {placement.reason}")
         if ahead or not placement:
-            refusal = placement.refusal or Refusal(request, placement.candidates, ahead=ahead, fits=bool(placement))
-            if ahead and placement.refusal is not None:
-                refusal = Refusal(request, placement.candidates, ahead=ahead)
+            refusal = Refusal.of(request, placement.candidates, self.allowance_for, ahead=ahead, fits=bool(placement))
             return None, SliceUnavailable(refusal.text(), detail=refusal.to_dict())
         slice_id = uuid.uuid4().hex[:12]
         db.execute(
