@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
 from jupyter_vgpu.errors import InvalidRequest, SliceNotFound, VGPUError
 from jupyter_vgpu.gpus import Inventory
@@ -233,17 +233,21 @@ class LedgerRace(RuleBasedStateMachine):
         if status == "ok":
             self.expected[result] = pid
 
-    @precondition(lambda self: bool(self.expected))
+    # No preconditions on what the processes did: whether a wait was granted depends on timing,
+    # and rules enabled by it would make Hypothesis draw differently when it replays an example.
     @rule(writer=st.integers(0, 2), pick=st.integers(0, 100))
     def release(self, writer: int, pick: int) -> None:
+        if not self.expected:
+            return
         slice_id = sorted(self.expected)[pick % len(self.expected)]
         status, result = self._ask(writer, "release", slice_id)
         assert status == "ok", result
         del self.expected[slice_id]
 
-    @precondition(lambda self: bool(self.expected))
     @rule(pick=st.integers(0, 100))
     def crash(self, pick: int) -> None:
+        if not self.expected:
+            return
         slice_id = sorted(self.expected)[pick % len(self.expected)]
         pid = self.expected.pop(slice_id)
         os.kill(pid, signal.SIGKILL)
