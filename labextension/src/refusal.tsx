@@ -7,7 +7,7 @@ import * as React from 'react';
 import { IRefusal } from './api';
 import { formatBytes, formatDuration, pathLabel } from './format';
 
-/** At most this many "Start ..." buttons (the server lists the smallest first). */
+/** At most this many "Start ..." buttons (the server lists the largest that fits first). */
 const MAX_SUGGESTIONS = 3;
 
 function Holders(props: { gpu: IRefusal['gpus'][number] }): JSX.Element {
