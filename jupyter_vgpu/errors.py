@@ -52,3 +52,8 @@ class NotPermitted(VGPUError, PermissionError):
 
 class LedgerError(VGPUError):
     """The ledger file cannot be used (corrupt, unreadable, newer schema)."""
+
+
+class LedgerBusy(LedgerError):
+    """Another process has held the writers' turn longer than this one waits (it is stopped
+    or hung); nothing was changed: try again later."""

@@ -287,7 +287,7 @@ class LedgerRace(RuleBasedStateMachine):
             assert ledger.overcommitted() == []
             present = {s.id for s in ledger.slices()}
             assert set(self.expected) <= present, "a live holder lost its slice"
-            assert all(process_alive(s.pid, s.pid_start) for s in ledger.slices() if s.id in self.expected)
+            assert all(process_alive(s.pid, s.pid_start, s.pid_stamp) for s in ledger.slices() if s.id in self.expected)
         finally:
             ledger.close()
 

@@ -23,6 +23,7 @@ from jupyter_vgpu.server.monitor import UsageMonitor
 from jupyter_vgpu.server.views import devices_view, slice_view
 from jupyter_vgpu.server.watchdog import Watchdog
 from jupyter_vgpu.slices import Holder, Ledger, Slice, SliceRequest, SQLiteLedger, slice_environment
+from jupyter_vgpu.slices.holders import start_stamp
 from jupyter_vgpu.slices.store import SCHEMA_VERSION
 from jupyter_vgpu.units import GiB, MiB
 
@@ -350,6 +351,7 @@ def test_a_schema_1_ledger_is_upgraded_in_place_and_keeps_its_slices(tmp_path: P
     (old,) = ledger.slices()
     assert old.id == "0123456789ab" and old.memory == (4 * GiB,)
     assert old.tier == "cooperative" and old.mig_devices == ()
+    assert old.pid_stamp == start_stamp(os.getpid())  # a holder alive at the upgrade is stamped (schema 4)
     assert take(ledger, "1/2").tier == "cooperative"  # and the upgraded file takes new slices
     with sqlite3.connect(path) as check:
         assert check.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()[0] == str(SCHEMA_VERSION)

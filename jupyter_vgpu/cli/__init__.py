@@ -12,13 +12,13 @@ import textwrap
 from collections.abc import Sequence
 
 from .._version import __version__
-from ..errors import InvalidRequest, NotPermitted, SliceUnavailable, VGPUError
+from ..errors import InvalidRequest, LedgerBusy, NotPermitted, SliceUnavailable, VGPUError
 
 #: Exit codes (README.md, "Exit codes"). ``jupyter vgpu run`` passes its command's own code through,
 #: so the codes of its refusals are the sysexits(3) ones a command rarely uses.
 EXIT_ERROR = 1  # the ledger or a setting cannot be used
 EXIT_USAGE = 2  # a mistake in the command line or a request
-EXIT_UNAVAILABLE = 75  # EX_TEMPFAIL: no room now (or a wait timed out): try again later
+EXIT_UNAVAILABLE = 75  # EX_TEMPFAIL: no room now (or a wait timed out, or the ledger is busy): try again later
 EXIT_REFUSED = 77  # EX_NOPERM: a policy refuses it, or it is another user's
 
 
@@ -63,7 +63,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def exit_code(error: VGPUError) -> int:
-    if isinstance(error, SliceUnavailable):
+    if isinstance(error, (SliceUnavailable, LedgerBusy)):
         return EXIT_UNAVAILABLE
     if isinstance(error, NotPermitted):
         return EXIT_REFUSED

@@ -30,6 +30,7 @@ import psutil
 
 from ..errors import InvalidConfig, InvalidRequest, LeftLine, NotPermitted, SliceUnavailable, VGPUError
 from ..slices import Actor, Holder, Ledger, SliceRequest, SQLiteLedger, Ticket
+from ..slices.holders import process_alive
 from ..slices.ledger import OPERATIONS
 from ..slices.records import Slice, Waiter
 from ..slices.remote import error_to_wire, holder_from_wire, slice_to_wire, snapshot_to_wire, waiter_to_wire
@@ -186,6 +187,8 @@ class Broker:
         if op == "enqueue":
             quota = self.quota(caller)
             with self._grant_lock:
+                if (again := self.acting_for(caller).queued(args["holder"].token)) is not None:
+                    return again  # asked again after a lost answer: the same place in line
                 quotas.check_request(quota, args["request"], self._held(caller), self._waiting_of(caller))
                 quotas.allowed_gpus(quota, self.ledger.inventory.snapshot(), args["request"])
                 return self.acting_for(caller).enqueue(args["request"], args["holder"]).number
@@ -219,6 +222,8 @@ class Broker:
     def _reserve_now(self, caller: Caller, request: SliceRequest, holder: Holder) -> Slice:
         quota = self.quota(caller)
         with self._grant_lock:
+            if again := self.acting_for(caller).by_token(holder.token):
+                return again  # asked again after a lost answer: what the first asking got
             held = self._held(caller)
             quotas.check_request(quota, request, held, self._waiting_of(caller))
             granted = self.acting_for(caller, request).reserve_now(request, holder)
@@ -284,9 +289,8 @@ class Broker:
         self.ledger.release(found.id)
         if found.pid and found.pid != os.getpid():
             try:
-                proc = psutil.Process(found.pid)
-                if found.pid_start is None or abs(proc.create_time() - found.pid_start) < 0.01:
-                    proc.terminate()
+                if process_alive(found.pid, found.pid_start, found.pid_stamp):
+                    psutil.Process(found.pid).terminate()
             except (psutil.NoSuchProcess, psutil.AccessDenied):
                 pass
         log.info("jupyter-vgpu broker: %s terminated the holder of slice %s of %s (%s).", by, found.id, found.owner, found.describe_holder())
@@ -298,7 +302,15 @@ class Broker:
         if caller.admin or s.uid == caller.uid:
             return s
         return replace(
-            s, holder=HIDDEN[s.holder_kind], labels={}, pid=None, pid_start=None, keeper_pid=None, keeper_start=None
+            s,
+            holder=HIDDEN[s.holder_kind],
+            labels={},
+            pid=None,
+            pid_start=None,
+            keeper_pid=None,
+            keeper_start=None,
+            pid_stamp=None,
+            keeper_stamp=None,
         )
 
     def _visible(self, caller: Caller, s: Slice) -> dict[str, Any]:

@@ -210,8 +210,8 @@ class VGPUServer(ExtensionApp):
 
 def kernel_pids(manager: Any) -> dict[str, int | None]:
     """Kernel id -> pid of each kernel the server manages (None while it has no process: a
-    restart, a remote kernel)."""
-    pids: dict[str, int | None] = {}
+    restart, a remote kernel, a start under way)."""
+    pids: dict[str, int | None] = dict.fromkeys(map(str, getattr(manager, "_pending_kernels", None) or ()))
     for kernel_id in list(manager.list_kernel_ids()):
         try:
             pid = getattr(manager.get_kernel(kernel_id).provisioner, "pid", None)

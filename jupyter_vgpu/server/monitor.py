@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 from ..errors import SliceNotFound, VGPUError
 from ..gpus import Snapshot
 from ..slices import Ledger, Occupancy, Slice, Waiter, occupancy_of
-from ..slices.holders import ProcessOwners, process_alive
+from ..slices.holders import Attribution, ProcessOwners, process_alive
 from ..units import shorten
 from .usage import ReportCache, SliceUsage, slice_usage
 
@@ -101,6 +101,8 @@ class UsageMonitor:
         self._ticks = 0
         self._reap_soon = False
         self._known_pids: list[int] = []
+        self._broken: set[str] = set()  # slices whose usage failed once (logged once)
+        self._orphans: set[str] = set()  # kernel slices of kernels this server did not run, last tick
         self._last_error: str | None = None
         self._lock: asyncio.Lock | None = None
         self._task: asyncio.Task[None] | None = None
@@ -112,6 +114,7 @@ class UsageMonitor:
         if self.ledger is None:
             return _empty(now, self.problem or "The jupyter-vgpu ledger is not available.", simulated=self.simulated)
         try:
+            self.ledger.check_split()  # says so in the log and reopens if this process lost the one book
             snapshot = self.ledger.inventory.snapshot()
             if self._reap_due():
                 for dead in self.ledger.reap():
@@ -133,33 +136,57 @@ class UsageMonitor:
         attribution = self._owners.attribute(snapshot, holder_pids)
         assert self._reports is not None
         self._reports.forget({s.id for s in slices})
-        usages = tuple(
-            slice_usage(s, holder_pids[s.id], attribution, snapshot, self._reports.get(s.id)) for s in slices
-        )
+        usages = tuple(self._usage(s, holder_pids[s.id], attribution, snapshot) for s in slices)
         return Sample(now, snapshot, occupancy_of(snapshot, slices, attribution), usages, waiting, snapshot.message)
 
+    def _usage(self, s: Slice, pid: int | None, attribution: Attribution, snapshot: Snapshot) -> SliceUsage:
+        """One slice's usage; a slice whose figures cannot be read shows none, and never stops
+        the tick for every other slice (the watchdog and the reaper run on it)."""
+        assert self._reports is not None
+        try:
+            return slice_usage(s, pid, attribution, snapshot, self._reports.get(s.id))
+        except Exception:
+            if s.id not in self._broken:
+                self._broken.add(s.id)
+                self.log.exception("jupyter-vgpu: the usage of slice %s could not be read; it shows none", s.id)
+            return slice_usage(s, pid, Attribution(), snapshot, None)
+
     def _free_given_up(self, slices: list[Slice], kernel_pids: Mapping[str, int | None] | None) -> list[Slice]:
-        """Free the slices this server kept for kernels that died and that it no longer manages
-        (jupyter_server gave up restarting them, and calls no provisioner cleanup then)."""
+        """Free the kernel slices this server holds or keeps for kernel ids it does not manage
+        (running or starting): a kernel that died and that jupyter_server gave up restarting (it
+        calls no provisioner cleanup then), and a start that failed while the ledger still
+        granted it (a broker answer lost to a timeout). A slice must be found so on two ticks
+        in a row, so a start is never caught between its reservation and its registration."""
         if kernel_pids is None:
             return slices
         kept = []
+        suspects = set()
         for s in slices:
+            ours = s.keeper_pid == self.server_pid or s.pid == self.server_pid
             orphan = (
                 s.holder_kind == "kernel"
-                and s.keeper_pid == self.server_pid
+                and ours
                 and s.holder not in kernel_pids
-                and not process_alive(s.pid, s.pid_start)
+                and (s.pid == self.server_pid or not process_alive(s.pid, s.pid_start, s.pid_stamp))
             )
             if not orphan:
+                kept.append(s)
+                continue
+            suspects.add(s.id)
+            if s.id not in self._orphans:
                 kept.append(s)
                 continue
             try:
                 assert self.ledger is not None
                 self.ledger.release(s.id)
-                self.log.info("jupyter-vgpu: freed slice %s of %s, which died for good.", s.id, s.describe_holder())
+                self.log.info(
+                    "jupyter-vgpu: freed slice %s of %s: this server holds it for a kernel it does not run.",
+                    s.id,
+                    s.describe_holder(),
+                )
             except SliceNotFound:
                 pass  # freed meanwhile
+        self._orphans = suspects
         return kept
 
     def _reap_due(self) -> bool:

@@ -16,7 +16,7 @@ from typing import Any
 from ..gpus import Snapshot
 from ..slices import Slice
 from ..slices.holders import Attribution
-from ..slices.reports import read_report, report_path
+from ..slices.reports import read_report, report_bytes, report_path
 
 #: A slice at or above this share of its reservation is "near" its limit.
 NEAR = 0.9
@@ -112,14 +112,16 @@ def slice_usage(
         utils = attribution.utilization.get(slice_.id, {})
         util = round(sum(utils.values()) / len(slice_.gpus)) if utils and slice_.gpus else None
         return SliceUsage(slice_, pid, dict(used), sum(used.values()), util, MEASURED, report)
-    reported = report.get("memory_used") if report else None
-    if isinstance(reported, (int, float)) and not isinstance(reported, bool) and reported > 0:
-        return SliceUsage(slice_, pid, {}, int(reported), None, REPORTED, report)
+    reported = report_bytes(report.get("memory_used")) if report else None
+    if reported is not None and reported > sum(slice_.memory_total):
+        reported = None  # more than the slice's GPUs hold: not a measurement
+    if reported is not None and reported > 0:
+        return SliceUsage(slice_, pid, {}, reported, None, REPORTED, report)
     # Nothing matched. If NVML sees no unclaimed process on the slice's GPUs, the slice truly
     # uses nothing; if it does, those may be this kernel's under pids we cannot map.
     gpus = snapshot.by_uuid()
     if snapshot.available and all(g in gpus and not attribution.foreign_pids.get(g) for g in slice_.gpus):
         return SliceUsage(slice_, pid, {}, 0, 0, MEASURED, report)
-    if isinstance(reported, (int, float)) and not isinstance(reported, bool):
-        return SliceUsage(slice_, pid, {}, int(reported), None, REPORTED, report)
+    if reported is not None:
+        return SliceUsage(slice_, pid, {}, reported, None, REPORTED, report)
     return SliceUsage(slice_, pid, {}, None, None, NO_USAGE, report)

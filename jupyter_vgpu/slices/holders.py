@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -13,25 +14,79 @@ if TYPE_CHECKING:
 
 # psutil derives a start time from boot time plus clock ticks (10 ms), identically in every
 # process, so two readings of one process agree to within float rounding; a reused pid
-# belongs to a process that started at least one tick later.
+# belongs to a process that started at least one tick later. Used only where no stamp exists.
 _START_TOLERANCE = 0.001
+
+_BOOT_ID: list[str | None] = []
+
+
+def boot_id() -> str | None:
+    """This boot's id (``/proc/sys/kernel/random/boot_id``), or None where there is none."""
+    if not _BOOT_ID:
+        try:
+            with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as handle:
+                _BOOT_ID.append(handle.read(64).strip() or None)
+        except OSError:
+            _BOOT_ID.append(None)
+    return _BOOT_ID[0]
+
+
+def _stat_start(pid: int) -> tuple[int, str] | None:
+    """``(start ticks since boot, state letter)`` of ``pid`` from ``/proc/<pid>/stat``; None if
+    there is no such process. Raises OSError when it cannot be read for another reason."""
+    try:
+        with open(f"/proc/{int(pid)}/stat", encoding="utf-8", errors="replace") as handle:
+            text = handle.read(4096)
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    fields = text[text.rfind(")") + 2 :].split()  # after "pid (name) ": state is field 3
+    try:
+        return int(fields[19]), fields[0]  # field 22, starttime in clock ticks after boot
+    except (IndexError, ValueError):
+        raise OSError(f"unreadable /proc/{pid}/stat") from None
+
+
+def start_stamp(pid: int | None) -> str | None:
+    """Who ``pid`` is, immune to clock steps: ``<boot id>:<start ticks after boot>``. None where
+    ``/proc`` cannot tell (then :func:`process_start` is the fallback)."""
+    boot = boot_id()
+    if pid is None or pid <= 0 or boot is None:
+        return None
+    try:
+        found = _stat_start(pid)
+    except OSError:
+        return None
+    return None if found is None else f"{boot}:{found[0]}"
 
 
 def process_start(pid: int) -> float | None:
-    """Start time of ``pid`` (seconds since the epoch), or None if it does not exist."""
+    """Start time of ``pid`` (seconds since the epoch, for people), or None if it does not exist.
+    It moves when the wall clock is stepped: liveness uses :func:`start_stamp`."""
     try:
         return psutil.Process(pid).create_time()
     except (psutil.NoSuchProcess, psutil.AccessDenied, ValueError):
         return None
 
 
-def process_alive(pid: int | None, start: float | None) -> bool:
-    """True if ``pid`` runs and is the same process that started at ``start``.
+def process_alive(pid: int | None, start: float | None, stamp: str | None = None) -> bool:
+    """True if ``pid`` runs and is the same process that was recorded.
 
-    A zombie counts as dead; a pid reused by a newer process counts as dead.
+    With a ``stamp`` (:func:`start_stamp`) that is exact and ignores the wall clock: the boot
+    and the start tick must match. Without one (records of older versions, systems without
+    ``/proc``), the wall-clock ``start`` is compared. A zombie counts as dead; a pid reused by a
+    newer process counts as dead.
     """
     if pid is None or pid <= 0:
         return False
+    if stamp is not None and (boot := boot_id()) is not None:
+        recorded_boot, _, ticks = stamp.partition(":")
+        if recorded_boot != boot:
+            return False  # recorded before this boot: every process of then is gone
+        try:
+            found = _stat_start(pid)
+        except OSError:
+            return psutil.pid_exists(pid)  # hidden from us (hidepid): it exists, we cannot tell more
+        return found is not None and found[1] != "Z" and str(found[0]) == ticks
     try:
         proc = psutil.Process(pid)
         if proc.status() == psutil.STATUS_ZOMBIE:
@@ -43,6 +98,13 @@ def process_alive(pid: int | None, start: float | None) -> bool:
         return False
     except psutil.AccessDenied:
         return True  # it exists; we may not look at it
+
+
+def boot_clock() -> float:
+    """Seconds on a clock every process of this boot shares and no wall-clock step moves
+    (``CLOCK_BOOTTIME`` where there is one): for how long a place in line went unasked."""
+    clock = getattr(time, "CLOCK_BOOTTIME", None)
+    return time.clock_gettime(clock) if clock is not None else time.monotonic()
 
 
 def ancestors(pid: int) -> list[int]:
@@ -131,7 +193,3 @@ def tree_pids(pid: int) -> set[int]:
     except (psutil.NoSuchProcess, psutil.AccessDenied):
         return {pid}
 
-
-def live(pids: Iterable[tuple[int | None, float | None]]) -> list[bool]:
-    """Liveness of several (pid, start) pairs."""
-    return [process_alive(pid, start) for pid, start in pids]

@@ -64,6 +64,12 @@ class Ledger(ABC):
     def location(self) -> str:
         """Where slices are kept, for headers: ``ledger /path/ledger.sqlite``."""
 
+    def check_split(self) -> str | None:
+        """Check that this process writes the same book as every other process (a SQLite file
+        can split when something drops SQLite's locks); repair it if not. Returns what was
+        wrong, or None. Nothing to check for a ledger kept by someone else (the broker)."""
+        return None
+
     # -- reading --------------------------------------------------------------------------
     @abstractmethod
     def slices(self) -> list[Slice]:

@@ -22,6 +22,7 @@ HOLDER_KINDS: tuple[HolderKind, ...] = ("kernel", "command")
 
 #: Bounds on what a holder may carry: a broker stores it for every user of the node.
 MAX_HOLDER_TEXT = 4096
+MAX_TOKEN = 64
 MAX_LABELS = 32
 
 
@@ -55,6 +56,9 @@ class Holder:
     #: A process that keeps the slice while ``pid`` is gone: the Jupyter server, which restarts a
     #: kernel that died (a kernel killed with SIGKILL keeps its slice until the server gives up).
     keeper: int | None = None
+    #: The client's name for this one request: asking again with it (after an answer was lost)
+    #: finds the slice or place in line the first asking got, instead of a second one.
+    token: str | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in HOLDER_KINDS:
@@ -64,13 +68,28 @@ class Holder:
         for pid in (self.pid, self.keeper):
             if pid is not None and (isinstance(pid, bool) or not isinstance(pid, int) or not 0 < pid < 2**31):
                 raise InvalidRequest(f"pid {shorten(pid)} is not a process id.")
+        if self.token is not None and not (
+            isinstance(self.token, str)
+            and 0 < len(self.token) <= MAX_TOKEN
+            and self.token.isascii()
+            and self.token.replace("-", "").replace("_", "").isalnum()
+        ):
+            raise InvalidRequest(
+                f"token {shorten(self.token)} is not a request token (up to {MAX_TOKEN} letters, digits, - or _)."
+            )
         object.__setattr__(self, "labels", clean_labels(self.labels))
 
     @classmethod
     def kernel(
-        cls, kernel_id: str, *, pid: int | None = None, labels: Mapping[str, str] | None = None, keeper: int | None = None
+        cls,
+        kernel_id: str,
+        *,
+        pid: int | None = None,
+        labels: Mapping[str, str] | None = None,
+        keeper: int | None = None,
+        token: str | None = None,
     ) -> Holder:
-        return cls("kernel", kernel_id, pid, labels or {}, keeper)
+        return cls("kernel", kernel_id, pid, labels or {}, keeper, token)
 
     @classmethod
     def command(cls, command_line: str, *, pid: int | None = None, labels: Mapping[str, str] | None = None) -> Holder:
@@ -147,6 +166,8 @@ class Slice:
     mig_profiles: tuple[str, ...] = ()  # e.g. "1g.10gb", same order
     keeper_pid: int | None = None  # a process that keeps the slice while the holder restarts (the server)
     keeper_start: float | None = None
+    pid_stamp: str | None = None  # the holder's boot id and start tick: who it is, whatever the clock does
+    keeper_stamp: str | None = None
 
     def __post_init__(self) -> None:
         for name in ("mig_devices", "mig_profiles"):  # lists from a JSON round trip

@@ -20,8 +20,9 @@ import json
 import os
 import socket
 import time
+import uuid
 from collections.abc import Mapping
-from dataclasses import fields
+from dataclasses import fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +55,7 @@ WIRE_ERRORS: dict[str, type[VGPUError]] = {
         errors.SliceNotFound,
         errors.NotPermitted,
         errors.LedgerError,
+        errors.LedgerBusy,
     )
 }
 
@@ -95,6 +97,7 @@ def holder_to_wire(holder: Holder) -> dict[str, Any]:
         "pid": None if holder.pid is None or holder.pid == os.getpid() else int(holder.pid),
         "labels": dict(holder.labels),
         "keeper": keeper,
+        "token": holder.token,
     }
 
 
@@ -102,9 +105,11 @@ def holder_from_wire(data: Any, caller_pid: int) -> Holder:
     """The holder a client sent; its own pid (the caller) is ``caller_pid``."""
     if not isinstance(data, dict):
         raise errors.InvalidRequest("A holder must be a mapping of kind, name, pid, labels and keeper.")
-    unknown = set(data) - {"kind", "name", "pid", "labels", "keeper"}
+    unknown = set(data) - {"kind", "name", "pid", "labels", "keeper", "token"}
     if unknown:
-        raise errors.InvalidRequest(f"A holder has kind, name, pid, labels and keeper; not {', '.join(sorted(map(str, unknown)))[:200]}.")
+        raise errors.InvalidRequest(
+            f"A holder has kind, name, pid, labels, keeper and token; not {', '.join(sorted(map(str, unknown)))[:200]}."
+        )
     keeper = data.get("keeper")
     return Holder(
         data.get("kind"),  # type: ignore[arg-type]
@@ -112,6 +117,7 @@ def holder_from_wire(data: Any, caller_pid: int) -> Holder:
         data.get("pid"),
         data.get("labels") or {},
         caller_pid if keeper == CALLER else keeper,
+        data.get("token"),
     )
 
 
@@ -165,6 +171,11 @@ def error_from_wire(answer: dict[str, Any]) -> VGPUError:
 
 
 # -- the client ----------------------------------------------------------------------------
+class NoAnswer(LedgerError):
+    """The broker could not be reached or gave no answer: the request may or may not have been
+    carried out (asking again with the same holder token finds out)."""
+
+
 class BrokerClient:
     """Sends one request per connection to the broker's socket."""
 
@@ -182,14 +193,14 @@ class BrokerClient:
                 conn.sendall(line)
                 answer = _read_line(conn)
         except (FileNotFoundError, ConnectionRefusedError) as error:
-            raise LedgerError(
+            raise NoAnswer(
                 f"Cannot reach the jupyter-vgpu broker at {self.socket_path} ({error.strerror or error}); "
                 f"is `jupyter vgpu broker` running? Unset {ENV_BROKER} to use a ledger of your own."
             ) from None
         except OSError as error:
-            raise LedgerError(f"The jupyter-vgpu broker at {self.socket_path} did not answer: {error}.") from None
+            raise NoAnswer(f"The jupyter-vgpu broker at {self.socket_path} did not answer: {error}.") from None
         if not answer:
-            raise LedgerError(f"The jupyter-vgpu broker at {self.socket_path} closed the connection without an answer.")
+            raise NoAnswer(f"The jupyter-vgpu broker at {self.socket_path} closed the connection without an answer.")
         try:
             data = json.loads(answer)
         except ValueError:
@@ -272,12 +283,23 @@ class BrokerLedger(Ledger):
         return [waiter_from_wire(w) for w in self._call("waiting")]
 
     # -- reserving -------------------------------------------------------------------------
+    def _once(self, op: str, request: SliceRequest, holder: Holder) -> Any:
+        """Ask for a slice or a place in line with a token, and ask once more with the same token
+        if no answer came: the broker may have carried out the first asking (it was stopped, the
+        answer was lost), and then answers the second with what the first got, never a second one."""
+        token = holder.token or uuid.uuid4().hex
+        wire = {"request": request.to_dict(), "holder": holder_to_wire(replace(holder, token=token))}
+        try:
+            return self._call(op, **wire)
+        except NoAnswer:
+            time.sleep(min(1.0, self.poll_interval))
+            return self._call(op, **wire)
+
     def reserve_now(self, request: SliceRequest, holder: Holder) -> Slice:
-        return slice_from_wire(self._call("reserve_now", request=request.to_dict(), holder=holder_to_wire(holder)))
+        return slice_from_wire(self._once("reserve_now", request, holder))
 
     def enqueue(self, request: SliceRequest, holder: Holder) -> Ticket:
-        number = self._call("enqueue", request=request.to_dict(), holder=holder_to_wire(holder))
-        return Ticket(number=int(number), request=request)
+        return Ticket(number=int(self._once("enqueue", request, holder)), request=request)
 
     def try_grant(self, ticket: Ticket, *, final: bool = True) -> Slice | None:
         answer = self._call("try_grant", ticket=ticket.number, final=final)

@@ -24,6 +24,7 @@ The server writes back what its watchdog says to the slice's holder, beside the 
 from __future__ import annotations
 
 import json
+import math
 import os
 import tempfile
 import time
@@ -82,13 +83,37 @@ def write_report(ledger_path: str | Path, slice_id: str, report: dict[str, Any])
     _write_json(report_path(ledger_path, slice_id), slice_id, data)
 
 
-def read_report(ledger_path: str | Path, slice_id: str) -> dict[str, Any] | None:
-    """The slice's last report, or None if there is none (or it cannot be read)."""
-    try:
-        data = json.loads(report_path(ledger_path, slice_id).read_text())
-    except (OSError, ValueError):
+#: Largest report read (a kernel's report is a few hundred bytes).
+MAX_REPORT = 64 * 1024
+
+#: No GPU holds more than this (1 PiB): a larger "memory used" is not a measurement.
+MAX_BYTES = 1 << 50
+
+
+def report_bytes(value: object) -> int | None:
+    """A byte count from a report, or None unless it is a whole, finite number from 0 to 1 PiB
+    (a report is written by the notebook's own process: anything may be in it)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
-    return data if isinstance(data, dict) else None
+    if isinstance(value, float) and not (math.isfinite(value) and value.is_integer()):
+        return None
+    return int(value) if 0 <= value <= MAX_BYTES else None
+
+
+def read_report(ledger_path: str | Path, slice_id: str) -> dict[str, Any] | None:
+    """The slice's last report, or None if there is none (or it cannot be read). Its byte counts
+    are checked (:func:`report_bytes`): one that is not a plausible count reads as None."""
+    try:
+        with open(report_path(ledger_path, slice_id), "rb") as handle:
+            data = json.loads(handle.read(MAX_REPORT + 1)[: MAX_REPORT + 1])
+    except (OSError, ValueError, RecursionError):
+        return None
+    if not isinstance(data, dict):
+        return None
+    for key in ("memory_used", "peak_memory_used"):
+        if key in data:
+            data[key] = report_bytes(data[key])
+    return data
 
 
 def remove_report(ledger_path: str | Path, slice_id: str) -> None:

@@ -21,7 +21,7 @@ from ..errors import InvalidRequest, LeftLine, NoGPU, NotPermitted, SliceNotFoun
 from ..gpus import Inventory, Snapshot
 from ..gpus.context import context_allowance
 from ..units import format_bytes, shorten
-from .holders import attribute, process_alive, process_start
+from .holders import attribute, boot_clock, process_alive, process_start, start_stamp
 from .ledger import Ledger
 from .occupancy import GPUOccupancy, Occupancy, occupancy_of
 from .placement import place
@@ -46,9 +46,9 @@ MAX_WAITING = 256
 
 def held(slice_: Slice) -> bool:
     """A slice is held while its holder runs, or its keeper (the server that restarts its kernel)."""
-    if process_alive(slice_.pid, slice_.pid_start):
+    if process_alive(slice_.pid, slice_.pid_start, slice_.pid_stamp):
         return True
-    return slice_.keeper_pid is not None and process_alive(slice_.keeper_pid, slice_.keeper_start)
+    return slice_.keeper_pid is not None and process_alive(slice_.keeper_pid, slice_.keeper_start, slice_.keeper_stamp)
 
 
 class SQLiteLedger(Ledger):
@@ -97,6 +97,9 @@ class SQLiteLedger(Ledger):
 
     def close(self) -> None:
         self.file.close()
+
+    def check_split(self) -> str | None:
+        return self.file.check_split()
 
     # -- reading --------------------------------------------------------------------------
     def slices(self) -> list[Slice]:
@@ -163,6 +166,8 @@ class SQLiteLedger(Ledger):
                     mig_profiles=tuple(g["mig_profile"] or "" for g in gs if g["mig_device"]),
                     keeper_pid=row["keeper_pid"],
                     keeper_start=row["keeper_start"],
+                    pid_stamp=row["pid_stamp"],
+                    keeper_stamp=row["keeper_stamp"],
                 )
             )
         return result
@@ -195,9 +200,31 @@ class SQLiteLedger(Ledger):
             raise reason
         return granted
 
+    def by_token(self, token: str | None) -> Slice | None:
+        """The slice this ledger's actor got with request token ``token``, if any."""
+        if not token:
+            return None
+        with self.file.transaction(write=False) as db:
+            found = self._read_slices(db, "WHERE uid = ? AND token = ?", (self.actor.uid, token))
+        return found[0] if found else None
+
+    def queued(self, token: str | None) -> int | None:
+        """The place in line this ledger's actor got with request token ``token``, if any."""
+        if not token:
+            return None
+        with self.file.transaction(write=False) as db:
+            row = db.execute("SELECT ticket FROM queue WHERE uid = ? AND token = ?", (self.actor.uid, token)).fetchone()
+        return None if row is None else int(row["ticket"])
+
     def enqueue(self, request: SliceRequest, holder: Holder) -> Ticket:
         fields = self._holder_fields(request, holder)
         with self.file.transaction() as db:
+            if holder.token:  # asked again after a lost answer: the same place in line
+                row = db.execute(
+                    "SELECT ticket FROM queue WHERE uid = ? AND token = ?", (fields["uid"], holder.token)
+                ).fetchone()
+                if row is not None:
+                    return Ticket(number=row["ticket"], request=request)
             waiting = db.execute("SELECT count(*) FROM queue").fetchone()[0]
             if waiting >= MAX_WAITING:
                 raise SliceUnavailable(
@@ -205,9 +232,10 @@ class SQLiteLedger(Ledger):
                 )
             cursor = db.execute(
                 "INSERT INTO queue (owner, uid, holder_kind, holder, pid, pid_start, request, labels, created, polled,"
-                " keeper_pid, keeper_start) VALUES (:owner, :uid, :holder_kind, :holder, :pid, :pid_start, :request,"
-                " :labels, :created, :created, :keeper_pid, :keeper_start)",
-                fields,
+                " keeper_pid, keeper_start, pid_stamp, keeper_stamp, asked, token) VALUES (:owner, :uid, :holder_kind,"
+                " :holder, :pid, :pid_start, :request, :labels, :created, :created, :keeper_pid, :keeper_start,"
+                " :pid_stamp, :keeper_stamp, :asked, :token)",
+                {**fields, "asked": boot_clock()},
             )
             assert cursor.lastrowid is not None
             return Ticket(number=cursor.lastrowid, request=request)
@@ -229,7 +257,9 @@ class SQLiteLedger(Ledger):
                 raise LeftLine(f"Place {ticket.number} in line was cancelled (or its process ended).")
             if not self.actor.may_change(row["uid"]):
                 raise NotPermitted(f"Place {ticket.number} in line belongs to {row['owner']}, not to {self.actor.user}.")
-            db.execute("UPDATE queue SET polled = ? WHERE ticket = ?", (time.time(), int(ticket.number)))
+            db.execute(
+                "UPDATE queue SET polled = ?, asked = ? WHERE ticket = ?", (time.time(), boot_clock(), int(ticket.number))
+            )
             request = SliceRequest.from_dict(json.loads(row["request"]))
             try:
                 granted, reason = self._grant(db, snapshot, request, dict(row), ticket=int(ticket.number))
@@ -255,6 +285,12 @@ class SQLiteLedger(Ledger):
         self, db: sqlite3.Connection, snapshot: Snapshot, request: SliceRequest, fields: dict[str, Any], ticket: int | None
     ) -> tuple[Slice | None, SliceUnavailable]:
         """Inside a write transaction: place and record the slice, or say why not."""
+        if fields.get("token"):  # asked again after a lost answer: what the first asking got
+            again = self._read_slices(db, "WHERE uid = ? AND token = ?", (fields["uid"], fields["token"]))
+            if again:
+                if ticket is not None:
+                    db.execute("DELETE FROM queue WHERE ticket = ?", (ticket,))
+                return again[0], SliceUnavailable()
         self._record_gpus(db, snapshot)
         slices = self._read_slices(db)
         dead = {s.id for s in self._reap(db, slices)}
@@ -274,9 +310,9 @@ class SQLiteLedger(Ledger):
         slice_id = uuid.uuid4().hex[:12]
         db.execute(
             "INSERT INTO slices (id, owner, uid, holder_kind, holder, pid, pid_start, context_allowance,"
-            " logical_devices, request, labels, created, tier, keeper_pid, keeper_start) VALUES (:id, :owner, :uid,"
-            " :holder_kind, :holder, :pid, :pid_start, :context, :logical, :request, :labels, :now, :tier,"
-            " :keeper_pid, :keeper_start)",
+            " logical_devices, request, labels, created, tier, keeper_pid, keeper_start, pid_stamp, keeper_stamp,"
+            " token) VALUES (:id, :owner, :uid, :holder_kind, :holder, :pid, :pid_start, :context, :logical,"
+            " :request, :labels, :now, :tier, :keeper_pid, :keeper_start, :pid_stamp, :keeper_stamp, :token)",
             {
                 **fields,
                 "id": slice_id,
@@ -350,22 +386,28 @@ class SQLiteLedger(Ledger):
         return {
             "keeper_pid": holder.keeper,
             "keeper_start": process_start(holder.keeper) if holder.keeper else None,
+            "keeper_stamp": start_stamp(holder.keeper) if holder.keeper else None,
             "owner": self.actor.user,
             "uid": self.actor.uid,
             "holder_kind": holder.kind,
             "holder": holder.name,
             "pid": pid,
             "pid_start": process_start(pid),
+            "pid_stamp": start_stamp(pid),
             "request": json.dumps(request.to_dict()),
             "labels": json.dumps(dict(holder.labels)),
             "created": time.time(),
+            "token": holder.token,
         }
 
     # -- holders ------------------------------------------------------------------------
     def attach(self, slice_id: str, pid: int) -> Slice:
         with self.file.transaction() as db:
             found = self._mine(db, slice_id, "attach a process to")
-            db.execute("UPDATE slices SET pid = ?, pid_start = ? WHERE id = ?", (pid, process_start(pid), found.id))
+            db.execute(
+                "UPDATE slices SET pid = ?, pid_start = ?, pid_stamp = ? WHERE id = ?",
+                (pid, process_start(pid), start_stamp(pid), found.id),
+            )
             return self._find(db, found.id)
 
     def update_labels(self, slice_id: str, labels: Mapping[str, str | None]) -> Slice:
@@ -435,9 +477,11 @@ class SQLiteLedger(Ledger):
         dead = [s for s in slices if not held(s)]
         for s in dead:
             db.execute("DELETE FROM slices WHERE id = ?", (s.id,))
-        stale = time.time() - self.waiter_timeout
-        for row in db.execute("SELECT ticket, pid, pid_start, created, polled FROM queue").fetchall():
-            if not process_alive(row["pid"], row["pid_start"]) or (row["polled"] or row["created"]) < stale:
+        now, wall = boot_clock(), time.time()
+        for row in db.execute("SELECT ticket, pid, pid_start, pid_stamp, created, polled, asked FROM queue").fetchall():
+            # unasked for too long, on the boot clock (a place an older version wrote: on the wall clock)
+            idle = now - row["asked"] if row["asked"] is not None else wall - (row["polled"] or row["created"])
+            if not process_alive(row["pid"], row["pid_start"], row["pid_stamp"]) or idle > self.waiter_timeout:
                 db.execute("DELETE FROM queue WHERE ticket = ?", (row["ticket"],))
         return dead
 

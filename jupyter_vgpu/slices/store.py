@@ -3,28 +3,56 @@
 Every process of the user (the Jupyter server, kernels, ``jupyter vgpu run``) opens the same
 file. Writers take turns on an flock beside it and write inside ``BEGIN IMMEDIATE``
 transactions, so two processes never place against the same free memory; WAL keeps readers
-from blocking writers. A damaged file is never repaired silently: opening it says so, and
-``jupyter vgpu gc --reset-ledger`` moves it aside.
+from blocking writers, and readers never take the writers' turn. A damaged file is never
+repaired silently: opening it says so, and ``jupyter vgpu gc --reset-ledger`` moves it aside.
+
+**The rule this module keeps: nothing but SQLite opens the database file, its ``-wal`` or its
+``-shm`` in a process that may hold a connection to it.** SQLite's locks are POSIX advisory
+locks, which belong to a process and an inode, and closing *any* descriptor of the file drops
+*all* of them (sqlite.org/howtocorrupt.html, 2.2). A process that did so while it held a
+connection looked unconnected to the others; the next process to close its last connection
+then checkpointed and deleted the WAL under it, and the two went on with two books. So:
+
+- a ledger that does not exist yet is created once, with ``O_CREAT | O_EXCL | O_NOFOLLOW`` and
+  mode 0600, before SQLite's first open (a file that did not exist has no connection in this
+  process); an existing file is never opened outside SQLite. SQLite gives ``-wal`` and ``-shm``
+  the database file's mode;
+- a process keeps **one connection per ledger file**, shared by every :class:`LedgerFile` of
+  that path (counted; the last close closes it), so opening and closing happen in one place,
+  threads take turns on one lock, and a connection can be replaced whole (below);
+- identity checks use ``stat()`` by path and on ``/proc/self/fd`` links, never a descriptor;
+  ``reset`` moves files by ``rename()``; ``clear`` and ``damage`` use SQLite connections, which
+  SQLite itself keeps from dropping the others' locks.
+
+If a split happens anyway (an older jupyter-vgpu, another program opening the file), the process
+notices that the WAL it writes is not the WAL at the path (:meth:`LedgerFile.check_split`, run by
+the server's monitor every tick and before each write), says so in the log and reopens.
 """
 
 from __future__ import annotations
 
 import fcntl
+import logging
+import math
 import os
 import sqlite3
+import stat
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from ..errors import LedgerError
+from ..errors import LedgerBusy, LedgerError
 from ..units import shorten
 
 #: 1: the first ledger. 2: each slice records its enforcement tier, and each of its GPUs the MIG
 #: device it holds. 3: a slice may have a keeper process (the server that restarts its kernel),
-#: and a place in line records when its requester last asked (upgraded in place, see ``_MIGRATIONS``).
-SCHEMA_VERSION = 3
+#: and a place in line records when its requester last asked. 4: holders are known by a stamp (boot
+#: id and start ticks) that no wall-clock step moves, and a place in line by when it was last asked on
+#: the boot clock; a request may carry its client's token, so asking again finds what the first
+#: asking got (upgraded in place, see ``_MIGRATIONS``).
+SCHEMA_VERSION = 4
 
 #: Each process checkpoints the write-ahead log after this many of its own write transactions.
 CHECKPOINT_EVERY = 32
@@ -40,7 +68,8 @@ CREATE TABLE IF NOT EXISTS slices (
     pid INTEGER, pid_start REAL,
     context_allowance INTEGER NOT NULL, logical_devices INTEGER NOT NULL,
     request TEXT NOT NULL, labels TEXT NOT NULL, created REAL NOT NULL,
-    tier TEXT NOT NULL DEFAULT 'cooperative', keeper_pid INTEGER, keeper_start REAL);
+    tier TEXT NOT NULL DEFAULT 'cooperative', keeper_pid INTEGER, keeper_start REAL,
+    pid_stamp TEXT, keeper_stamp TEXT, token TEXT);
 CREATE TABLE IF NOT EXISTS slice_gpus (
     slice_id TEXT NOT NULL REFERENCES slices(id) ON DELETE CASCADE,
     gpu_uuid TEXT NOT NULL, gpu_index INTEGER NOT NULL,
@@ -51,13 +80,29 @@ CREATE TABLE IF NOT EXISTS queue (
     ticket INTEGER PRIMARY KEY AUTOINCREMENT, owner TEXT NOT NULL, uid INTEGER NOT NULL,
     holder_kind TEXT NOT NULL, holder TEXT NOT NULL, pid INTEGER, pid_start REAL,
     request TEXT NOT NULL, labels TEXT NOT NULL, created REAL NOT NULL, polled REAL,
-    keeper_pid INTEGER, keeper_start REAL);
+    keeper_pid INTEGER, keeper_start REAL, pid_stamp TEXT, keeper_stamp TEXT, asked REAL, token TEXT);
 """
 
-#: Statements that bring a ledger from version N to N + 1, run in the opening transaction. Columns
-#: are only added, with defaults, so a process of the previous version that is still running goes
-#: on reading and writing the upgraded file.
-_MIGRATIONS: dict[int, tuple[str, ...]] = {
+def _stamp_live_holders(db: sqlite3.Connection) -> None:
+    """Version 3 to 4: give every holder that still runs (judged by its wall-clock start, as
+    version 3 did) its stamp, so that a later clock step cannot make it look gone."""
+    from .holders import process_alive, start_stamp
+
+    for table, key in (("slices", "id"), ("queue", "ticket")):
+        for who in ("pid", "keeper"):
+            start = "pid_start" if who == "pid" else "keeper_start"
+            pid_column = "pid" if who == "pid" else "keeper_pid"
+            rows = db.execute(f"SELECT {key}, {pid_column}, {start} FROM {table} WHERE {pid_column} IS NOT NULL").fetchall()
+            for row in rows:
+                if process_alive(row[1], row[2]):
+                    db.execute(f"UPDATE {table} SET {who}_stamp = ? WHERE {key} = ?", (start_stamp(row[1]), row[0]))
+
+
+#: What brings a ledger from version N to N + 1 (statements, or functions of the connection), run in
+#: the opening transaction. Columns are only added, with defaults, and the old ones still written,
+#: so a process of the previous version that is still running goes on reading and writing the
+#: upgraded file.
+_MIGRATIONS: dict[int, tuple[str | Callable[[sqlite3.Connection], None], ...]] = {
     1: (
         "ALTER TABLE slices ADD COLUMN tier TEXT NOT NULL DEFAULT 'cooperative'",
         "ALTER TABLE slice_gpus ADD COLUMN mig_device TEXT",
@@ -69,6 +114,16 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
         "ALTER TABLE queue ADD COLUMN polled REAL",
         "ALTER TABLE queue ADD COLUMN keeper_pid INTEGER",
         "ALTER TABLE queue ADD COLUMN keeper_start REAL",
+    ),
+    3: (
+        "ALTER TABLE slices ADD COLUMN pid_stamp TEXT",
+        "ALTER TABLE slices ADD COLUMN keeper_stamp TEXT",
+        "ALTER TABLE queue ADD COLUMN pid_stamp TEXT",
+        "ALTER TABLE queue ADD COLUMN keeper_stamp TEXT",
+        "ALTER TABLE queue ADD COLUMN asked REAL",
+        "ALTER TABLE slices ADD COLUMN token TEXT",
+        "ALTER TABLE queue ADD COLUMN token TEXT",
+        _stamp_live_holders,
     ),
 }
 
@@ -87,147 +142,317 @@ def _schema_version(value: object) -> int:
     return int(text)
 
 
-class LedgerFile:
-    """One process's connection to the ledger file; safe to share between threads."""
+#: Seconds a writer waits for the writers' turn before it gives up and says which process holds
+#: it (``JUPYTER_VGPU_LOCK_TIMEOUT``). A turn lasts milliseconds; only a stopped or hung holder
+#: makes anyone wait this long.
+ENV_LOCK_TIMEOUT = "JUPYTER_VGPU_LOCK_TIMEOUT"
+LOCK_TIMEOUT = 20.0
 
-    def __init__(self, path: str | Path) -> None:
-        self.path = Path(path)
-        self._lock = threading.RLock()
-        self._writes = 0
-        self._turns = 0  # how deep this process is inside the writers' turn (the flock)
+log = logging.getLogger("jupyter_vgpu")
+
+
+def lock_timeout() -> float:
+    """The bound on waiting for the writers' turn (``JUPYTER_VGPU_LOCK_TIMEOUT``, seconds)."""
+    text = os.environ.get(ENV_LOCK_TIMEOUT, "").strip()
+    if not text:
+        return LOCK_TIMEOUT
+    try:
+        value = float(text) if text.isascii() else math.nan
+    except ValueError:
+        value = math.nan
+    if not 0.1 <= value <= 3600:
+        raise LedgerError(f"{ENV_LOCK_TIMEOUT}={shorten(text)} is not a number of seconds from 0.1 to 3600.")
+    return value
+
+
+class _Connection:
+    """This process's one connection to one ledger file, shared by its :class:`LedgerFile`\\ s."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.wal_path = path.with_name(path.name + "-wal")
+        self.timeout = lock_timeout()
+        self.pid = os.getpid()
+        self.lock = threading.RLock()  # one thread at a time uses the connection
+        self.users = 0
+        self.turns = 0  # how deep this process is inside the writers' turn (the flock)
+        self.writes = 0
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         except OSError as error:
-            raise LedgerError(f"Cannot create the ledger folder {self.path.parent}: {error.strerror or error}.") from None
-        lock_path = self.path.with_name(self.path.name + ".lock")
+            raise LedgerError(f"Cannot create the ledger folder {path.parent}: {error.strerror or error}.") from None
+        self.lock_path = path.with_name(path.name + ".lock")
         try:
-            self._lock_fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+            self.lock_fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
         except OSError as error:
-            raise LedgerError(f"Cannot open the ledger lock {lock_path}: {error.strerror or error}.") from None
+            raise LedgerError(f"Cannot open the ledger lock {self.lock_path}: {error.strerror or error}.") from None
         try:
-            with self._lock, self._writer_turn(True):  # opening may create or upgrade the schema
-                self._db = self._open()
-                self._identity = _identity(self.path)
+            with self.lock:
+                self.db = self._open()
         except BaseException:
-            os.close(self._lock_fd)
+            os.close(self.lock_fd)
             raise
+        self.identity = _identity(path)
+        self.wal_identity = self._open_wal_identity()
 
-    def _open(self) -> sqlite3.Connection:
+    # -- opening ----------------------------------------------------------------------------
+    def _create_if_missing(self) -> None:
+        """Make the file, owner-only, if it does not exist: the one descriptor of the database
+        file this module ever opens, on a file no connection of this process can have open."""
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        except OSError as error:
-            raise LedgerError(f"Cannot create the ledger folder {self.path.parent}: {error.strerror or error}.") from None
-        try:
-            if self.path.exists() and not self.path.is_file():
-                raise LedgerError(
-                    f"The ledger {self.path} is not a regular file; point JUPYTER_VGPU_LEDGER (or c.VGPU.ledger_path) "
-                    "at a file, e.g. ~/.local/share/jupyter/vgpu/ledger.sqlite."
-                )
-            # Slices name notebooks and commands: only their owner reads the file.
-            os.close(os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600))
+            st = os.stat(self.path)
+        except FileNotFoundError:
+            try:
+                fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+            except FileExistsError:
+                return  # another process made it first
+            except OSError as error:
+                raise LedgerError(f"Cannot create the ledger {self.path}: {error.strerror or error}.") from None
+            os.close(fd)
+            return
         except OSError as error:
             raise LedgerError(f"Cannot open the ledger {self.path}: {error.strerror or error}.") from None
+        if not stat.S_ISREG(st.st_mode):
+            raise LedgerError(
+                f"The ledger {self.path} is not a regular file; point JUPYTER_VGPU_LEDGER (or c.VGPU.ledger_path) "
+                "at a file, e.g. ~/.local/share/jupyter/vgpu/ledger.sqlite."
+            )
+
+    def _open(self) -> sqlite3.Connection:
+        self._create_if_missing()
         try:
-            db = sqlite3.connect(self.path, timeout=30, isolation_level=None, check_same_thread=False)
+            db = sqlite3.connect(self.path, timeout=self.timeout, isolation_level=None, check_same_thread=False)
         except sqlite3.Error as error:
             raise LedgerError(f"Cannot open the ledger {self.path}: {error}.") from None
         db.row_factory = sqlite3.Row
         try:
-            db.execute("PRAGMA busy_timeout = 30000")
-            mode = db.execute("PRAGMA journal_mode = WAL").fetchone()[0]
-            if str(mode).lower() != "wal":
-                raise LedgerError(f"The ledger {self.path} cannot use write-ahead logging (journal mode {mode}).")
+            db.execute(f"PRAGMA busy_timeout = {int(self.timeout * 1000)}")
             db.execute("PRAGMA synchronous = NORMAL")
             db.execute("PRAGMA wal_autocheckpoint = 0")
             db.execute("PRAGMA foreign_keys = ON")
             check = db.execute("PRAGMA quick_check").fetchone()[0]
             if check != "ok":
                 raise sqlite3.DatabaseError(check)
-            db.execute("BEGIN IMMEDIATE")
-            try:
-                for statement in filter(str.strip, _SCHEMA.split(";")):
-                    db.execute(statement)
-                row = db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
-                if row is None:
-                    if db.execute("SELECT count(*) FROM slices").fetchone()[0]:
-                        raise sqlite3.DatabaseError("slices without a schema version")
-                    db.execute("INSERT INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
-                else:
-                    version = _schema_version(row[0])
-                    if version > SCHEMA_VERSION:
-                        raise LedgerError(
-                            f"The ledger {self.path} was written by a newer jupyter-vgpu (schema {version}, this one "
-                            f"reads {SCHEMA_VERSION}); upgrade jupyter-vgpu or point JUPYTER_VGPU_LEDGER elsewhere."
-                        )
-                    for step in range(version, SCHEMA_VERSION):
-                        for statement in _MIGRATIONS[step]:
-                            db.execute(statement)
-                    db.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION),))
-                db.execute("COMMIT")
-            except BaseException:
-                db.execute("ROLLBACK")
-                raise
+            if self._ready(db):
+                return db  # the usual case: a reader never takes the writers' turn to open
+            with self.writer_turn(True):  # a new file, or one to upgrade
+                mode = db.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+                if str(mode).lower() != "wal":
+                    raise LedgerError(f"The ledger {self.path} cannot use write-ahead logging (journal mode {mode}).")
+                self._set_up(db)
         except LedgerError:
             db.close()
             raise
         except sqlite3.OperationalError as error:
             db.close()
             if "locked" in str(error) or "busy" in str(error):
-                raise LedgerError(f"The ledger {self.path} stayed locked by another process for 30 s: {error}.") from None
+                raise LedgerError(
+                    f"The ledger {self.path} stayed locked by another process for {self.timeout:g} s: {error}."
+                ) from None
             raise LedgerError(f"Cannot use the ledger {self.path}: {error}.") from None
         except sqlite3.DatabaseError as error:
             db.close()
-            raise LedgerError(
-                f"The ledger {self.path} is corrupt ({error}). " + RECOVERY.format(name=self.path.name)
-            ) from None
+            raise LedgerError(f"The ledger {self.path} is corrupt ({error}). " + RECOVERY.format(name=self.path.name)) from None
         return db
 
+    def _ready(self, db: sqlite3.Connection) -> bool:
+        """True when the file is in WAL mode at this schema version (read only, no turn)."""
+        if str(db.execute("PRAGMA journal_mode").fetchone()[0]).lower() != "wal":
+            return False
+        try:
+            row = db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+        except sqlite3.OperationalError as error:
+            if "no such table" in str(error):
+                return False
+            raise
+        if row is None:
+            return False
+        version = _schema_version(row[0])
+        if version > SCHEMA_VERSION:
+            raise self._newer(version)
+        return version == SCHEMA_VERSION
+
+    def _newer(self, version: int) -> LedgerError:
+        return LedgerError(
+            f"The ledger {self.path} was written by a newer jupyter-vgpu (schema {version}, this one "
+            f"reads {SCHEMA_VERSION}); upgrade jupyter-vgpu or point JUPYTER_VGPU_LEDGER elsewhere."
+        )
+
+    def _set_up(self, db: sqlite3.Connection) -> None:
+        """Create the schema or upgrade it, in the writers' turn."""
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            for statement in filter(str.strip, _SCHEMA.split(";")):
+                db.execute(statement)
+            row = db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+            if row is None:
+                if db.execute("SELECT count(*) FROM slices").fetchone()[0]:
+                    raise sqlite3.DatabaseError("slices without a schema version")
+                db.execute("INSERT INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
+            else:
+                version = _schema_version(row[0])
+                if version > SCHEMA_VERSION:
+                    raise self._newer(version)
+                for step in range(version, SCHEMA_VERSION):
+                    for upgrade in _MIGRATIONS[step]:
+                        if callable(upgrade):
+                            upgrade(db)
+                        else:
+                            db.execute(upgrade)
+                db.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION),))
+            db.execute("COMMIT")
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+
+    # -- the writers' turn -------------------------------------------------------------------
     @contextmanager
-    def _writer_turn(self, write: bool) -> Iterator[None]:
-        """Writers queue on an flock beside the database: the kernel wakes the next one the
-        moment the lock is free, where SQLite's own busy handler sleeps and retries with
-        growing back-off (up to 100 ms), which shows as a long latency tail under load."""
+    def writer_turn(self, write: bool) -> Iterator[None]:
+        """Writers queue on an flock beside the database, and wait at most :attr:`timeout` for
+        it: a process stopped inside its turn (SIGSTOP, a debugger) must not hang everyone."""
         if not write:
             yield
             return
-        if self._turns == 0:
-            fcntl.flock(self._lock_fd, fcntl.LOCK_EX)
-        self._turns += 1
+        if self.turns == 0:
+            self._take_turn()
+        self.turns += 1
         try:
             yield
         finally:
-            self._turns -= 1
-            if self._turns == 0:
-                fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
+            self.turns -= 1
+            if self.turns == 0:
+                fcntl.flock(self.lock_fd, fcntl.LOCK_UN)
 
-    def _follow_replacement(self) -> None:
+    def _take_turn(self) -> None:
+        take_turn(self.lock_fd, self.lock_path, self.path, self.timeout)
+
+    # -- one book ----------------------------------------------------------------------------
+    def _open_wal_identity(self) -> tuple[int, int] | None:
+        """The WAL file this process's connection writes (from ``/proc/self/fd``), or None
+        where that cannot be seen."""
+        found = _open_files(self.wal_path)
+        return found[0][1] if found else None
+
+    def split(self) -> str | None:
+        """Why the WAL this process writes is not the one at the path (a split), or None."""
+        opened = _open_files(self.wal_path)
+        if not opened:
+            return None
+        at_path = _identity(self.wal_path)
+        for link, identity in opened:
+            if link.endswith(" (deleted)"):
+                return f"the write-ahead log this process writes, {self.wal_path}, was deleted under it"
+            if at_path is not None and identity != at_path:
+                return f"{self.wal_path} was replaced by another file while this process wrote to it"
+        return None
+
+    def follow_split(self, *, full: bool = False) -> str | None:
+        """Reopen after a split: the cheap check (one ``stat``) before each write, the full one
+        (``/proc/self/fd``) when it is unsure or ``full``. Returns what was found, or None."""
+        if not full and self.wal_identity is not None and _identity(self.wal_path) == self.wal_identity:
+            return None
+        problem = self.split()
+        if problem is None:
+            if self.wal_identity is None:
+                self.wal_identity = self._open_wal_identity()
+            return None
+        with self.writer_turn(True):
+            log.warning(
+                "jupyter-vgpu: the ledger %s split from the other processes' (%s); reopening it. What this "
+                "process wrote since then is lost: the monitor's next tick and every later write see the one book.",
+                self.path,
+                problem,
+            )
+            _close_without_checkpoint(self.db)
+            self.db = self._open()
+            self.identity = _identity(self.path)
+            self.wal_identity = self._open_wal_identity()
+        return problem
+
+    def follow_replacement(self) -> None:
         """If the file at ``path`` is no longer the one this connection has open (``jupyter vgpu
         gc --reset-ledger`` moved a damaged ledger aside), reopen: never write to a file nobody
         else reads. The old connection is parked, not closed: closing the last connection to a
         WAL database deletes ``<path>-wal`` by name, which is now the new file's log."""
-        if _identity(self.path) == self._identity:
+        if _identity(self.path) == self.identity:
             return
-        with self._writer_turn(True):
-            if _identity(self.path) == self._identity:
+        with self.writer_turn(True):
+            if _identity(self.path) == self.identity:
                 return
-            _PARKED.append(self._db)
-            self._db = self._open()
-            self._identity = _identity(self.path)
+            _PARKED.append(self.db)
+            self.db = self._open()
+            self.identity = _identity(self.path)
+            self.wal_identity = self._open_wal_identity()
+
+    def checkpoint(self) -> None:
+        # Copy the write-ahead log back into the database outside the writers' turn, so the
+        # fsync it costs does not hold every other writer up (automatic checkpoints are off).
+        try:
+            self.db.execute("PRAGMA wal_checkpoint(PASSIVE)")
+        except sqlite3.Error:
+            pass  # another process is checkpointing; the next one will
+
+    def close(self) -> None:
+        with self.lock:
+            self.db.close()
+            os.close(self.lock_fd)
+
+
+#: This process's connections, by the ledger's absolute path (see :class:`_Connection`).
+_CONNECTIONS: dict[str, _Connection] = {}
+_CONNECTIONS_LOCK = threading.Lock()
+
+
+def _after_fork_in_child() -> None:
+    # A forked child never uses (nor closes) its parent's connections: SQLite connections do not
+    # survive fork(), and the child holds none of the parent's locks. It opens its own.
+    global _CONNECTIONS_LOCK
+    _CONNECTIONS.clear()
+    _CONNECTIONS_LOCK = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+class LedgerFile:
+    """A handle on the ledger file; every handle of one path in a process shares one connection
+    (see the module's rule). Safe to share between threads."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self._key = os.path.abspath(self.path)
+        with _CONNECTIONS_LOCK:
+            connection = _CONNECTIONS.get(self._key)
+            if connection is None or connection.pid != os.getpid():
+                connection = _Connection(self.path)
+                _CONNECTIONS[self._key] = connection
+            connection.users += 1
+        self._connection = connection
+        self._closed = False
+
+    @property
+    def timeout(self) -> float:
+        return self._connection.timeout
 
     @contextmanager
     def transaction(self, write: bool = True) -> Iterator[sqlite3.Connection]:
-        """One transaction: a writer first waits its turn (flock), then ``BEGIN IMMEDIATE``."""
-        with self._lock:
-            with self._writer_turn(write):
-                self._follow_replacement()
+        """One transaction: a writer first waits its turn (flock), then ``BEGIN IMMEDIATE``;
+        a reader takes no turn (``BEGIN``: WAL readers see the last commit and block nobody)."""
+        conn = self._connection
+        with conn.lock:
+            with conn.writer_turn(write):
+                conn.follow_replacement()
+                if write:
+                    conn.follow_split()
+                db = conn.db
                 try:
-                    self._db.execute("BEGIN IMMEDIATE" if write else "BEGIN")
+                    db.execute("BEGIN IMMEDIATE" if write else "BEGIN")
                     try:
-                        yield self._db
+                        yield db
                     except BaseException:
-                        self._db.execute("ROLLBACK")
+                        db.execute("ROLLBACK")
                         raise
-                    self._db.execute("COMMIT")
+                    db.execute("COMMIT")
                 except (sqlite3.ProgrammingError, sqlite3.InterfaceError):
                     raise  # a bug in this code, not damage to the file
                 except sqlite3.OperationalError as error:
@@ -237,22 +462,30 @@ class LedgerFile:
                         f"The ledger {self.path} is corrupt ({error}). " + RECOVERY.format(name=self.path.name)
                     ) from None
             if write:
-                self._writes += 1
-                if self._writes % CHECKPOINT_EVERY == 0:
-                    self._checkpoint()
+                conn.writes += 1
+                if conn.writes % CHECKPOINT_EVERY == 0:
+                    conn.checkpoint()
 
-    def _checkpoint(self) -> None:
-        # Copy the write-ahead log back into the database outside the writers' turn, so the
-        # fsync it costs does not hold every other writer up (automatic checkpoints are off).
-        try:
-            self._db.execute("PRAGMA wal_checkpoint(PASSIVE)")
-        except sqlite3.Error:
-            pass  # another process is checkpointing; the next one will
+    def check_split(self) -> str | None:
+        """Check (fully) that this process writes the same WAL as every other; reopen if not.
+        Returns what was wrong, or None. The server's monitor calls it every tick."""
+        with self._connection.lock:
+            return self._connection.follow_split(full=True)
 
     def close(self) -> None:
-        with self._lock:
-            self._db.close()
-            os.close(self._lock_fd)
+        """Let go of the shared connection; the last handle of the process closes it."""
+        if self._closed:
+            return
+        self._closed = True
+        connection = self._connection
+        with _CONNECTIONS_LOCK:
+            connection.users -= 1
+            if connection.users > 0:
+                return
+            if _CONNECTIONS.get(self._key) is connection:
+                del _CONNECTIONS[self._key]
+        if connection.pid == os.getpid():
+            connection.close()
 
     @staticmethod
     def damage(path: str | Path) -> str | None:
@@ -285,9 +518,10 @@ class LedgerFile:
         if not source.exists():
             return None
         target = source.with_name(f"{source.name}.reset-{time.strftime('%Y%m%d-%H%M%S')}")
-        lock = os.open(source.with_name(source.name + ".lock"), os.O_RDWR | os.O_CREAT, 0o600)
+        lock_path = source.with_name(source.name + ".lock")
+        lock = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
         try:
-            fcntl.flock(lock, fcntl.LOCK_EX)
+            take_turn(lock, lock_path, source, lock_timeout())
             if held := _held_slices(source):
                 raise LedgerError(
                     f"{len(held)} running process{'es hold' if len(held) != 1 else ' holds'} a slice in {source}: "
@@ -322,9 +556,10 @@ class LedgerFile:
             return None
         stamp = time.strftime("%Y%m%d-%H%M%S")
         target = source.with_name(f"{source.name}.corrupt-{stamp}")
-        lock = os.open(source.with_name(source.name + ".lock"), os.O_RDWR | os.O_CREAT, 0o600)
+        lock_path = source.with_name(source.name + ".lock")
+        lock = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
         try:
-            fcntl.flock(lock, fcntl.LOCK_EX)
+            take_turn(lock, lock_path, source, lock_timeout())
             for extra_suffix in ("-wal", "-shm"):
                 extra = source.with_name(source.name + extra_suffix)
                 if extra.exists():
@@ -346,13 +581,15 @@ def _held_slices(path: Path) -> list[str]:
 
     db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=30)
     try:
-        rows = db.execute("SELECT id, holder, pid, pid_start, keeper_pid, keeper_start FROM slices").fetchall()
+        rows = db.execute(
+            "SELECT id, holder, pid, pid_start, pid_stamp, keeper_pid, keeper_start, keeper_stamp FROM slices"
+        ).fetchall()
     finally:
         db.close()
     return [
         f"{sid} ({holder[:60]}, pid {pid})"
-        for sid, holder, pid, start, keeper, keeper_start in rows
-        if process_alive(pid, start) or (keeper is not None and process_alive(keeper, keeper_start))
+        for sid, holder, pid, start, stamp, keeper, keeper_start, keeper_stamp in rows
+        if process_alive(pid, start, stamp) or (keeper is not None and process_alive(keeper, keeper_start, keeper_stamp))
     ]
 
 
@@ -362,3 +599,132 @@ def _identity(path: Path) -> tuple[int, int] | None:
     except OSError:
         return None
     return (st.st_dev, st.st_ino)
+
+
+def take_turn(fd: int, lock_path: Path, ledger: Path, timeout: float) -> None:
+    """Take the writers' turn (an flock on ``fd``) within ``timeout`` seconds, or raise
+    :class:`~jupyter_vgpu.errors.LedgerBusy` naming the process that holds it. Polls with a short back-off: a
+    blocking flock cannot be given up."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return
+    except BlockingIOError:
+        pass
+    started = time.monotonic()
+    deadline = started + timeout
+    delay = 0.0002
+    while True:
+        now = time.monotonic()
+        if now >= deadline:
+            raise LedgerBusy(_busy(lock_path, ledger, now - started))
+        time.sleep(min(delay, deadline - now))
+        delay = min(delay * 2, 0.005)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            continue
+
+
+def _busy(lock_path: Path, ledger: Path, waited: float) -> str:
+    """One sentence: who holds the writers' turn of ``ledger``, and what to do."""
+    pid = turn_holder(lock_path)
+    if pid is None:
+        who = "another process"
+        stopped = False
+    else:
+        name, stopped = _process_state(pid)
+        who = f"process {pid}" + (f" ({name})" if name else "")
+    state = ", which is stopped (SIGSTOP, Ctrl-Z or a debugger)," if stopped else ""
+    return (
+        f"The ledger {ledger} is busy: {who}{state} has held the writers' turn for all the {waited:.1f} s this "
+        f"waited ({ENV_LOCK_TIMEOUT}); nothing was changed. Try again once it continues or ends."
+    )
+
+
+def turn_holder(lock_path: Path) -> int | None:
+    """The pid holding the flock on ``lock_path`` (from ``/proc/locks``), or None if unknown."""
+    try:
+        st = os.stat(lock_path)
+        with open("/proc/locks", encoding="ascii", errors="replace") as locks:
+            lines = locks.read(1 << 20).splitlines()
+    except OSError:
+        return None
+    key = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+    for line in lines:
+        parts = line.split()
+        # "1: FLOCK  ADVISORY  WRITE 1234 00:2e:5678 0 EOF"; a waiter's line has "->" after the number
+        if len(parts) >= 6 and parts[1] == "FLOCK" and parts[5] == key and parts[4].isdigit():
+            return int(parts[4]) or None
+    return None
+
+
+def _process_state(pid: int) -> tuple[str, bool]:
+    """A process's name and whether it is stopped, from ``/proc/<pid>/stat`` ('', False if unknown)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="utf-8", errors="replace") as handle:
+            text = handle.read(4096)
+    except OSError:
+        return "", False
+    name = text[text.find("(") + 1 : text.rfind(")")]
+    state = text[text.rfind(")") + 2 : text.rfind(")") + 3]
+    return "".join(c for c in name if c.isprintable())[:40], state in ("T", "t")
+
+
+def _open_files(path: Path) -> list[tuple[str, tuple[int, int]]]:
+    """This process's open descriptors of ``path`` (also deleted ones): their link text and the
+    identity of the file each has open. Read from ``/proc/self/fd`` with ``readlink`` and
+    ``stat``, which open nothing. Empty where ``/proc`` is missing."""
+    wanted = (str(path), f"{path} (deleted)")
+    found = []
+    try:
+        names = os.listdir("/proc/self/fd")
+    except OSError:
+        return []
+    for name in names:
+        try:
+            link = os.readlink(f"/proc/self/fd/{name}")
+            if link not in wanted:
+                continue
+            st = os.stat(f"/proc/self/fd/{name}")
+        except OSError:
+            continue  # closed meanwhile
+        found.append((link, (st.st_dev, st.st_ino)))
+    return found
+
+
+def _close_without_checkpoint(db: sqlite3.Connection) -> None:
+    """Close a connection whose WAL is not the path's: without SQLite's checkpoint on close,
+    which would copy this process's lost log into the database and delete the live log by name
+    (``SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE``; ``Connection.setconfig`` from Python 3.12, the C call
+    before). Where neither is possible the connection is parked, never closed."""
+    try:
+        if hasattr(db, "setconfig"):
+            db.setconfig(1010, True)  # SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE
+        elif not _no_checkpoint_on_close_via_c(db):
+            _PARKED.append(db)
+            return
+    except Exception:
+        _PARKED.append(db)
+        return
+    db.close()
+
+
+def _no_checkpoint_on_close_via_c(db: sqlite3.Connection) -> bool:
+    """``sqlite3_db_config(NO_CKPT_ON_CLOSE)`` on CPython 3.10 and 3.11, whose connection object
+    holds the ``sqlite3 *`` right after the object header. True when SQLite confirmed it."""
+    import ctypes
+    import platform
+    import sys
+
+    if platform.python_implementation() != "CPython" or sys.version_info[:2] not in ((3, 10), (3, 11)):
+        return False
+    import _sqlite3
+
+    library = ctypes.CDLL(_sqlite3.__file__)
+    handle = ctypes.c_void_p.from_address(id(db) + object.__basicsize__).value
+    if not handle:
+        return False
+    confirmed = ctypes.c_int(-1)
+    code = library.sqlite3_db_config(ctypes.c_void_p(handle), 1010, ctypes.c_int(1), ctypes.byref(confirmed))
+    return bool(code == 0 and confirmed.value == 1)

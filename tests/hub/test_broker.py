@@ -338,3 +338,27 @@ def test_every_operation_of_the_ledger_contract_works_through_the_broker(system_
     assert ledger.reap() == [] and ledger.overcommitted() == []
     used |= {"reap", "overcommitted"}
     assert used == set(OPERATIONS)
+
+
+def test_a_lost_answer_leaves_one_slice_that_asking_again_finds(system_users: Users, broker: BrokerProcess) -> None:
+    """The broker stops (SIGSTOP) while a kernel start asks for a slice: the client gives up,
+    then the broker carries the request out anyway. Asking again with the same token finds that
+    slice; nothing is booked twice (issue 18)."""
+    assert broker.process is not None
+    client = BrokerLedger(broker.socket, path=broker.ledger.parent / "user-ledger.sqlite", timeout=1.0)
+    holder = Holder.kernel("k-lost-answer", labels={"path": "lost.ipynb"}, token="start-k-lost-answer")
+    broker.process.send_signal(signal.SIGSTOP)
+    try:
+        with pytest.raises(Exception, match="did not answer"):
+            client.reserve_now(SliceRequest.parse("1/4"), holder)  # asks twice with the token, no answer
+    finally:
+        broker.process.send_signal(signal.SIGCONT)
+    wait_until(lambda: len(open_ledger().slices()) == 1, what="the broker carried out the lost request once")
+    (first,) = open_ledger().slices()
+    again = client.reserve_now(SliceRequest.parse("1/4"), holder)
+    assert again.id == first.id
+    assert len(open_ledger().slices()) == 1
+    other = client.reserve_now(SliceRequest.parse("1/4"), Holder.kernel("k-other"))  # no token given: a new one
+    assert other.id != first.id and len(open_ledger().slices()) == 2
+    with pytest.raises(Exception, match="is not a request token"):
+        Holder.kernel("k", token="../../etc")

@@ -218,3 +218,50 @@ async def test_one_slice_reads_the_same_in_the_cli_the_api_and_vgpu(
     assert "\n  tier               cooperative\n" in shown and f"\n  shares             {share}\n" in shown
     (devices,) = (await asyncio.to_thread(driver.run, "%vgpu devices")).displays
     assert f"free {format_bytes(gpu['memory_free'])}" in devices["text/plain"]
+
+
+async def test_a_malformed_report_never_stops_the_monitor_for_the_others(
+    jp_fetch: Any, start_kernel: Any, simulation_file: Any, vgpu_env: dict[str, str]
+) -> None:
+    """Any notebook can write its own report: 1e999 (infinity) once raised OverflowError on every
+    tick, and the API, the watchdog and the reaper stopped for every slice (issue 18)."""
+    forger, other = await start_kernel(), await start_kernel()
+    forged = (await wait_for(jp_fetch, forger.id, lambda v: True, "the forger's slice"))["id"]
+    await forger.driver()  # its own first report is written: overwrite it after
+    simulation_file(processes=[usage(unused_pid(), "1GiB")])  # unmatched: reports are read
+    folder = os.path.dirname(os.path.abspath(vgpu_env["JUPYTER_VGPU_LEDGER"]))
+    texts = ('{"memory_used": 1e999, "peak_memory_used": 1e999}', '{"memory_used": 107374182400000}', "[[[[" * 5000)
+    for step, text in enumerate(texts, start=2):
+        with open(os.path.join(folder, "reports", f"{forged}.json"), "w") as handle:
+            handle.write(text)
+        first = (await get_json(jp_fetch, "api", "vgpu", "slices"))["taken_at"]
+        simulation_file(processes=[usage(unused_pid(), "1GiB"), usage(other.pid, f"{step}GiB")])
+        measured = await wait_for(jp_fetch, other.id, lambda v, want=step * GiB: v["memory_used"] == want, "the other kernel's usage")
+        assert measured["usage_source"] == "measured"
+        reply = await get_json(jp_fetch, "api", "vgpu", "slices")
+        assert reply["taken_at"] > first and not reply.get("message")  # the monitor ticks on
+        view = next(s for s in reply["slices"] if s["id"] == forged)
+        assert view["memory_used"] is None or 0 <= view["memory_used"] <= 16 * GiB, view["memory_used"]
+
+
+async def test_the_server_frees_kernel_slices_of_kernels_it_does_not_run(jp_fetch: Any, start_kernel: Any) -> None:
+    """A start that failed while the ledger still granted its slice (a broker answer lost to a
+    timeout) leaves a kernel slice held by the server for a kernel id it never ran: the server
+    frees it (issue 18). Its own kernels' slices and commands' slices stay."""
+    from jupyter_vgpu.slices import Holder, SliceRequest, open_ledger
+
+    kernel = await start_kernel()
+    ledger = open_ledger()
+    server = os.getpid()  # pytest-jupyter serves from this process
+    lost = ledger.reserve_now(
+        SliceRequest.parse(0.25), Holder.kernel("0c0ffee0-dead-4bad-beef-000000000000", pid=server, keeper=server)
+    )
+    command = ledger.reserve_now(SliceRequest.parse(0.25), Holder.command("python train.py", pid=server))
+
+    async def gone() -> bool:
+        return lost.id not in {s.id for s in ledger.slices()}
+
+    await until(gone, what="the lost start's slice to be freed")
+    held = {s.holder: s for s in ledger.slices()}
+    assert kernel.id in held and command.id in {s.id for s in held.values()}
+    ledger.release(command.id)
