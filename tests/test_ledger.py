@@ -349,6 +349,14 @@ def test_four_processes_hammering_one_ledger_never_overcommit(tmp_path: Path) ->
         assert db.execute("SELECT count(*) FROM slices").fetchone()[0] == 0
 
 
+@pytest.mark.parametrize("where", ["/", "folder", "folder/"])
+def test_a_ledger_path_that_is_a_folder_is_one_sentence(tmp_path: Path, where: str) -> None:
+    (tmp_path / "folder").mkdir()
+    path = where if where == "/" else str(tmp_path / where)
+    with pytest.raises(LedgerError, match="is a folder; point JUPYTER_VGPU_LEDGER"):
+        make_ledger(path)  # type: ignore[arg-type]
+
+
 def test_a_ledger_path_that_cannot_be_created_is_a_clear_error(tmp_path: Path) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("not a folder")

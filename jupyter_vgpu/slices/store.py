@@ -181,16 +181,12 @@ class _Connection:
             path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         except OSError as error:
             raise LedgerError(f"Cannot create the ledger folder {path.parent}: {error.strerror or error}.") from None
-        self.lock_path = path.with_name(path.name + ".lock")
-        try:
-            self.lock_fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
-        except OSError as error:
-            raise LedgerError(f"Cannot open the ledger lock {self.lock_path}: {error.strerror or error}.") from None
+        self.turn = _Turn(path, self.timeout)
         try:
             with self.lock:
                 self.db = self._open()
         except BaseException:
-            os.close(self.lock_fd)
+            self.turn.close()
             raise
         self.identity = _identity(path)
         self.wal_identity = self._open_wal_identity()
@@ -314,17 +310,14 @@ class _Connection:
             yield
             return
         if self.turns == 0:
-            self._take_turn()
+            self.turn.take()
         self.turns += 1
         try:
             yield
         finally:
             self.turns -= 1
             if self.turns == 0:
-                fcntl.flock(self.lock_fd, fcntl.LOCK_UN)
-
-    def _take_turn(self) -> None:
-        take_turn(self.lock_fd, self.lock_path, self.path, self.timeout)
+                self.turn.give()
 
     # -- one book ----------------------------------------------------------------------------
     def _open_wal_identity(self) -> tuple[int, int] | None:
@@ -395,7 +388,7 @@ class _Connection:
     def close(self) -> None:
         with self.lock:
             self.db.close()
-            os.close(self.lock_fd)
+            self.turn.close()
 
 
 #: This process's connections, by the ledger's absolute path (see :class:`_Connection`).
@@ -420,6 +413,11 @@ class LedgerFile:
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
+        if not self.path.name or str(path).endswith(os.sep) or self.path.is_dir():
+            raise LedgerError(
+                f"The ledger {shorten(str(path))} is a folder; point JUPYTER_VGPU_LEDGER (or c.VGPU.ledger_path) at a file "
+                "in it, e.g. ~/.local/share/jupyter/vgpu/ledger.sqlite."
+            )
         self._key = os.path.abspath(self.path)
         with _CONNECTIONS_LOCK:
             connection = _CONNECTIONS.get(self._key)
@@ -518,10 +516,9 @@ class LedgerFile:
         if not source.exists():
             return None
         target = source.with_name(f"{source.name}.reset-{time.strftime('%Y%m%d-%H%M%S')}")
-        lock_path = source.with_name(source.name + ".lock")
-        lock = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+        turn = _Turn(source, lock_timeout())
         try:
-            take_turn(lock, lock_path, source, lock_timeout())
+            turn.take()
             if held := _held_slices(source):
                 raise LedgerError(
                     f"{len(held)} running process{'es hold' if len(held) != 1 else ' holds'} a slice in {source}: "
@@ -543,7 +540,7 @@ class LedgerFile:
             finally:
                 db.close()
         finally:
-            os.close(lock)
+            turn.close()
         return target
 
     @staticmethod
@@ -556,17 +553,16 @@ class LedgerFile:
             return None
         stamp = time.strftime("%Y%m%d-%H%M%S")
         target = source.with_name(f"{source.name}.corrupt-{stamp}")
-        lock_path = source.with_name(source.name + ".lock")
-        lock = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+        turn = _Turn(source, lock_timeout())
         try:
-            take_turn(lock, lock_path, source, lock_timeout())
+            turn.take()
             for extra_suffix in ("-wal", "-shm"):
                 extra = source.with_name(source.name + extra_suffix)
                 if extra.exists():
                     extra.rename(target.with_name(target.name + extra_suffix))
             source.rename(target)
         finally:
-            os.close(lock)
+            turn.close()
         return target
 
 
@@ -601,29 +597,105 @@ def _identity(path: Path) -> tuple[int, int] | None:
     return (st.st_dev, st.st_ino)
 
 
-def take_turn(fd: int, lock_path: Path, ledger: Path, timeout: float) -> None:
-    """Take the writers' turn (an flock on ``fd``) within ``timeout`` seconds, or raise
-    :class:`~jupyter_vgpu.errors.LedgerBusy` naming the process that holds it. Polls with a short back-off: a
-    blocking flock cannot be given up."""
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        return
-    except BlockingIOError:
-        pass
-    started = time.monotonic()
-    deadline = started + timeout
-    delay = 0.0002
-    while True:
-        now = time.monotonic()
-        if now >= deadline:
-            raise LedgerBusy(_busy(lock_path, ledger, now - started))
-        time.sleep(min(delay, deadline - now))
-        delay = min(delay * 2, 0.005)
+#: Pauses between the first tries for a busy writers' turn (seconds), before a helper thread waits
+#: for it in the kernel: a turn usually ends within them, and a thread costs a hand-over.
+_QUICK_TRIES = (0.0, 0.0002, 0.0004, 0.0008, 0.0016)
+
+
+class _Turn:
+    """The writers' turn on one ledger: an flock on ``<ledger>.lock``, waited for at most
+    ``timeout`` seconds.
+
+    Taken at once when it is free, or within a few quick tries. Otherwise one helper thread (per ledger and process, however
+    often callers give up) waits for it in a blocking ``flock``, so the kernel hands the turn
+    over the moment it is free, as a plain blocking flock does; the caller waits for the helper
+    at most ``timeout`` and then raises :class:`~jupyter_vgpu.errors.LedgerBusy` naming the
+    process that holds the turn. Polling instead doubled the tail latency under contention.
+    Callers of one instance take turns (the connection's lock)."""
+
+    def __init__(self, ledger: Path, timeout: float) -> None:
+        self.ledger = ledger
+        self.path = ledger.with_name(ledger.name + ".lock")
+        self.timeout = timeout
+        self.fd = self._open()
+        self.held: int | None = None  # the descriptor that holds the turn now
+        self._mutex = threading.Lock()
+        self._helper: _TurnHelper | None = None
+
+    def _open(self) -> int:
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return
+            return os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+        except OSError as error:
+            raise LedgerError(f"Cannot open the ledger lock {self.path}: {error.strerror or error}.") from None
+
+    def _try(self) -> bool:
+        try:
+            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            continue
+            return False
+        self.held = self.fd
+        return True
+
+    def take(self) -> None:
+        started = time.monotonic()
+        for pause in _QUICK_TRIES:  # most turns last well under a millisecond: try a few times first
+            if self._try():
+                return
+            time.sleep(pause)
+        if self._try():
+            return
+        with self._mutex:
+            helper = self._helper
+            if helper is None or helper.finished:
+                helper = self._helper = _TurnHelper(self._open(), self._mutex)
+            helper.wanted = True
+        helper.acquired.wait(self.timeout)
+        with self._mutex:
+            if helper.acquired.is_set():
+                self._helper = None
+                self.held = helper.fd
+                return
+            helper.wanted = False  # it lets go of the turn as soon as it gets it
+        raise LedgerBusy(_busy(self.path, self.ledger, time.monotonic() - started))
+
+    def give(self) -> None:
+        held, self.held = self.held, None
+        if held == self.fd:
+            fcntl.flock(held, fcntl.LOCK_UN)
+        elif held is not None:
+            os.close(held)  # the helper's own descriptor: closing it ends its flock
+
+    def close(self) -> None:
+        self.give()
+        os.close(self.fd)
+
+
+class _TurnHelper:
+    """A thread blocked in ``flock`` on its own descriptor until the turn is free; it then hands
+    the turn (the descriptor) to a caller still waiting, or lets it go at once."""
+
+    def __init__(self, fd: int, mutex: threading.Lock) -> None:
+        self.fd = fd
+        self.mutex = mutex
+        self.acquired = threading.Event()
+        self.wanted = True
+        self.finished = False
+        threading.Thread(target=self._wait, name="jupyter-vgpu-ledger-turn", daemon=True).start()
+
+    def _wait(self) -> None:
+        try:
+            fcntl.flock(self.fd, fcntl.LOCK_EX)
+        except OSError:
+            with self.mutex:
+                self.finished = True
+            os.close(self.fd)
+            return
+        with self.mutex:
+            self.finished = True
+            if self.wanted:
+                self.acquired.set()
+                return
+        os.close(self.fd)  # nobody waits any more: let the next writer have it
 
 
 def _busy(lock_path: Path, ledger: Path, waited: float) -> str:

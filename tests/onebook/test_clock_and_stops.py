@@ -175,3 +175,35 @@ def test_a_bad_lock_timeout_is_one_sentence(vgpu_env: dict[str, str], monkeypatc
         assert result.returncode == 1, result.stderr
         assert result.stderr.strip().endswith("is not a number of seconds from 0.1 to 3600."), result.stderr
         assert "Traceback" not in result.stderr
+
+
+@pytest.mark.skipif(not Path("/proc/locks").exists(), reason="reads /proc")
+def test_a_writer_that_gave_up_leaves_the_turn_free_for_the_next(
+    vgpu_env: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A long-lived process (a server) gives up waiting while another is stopped in its turn;
+    once that one goes on, this process's next write gets the turn (the helper that waited in
+    the kernel for it lets go) and nothing is left held."""
+    from jupyter_vgpu.errors import LedgerBusy
+
+    monkeypatch.setenv("JUPYTER_VGPU_LOCK_TIMEOUT", "0.5")
+    path = Path(vgpu_env["JUPYTER_VGPU_LEDGER"])
+    ledger = SQLiteLedger(path, Inventory("1x16GiB"))
+    stopped = subprocess.Popen([sys.executable, "-c", STOPPED_WRITER, str(path)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert stopped.stdout is not None and "writers' turn" in stopped.stdout.readline()
+        for attempt in range(3):  # each gives up; one helper waits for the turn meanwhile
+            with pytest.raises(LedgerBusy, match=f"process {stopped.pid} \\(python"):
+                ledger.reserve_now(SliceRequest.parse(0.25), Holder("command", f"attempt {attempt}"))
+        assert ledger.slices() == []  # reading never waited
+        os.kill(stopped.pid, signal.SIGCONT)
+        assert stopped.wait(timeout=30) == 0
+        held = ledger.reserve_now(SliceRequest.parse(0.25), Holder("command", "after"))
+        assert [s.id for s in ledger.slices()] == [held.id]
+        assert vgpu("run", "-p", "0.25", "--", "true").returncode == 0  # another process gets the turn too
+    finally:
+        if stopped.poll() is None:
+            os.kill(stopped.pid, signal.SIGCONT)
+            stopped.kill()
+            stopped.wait()
+        ledger.close()
