@@ -579,7 +579,8 @@ class VGPUProvisioner(LocalProvisioner):  # type: ignore[misc]
             tips = refusal_tips(detail, kernels=kernels, wait_timeout=float(self.wait_timeout or 0))
             shown = type(shown)(refusal_text(detail, tips))
         labels = self._start_labels or {}
-        refusals_of(getattr(self.parent, "parent", None) or self).add(
+        server = getattr(self.parent, "parent", None)  # the multi-kernel manager: falsy while it runs no kernel
+        refusals_of(server if server is not None else self).add(
             {
                 "t": time.time(),
                 "kernel_id": str(self.kernel_id) if self.kernel_id else None,

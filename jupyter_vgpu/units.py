@@ -28,7 +28,7 @@ _UNITS = {
     "tb": 1000**4,
     "tib": 1024**4,
 }
-_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?|\.\d+)\s*([a-zA-Z]*)\s*$")
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?|\.\d+)\s*([a-zA-Z]*)\s*$", re.ASCII)
 ALLOWED_SIZES = "a size such as 6GiB, 512MiB, 1.5GB or a number of bytes"
 #: No GPU (or simulated one) holds more; larger sizes are typos, and would overflow SQLite's integers.
 MAX_SIZE = 1024**5
@@ -81,8 +81,8 @@ def format_bytes(value: int | float | None, *, precision: int = 1) -> str:
     return f"{value:.0f} B"
 
 
-_FRACTION = re.compile(r"^\s*(\d+)\s*/\s*(\d+)\s*$")
-_PERCENT = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*%\s*$")
+_FRACTION = re.compile(r"^\s*(\d+)\s*/\s*(\d+)\s*$", re.ASCII)
+_PERCENT = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*%\s*$", re.ASCII)
 ALLOWED_FRACTIONS = "a share of a GPU in (0, 1], written 0.25, 1/4 or 25%"
 
 
@@ -107,6 +107,8 @@ def parse_fraction(value: str | int | float, *, what: str = "gpu_fraction") -> f
             result = float(m.group(1)) / 100
         else:
             try:
+                if not text.isascii():  # float() reads other scripts' digits: "٣" would be 3
+                    raise ValueError(text)
                 result = float(text)
             except ValueError:
                 raise InvalidRequest(f"{what} {shorten(value)} is not {ALLOWED_FRACTIONS}.") from None

@@ -171,6 +171,8 @@ def test_release_frees_a_slice_and_unknown_ids_are_one_sentence(vgpu_env: dict[s
         (["run", "-m", "12XB", "--", "true"], "-m/--memory '12XB' is not a size"),
         (["run", "-n", "0", "--", "true"], "-n/--gpus '0' is not allowed"),
         (["run", "--wait", "soon", "--", "true"], "--wait 'soon' is not allowed"),
+        (["run", "--wait", "٣", "--", "true"], "--wait '٣' is not allowed"),
+        (["run", "-n", "٣", "--", "true"], "-n/--gpus '٣' is not allowed"),
         (["run", "-p", "0.5"], "No command given"),
         (["run", "--", "no-such-command-xyz"], "command not found: 'no-such-command-xyz'"),
         (["run", "-p", "0.5", "-m", "1GiB", "--", "true"], "not allowed with argument"),

@@ -68,6 +68,12 @@ def test_bad_simulation_files_name_the_file(tmp_path: Path) -> None:
         Inventory(str(path)).snapshot()
 
 
+def test_an_endless_simulation_file_is_refused_after_a_bounded_read() -> None:
+    """JUPYTER_VGPU_SIMULATE=/dev/zero grew the process to 7 GB in 3 s (issue 19)."""
+    with pytest.raises(InvalidConfig, match="/dev/zero is larger than 4 MiB"):
+        Inventory("/dev/zero").snapshot()
+
+
 def test_failing_nvml_queries_become_not_available() -> None:
     class Flaky(SimulatedNVML):
         def nvmlDeviceGetUtilizationRates(self, handle: int) -> object:

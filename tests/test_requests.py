@@ -18,7 +18,9 @@ def test_fractions_people_write_are_understood(text: str | float, expected: floa
     assert parse_fraction(text) == pytest.approx(expected)
 
 
-@pytest.mark.parametrize("text", ["0", "-1", "1.5", "abc", "", "1/0", "0%", "150%", "nan", "inf", True, "1/4 GPU"])
+@pytest.mark.parametrize(
+    "text", ["0", "-1", "1.5", "abc", "", "1/0", "0%", "150%", "nan", "inf", True, "1/4 GPU", "٠.٥", "١/٤", "٢٥%", "１/４"]
+)
 def test_bad_fractions_name_the_value_and_what_is_allowed(text: object) -> None:
     with pytest.raises(InvalidRequest) as caught:
         parse_fraction(text)  # type: ignore[arg-type]
@@ -35,7 +37,7 @@ def test_sizes_people_write_are_understood(text: str, expected: int) -> None:
     assert parse_bytes(text) == expected
 
 
-@pytest.mark.parametrize("text", ["12XB", "GiB", "-1GiB", "0MiB", "six GiB", "", "1e3GiB"])
+@pytest.mark.parametrize("text", ["12XB", "GiB", "-1GiB", "0MiB", "six GiB", "", "1e3GiB", "٣GiB", "６GiB"])
 def test_bad_sizes_name_the_value(text: str) -> None:
     with pytest.raises(InvalidRequest, match="is not a size|larger than zero|must be a positive") as caught:
         parse_bytes(text, what="gpu_memory")
@@ -58,7 +60,7 @@ def test_request_defaults_to_one_whole_gpu() -> None:
     assert (request.fraction, request.memory, request.gpus) == (1.0, None, 1)
 
 
-@pytest.mark.parametrize("gpus", [0, -1, "two", 1.5, True])
+@pytest.mark.parametrize("gpus", [0, -1, "two", 1.5, True, "٣", "２"])
 def test_bad_gpu_counts_are_refused(gpus: object) -> None:
     with pytest.raises(InvalidRequest, match="gpus .* is not allowed; use a whole number of GPUs"):
         SliceRequest.parse(0.5, gpus=gpus)

@@ -51,7 +51,7 @@ def add_parser(commands: Any) -> None:
 
 def _wait_seconds(text: str) -> float:
     try:
-        seconds = float(text)
+        seconds = float(text) if text.isascii() else -1.0  # ASCII digits only: float("٣") is 3
     except ValueError:
         seconds = -1.0
     if not 0 <= seconds < float("inf"):

@@ -43,9 +43,9 @@ from typing import Any
 from ..errors import InvalidConfig, InvalidRequest
 from ..units import format_bytes, parse_bytes, shorten
 
-_SHORT = re.compile(r"^\s*(?:(\d+)\s*[xX]\s*)?(\S+)\s*$")
+_SHORT = re.compile(r"^\s*(?:(\d+)\s*[xX]\s*)?(\S+)\s*$", re.ASCII)
 ALLOWED = 'a device spec such as "2x16GiB" (count x memory) or the path of a JSON file'
-_PROFILE = re.compile(r"^(?:(\d+)c\.)?(\d+)g\.")
+_PROFILE = re.compile(r"^(?:(\d+)c\.)?(\d+)g\.", re.ASCII)
 
 
 @dataclass
@@ -131,14 +131,25 @@ def _size(value: Any, where: str, what: str) -> int:
         raise InvalidConfig(f"{where}: {error}") from None
 
 
+#: Largest simulation file read (a recorded layout of eight GPUs and their processes is a few KiB).
+MAX_SIMULATION_FILE = 4 * 1024 * 1024
+
+
 def _load_json(path: Path) -> list[SimulatedDevice]:
     where = f"JUPYTER_VGPU_SIMULATE file {path}"
     try:
-        data = json.loads(path.read_text())
+        with open(path, "rb") as handle:
+            text = handle.read(MAX_SIMULATION_FILE + 1)
     except FileNotFoundError:
         raise InvalidConfig(f"{where} does not exist; use {ALLOWED}.") from None
-    except (OSError, ValueError) as error:
-        raise InvalidConfig(f"{where} cannot be read as JSON: {error}.") from None
+    except OSError as error:
+        raise InvalidConfig(f"{where} cannot be read: {error.strerror or error}.") from None
+    if len(text) > MAX_SIMULATION_FILE:
+        raise InvalidConfig(f"{where} is larger than {MAX_SIMULATION_FILE >> 20} MiB; use {ALLOWED}.")
+    try:
+        data = json.loads(text)
+    except (ValueError, RecursionError) as error:
+        raise InvalidConfig(f"{where} cannot be read as JSON: {str(error)[:200]}.") from None
     if not isinstance(data, dict) or not isinstance(data.get("devices"), list) or not data["devices"]:
         raise InvalidConfig(f'{where} needs a non-empty "devices" list.')
     devices = [_device(index, entry, where) for index, entry in enumerate(data["devices"])]

@@ -34,8 +34,8 @@ from ..errors import InvalidConfig, InvalidRequest
 from ..units import describe_fraction, format_bytes, parse_bytes, shorten
 
 LIMITS = ("max_per_kernel", "max_total", "max_slices", "gpus", "max_wait")
-_RATIO = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*/\s*(\d+(?:\.\d+)?)\s*$")
-_PERCENT = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*%\s*$")
+_RATIO = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*/\s*(\d+(?:\.\d+)?)\s*$", re.ASCII)
+_PERCENT = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*%\s*$", re.ASCII)
 SHARES = 'a GPU share such as "1/4", "25%", 0.5 or 2 (GPUs), or memory such as "8GiB"'
 
 
@@ -67,6 +67,8 @@ class Share:
                 number = float(m.group(1)) / 100
             else:
                 try:
+                    if not text.isascii():  # ASCII digits only: float("٣") is 3
+                        raise ValueError(text)
                     number = float(text)
                 except ValueError:
                     raise InvalidConfig(f"{what} {shorten(value)} is not {SHARES}.") from None

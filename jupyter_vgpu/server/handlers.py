@@ -181,7 +181,7 @@ class WaitingHandler(VGPUHandler):
         ledger = self.monitor.ledger
         if ledger is None:
             return self.fail(503, self.monitor.problem or "The jupyter-vgpu ledger is not available.")
-        if not ticket.isdigit() or len(ticket) > 18:
+        if not (ticket.isascii() and ticket.isdigit()) or len(ticket) > 18:
             return self.fail(400, f"{shorten(ticket)} is not a place in line; GET /api/vgpu/slices lists them.")
         waiters: list[Waiter] = await self.monitor.call(ledger.waiting)
         waiter = next((w for w in waiters if w.ticket == int(ticket)), None)

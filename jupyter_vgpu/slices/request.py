@@ -151,8 +151,8 @@ MAX_COUNT = 1024
 
 def _positive_int(value: Any, name: str, allowed: str) -> int:
     refused = InvalidRequest(f"{name} {shorten(value)} is not allowed; use {allowed} (at most {MAX_COUNT}).")
-    if isinstance(value, bool) or (isinstance(value, str) and len(value) > 32):
-        raise refused
+    if isinstance(value, bool) or (isinstance(value, str) and (len(value) > 32 or not value.isascii())):
+        raise refused  # ASCII digits only: float() reads other scripts' digits ("٣" is 3)
     if isinstance(value, int):
         number = value
     else:

@@ -42,6 +42,7 @@ def test_a_config_file_supplies_c_vgpupolicy(tmp_path: Path) -> None:
         ({"users": {"bob": {"max_slices": -1}}}, "users.bob.max_slices -1 is not allowed"),
         ({"groups": {"g": {"max_total": "1/0"}}}, "groups.g.max_total '1/0' divides by zero"),
         ({"quota": {}}, "unknown key 'quota'"),
+        ({"default": {"max_total": "٣"}}, "default.max_total '٣' is not"),
     ],
 )
 def test_mistakes_name_the_entry_and_the_value(data: dict[str, object], message: str) -> None:

@@ -87,6 +87,20 @@ async def test_a_refusal_on_a_full_gpu_suggests_no_kernel_and_says_how_to_wait(
     assert refusal["suggested_kernels"] == [] and refusal["fits_now"]["memory"] is None
 
 
+async def test_a_refusal_is_kept_while_the_server_runs_no_kernel(jp_fetch: Any, vgpu_server: Any) -> None:
+    """The refusal log was looked up through the kernel manager with ``or``, and an empty one is
+    falsy: with no kernel running, refusals were filed where nobody reads them (issue 19)."""
+    ledger = open_ledger()
+    held = ledger.reserve_now(SliceRequest.parse(1), Holder.command("python hog.py", pid=os.getpid()))
+    try:
+        code, message = await refused(jp_fetch, "lonely.ipynb", KERNEL)
+        assert code == 500 and message.startswith("No room for 1/4 GPU")
+        (refusal,) = (await get_json(jp_fetch, "api", "vgpu", "refusals"))["refusals"]
+        assert refusal["path"] == "lonely.ipynb" and refusal["summary"] == message.splitlines()[0]
+    finally:
+        ledger.release(held.id)
+
+
 async def test_a_waiting_notebook_shows_its_place_and_can_cancel(
     jp_fetch: Any, jp_data_dir: Path, vgpu_server: Any
 ) -> None:
@@ -118,7 +132,7 @@ async def test_a_waiting_notebook_shows_its_place_and_can_cancel(
     assert gone.value.code == 404
 
 
-@pytest.mark.parametrize("ticket", ["abc", "1e3", "-1", "9" * 40, "%20"])
+@pytest.mark.parametrize("ticket", ["abc", "1e3", "-1", "9" * 40, "%20", "²", "٣"])
 async def test_cancel_takes_exact_ticket_numbers(jp_fetch: Any, vgpu_server: Any, ticket: str) -> None:
     with pytest.raises(HTTPClientError) as caught:
         await jp_fetch("api", "vgpu", "waiting", ticket, method="DELETE")
