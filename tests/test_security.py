@@ -129,7 +129,7 @@ def test_a_ledger_that_is_not_a_regular_file_is_refused_and_nothing_is_created_b
     assert not Path("/dev/null-journal").exists() and not Path("/dev/null-wal").exists()
     folder = tmp_path / "a-folder"
     folder.mkdir()
-    with pytest.raises(LedgerError, match="is not a regular file"):
+    with pytest.raises(LedgerError, match="is a folder; point JUPYTER_VGPU_LEDGER"):
         ledger_at(folder)
 
 

@@ -24,6 +24,16 @@ def wait_for(what: str, check: Callable[[], Any], timeout: float = 60.0) -> Any:
     return poll(check, what, timeout)
 
 
+def kernel_slice(lab: Any, path: str) -> dict[str, Any] | None:
+    """The slice of the kernel of the notebook at ``path``, once the kernel holds it: the server
+    reserves it (and holds it) before it launches the kernel, and tests simulate GPU memory for
+    the kernel's pid."""
+    for s in lab.slices():
+        if s["holder_kind"] == "kernel" and s.get("path") == path and s["pid"] not in (None, lab.process.pid):
+            return s
+    return None
+
+
 def open_sidebar(page: Any) -> Any:
     """Show the GPUs panel (JupyterLab may be restoring it as open or closed meanwhile)."""
     sidebar = page.locator(SIDEBAR)

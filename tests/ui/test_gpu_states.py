@@ -19,7 +19,7 @@ import pytest
 from jupyter_process import write_sliced_kernelspec
 
 from .conftest import ARTIFACTS, Lab, notebook_json
-from .pages import SIDEBAR, expect, lab_screenshot, open_sidebar, screenshots, wait_for
+from .pages import SIDEBAR, expect, kernel_slice, lab_screenshot, open_sidebar, screenshots, wait_for
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -57,10 +57,6 @@ SIZES = {
     "Python 3 (1 GPU, waits 5 s)": 1,
     "Python 3 (2 GPUs)": 2,
 }
-
-
-def kernel_slice(lab: Lab, path: str) -> dict[str, Any] | None:
-    return next((s for s in lab.slices() if s["holder_kind"] == "kernel" and s.get("path") == path), None)
 
 
 def waiters(lab: Lab) -> list[dict[str, Any]]:

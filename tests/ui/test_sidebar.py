@@ -17,18 +17,11 @@ from typing import Any
 import pytest
 
 from .conftest import ARTIFACTS, KERNEL_DISPLAY_NAME, Lab, notebook_json
-from .pages import SIDEBAR, expect, lab_screenshot, open_sidebar, wait_for
+from .pages import SIDEBAR, expect, kernel_slice, lab_screenshot, open_sidebar, wait_for
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 GiB = 1024**3
-
-
-def notebook_slice(lab: Lab) -> dict[str, Any] | None:
-    for s in lab.slices():
-        if s["holder_kind"] == "kernel" and (s.get("path") or "").endswith("train.ipynb"):
-            return s
-    return None
 
 
 def notebook_row(page: Any) -> Any:
@@ -40,7 +33,7 @@ def opened(lab: Lab, page: Any) -> dict[str, Any]:
     """work/train.ipynb open in the lab, its 1/4 GPU kernel started; returns its slice."""
     page.goto(lab.page_url("lab/tree/work/train.ipynb"))
     expect(page.locator(".jp-NotebookPanel")).to_be_visible(timeout=60_000)
-    return wait_for("the notebook's kernel to hold a slice", lambda: notebook_slice(lab))
+    return wait_for("the notebook's kernel to hold a slice", lambda: kernel_slice(lab, "work/train.ipynb"))
 
 
 @pytest.fixture(scope="module")
