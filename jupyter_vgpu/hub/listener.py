@@ -4,7 +4,10 @@ The socket is world-writable (0666, in a directory only root may change): the pe
 check, not the file mode, is the boundary. Every caller may be hostile, so everything is
 bounded: connections in all (:data:`MAX_CONNECTIONS`) and per user (:data:`MAX_PER_USER`), the
 size of a request (:data:`MAX_REQUEST`), how long a connection may sit idle (:data:`IDLE_SECONDS`)
-and how many requests one connection may send (:data:`MAX_REQUESTS`).
+and how many requests one connection may send (:data:`MAX_REQUESTS`). Connections are accepted
+until the backlog is empty at every wake-up and each user may open :data:`RATE_PER_SECOND` a
+second (a burst of :data:`RATE_BURST`), so one user's flood is turned away as fast as it comes
+and costs the others latency, not failures (clients wait for room in the backlog).
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import socket
 import socketserver
 import struct
 import threading
+import time
 from pathlib import Path
 
 from ..errors import InvalidRequest, LedgerError, VGPUError
@@ -31,6 +35,13 @@ MAX_REQUEST = 64 * 1024
 IDLE_SECONDS = 10.0
 #: Requests per connection (clients send one).
 MAX_REQUESTS = 100
+#: Connections a user may open per second on average, and in a burst; more are closed at once,
+#: before a thread is started for them, so one user's flood costs the others only latency.
+#: (A server polls a few times a second; a kernel waiting in line four times.)
+RATE_PER_SECOND = 100.0
+RATE_BURST = 200.0
+#: The socket's listen backlog: connections the kernel queues while the broker accepts.
+BACKLOG = 1024
 
 
 def peer_credentials(conn: socket.socket) -> tuple[int, int, int]:
@@ -84,16 +95,40 @@ class BrokerServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
     """The broker's Unix socket: world-writable, one thread per connection."""
 
     daemon_threads = True
-    request_queue_size = 64
+    request_queue_size = BACKLOG
 
     def __init__(self, path: str | Path, broker: Broker) -> None:
         self.broker = broker
         self.path = Path(path)
         self._open: dict[socket.socket, int] = {}  # connection -> its user's uid
         self._counts_lock = threading.Lock()
+        self._buckets: dict[int, tuple[float, float]] = {}  # uid -> (tokens, when)
         _prepare_socket_path(self.path)
         super().__init__(str(self.path), _Connection)
         os.chmod(self.path, 0o666)
+        self.socket.setblocking(False)  # accept until the backlog is empty (see _handle_request_noblock)
+
+    def _handle_request_noblock(self) -> None:
+        """Accept every waiting connection at each wake-up, not one (socketserver's way): a flood
+        of connections is turned away (rate, caps) as fast as it comes, so the backlog has room for
+        everyone else."""
+        for _ in range(BACKLOG):
+            try:
+                request, client_address = self.get_request()
+            except OSError:
+                return  # nothing more waits
+            request.setblocking(True)
+            if self.verify_request(request, client_address):
+                try:
+                    self.process_request(request, client_address)
+                except Exception:
+                    self.handle_error(request, client_address)
+                    self.shutdown_request(request)
+                except BaseException:
+                    self.shutdown_request(request)
+                    raise
+            else:
+                self.shutdown_request(request)
 
     def verify_request(self, request: object, client_address: object) -> bool:
         """Serve a connection only while its user, and everyone, stay under the caps."""
@@ -103,21 +138,42 @@ class BrokerServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
         except OSError:
             return False
         with self._counts_lock:
-            total = len(self._open)
-            mine = sum(1 for owner in self._open.values() if owner == uid)
-            if total < MAX_CONNECTIONS and (uid == 0 or mine < MAX_PER_USER):
-                self._open[request] = uid
-                return True
-        why = (
-            f"The jupyter-vgpu broker serves at most {MAX_PER_USER} connections per user and {MAX_CONNECTIONS} "
-            "in all; close some and try again."
-        )
+            if not self._within_rate(uid):
+                why = (
+                    f"The jupyter-vgpu broker takes at most {RATE_PER_SECOND:g} connections a second from one user; "
+                    "slow down and try again."
+                )
+            else:
+                total = len(self._open)
+                mine = sum(1 for owner in self._open.values() if owner == uid)
+                if total < MAX_CONNECTIONS and (uid == 0 or mine < MAX_PER_USER):
+                    self._open[request] = uid
+                    return True
+                why = (
+                    f"The jupyter-vgpu broker serves at most {MAX_PER_USER} connections per user and {MAX_CONNECTIONS} "
+                    "in all; close some and try again."
+                )
         try:
-            request.settimeout(1.0)
-            request.sendall(json.dumps(error_to_wire(VGPUError(why))).encode() + b"\n")
+            request.setblocking(False)  # never wait on a caller that does not read
+            request.send(json.dumps(error_to_wire(VGPUError(why))).encode() + b"\n")
         except OSError:
             pass
         return False
+
+    def _within_rate(self, uid: int) -> bool:
+        """Take one token from ``uid``'s bucket (root is not limited); under ``_counts_lock``."""
+        if uid == 0:
+            return True
+        now = time.monotonic()
+        tokens, then = self._buckets.get(uid, (RATE_BURST, now))
+        tokens = min(RATE_BURST, tokens + (now - then) * RATE_PER_SECOND)
+        if tokens < 1.0:
+            self._buckets[uid] = (tokens, now)
+            return False
+        self._buckets[uid] = (tokens - 1.0, now)
+        if len(self._buckets) > 4096:  # bounded: forget full buckets
+            self._buckets = {u: b for u, b in self._buckets.items() if b[0] < RATE_BURST}
+        return True
 
     def shutdown_request(self, request: object) -> None:
         with self._counts_lock:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import struct
 import time
 import uuid
 from collections.abc import Mapping
@@ -176,27 +177,66 @@ class NoAnswer(LedgerError):
     carried out (asking again with the same holder token finds out)."""
 
 
+#: How long a client keeps trying to connect while nothing listens (a broker restarting): after
+#: that it says the broker is not running. A broker that listens but is busy (its backlog full,
+#: EAGAIN) is tried until the call's own timeout.
+RECONNECT_SECONDS = 5.0
+
+
 class BrokerClient:
-    """Sends one request per connection to the broker's socket."""
+    """Sends one request per connection to the broker's socket.
+
+    Connecting waits in the kernel for room in the broker's backlog (another user may flood it)
+    up to the call's timeout, and is retried with back-off (10 ms doubling to 0.5 s) while nothing
+    listens (a restart) for :data:`RECONNECT_SECONDS`. Nothing has been sent before a connection
+    stands, so a retry is always safe."""
 
     def __init__(self, socket_path: str | Path, *, timeout: float = 60.0) -> None:
         self.socket_path = Path(socket_path)
         self.timeout = timeout
 
+    def _connect(self, deadline: float) -> socket.socket:
+        started = time.monotonic()
+        delay = 0.01
+        while True:
+            conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            # A blocking connect waits in the kernel for room in the broker's backlog, woken the
+            # moment it accepts, up to SO_SNDTIMEO (Linux); settimeout() would fail at once instead.
+            left = max(0.1, deadline - time.monotonic())
+            conn.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, struct.pack("ll", int(left), int(left % 1 * 1e6)))
+            try:
+                conn.connect(str(self.socket_path))
+                return conn
+            except (FileNotFoundError, ConnectionRefusedError) as error:
+                conn.close()
+                if time.monotonic() + delay > min(deadline, started + RECONNECT_SECONDS):
+                    raise NoAnswer(
+                        f"Cannot reach the jupyter-vgpu broker at {self.socket_path} ({error.strerror or error}); "
+                        f"is `jupyter vgpu broker` running? Unset {ENV_BROKER} to use a ledger of your own."
+                    ) from None
+            except (BlockingIOError, InterruptedError, TimeoutError) as error:  # EAGAIN: its backlog stayed full
+                conn.close()
+                if time.monotonic() + delay > deadline:
+                    raise NoAnswer(
+                        f"The jupyter-vgpu broker at {self.socket_path} stayed too busy to accept a connection for "
+                        f"{self.timeout:g} s ({error.strerror or error})."
+                    ) from None
+            except OSError as error:
+                conn.close()
+                raise NoAnswer(f"The jupyter-vgpu broker at {self.socket_path} did not answer: {error}.") from None
+            time.sleep(delay)
+            delay = min(delay * 2, 0.5)
+
     def call(self, op: str, **args: Any) -> Any:
         """Ask the broker; returns its result or raises the VGPUError it answered with."""
         line = json.dumps({"op": op, "args": args}).encode() + b"\n"
+        deadline = time.monotonic() + self.timeout
+        conn = self._connect(deadline)
         try:
-            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
-                conn.settimeout(self.timeout)
-                conn.connect(str(self.socket_path))
+            with conn:
+                conn.settimeout(max(0.1, deadline - time.monotonic()))
                 conn.sendall(line)
                 answer = _read_line(conn)
-        except (FileNotFoundError, ConnectionRefusedError) as error:
-            raise NoAnswer(
-                f"Cannot reach the jupyter-vgpu broker at {self.socket_path} ({error.strerror or error}); "
-                f"is `jupyter vgpu broker` running? Unset {ENV_BROKER} to use a ledger of your own."
-            ) from None
         except OSError as error:
             raise NoAnswer(f"The jupyter-vgpu broker at {self.socket_path} did not answer: {error}.") from None
         if not answer:
