@@ -254,6 +254,34 @@ def test_waiting_in_line_is_first_come_first_served(ledger: Ledger) -> None:
     assert ledger.waiting() == []
 
 
+def test_a_request_that_fits_now_passes_a_place_that_cannot_be_placed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One user's `run -p 1 --wait 100000` made every other request that fit now fail (issue 19):
+    a request that fits passes places that cannot be placed now; a place that waited
+    BACKFILL_SECONDS keeps the GPU it is likeliest to get, and is never passed while it fits."""
+    from jupyter_vgpu.slices import sqlite_ledger
+
+    ledger = make_ledger(tmp_path / "ledger.sqlite")
+    assert isinstance(ledger, SQLiteLedger)
+    ledger.reserve(SliceRequest.parse(0.5, gpu="0"), Holder("command", "half on 0"))
+    quarter_on_1 = ledger.reserve(SliceRequest.parse(0.25, gpu="1"), Holder("command", "quarter on 1"))
+    bob = ledger.acting_for(Actor("bob", 4242))
+    whole = bob.enqueue(SliceRequest.parse(1), Holder("command", "bob needs a whole GPU"))
+    assert bob.try_grant(whole, final=False) is None
+    passed = reserve(ledger, 0.25)  # fits now: it does not wait behind bob's whole GPU
+    assert passed.gpu_indices == (0,)  # type: ignore[attr-defined]
+    monkeypatch.setattr(sqlite_ledger, "BACKFILL_SECONDS", 0.0)  # bob has now waited long enough
+    assert reserve(ledger, 0.25).gpu_indices == (0,)  # type: ignore[attr-defined]  # not on GPU 1, the freest: bob's
+    with pytest.raises(SliceUnavailable, match="would fit now, but 1 earlier request waits"):
+        reserve(ledger, 0.25)  # only GPU 1 has room, and it is kept for bob
+    ledger.release(quarter_on_1.id)  # GPU 1 is free: bob's place fits now
+    with pytest.raises(SliceUnavailable, match="1 earlier request waits"):
+        reserve(ledger, 0.25, gpu="1")  # nobody passes a place that fits
+    granted = bob.try_grant(whole, final=False)
+    assert granted is not None and granted.gpu_indices == (1,)
+
+
 def test_waiting_times_out_with_the_reason_and_leaves_the_line(ledger: Ledger) -> None:
     ledger.reserve(SliceRequest.parse(1.0, gpus=2), Holder("command", "all"))
     with pytest.raises(SliceUnavailable, match="Waited 0.3 s in line for 1/2 GPU. No room for 1/2 GPU"):

@@ -189,7 +189,7 @@ class Broker:
             with self._grant_lock:
                 if (again := self.acting_for(caller).queued(args["holder"].token)) is not None:
                     return again  # asked again after a lost answer: the same place in line
-                quotas.check_request(quota, args["request"], self._held(caller), self._waiting_of(caller))
+                quotas.check_request(quota, args["request"], self._held(caller), self._waiting_of(caller), queueing=True)
                 quotas.allowed_gpus(quota, self.ledger.inventory.snapshot(), args["request"])
                 return self.acting_for(caller).enqueue(args["request"], args["holder"]).number
         if op == "try_grant":

@@ -12,7 +12,9 @@ the same shape; the broker reads it at start and again on SIGHUP or when the fil
 Shares are GPU-fractions (``"1/4"``, ``"25%"``, ``0.25``, ``2`` = two whole GPUs, summed over
 a slice's GPUs) or memory (``"8GiB"``, summed over a slice's GPUs). For each limit a user's own
 entry wins, then the most generous of their groups that sets it, then the default; a limit set
-nowhere does not apply. Root is never limited.
+nowhere does not apply, except two the broker always applies (:data:`BROKER_DEFAULTS`): a place in
+line waits at most an hour (``max_wait``) and a user has at most 8 places in line at once
+(``max_waiting``), so nobody's long wait holds a node's line. Root is never limited.
 """
 
 from __future__ import annotations
@@ -33,7 +35,10 @@ from traitlets.config.loader import PyFileConfigLoader
 from ..errors import InvalidConfig, InvalidRequest
 from ..units import describe_fraction, format_bytes, parse_bytes, shorten
 
-LIMITS = ("max_per_kernel", "max_total", "max_slices", "gpus", "max_wait")
+LIMITS = ("max_per_kernel", "max_total", "max_slices", "gpus", "max_wait", "max_waiting")
+
+#: Limits that apply where the policy sets none (the policy can raise or lower them).
+BROKER_DEFAULTS: dict[str, Any] = {"max_wait": 3600.0, "max_waiting": 8}
 _RATIO = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*/\s*(\d+(?:\.\d+)?)\s*$", re.ASCII)
 _PERCENT = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*%\s*$", re.ASCII)
 SHARES = 'a GPU share such as "1/4", "25%", 0.5 or 2 (GPUs), or memory such as "8GiB"'
@@ -113,6 +118,7 @@ class Limits:
     max_slices: int | None = None
     gpus: tuple[str, ...] | None = None
     max_wait: float | None = None
+    max_waiting: int | None = None
 
     @classmethod
     def parse(cls, data: Any, *, where: str) -> Limits:
@@ -125,11 +131,12 @@ class Limits:
         for key in ("max_per_kernel", "max_total"):
             if data.get(key) is not None:
                 values[key] = Share.parse(data[key], what=f"{where}.{key}")
-        if data.get("max_slices") is not None:
-            count = data["max_slices"]
-            if isinstance(count, bool) or not isinstance(count, int) or count < 0:
-                raise InvalidConfig(f"{where}.max_slices {shorten(count)} is not allowed; use a whole number, 0 or more.")
-            values["max_slices"] = count
+        for key in ("max_slices", "max_waiting"):
+            if data.get(key) is not None:
+                count = data[key]
+                if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+                    raise InvalidConfig(f"{where}.{key} {shorten(count)} is not allowed; use a whole number, 0 or more.")
+                values[key] = count
         if data.get("gpus") is not None:
             gpus = data["gpus"]
             if isinstance(gpus, (str, int)):
@@ -222,6 +229,8 @@ class Policy:
                 limits[name] = (value, f"group {group}")
             elif (value := getattr(self.default, name)) is not None:
                 limits[name] = (value, "default")
+            elif name in BROKER_DEFAULTS:
+                limits[name] = (BROKER_DEFAULTS[name], "the broker's default")
         return Quota(user, limits)
 
     def is_admin(self, user: str, groups: list[str]) -> bool:
@@ -257,8 +266,9 @@ class VGPUPolicy(Configurable):
 
     The broker enforces them; each mapping is ``{name: {limit: value}}`` with the limits
     ``max_per_kernel``, ``max_total`` (GPU-fractions such as "1/4" or 2, or memory such as "8GiB"),
-    ``max_slices`` (slices at once), ``gpus`` (allowed GPU indices or UUIDs) and ``max_wait``
-    (seconds in line).
+    ``max_slices`` (slices at once), ``gpus`` (allowed GPU indices or UUIDs), ``max_wait``
+    (seconds in line; 3600 where none is set) and ``max_waiting`` (places in line at once; 8 where
+    none is set).
     """
 
     default = Dict(help="Limits for every user without an entry of their own or of a group.").tag(config=True)

@@ -41,13 +41,20 @@ def allowed_gpus(quota: Quota, snapshot: Snapshot, request: SliceRequest | None 
 
 
 def check_request(
-    quota: Quota, request: SliceRequest, held: list[Slice], waiting: Iterable[SliceRequest] = ()
+    quota: Quota, request: SliceRequest, held: list[Slice], waiting: Iterable[SliceRequest] = (), *, queueing: bool = False
 ) -> None:
     """Before placement: the limits that can be judged from the request alone. The user's other
-    requests waiting in line count as if they were held: nobody queues past a limit."""
+    requests waiting in line count as if they were held: nobody queues past a limit. With
+    ``queueing`` the request asks for a place in line, which ``max_waiting`` bounds."""
     if quota.unlimited:
         return
     waiting = list(waiting)
+    places, source = quota.get("max_waiting")
+    if queueing and places is not None and len(waiting) >= places:
+        raise NotPermitted(
+            f"{quota.user}: at most {places} place{'s' if places != 1 else ''} in line at once ({source}); "
+            f"already waits for {len(waiting)}; asked for {request.describe()}."
+        )
     count, source = quota.get("max_slices")
     if count is not None and len(held) + len(waiting) >= count:
         if count == 0:

@@ -24,7 +24,7 @@ from ..units import format_bytes, shorten
 from .holders import attribute, boot_clock, process_alive, process_start, start_stamp
 from .ledger import Ledger
 from .occupancy import GPUOccupancy, Occupancy, occupancy_of
-from .placement import place
+from .placement import Placement, place
 from .records import Actor, Holder, Slice, Ticket, Tier, Waiter, clean_labels
 from .refusal import Refusal
 from .request import SliceRequest
@@ -42,6 +42,10 @@ STALE_WAITER = 30.0
 
 #: At most this many requests wait in line at once (a bound on what anyone can queue).
 MAX_WAITING = 256
+
+#: A place in line that waited this long is no longer passed on the GPUs it is likeliest to get
+#: (see :meth:`SQLiteLedger._backfill`); younger ones are passed by requests that fit now.
+BACKFILL_SECONDS = 120.0
 
 
 def held(slice_: Slice) -> bool:
@@ -295,15 +299,14 @@ class SQLiteLedger(Ledger):
         slices = self._read_slices(db)
         dead = {s.id for s in self._reap(db, slices)}
         live = [s for s in slices if s.id not in dead]
-        ahead = self._ahead(db, request, fields["uid"], ticket)
-        placement = place(
-            request,
-            self._occupancy(db, snapshot, live).gpus,
-            allowance=self.allowance_for,
-            allowed=self.allowed_gpus,
-        )
+        earlier = self._ahead(db, request, fields["uid"], ticket)
+        gpus = self._occupancy(db, snapshot, live).gpus
+        placement = place(request, gpus, allowance=self.allowance_for, allowed=self.allowed_gpus)
         if placement.permanent:
             raise SliceUnavailable(f"Cannot reserve {request.describe()}: {placement.reason}")
+        ahead = len(earlier)
+        if earlier and placement:
+            placement, ahead = self._backfill(request, earlier, gpus, placement)
         if ahead or not placement:
             refusal = Refusal.of(request, placement.candidates, self.allowance_for, ahead=ahead, fits=bool(placement))
             return None, SliceUnavailable(refusal.text(), detail=refusal.to_dict())
@@ -344,16 +347,17 @@ class SQLiteLedger(Ledger):
         return self._find(db, slice_id), SliceUnavailable()
 
     @staticmethod
-    def _ahead(db: sqlite3.Connection, request: SliceRequest, uid: int, ticket: int | None) -> int:
-        """How many earlier places in line this request waits behind: first come, first served,
-        with two bounds on what others can hold back (README.md, "Waiting in line"): another user
+    def _ahead(db: sqlite3.Connection, request: SliceRequest, uid: int, ticket: int | None) -> list[sqlite3.Row]:
+        """The earlier places in line this request waits behind: first come, first served, with
+        two bounds on what others can hold back (README.md, "Waiting in line"): another user
         blocks it with their earliest place only, and a place pinned to another GPU not at all."""
         rows = db.execute(
-            "SELECT ticket, uid, request FROM queue" + (" WHERE ticket < ?" if ticket is not None else "") + " ORDER BY ticket",
+            "SELECT ticket, uid, request, created FROM queue" + (" WHERE ticket < ?" if ticket is not None else "")
+            + " ORDER BY ticket",
             () if ticket is None else (ticket,),
         ).fetchall()
         seen: set[int] = set()
-        ahead = 0
+        ahead = []
         for row in rows:
             first_of_user = row["uid"] not in seen
             seen.add(row["uid"])
@@ -362,8 +366,38 @@ class SQLiteLedger(Ledger):
             pinned = json.loads(row["request"]).get("gpu")
             if pinned is not None and request.gpu is not None and str(pinned) != str(request.gpu):
                 continue
-            ahead += 1
+            ahead.append(row)
         return ahead
+
+    def _backfill(
+        self, request: SliceRequest, earlier: list[sqlite3.Row], gpus: tuple[GPUOccupancy, ...], placement: Placement
+    ) -> tuple[Placement, int]:
+        """A request that fits now may pass earlier places in line that cannot be placed now (one
+        ``--wait`` for a whole GPU must not stop everyone's quarter): the placement it gets, and how
+        many earlier places it still waits behind (0: it goes first). It never passes one that fits
+        now (that one takes it at its next try). A place that has waited :data:`BACKFILL_SECONDS`
+        keeps the GPUs it is likeliest to get first (the freest that can hold it): requests that
+        pass it go elsewhere or wait, so it is not passed for ever."""
+        drained: set[str] = set()
+        now = time.time()
+        for row in earlier:
+            waiting = SliceRequest.from_dict(json.loads(row["request"]))
+            try:
+                if place(waiting, gpus, allowance=self.allowance_for):
+                    return placement, len(earlier)  # it fits now: first come, first served
+            except InvalidRequest:
+                continue  # pinned to a GPU that is gone: it waits for nothing here
+            if now - row["created"] >= BACKFILL_SECONDS:
+                big_enough = [g for g in gpus if not g.in_mig_mode and waiting.amount_on(g.total) <= g.total]
+                big_enough.sort(key=lambda g: (-g.free, g.index))
+                drained.update(g.uuid for g in big_enough[: waiting.gpus])
+        if not drained:
+            return placement, 0
+        allowed = {g.uuid for g in gpus if self.allowed_gpus is None or g.uuid in self.allowed_gpus} - drained
+        if not allowed:
+            return Placement(candidates=placement.candidates), len(earlier)
+        elsewhere = place(request, gpus, allowance=self.allowance_for, allowed=allowed)
+        return (elsewhere, 0) if elsewhere else (placement, len(earlier))
 
     def _record_gpus(self, db: sqlite3.Connection, snapshot: Snapshot) -> None:
         # The capacities the over-commitment check reads; written only when they change.

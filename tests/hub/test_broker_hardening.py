@@ -82,8 +82,8 @@ def test_one_users_silent_waiters_count_against_their_limits_and_stop_blocking_o
         assert len(tickets) == 3, answers  # max_slices 3: places in line count as slices
         assert refused and refused[0]["error"] == "NotPermitted"
         assert "at most 3 slices at once (default); already holds 0 and waits in line for 3 more" in refused[0]["message"]
-        blocked = vgpu(alice, quick_broker, "run", "-p", "1/4", "--", "true")
-        assert blocked.returncode != 0 and "1 earlier request waits in line" in blocked.stderr  # bob's first only
+        passing = vgpu(alice, quick_broker, "run", "-p", "1/4", "--", "true")
+        assert passing.returncode == 0, passing.stderr  # bob's 1/2 cannot be placed now: a 1/4 that fits passes it
         wait_until(lambda: root.waiting() == [], timeout=10, what="bob's silent places to be dropped")
         granted = vgpu(alice, quick_broker, "run", "-p", "1/4", "--", "true")
         assert granted.returncode == 0, granted.stderr
@@ -276,3 +276,23 @@ def test_a_broker_restart_costs_a_client_a_pause_not_a_failure(system_users: Use
         holder.kill()
         if waiter.poll() is None:
             waiter.kill()
+
+
+def test_without_limits_in_the_policy_a_user_still_holds_at_most_8_places_in_line(
+    system_users: Users, broker: BrokerProcess
+) -> None:
+    broker.write_policy({"default": {}})
+    broker.kill(signal.SIGTERM)
+    broker.start()
+    filler = system_users.bob.popen(JUPYTER_VGPU, "run", "-p", "1", "--", "sleep", "60",
+                                    env=system_users.bob.env(JUPYTER_VGPU_BROKER=str(broker.socket)))  # fmt: skip
+    try:
+        wait_until(lambda: len(open_ledger().slices()) == 1, what="the GPU to be full")
+        proc, answers = silent_waiter(system_users.alice, broker, "1/4", 9)
+        try:
+            assert [a.get("error") for a in answers] == [None] * 8 + ["NotPermitted"], answers
+            assert "at most 8 places in line at once (the broker's default)" in answers[-1]["message"]
+        finally:
+            proc.kill()
+    finally:
+        filler.kill()
