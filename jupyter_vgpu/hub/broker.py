@@ -32,7 +32,7 @@ from ..errors import InvalidConfig, InvalidRequest, LeftLine, NotPermitted, Slic
 from ..slices import Actor, Holder, Ledger, SliceRequest, SQLiteLedger, Ticket
 from ..slices.holders import process_alive
 from ..slices.ledger import OPERATIONS
-from ..slices.records import Slice, Waiter
+from ..slices.records import HIDDEN_HOLDER, Slice, Waiter
 from ..slices.remote import error_to_wire, holder_from_wire, slice_to_wire, snapshot_to_wire, waiter_to_wire
 from ..units import shorten
 from . import quota as quotas
@@ -40,7 +40,6 @@ from .policy import Policy, Quota, load_policy, user_groups
 
 log = logging.getLogger("jupyter_vgpu.broker")
 
-HIDDEN = {"kernel": "another user's kernel", "command": "another user's command"}
 
 
 @dataclass(frozen=True)
@@ -167,7 +166,7 @@ class Broker:
                 raise InvalidRequest(f"The broker does not know the request {shorten(op)}; upgrade the client or the broker.")
             return {"ok": True, "result": self.serve(caller, op, _arguments(op, args, caller))}
         except SliceUnavailable as error:
-            return error_to_wire(type(error)(self.scrub(caller, str(error)), detail=self.scrub_detail(caller, error.detail)))
+            return error_to_wire(error)  # built by the ledger acting for the caller: others' holders unnamed
         except VGPUError as error:
             return error_to_wire(error)
         except Exception as error:  # a broker bug must not take the node's GPUs down with it
@@ -255,7 +254,7 @@ class Broker:
                     raise SliceUnavailable(f"{caller.user}: waits at most {max_wait:g} s in line ({source}). {error}") from None
                 raise
             if granted is None:
-                return None, self.scrub(caller, ticket.last_reason)
+                return None, ticket.last_reason
             self._check_granted(quota, granted, held)
         return granted, ""
 
@@ -299,19 +298,7 @@ class Broker:
     # -- helpers -----------------------------------------------------------------------------
     def visible(self, caller: Caller, s: Slice) -> Slice:
         """The slice as ``caller`` may see it: others' holders, labels, commands and pids hidden."""
-        if caller.admin or s.uid == caller.uid:
-            return s
-        return replace(
-            s,
-            holder=HIDDEN[s.holder_kind],
-            labels={},
-            pid=None,
-            pid_start=None,
-            keeper_pid=None,
-            keeper_start=None,
-            pid_stamp=None,
-            keeper_stamp=None,
-        )
+        return s.seen_by(Actor(caller.user, caller.uid, caller.admin))
 
     def _visible(self, caller: Caller, s: Slice) -> dict[str, Any]:
         return slice_to_wire(self.visible(caller, s))
@@ -319,33 +306,7 @@ class Broker:
     def visible_waiter(self, caller: Caller, w: Waiter) -> Waiter:
         if caller.admin or w.uid == caller.uid:
             return w
-        return replace(w, holder=HIDDEN[w.holder_kind], labels={}, pid=None)
-
-    def scrub(self, caller: Caller, text: str) -> str:
-        """Replace other users' holder descriptions (notebook paths, command lines) in a message."""
-        if caller.admin or not text:
-            return text
-        for s in self.ledger.slices():
-            if s.uid != caller.uid:
-                shown = s.describe_holder()
-                if shown:
-                    text = text.replace(shown, HIDDEN[s.holder_kind])
-        return text
-
-    def scrub_detail(self, caller: Caller, detail: dict[str, Any] | None) -> dict[str, Any] | None:
-        """A refusal's structure with other users' holders hidden (see :meth:`scrub`)."""
-        if detail is None or caller.admin:
-            return detail
-        gpus = []
-        for gpu in detail.get("gpus", []):
-            holders = [
-                h if h.get("uid") == caller.uid else {**h, "label": "another user's slice"}
-                for h in gpu.get("holders", [])
-            ]
-            gpus.append({**gpu, "holders": holders, "text": self.scrub(caller, str(gpu.get("text", "")))})
-        lines = [self.scrub(caller, str(line)) for line in detail.get("gpu_lines", [])]
-        summary = self.scrub(caller, str(detail.get("summary", "")))
-        return {**detail, "gpus": gpus, "gpu_lines": lines, "summary": summary}
+        return replace(w, holder=HIDDEN_HOLDER[w.holder_kind], labels={}, pid=None)
 
     def _holder_pid(self, caller: Caller, pid: int | None) -> int:
         """The caller itself, or a process of the caller's own uid (root: any)."""

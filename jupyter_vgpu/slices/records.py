@@ -7,7 +7,7 @@ import math
 import os
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import Any, Literal
 
@@ -19,6 +19,9 @@ from .request import SliceRequest
 #: ``HolderKind`` type (labextension/src/api.ts) lists the same values.
 HolderKind = Literal["kernel", "command"]
 HOLDER_KINDS: tuple[HolderKind, ...] = ("kernel", "command")
+
+#: How another user's holder reads to whoever may not see it: no notebook path, command line or pid.
+HIDDEN_HOLDER: dict[str, str] = {"kernel": "another user's kernel", "command": "another user's command"}
 
 #: Bounds on what a holder may carry: a broker stores it for every user of the node.
 MAX_HOLDER_TEXT = 4096
@@ -168,6 +171,7 @@ class Slice:
     keeper_start: float | None = None
     pid_stamp: str | None = None  # the holder's boot id and start tick: who it is, whatever the clock does
     keeper_stamp: str | None = None
+    hidden: bool = False  # shown to another user: holder, labels and pids left out (:meth:`seen_by`)
 
     def __post_init__(self) -> None:
         for name in ("mig_devices", "mig_profiles"):  # lists from a JSON round trip
@@ -212,8 +216,28 @@ class Slice:
             return 0.0
         return min(m / t for m, t in zip(self.memory, self.memory_total))
 
+    def seen_by(self, actor: Actor) -> Slice:
+        """The slice as ``actor`` may see it: another user's without its holder (notebook path,
+        command line), labels or pids. Every message built from it is then safe to show them."""
+        if actor.may_change(self.uid):
+            return self
+        return replace(
+            self,
+            holder=HIDDEN_HOLDER[self.holder_kind],
+            labels={},
+            pid=None,
+            pid_start=None,
+            keeper_pid=None,
+            keeper_start=None,
+            pid_stamp=None,
+            keeper_stamp=None,
+            hidden=True,
+        )
+
     def describe_holder(self) -> str:
         """Who holds it, as a person knows it: the notebook, else the kernel, else the command."""
+        if self.hidden:
+            return HIDDEN_HOLDER[self.holder_kind]
         if self.holder_kind == "kernel":
             if path := self.labels.get("path"):
                 return path

@@ -283,7 +283,10 @@ class SQLiteLedger(Ledger):
         return snapshot
 
     def _occupancy(self, db: sqlite3.Connection, snapshot: Snapshot, slices: list[Slice]) -> Occupancy:
-        return occupancy_of(snapshot, slices, attribute(snapshot, {s.id: s.pid for s in slices}))
+        """The GPUs as this ledger's actor may see them: what others hold counts in full, but
+        their holders are not named (so refusals and explanations built from it are theirs to read)."""
+        attribution = attribute(snapshot, {s.id: s.pid for s in slices})
+        return occupancy_of(snapshot, [s.seen_by(self.actor) for s in slices], attribution)
 
     def _grant(
         self, db: sqlite3.Connection, snapshot: Snapshot, request: SliceRequest, fields: dict[str, Any], ticket: int | None

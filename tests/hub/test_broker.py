@@ -132,10 +132,27 @@ def test_a_full_gpu_message_does_not_leak_other_users_notebooks(system_users: Us
         )  # fmt: skip
         assert "secret-plan" not in detail.stdout and "k-alice" not in detail.stdout, detail.stdout
         (gpu,) = json.loads(detail.stdout)["gpus"]  # the refusal's structure, as the sidebar gets it
-        assert sorted(h["label"] for h in gpu["holders"]) == ["another user's slice", "bob.ipynb"]
+        assert sorted(h["label"] for h in gpu["holders"]) == ["another user's kernel", "bob.ipynb"]
     finally:
         proc.kill()
         other.kill()
+
+
+def test_hiding_other_users_holders_never_garbles_a_message(system_users: Users, broker: BrokerProcess) -> None:
+    """Other users' labels were removed by string replacement: a notebook labelled "." turned a
+    refusal into "No room for 1 GPU (16another user's kernel0 GiB)" (issue 19). They are now left
+    out of the refusal's structure, before any text is made."""
+    broker.write_policy({"default": {}})
+    time.sleep(1.1)
+    proc, _ = hold(system_users.alice, broker, "1/2", ".", "k-alice")
+    try:
+        result = vgpu(system_users.bob, broker, "run", "-p", "1", "--", "true")
+        assert result.returncode == 75, result.stderr
+        first = result.stderr.splitlines()[0]
+        assert first == "jupyter vgpu: No room for 1 GPU (16.0 GiB) now: at most 8.0 GiB (about 1/2 GPU) on GPU 0 is free.", first
+        assert "reserved by another user's kernel [" in result.stderr and "k-alice" not in result.stderr
+    finally:
+        proc.kill()
 
 
 def test_a_slice_cannot_be_pinned_to_another_users_process(system_users: Users, broker: BrokerProcess) -> None:
