@@ -98,32 +98,51 @@ class VGPUServer(ExtensionApp):
     @validate("monitor_interval")
     def _check_interval(self, proposal: Any) -> float:
         value = float(proposal["value"])
-        if not value >= 0.1:
-            raise TraitError(f"c.VGPUServer.monitor_interval {shorten(value)} is too short; use 0.1 seconds or more.")
+        if not 0.1 <= value <= 3600:
+            raise TraitError(f"c.VGPUServer.monitor_interval {shorten(value)} is not allowed; use 0.1 to 3600 seconds.")
         return value
 
-    @validate("history_points")
-    def _check_points(self, proposal: Any) -> int:
+    @validate("history_points", "watchdog_events")
+    def _check_count(self, proposal: Any) -> int:
         value = int(proposal["value"])
-        if value < 1:
-            raise TraitError(f"c.VGPUServer.history_points {shorten(value)} must be 1 or more.")
+        if not 1 <= value <= 10_000:
+            raise TraitError(f"c.VGPUServer.{proposal['trait'].name} {shorten(value)} is not allowed; use 1 to 10000.")
         return value
+
+    #: The largest value of each number of seconds (or share) that still makes sense.
+    _LIMITS = {"history_seconds": 7 * 86400.0, "reap_interval": 3600.0, "over_limit_tolerance": 10.0, "over_limit_grace": 86400.0}
 
     @validate("history_seconds", "reap_interval", "over_limit_tolerance", "over_limit_grace")
     def _check_not_negative(self, proposal: Any) -> float:
+        name = proposal["trait"].name
         value = float(proposal["value"])
-        if not value >= 0:
-            raise TraitError(f"c.VGPUServer.{proposal['trait'].name} {shorten(value)} must be 0 or more.")
+        if not 0 <= value <= self._LIMITS[name]:
+            raise TraitError(f"c.VGPUServer.{name} {shorten(value)} is not allowed; use 0 to {self._LIMITS[name]:g}.")
         return value
 
     def update_config(self, config: Any) -> None:
         """Take the server's config; a value that cannot work is named in the log in one line and
-        every ``c.VGPUServer`` option keeps its default (traitlets rolls the whole batch back), so
-        the extension still runs rather than failing to load."""
+        keeps its default, while every other ``c.VGPUServer`` option applies (traitlets rolls a
+        whole batch back on one error, so the options are then set one by one): one bad number
+        never weakens the watchdog's action, and the extension still runs."""
         try:
             super().update_config(config)
-        except TraitError as error:
-            self.log.error("jupyter-vgpu: %s Using the defaults of every c.VGPUServer option until it is fixed.", error)
+            return
+        except TraitError:
+            pass
+        section = config.get(type(self).__name__) if hasattr(config, "get") else None
+        for name, value in dict(section or {}).items():
+            if not self.has_trait(name):
+                continue
+            try:
+                setattr(self, name, value)
+            except TraitError as error:
+                self.log.error(
+                    "jupyter-vgpu: %s c.VGPUServer.%s keeps its default (%s); the other options apply.",
+                    error,
+                    name,
+                    shorten(self.trait_defaults(name)),
+                )
 
     def _config_file_name_default(self) -> str:
         # c.VGPUServer.* may sit next to c.VGPU.* in jupyter_vgpu_config.py.

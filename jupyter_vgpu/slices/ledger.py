@@ -180,7 +180,9 @@ class Ledger(ABC):
                 f"Stopped waiting in line for {request.describe()} after {waited:.0f} s: the place in line was cancelled."
             ) from None
         except SliceUnavailable as error:
-            detail = {**error.detail, "waited": wait} if error.detail is not None else None
-            raise type(error)(f"Waited {wait:g} s in line for {request.describe()}. {error}", detail=detail) from None
+            # what it waited: the whole wait, or less when the line ended it sooner (a broker's max_wait)
+            waited = wait if loop.time() >= deadline else round(wait - (deadline - loop.time()), 1)
+            detail = {**error.detail, "waited": waited} if error.detail is not None else None
+            raise type(error)(f"Waited {waited:g} s in line for {request.describe()}. {error}", detail=detail) from None
         finally:
             await asyncio.shield(asyncio.to_thread(self.leave_queue, ticket))

@@ -315,6 +315,8 @@ def test_max_wait_cuts_a_users_wait_in_line_short(system_users: Users, broker: B
         waited = vgpu(alice, broker, "run", "-p", "1/4", "--wait", "300", "--", "true")
         assert waited.returncode == 75
         assert f"{alice.name}: waits at most 1 s in line" in waited.stderr
+        said = float(waited.stderr.split("Waited ", 1)[1].split(" s in line", 1)[0])
+        assert 1 <= said < 30, waited.stderr  # what it waited, not the 300 it was ready to (issue 19)
     finally:
         whole.kill()
 

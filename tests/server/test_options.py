@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 from traitlets import TraitError
 
@@ -11,10 +13,13 @@ from jupyter_vgpu.server.extension import VGPUServer
 @pytest.mark.parametrize(
     ("option", "value", "words"),
     [
-        ("monitor_interval", 0.01, "0.1 seconds or more"),
-        ("over_limit_grace", -1.0, "0 or more"),
-        ("over_limit_tolerance", -0.5, "0 or more"),
-        ("history_points", 0, "1 or more"),
+        ("monitor_interval", 0.01, "use 0.1 to 3600 seconds"),
+        ("monitor_interval", 1e308, "use 0.1 to 3600 seconds"),
+        ("over_limit_grace", -1.0, "use 0 to 86400"),
+        ("over_limit_tolerance", -0.5, "use 0 to 10"),
+        ("history_points", 0, "use 1 to 10000"),
+        ("watchdog_events", -1, "use 1 to 10000"),
+        ("reap_interval", float("inf"), "use 0 to 3600"),
     ],
 )
 def test_a_value_that_cannot_work_is_refused_with_its_name(option: str, value: float, words: str) -> None:
@@ -27,3 +32,20 @@ def test_an_unknown_action_is_refused() -> None:
     with pytest.raises(TraitError) as refused:
         VGPUServer(over_limit_action="kill")
     assert "over_limit_action" in str(refused.value) and "'kill'" in str(refused.value)
+
+
+def test_one_bad_option_falls_back_alone_and_never_weakens_the_watchdog() -> None:
+    """over_limit_action=shutdown with history_points=0 ran with action warn: traitlets rolls the
+    whole batch back (issue 19). Now only the bad option keeps its default, and says so."""
+    from traitlets.config import Config
+
+    config = Config({"VGPUServer": {"over_limit_action": "shutdown", "history_points": 0, "monitor_interval": 0.5}})
+    server = VGPUServer()
+    said: list[logging.LogRecord] = []
+    listener = logging.Handler()
+    listener.emit = said.append  # type: ignore[method-assign]
+    server.log.addHandler(listener)
+    server.update_config(config)
+    assert server.over_limit_action == "shutdown" and server.monitor_interval == 0.5
+    assert server.history_points == 60
+    assert any("c.VGPUServer.history_points keeps its default (60)" in r.getMessage() for r in said)
