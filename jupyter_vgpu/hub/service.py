@@ -37,6 +37,7 @@ def open_broker(
         poll_interval=settings.poll_interval,
         actor=replace(Actor.this_process(), admin=True),
         waiter_timeout=waiter_timeout,
+        name="node broker's ledger",  # callers are told of it, not of its private path
     )
     return Broker(ledger, source, simulate=simulate)
 

@@ -72,8 +72,10 @@ class SQLiteLedger(Ledger):
         poll_interval: float = 0.25,
         actor: Actor | None = None,
         waiter_timeout: float = STALE_WAITER,
+        name: str | None = None,
     ) -> None:
         self.inventory = inventory
+        self.name = name  # how messages name this ledger (the broker's: not its private path)
         self.waiter_timeout = waiter_timeout
         self.context_allowance = context_allowance
         self.poll_interval = poll_interval
@@ -97,7 +99,7 @@ class SQLiteLedger(Ledger):
         return view
 
     def location(self) -> str:
-        return f"ledger {self.path}"
+        return self.name or f"ledger {self.path}"
 
     def close(self) -> None:
         self.file.close()

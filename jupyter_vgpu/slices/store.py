@@ -465,13 +465,22 @@ class LedgerFile:
                     db.execute("BEGIN IMMEDIATE" if write else "BEGIN")
                     try:
                         yield db
+                        db.execute("COMMIT")
                     except BaseException:
-                        db.execute("ROLLBACK")
+                        if db.in_transaction:  # SQLite ends some failed transactions itself (a full disk)
+                            try:
+                                db.execute("ROLLBACK")
+                            except sqlite3.Error:
+                                pass  # the first error is the one to tell
                         raise
-                    db.execute("COMMIT")
                 except (sqlite3.ProgrammingError, sqlite3.InterfaceError):
                     raise  # a bug in this code, not damage to the file
                 except sqlite3.OperationalError as error:
+                    if "full" in str(error):
+                        raise LedgerError(
+                            f"The disk holding the ledger {self.path} is full ({error}); nothing was changed. "
+                            "Free some space there and try again."
+                        ) from None
                     raise LedgerError(f"The ledger {self.path} could not be used: {error}.") from None
                 except sqlite3.DatabaseError as error:
                     raise LedgerError(

@@ -296,3 +296,10 @@ def test_without_limits_in_the_policy_a_user_still_holds_at_most_8_places_in_lin
             proc.kill()
     finally:
         filler.kill()
+
+
+def test_a_missing_slice_is_said_without_the_brokers_private_path(system_users: Users, broker: BrokerProcess) -> None:
+    missing = vgpu(system_users.alice, broker, "release", "000000000000")
+    assert missing.returncode != 0
+    assert "No slice '000000000000' in the node broker's ledger" in missing.stderr, missing.stderr
+    assert str(broker.ledger) not in missing.stderr and str(broker.ledger.parent) not in missing.stderr
