@@ -175,7 +175,8 @@ def test_a_bad_server_option_leaves_the_server_able_to_stop(home: Path, stopped:
     env = isolated_env(home, JUPYTER_VGPU_SIMULATE="1x16GiB")
     server = start_jupyter(home, env=env, args=["--VGPUServer.monitor_interval=0.01"])
     stopped.append(server)
-    assert "c.VGPUServer.monitor_interval 0.01 is too short" in server.log_text()
+    assert "c.VGPUServer.monitor_interval 0.01 is not allowed; use 0.1 to 3600 seconds" in server.log_text()
+    assert "c.VGPUServer.monitor_interval keeps its default (2.0); the other options apply" in server.log_text()
     assert "error linking extension" not in server.log_text()
     status, reply = server.api("GET", "api/vgpu/devices")
     assert status == 200 and reply["available"] is True, reply

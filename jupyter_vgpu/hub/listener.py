@@ -17,6 +17,7 @@ import os
 import signal
 import socket
 import socketserver
+import stat
 import struct
 import threading
 import time
@@ -104,8 +105,13 @@ class BrokerServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
         self._counts_lock = threading.Lock()
         self._buckets: dict[int, tuple[float, float]] = {}  # uid -> (tokens, when)
         _prepare_socket_path(self.path)
-        super().__init__(str(self.path), _Connection)
-        os.chmod(self.path, 0o666)
+        # The socket is made world-writable as it is made (umask), never by a chmod on its path
+        # afterwards, which would follow a link swapped in between. The folder is the broker's alone.
+        umask = os.umask(0o111)
+        try:
+            super().__init__(str(self.path), _Connection)
+        finally:
+            os.umask(umask)
         self.socket.setblocking(False)  # accept until the backlog is empty (see _handle_request_noblock)
 
     def _handle_request_noblock(self) -> None:
@@ -189,19 +195,35 @@ class BrokerServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
 
 
 def _prepare_socket_path(path: Path) -> None:
-    if not path.parent.exists():
+    """Make sure only the broker's user can change what the socket's path names: its folder is a
+    real folder of that user that nobody else can write to (else another user could swap the
+    socket for a link, or listen there first). A socket left by a broker that died is removed."""
+    if not os.path.lexists(path.parent):
         path.parent.mkdir(parents=True, mode=0o755)
         os.chmod(path.parent, 0o755)
-    if path.exists() or path.is_socket():
-        probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            probe.connect(str(path))
-        except OSError:
-            path.unlink()  # left behind by a broker that died
-        else:
-            raise LedgerError(f"Another jupyter-vgpu broker already listens on {path}.")
-        finally:
-            probe.close()
+    st = os.lstat(path.parent)
+    if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o022:
+        what = (
+            "a link" if stat.S_ISLNK(st.st_mode)
+            else f"owned by uid {st.st_uid}" if st.st_uid != os.geteuid()
+            else f"writable by other users (mode {stat.S_IMODE(st.st_mode):o})"
+        )  # fmt: skip
+        raise LedgerError(
+            f"The broker's socket folder {path.parent} is {what}; use a folder of uid {os.geteuid()} that nobody else "
+            "can write to (the default /run/jupyter-vgpu is made so)."
+        )
+    if os.path.lexists(path):
+        if stat.S_ISSOCK(os.lstat(path).st_mode):
+            probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                probe.connect(str(path))
+            except OSError:
+                pass  # left behind by a broker that died
+            else:
+                raise LedgerError(f"Another jupyter-vgpu broker already listens on {path}.")
+            finally:
+                probe.close()
+        path.unlink()
 
 
 def install_reload_signal(source: PolicySource) -> None:

@@ -12,6 +12,7 @@ from typing import Any
 
 from jupyter_server.extension.application import ExtensionApp
 from traitlets import Enum, Float, Int, TraitError, validate
+from traitlets.config.loader import DeferredConfig
 
 from .. import __version__
 from ..config import load_settings
@@ -135,6 +136,8 @@ class VGPUServer(ExtensionApp):
             if not self.has_trait(name):
                 continue
             try:
+                if isinstance(value, DeferredConfig):  # from the command line: text the trait parses
+                    value = value.get_value(self.traits()[name])
                 setattr(self, name, value)
             except TraitError as error:
                 self.log.error(

@@ -206,7 +206,6 @@ class BrokerClient:
             conn.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, struct.pack("ll", int(left), int(left % 1 * 1e6)))
             try:
                 conn.connect(str(self.socket_path))
-                return conn
             except (FileNotFoundError, ConnectionRefusedError) as error:
                 conn.close()
                 if time.monotonic() + delay > min(deadline, started + RECONNECT_SECONDS):
@@ -224,8 +223,26 @@ class BrokerClient:
             except OSError as error:
                 conn.close()
                 raise NoAnswer(f"The jupyter-vgpu broker at {self.socket_path} did not answer: {error}.") from None
+            else:
+                self._check_peer(conn)
+                return conn
             time.sleep(delay)
             delay = min(delay * 2, 0.5)
+
+    def _check_peer(self, conn: socket.socket) -> None:
+        """The process listening must be root or the owner of the socket's folder (who alone can
+        put a socket there): in a folder others can write to, another user could listen first."""
+        try:
+            _, uid, _ = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))
+            owner = os.stat(self.socket_path.parent).st_uid
+        except (OSError, AttributeError):
+            return  # no peer credentials here (not Linux): nothing to check against
+        if uid not in (0, owner):
+            conn.close()
+            raise LedgerError(
+                f"The process listening on {self.socket_path} runs as uid {uid}, neither root nor the owner of its "
+                f"folder (uid {owner}): it is not the node's jupyter-vgpu broker; refusing to talk to it."
+            )
 
     def call(self, op: str, **args: Any) -> Any:
         """Ask the broker; returns its result or raises the VGPUError it answered with."""

@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import stat
 import subprocess
+import tempfile
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import psutil
 import pytest
@@ -303,3 +306,59 @@ def test_a_missing_slice_is_said_without_the_brokers_private_path(system_users: 
     assert missing.returncode != 0
     assert "No slice '000000000000' in the node broker's ledger" in missing.stderr, missing.stderr
     assert str(broker.ledger) not in missing.stderr and str(broker.ledger.parent) not in missing.stderr
+
+
+def test_the_broker_refuses_a_socket_folder_others_can_write_to(tmp_path: Path) -> None:
+    """A root broker ran chmod(socket, 0o666) after bind, following a link another user swapped in
+    (a root-owned 0600 file became 0666 in 8 starts; issue 19). The socket's folder must be the
+    broker's alone, and the socket gets its mode as it is made."""
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o1777)
+    target = tmp_path / "root-only"
+    target.write_text("secret")
+    target.chmod(0o600)
+    (shared / "broker.sock").symlink_to(target)
+    started = subprocess.run(
+        [JUPYTER_VGPU, "broker", "--socket", str(shared / "broker.sock"), "--ledger", str(tmp_path / "state" / "l.sqlite")],
+        capture_output=True, text=True, timeout=60, env={**os.environ, "JUPYTER_VGPU_SIMULATE": "1x16GiB"},
+    )  # fmt: skip
+    assert started.returncode != 0
+    assert f"The broker's socket folder {shared} is writable by other users (mode 1777)" in started.stderr, started.stderr
+    assert "Traceback" not in started.stderr
+    assert stat.S_IMODE(target.stat().st_mode) == 0o600 and target.read_text() == "secret"
+
+
+def test_the_socket_is_world_writable_from_the_start(broker: BrokerProcess) -> None:
+    assert stat.S_IMODE(os.lstat(broker.socket).st_mode) == 0o666
+
+
+IMPOSTOR = """
+import os, socket, sys, time
+os.umask(0)  # a socket everyone may connect to, as the broker's is
+server = socket.socket(socket.AF_UNIX)
+server.bind(sys.argv[1])
+server.listen(8)
+print("listening", flush=True)
+conn, _ = server.accept()
+conn.recv(65536)
+conn.sendall(b'{"ok": true, "result": {"user": "you", "admin": true}}\\n')
+time.sleep(30)
+"""
+
+
+def test_a_client_refuses_a_listener_that_is_not_the_brokers_user(system_users: Users, tmp_path: Path) -> None:
+    """In a folder others can write to, another user could listen first and answer as the broker."""
+    shared = Path(tempfile.mkdtemp(prefix="vgpu-shared-"))
+    shared.chmod(0o1777)
+    sock = shared / "broker.sock"
+    impostor = system_users.alice.popen(PYTHON, "-c", IMPOSTOR, str(sock))
+    try:
+        assert impostor.stdout is not None and impostor.stdout.readline().strip() == "listening"
+        fooled = system_users.bob.run(JUPYTER_VGPU, "status", env=system_users.bob.env(JUPYTER_VGPU_BROKER=str(sock)))
+        assert fooled.returncode == 1, fooled.stdout
+        expected = f"runs as uid {system_users.alice.uid}, neither root nor the owner of its folder (uid 0)"
+        assert expected in fooled.stderr and "refusing to talk to it" in fooled.stderr, fooled.stderr
+    finally:
+        impostor.kill()
+        shutil.rmtree(shared, ignore_errors=True)
