@@ -190,6 +190,12 @@ def _kernel_slice(server: JupyterProcess, kernel_id: str) -> dict[str, Any] | No
     return reply.get("slice") if status == 200 else None
 
 
+def _attached(server: JupyterProcess, kernel_id: str) -> dict[str, Any] | None:
+    """The kernel's slice once the kernel holds it (the server holds it while it launches the kernel)."""
+    found = _kernel_slice(server, kernel_id)
+    return found if found is not None and found["pid"] not in (None, server.process.pid) else None
+
+
 def test_a_kernel_killed_with_sigkill_keeps_its_slice_while_the_server_restarts_it(
     home: Path, stopped: list[JupyterProcess]
 ) -> None:
@@ -201,7 +207,7 @@ def test_a_kernel_killed_with_sigkill_keeps_its_slice_while_the_server_restarts_
     stopped.append(server)
     status, kernel = start_kernel(server)
     assert status == 201, kernel
-    before = wait_for(lambda: _kernel_slice(server, kernel["id"]), "the kernel's slice")
+    before = wait_for(lambda: _attached(server, kernel["id"]), "the kernel's slice, held by the kernel")
     os.kill(before["pid"], signal.SIGKILL)
     # Someone else asks for the whole GPU the moment the kernel is gone, again and again.
     taken = []
@@ -226,7 +232,7 @@ def test_a_kernel_the_server_gives_up_on_frees_its_slice(home: Path, stopped: li
     stopped.append(server)
     status, kernel = start_kernel(server)
     assert status == 201, kernel
-    held = wait_for(lambda: _kernel_slice(server, kernel["id"]), "the kernel's slice")
+    held = wait_for(lambda: _attached(server, kernel["id"]), "the kernel's slice, held by the kernel")
     os.kill(held["pid"], signal.SIGKILL)
     wait_for(lambda: server.api("GET", "api/vgpu/slices")[1]["slices"] == [], "the slice of the given-up kernel to be freed")
     assert f"freed slice {held['id']}" in server.log_text()

@@ -233,7 +233,52 @@ class _Connection:
             )
 
     def _open(self) -> sqlite3.Connection:
+        try:
+            return self._open_ready()
+        except sqlite3.OperationalError as error:
+            if "locked" in str(error) or "busy" in str(error):
+                raise LedgerError(
+                    f"The ledger {self.path} stayed locked by another process for {self.timeout:g} s: {error}."
+                ) from None
+            raise LedgerError(f"Cannot use the ledger {self.path}: {error}.") from None
+        except sqlite3.DatabaseError as error:
+            raise LedgerError(f"The ledger {self.path} is corrupt ({error}). " + RECOVERY.format(name=self.path.name)) from None
+
+    def _open_ready(self) -> sqlite3.Connection:
+        """A connection to a ledger in WAL mode at this schema version. The usual case (a ledger
+        that is ready) takes no writers' turn, so readers never wait for writers; a new file, one
+        to upgrade, or one another process is setting up right now is opened again inside the
+        turn, where nobody else converts it meanwhile (a connection opened while another process
+        switched the file to WAL met "disk I/O error")."""
         self._create_if_missing()
+        db = self._connect()
+        try:
+            if self._check(db) and self._ready(db):
+                return db
+        except sqlite3.OperationalError as error:
+            if "locked" in str(error) or "busy" in str(error):
+                db.close()
+                raise
+            # caught mid set-up by another process: do it again in the turn
+        except BaseException:
+            db.close()
+            raise
+        db.close()
+        with self.writer_turn(True):
+            db = self._connect()
+            try:
+                self._check(db)
+                if not self._ready(db):
+                    mode = db.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+                    if str(mode).lower() != "wal":
+                        raise LedgerError(f"The ledger {self.path} cannot use write-ahead logging (journal mode {mode}).")
+                    self._set_up(db)
+            except BaseException:
+                db.close()
+                raise
+        return db
+
+    def _connect(self) -> sqlite3.Connection:
         try:
             db = sqlite3.connect(self.path, timeout=self.timeout, isolation_level=None, check_same_thread=False)
         except sqlite3.Error as error:
@@ -244,30 +289,18 @@ class _Connection:
             db.execute("PRAGMA synchronous = NORMAL")
             db.execute("PRAGMA wal_autocheckpoint = 0")
             db.execute("PRAGMA foreign_keys = ON")
-            check = db.execute("PRAGMA quick_check").fetchone()[0]
-            if check != "ok":
-                raise sqlite3.DatabaseError(check)
-            if self._ready(db):
-                return db  # the usual case: a reader never takes the writers' turn to open
-            with self.writer_turn(True):  # a new file, or one to upgrade
-                mode = db.execute("PRAGMA journal_mode = WAL").fetchone()[0]
-                if str(mode).lower() != "wal":
-                    raise LedgerError(f"The ledger {self.path} cannot use write-ahead logging (journal mode {mode}).")
-                self._set_up(db)
-        except LedgerError:
+        except BaseException:
             db.close()
-            raise
-        except sqlite3.OperationalError as error:
-            db.close()
-            if "locked" in str(error) or "busy" in str(error):
-                raise LedgerError(
-                    f"The ledger {self.path} stayed locked by another process for {self.timeout:g} s: {error}."
-                ) from None
-            raise LedgerError(f"Cannot use the ledger {self.path}: {error}.") from None
-        except sqlite3.DatabaseError as error:
-            db.close()
-            raise LedgerError(f"The ledger {self.path} is corrupt ({error}). " + RECOVERY.format(name=self.path.name)) from None
+            raise  # damage or a busy file: _open says which
         return db
+
+    @staticmethod
+    def _check(db: sqlite3.Connection) -> bool:
+        """SQLite's quick integrity check (damage raises ``sqlite3.DatabaseError``)."""
+        check = db.execute("PRAGMA quick_check").fetchone()[0]
+        if check != "ok":
+            raise sqlite3.DatabaseError(check)
+        return True
 
     def _ready(self, db: sqlite3.Connection) -> bool:
         """True when the file is in WAL mode at this schema version (read only, no turn)."""
