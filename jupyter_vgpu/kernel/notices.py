@@ -142,9 +142,11 @@ class NoticeWatcher:
         version = (stat.st_ino, stat.st_mtime_ns, stat.st_size)
         if version == self._version:
             return []
-        self._version = version
+        notices = read_notices(self.ledger_path, self.slice_id)
+        if notices or not stat.st_size:
+            self._version = version  # a file that read as nothing is read again next time
         fresh: list[Mapping[str, Any]] = []
-        for notice in read_notices(self.ledger_path, self.slice_id):
+        for notice in notices:
             when = _time(notice)
             key = str(notice.get("id") or f"{when}-{notice.get('action')}")
             if when is None or when <= self.since or key in self._seen:
@@ -174,6 +176,7 @@ class NoticeWatcher:
         try:
             interrupted = isinstance(getattr(result, "error_in_exec", None), KeyboardInterrupt)
             if interrupted:
+                self._version = None  # read the file whatever its stat says: an inode can be reused
                 self.check()  # the interrupt may follow its notice faster than the thread looks
             now = time.time()
             with self._lock:
