@@ -18,13 +18,12 @@ import signal
 import socket
 import socketserver
 import stat
-import struct
 import threading
 import time
 from pathlib import Path
 
 from ..errors import InvalidRequest, LedgerError, VGPUError
-from ..slices.remote import error_to_wire
+from ..slices.remote import error_to_wire, peer_credentials
 from .broker import Broker, PolicySource, log
 
 #: Connections served at once, in all and per user; one more is answered with an error and closed.
@@ -43,13 +42,6 @@ RATE_PER_SECOND = 100.0
 RATE_BURST = 200.0
 #: The socket's listen backlog: connections the kernel queues while the broker accepts.
 BACKLOG = 1024
-
-
-def peer_credentials(conn: socket.socket) -> tuple[int, int, int]:
-    """``(pid, uid, gid)`` of the process that connected (Linux ``SO_PEERCRED``)."""
-    raw = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-    pid, uid, gid = struct.unpack("3i", raw)
-    return pid, uid, gid
 
 
 class _Connection(socketserver.StreamRequestHandler):

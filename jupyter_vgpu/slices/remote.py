@@ -171,6 +171,14 @@ def error_from_wire(answer: dict[str, Any]) -> VGPUError:
     return cls(message)
 
 
+def peer_credentials(conn: socket.socket) -> tuple[int, int, int]:
+    """``(pid, uid, gid)`` of the process at the other end of a Unix socket (Linux ``SO_PEERCRED``):
+    the broker's caller, or the broker as its client sees it."""
+    raw = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    pid, uid, gid = struct.unpack("3i", raw)
+    return pid, uid, gid
+
+
 # -- the client ----------------------------------------------------------------------------
 class NoAnswer(LedgerError):
     """The broker could not be reached or gave no answer: the request may or may not have been
@@ -233,7 +241,7 @@ class BrokerClient:
         """The process listening must be root or the owner of the socket's folder (who alone can
         put a socket there): in a folder others can write to, another user could listen first."""
         try:
-            _, uid, _ = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))
+            _, uid, _ = peer_credentials(conn)
             owner = os.stat(self.socket_path.parent).st_uid
         except (OSError, AttributeError):
             return  # no peer credentials here (not Linux): nothing to check against
