@@ -13,10 +13,13 @@ locks, which belong to a process and an inode, and closing *any* descriptor of t
 connection looked unconnected to the others; the next process to close its last connection
 then checkpointed and deleted the WAL under it, and the two went on with two books. So:
 
-- a ledger that does not exist yet is created once, with ``O_CREAT | O_EXCL | O_NOFOLLOW`` and
-  mode 0600, before SQLite's first open (a file that did not exist has no connection in this
-  process); an existing file is never opened outside SQLite. SQLite gives ``-wal`` and ``-shm``
-  the database file's mode;
+- a ledger that does not exist yet is built whole under a temporary name of the creating
+  process (``O_CREAT | O_EXCL | O_NOFOLLOW``, mode 0600, then WAL and the schema) and linked to
+  its path in the writers' turn, so no process ever opens a half-made one; an existing file is
+  never opened outside SQLite, and SQLite never creates one (``mode=rw``). SQLite gives
+  ``-wal`` and ``-shm`` the database file's mode;
+- no connection is closed with SQLite's checkpoint-on-close, which deletes ``-wal`` and ``-shm``
+  by name: after ``gc --reset-ledger`` moved the file aside, those names are the new file's;
 - a process keeps **one connection per ledger file**, shared by every :class:`LedgerFile` of
   that path (counted; the last close closes it), so opening and closing happen in one place,
   threads take turns on one lock, and a connection can be replaced whole (below);
@@ -31,6 +34,8 @@ the server's monitor every tick and before each write), says so in the log and r
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import fcntl
 import logging
 import math
@@ -185,6 +190,8 @@ def _check_folder(folder: Path) -> None:
 class _Connection:
     """This process's one connection to one ledger file, shared by its :class:`LedgerFile`\\ s."""
 
+    identity: tuple[int, int] | None  # (st_dev, st_ino) of the file this connection has open
+
     def __init__(self, path: Path) -> None:
         self.path = path
         self.wal_path = path.with_name(path.name + "-wal")
@@ -206,24 +213,15 @@ class _Connection:
         except BaseException:
             self.turn.close()
             raise
-        self.identity = _identity(path)
         self.wal_identity = self._open_wal_identity()
 
     # -- opening ----------------------------------------------------------------------------
-    def _create_if_missing(self) -> None:
-        """Make the file, owner-only, if it does not exist: the one descriptor of the database
-        file this module ever opens, on a file no connection of this process can have open."""
+    def _existing(self) -> tuple[int, int] | None:
+        """The identity of the file at the path, None when there is none; refuses what is not a file."""
         try:
             st = os.stat(self.path)
         except FileNotFoundError:
-            try:
-                fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-            except FileExistsError:
-                return  # another process made it first
-            except OSError as error:
-                raise LedgerError(f"Cannot create the ledger {self.path}: {error.strerror or error}.") from None
-            os.close(fd)
-            return
+            return None
         except OSError as error:
             raise LedgerError(f"Cannot open the ledger {self.path}: {error.strerror or error}.") from None
         if not stat.S_ISREG(st.st_mode):
@@ -231,12 +229,48 @@ class _Connection:
                 f"The ledger {self.path} is not a regular file; point JUPYTER_VGPU_LEDGER (or c.VGPU.ledger_path) "
                 "at a file, e.g. ~/.local/share/jupyter/vgpu/ledger.sqlite."
             )
+        return (st.st_dev, st.st_ino)
+
+    def _create(self) -> None:
+        """Make a new ledger, in the writers' turn: built whole (WAL mode, schema) under a name of
+        this process's, owner-only, then linked to the path in one step. Nobody ever opens a
+        half-made ledger: two processes on a file still in rollback-journal mode raced on deleting
+        its journal as one switched it to WAL (SQLITE_IOERR_DELETE_NOENT, "disk I/O error")."""
+        temporary = self.path.with_name(f".{self.path.name}.new-{os.getpid()}")
+        for suffix in ("", "-journal", "-wal", "-shm"):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(f"{temporary}{suffix}")  # left by a process of this pid that died here
+        try:
+            os.close(os.open(temporary, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600))
+            db = sqlite3.connect(_uri(temporary, "rw"), uri=True, timeout=self.timeout, isolation_level=None)
+            try:
+                mode = db.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+                if str(mode).lower() != "wal":
+                    raise LedgerError(f"The ledger {self.path} cannot use write-ahead logging (journal mode {mode}).")
+                self._set_up(db)
+                db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            finally:
+                db.close()  # its own log, by its own name: everything is in the file now
+            try:
+                os.link(temporary, self.path)
+            except FileExistsError:
+                pass  # made meanwhile by something that does not take the turn: use that one
+            except OSError as error:
+                if error.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EXDEV):
+                    raise
+                os.rename(temporary, self.path)  # no hard links here; still one step, in the turn
+        except OSError as error:
+            raise LedgerError(f"Cannot create the ledger {self.path}: {error.strerror or error}.") from None
+        finally:
+            for suffix in ("", "-wal", "-shm"):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(f"{temporary}{suffix}")
 
     def _open(self) -> sqlite3.Connection:
         try:
             return self._open_ready()
         except sqlite3.OperationalError as error:
-            if "locked" in str(error) or "busy" in str(error):
+            if _locked(error):
                 raise LedgerError(
                     f"The ledger {self.path} stayed locked by another process for {self.timeout:g} s: {error}."
                 ) from None
@@ -245,26 +279,43 @@ class _Connection:
             raise LedgerError(f"The ledger {self.path} is corrupt ({error}). " + RECOVERY.format(name=self.path.name)) from None
 
     def _open_ready(self) -> sqlite3.Connection:
-        """A connection to a ledger in WAL mode at this schema version. The usual case (a ledger
-        that is ready) takes no writers' turn, so readers never wait for writers; a new file, one
-        to upgrade, or one another process is setting up right now is opened again inside the
-        turn, where nobody else converts it meanwhile (a connection opened while another process
-        switched the file to WAL met "disk I/O error")."""
-        self._create_if_missing()
-        db = self._connect()
-        try:
-            if self._check(db) and self._ready(db):
-                return db
-        except sqlite3.OperationalError as error:
-            if "locked" in str(error) or "busy" in str(error):
-                db.close()
+        """A connection to a ledger in WAL mode at this schema version; sets ``identity``. The
+        usual case (a ledger that is ready) takes no writers' turn, so readers never wait for
+        writers. Anything else is done inside the turn, where nobody creates, converts or moves
+        the file meanwhile: a ledger to create or upgrade, and one ``gc --reset-ledger`` moved
+        aside while this process was opening it (its connection would be to a file nobody else
+        reads)."""
+        before = self._existing()
+        if before is not None:
+            db: sqlite3.Connection | None = None
+            try:
+                db = self._connect()
+                if self._check(db) and self._ready(db) and _identity(self.path) == before:
+                    self.identity = before
+                    return db
+            except sqlite3.OperationalError as error:
+                if db is not None:
+                    _close_without_checkpoint(db)
+                if _locked(error):
+                    raise
+                db = None  # gone or caught mid-change by another process: again in the turn
+            except sqlite3.DatabaseError:
+                if db is not None:
+                    _close_without_checkpoint(db)
+                if _identity(self.path) == before:
+                    raise  # damaged where it stands
+                db = None  # moved aside while this process read it: again in the turn
+            except BaseException:
+                if db is not None:
+                    _close_without_checkpoint(db)
                 raise
-            # caught mid set-up by another process: do it again in the turn
-        except BaseException:
-            db.close()
-            raise
-        db.close()
+            if db is not None:
+                # Never a checkpoint on this close: if the file was moved aside meanwhile, SQLite
+                # would delete <ledger>-wal by name, which is now the new file's log.
+                _close_without_checkpoint(db)
         with self.writer_turn(True):
+            if self._existing() is None:
+                self._create()
             db = self._connect()
             try:
                 self._check(db)
@@ -276,13 +327,15 @@ class _Connection:
             except BaseException:
                 db.close()
                 raise
+            self.identity = _identity(self.path)
         return db
 
     def _connect(self) -> sqlite3.Connection:
-        try:
-            db = sqlite3.connect(self.path, timeout=self.timeout, isolation_level=None, check_same_thread=False)
-        except sqlite3.Error as error:
-            raise LedgerError(f"Cannot open the ledger {self.path}: {error}.") from None
+        # mode=rw: never create the file (one moved aside just now must not come back empty);
+        # a file gone meanwhile raises OperationalError, and _open_ready tries in the turn
+        db = sqlite3.connect(
+            _uri(self.path, "rw"), uri=True, timeout=self.timeout, isolation_level=None, check_same_thread=False
+        )
         db.row_factory = sqlite3.Row
         try:
             db.execute(f"PRAGMA busy_timeout = {int(self.timeout * 1000)}")
@@ -290,7 +343,7 @@ class _Connection:
             db.execute("PRAGMA wal_autocheckpoint = 0")
             db.execute("PRAGMA foreign_keys = ON")
         except BaseException:
-            db.close()
+            _close_without_checkpoint(db)
             raise  # damage or a busy file: _open says which
         return db
 
@@ -409,7 +462,6 @@ class _Connection:
             )
             _close_without_checkpoint(self.db)
             self.db = self._open()
-            self.identity = _identity(self.path)
             self.wal_identity = self._open_wal_identity()
         return problem
 
@@ -425,7 +477,6 @@ class _Connection:
                 return
             _PARKED.append(self.db)
             self.db = self._open()
-            self.identity = _identity(self.path)
             self.wal_identity = self._open_wal_identity()
 
     def checkpoint(self) -> None:
@@ -437,8 +488,13 @@ class _Connection:
             pass  # another process is checkpointing; the next one will
 
     def close(self) -> None:
+        # Never SQLite's checkpoint on close: as the last connection it deletes <ledger>-wal and
+        # -shm *by name*, and if `gc --reset-ledger` moved this file aside since it was opened,
+        # those names are the new file's (a process opening it then met "disk I/O error"). The
+        # passive checkpoint goes through this connection's own descriptors; the files stay.
         with self.lock:
-            self.db.close()
+            self.checkpoint()
+            _close_without_checkpoint(self.db)
             self.turn.close()
 
 
@@ -557,7 +613,7 @@ class LedgerFile:
         except LedgerError as error:
             return str(error)
         try:
-            db = sqlite3.connect(f"file:{source}?mode=ro", uri=True, timeout=30)
+            db = sqlite3.connect(_uri(source, "ro"), uri=True, timeout=30)
             try:
                 check = db.execute("PRAGMA integrity_check").fetchone()[0]
             finally:
@@ -585,7 +641,7 @@ class LedgerFile:
                     f"{', '.join(held[:5])}. Shut those kernels down or stop those commands first "
                     "(`jupyter vgpu status` lists them)."
                 )
-            db = sqlite3.connect(source, timeout=30, isolation_level=None)
+            db = sqlite3.connect(_uri(source, "rw"), uri=True, timeout=30, isolation_level=None)
             try:
                 copy = sqlite3.connect(target)
                 try:
@@ -618,8 +674,10 @@ class LedgerFile:
             turn.take()
             for extra_suffix in ("-wal", "-shm"):
                 extra = source.with_name(source.name + extra_suffix)
-                if extra.exists():
+                try:
                     extra.rename(target.with_name(target.name + extra_suffix))
+                except FileNotFoundError:
+                    pass  # none, or the last connection closing just deleted it
             source.rename(target)
         finally:
             turn.close()
@@ -635,7 +693,7 @@ def _held_slices(path: Path) -> list[str]:
     """Slices of ``path`` whose holder (or keeper) still runs, read without taking a writer's turn."""
     from .holders import process_alive
 
-    db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=30)
+    db = sqlite3.connect(_uri(path, "ro"), uri=True, timeout=30)
     try:
         rows = db.execute(
             "SELECT id, holder, pid, pid_start, pid_stamp, keeper_pid, keeper_start, keeper_stamp FROM slices"
@@ -647,6 +705,16 @@ def _held_slices(path: Path) -> list[str]:
         for sid, holder, pid, start, stamp, keeper, keeper_start, keeper_stamp in rows
         if process_alive(pid, start, stamp) or (keeper is not None and process_alive(keeper, keeper_start, keeper_stamp))
     ]
+
+
+def _uri(path: str | Path, mode: str) -> str:
+    """An SQLite URI for ``path`` (any characters) opened with ``mode`` (ro, rw, rwc)."""
+    return f"{Path(os.path.abspath(path)).as_uri()}?mode={mode}"
+
+
+def _locked(error: sqlite3.OperationalError) -> bool:
+    """SQLite's "database is locked" / "busy": another process held it past the timeout."""
+    return "locked" in str(error) or "busy" in str(error)
 
 
 def _identity(path: Path) -> tuple[int, int] | None:

@@ -4,18 +4,21 @@ file dropped SQLite's locks, and the next command to exit deleted the WAL under 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from jupyter_vgpu.errors import SliceUnavailable
+from jupyter_vgpu.errors import SliceNotFound, SliceUnavailable
 from jupyter_vgpu.gpus import Inventory
 from jupyter_vgpu.slices import Holder, SliceRequest, SQLiteLedger
+from jupyter_vgpu.slices.store import LedgerFile
 from jupyter_vgpu.units import GiB
 
 from .views import deleted_ledger_files
@@ -117,3 +120,48 @@ def test_a_new_ledger_is_created_owner_only_and_its_logs_follow(tmp_path: Path) 
         ledger.close()
     finally:
         os.umask(old)
+
+
+def _open_reserve_close(path: str, rounds: int, answers: Any) -> None:
+    """A short-lived process, many times over: open the ledger, reserve, release, close."""
+    failures = []
+    for _ in range(rounds):
+        try:
+            ledger = SQLiteLedger(path, Inventory("2x16GiB"), context_allowance=0)
+            try:
+                held = ledger.reserve_now(SliceRequest.parse("1/8"), Holder.command("churn", pid=os.getpid()))
+                with contextlib.suppress(SliceNotFound):  # in the file moved aside meanwhile
+                    ledger.release(held.id)
+            finally:
+                ledger.close()
+        except Exception as error:  # what a user would see instead of their slice
+            failures.append(f"{type(error).__name__}: {error}")
+    answers.put(failures)
+
+
+def test_opening_while_a_damaged_ledger_is_moved_aside_never_fails(tmp_path: Path) -> None:
+    # `jupyter vgpu gc --reset-ledger` moves a damaged ledger aside while commands start and
+    # exit: each must open the old file or the new one, never fail ("disk I/O error" when two
+    # processes met a new file still in rollback mode; a close deleting the new file's log by
+    # name), and the file left at the path is a whole, healthy ledger.
+    import multiprocessing
+
+    path = str(tmp_path / "ledger.sqlite")
+    context = multiprocessing.get_context("fork")
+    answers = context.Queue()
+    workers = [context.Process(target=_open_reserve_close, args=(path, 120, answers)) for _ in range(3)]
+    for worker in workers:
+        worker.start()
+    moved = 0
+    while any(worker.is_alive() for worker in workers):
+        if LedgerFile.reset(path) is not None:
+            moved += 1
+    failures = [failure for _ in workers for failure in answers.get(timeout=60)]
+    for worker in workers:
+        worker.join(10)
+    assert moved > 10, "the ledger was hardly moved; the test proved nothing"
+    assert failures == []
+    assert LedgerFile.damage(path) is None
+    ledger = SQLiteLedger(path, Inventory("2x16GiB"))
+    assert ledger.slices() == []
+    ledger.close()
