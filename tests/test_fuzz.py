@@ -2,11 +2,14 @@
 sentence or a valid result, and the ledger never over-commits a GPU or loses a live holder's slice.
 
 The budget is ``VGPU_FUZZ_EXAMPLES`` examples per property (default 200) and ``VGPU_FUZZ_RUNS``
-random operation sequences (default 50) of up to 30 steps across three writer processes.
+random operation sequences (default 50) of up to 30 steps per state machine: three writer
+processes on one ledger, three users' places in line through the broker, and connection
+patterns against the broker's socket.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import multiprocessing
 import os
@@ -292,8 +295,276 @@ class LedgerRace(RuleBasedStateMachine):
             ledger.close()
 
 
-LedgerRace.TestCase.settings = settings(
-    max_examples=RUNS, stateful_step_count=30, deadline=None, suppress_health_check=[HealthCheck.too_slow]
-)
-test_random_operations_across_processes_keep_the_ledger_sound = LedgerRace.TestCase
+def machine_test(machine: type[RuleBasedStateMachine], *, broker: bool = False) -> Any:
+    """``machine`` as a test: RUNS sequences of up to 30 steps (skipped without the broker's extras)."""
+    machine.TestCase.settings = settings(
+        max_examples=RUNS, stateful_step_count=30, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+    )
+    if broker and importlib.util.find_spec("jupyterhub") is None:
+        return pytest.mark.skip(reason="the broker's policy needs jupyterhub (pip install jupyter-vgpu[hub])")(machine.TestCase)
+    return machine.TestCase
 
+
+test_random_operations_across_processes_keep_the_ledger_sound = machine_test(LedgerRace)
+
+
+
+# -- places in line from several users, through the broker -----------------------------------------
+USERS = ("alice", "bob", "carol")
+MAX_WAITING = 3  # the policy's places in line per user, low so the machine reaches it
+
+
+class PlacesInLineFromSeveralUsers(RuleBasedStateMachine):
+    """Three users (their uids as the broker's peer check gives them) take places in line, ask,
+    leave, reserve and release, each also aiming at the others' tickets and slices. Nobody moves
+    another's place or slice, nobody sees another's holder, nobody holds more places than the
+    policy allows, and the node is never over-committed."""
+
+    @initialize()
+    def start(self) -> None:
+        import tempfile
+
+        from jupyter_vgpu.hub.broker import Broker, Caller, PolicySource
+
+        self.folder = Path(tempfile.mkdtemp(prefix="vgpu-fuzz-line-"))
+        policy = self.folder / "policy.json"
+        policy.write_text(json.dumps({"default": {"max_waiting": MAX_WAITING}}))
+        self.ledger = SQLiteLedger(
+            self.folder / "ledger.sqlite", Inventory("2x16GiB"), context_allowance=0, actor=Actor("root", 0, admin=True)
+        )
+        self.broker = Broker(self.ledger, PolicySource(policy))
+        self.callers = [
+            Caller(pid=os.getpid(), uid=6001 + i, gid=6001 + i, user=name, groups=(), admin=False)
+            for i, name in enumerate(USERS)
+        ]
+        self.tickets: dict[int, int] = {}  # waiting ticket -> user index
+        self.held: dict[str, int] = {}  # slice id -> user index
+
+    def teardown(self) -> None:
+        ledger = getattr(self, "ledger", None)
+        if ledger is not None:
+            ledger.close()
+
+    def _call(self, who: int, op: str, **args: Any) -> dict[str, Any]:
+        answer = self.broker.handle(self.callers[who], {"op": op, "args": args})
+        json.dumps(answer)  # what goes on the wire
+        if not answer["ok"]:
+            assert answer["error"] != "VGPUError", answer  # a refusal has its kind, never a crash
+            assert "Traceback" not in answer["message"] and len(answer["message"]) < 2000, answer
+        return answer
+
+    def _holder(self, who: int) -> dict[str, Any]:
+        return {"kind": "command", "name": f"{USERS[who]}'s secret job", "labels": {"path": f"{USERS[who]}/x.ipynb"}}
+
+    @rule(who=st.integers(0, 2), share=st.sampled_from(["1/4", "1/2", "3/4", "1"]))
+    def take_a_place(self, who: int, share: str) -> None:
+        mine = sum(1 for owner in self.tickets.values() if owner == who)
+        answer = self._call(who, "enqueue", request={"fraction": share}, holder=self._holder(who))
+        if answer["ok"]:
+            assert mine < MAX_WAITING, f"{USERS[who]} holds {mine + 1} places; the policy allows {MAX_WAITING}"
+            self.tickets[answer["result"]] = who
+        else:
+            assert mine >= MAX_WAITING and answer["error"] == "NotPermitted", answer
+
+    def _pick(self, table: dict[Any, int], pick: int) -> Any:
+        return sorted(table)[pick % len(table)] if table else None
+
+    @rule(who=st.integers(0, 2), pick=st.integers(0, 100), final=st.booleans())
+    def ask(self, who: int, pick: int, final: bool) -> None:
+        ticket = self._pick(self.tickets, pick)
+        if ticket is None:
+            return
+        answer = self._call(who, "try_grant", ticket=ticket, final=final)
+        if self.tickets[ticket] != who:
+            assert not answer["ok"], f"{USERS[who]} was answered for another user's place: {answer}"
+            return
+        if answer["ok"] and answer["result"]["slice"] is not None:
+            del self.tickets[ticket]
+            self.held[answer["result"]["slice"]["id"]] = who
+        elif not answer["ok"]:
+            assert answer["error"] in ("SliceUnavailable", "NotPermitted", "LeftLine"), answer
+            if ticket not in {w.ticket for w in self.ledger.waiting()}:
+                del self.tickets[ticket]
+
+    @rule(who=st.integers(0, 2), pick=st.integers(0, 100))
+    def leave(self, who: int, pick: int) -> None:
+        ticket = self._pick(self.tickets, pick)
+        if ticket is None:
+            return
+        answer = self._call(who, "leave_queue", ticket=ticket)
+        if self.tickets[ticket] != who:
+            assert not answer["ok"], f"{USERS[who]} took another user's place out of line: {answer}"
+        else:
+            assert answer["ok"], answer
+            del self.tickets[ticket]
+
+    @rule(who=st.integers(0, 2), share=st.sampled_from(["1/8", "1/4", "1/2"]))
+    def reserve_now(self, who: int, share: str) -> None:
+        answer = self._call(who, "reserve_now", request={"fraction": share}, holder=self._holder(who))
+        if answer["ok"]:
+            self.held[answer["result"]["id"]] = who
+        else:
+            assert answer["error"] in ("SliceUnavailable", "NotPermitted"), answer
+
+    @rule(who=st.integers(0, 2), pick=st.integers(0, 100))
+    def release(self, who: int, pick: int) -> None:
+        slice_id = self._pick(self.held, pick)
+        if slice_id is None:
+            return
+        answer = self._call(who, "release", slice_id=slice_id)
+        if self.held[slice_id] != who:
+            assert not answer["ok"], f"{USERS[who]} released another user's slice: {answer}"
+        else:
+            assert answer["ok"], answer
+            del self.held[slice_id]
+
+    @rule(who=st.integers(0, 2))
+    def look(self, who: int) -> None:
+        for op in ("waiting", "slices"):
+            answer = self._call(who, op)
+            assert answer["ok"], answer
+            text = json.dumps(answer)
+            for other, name in enumerate(USERS):
+                if other != who:
+                    assert f"{name}'s secret job" not in text and f"{name}/x.ipynb" not in text, (USERS[who], text)
+
+    @invariant()
+    def nobody_moved_anothers_place_or_slice_and_no_gpu_is_overcommitted(self) -> None:
+        if not hasattr(self, "ledger"):
+            return
+        assert self.ledger.overcommitted() == []
+        waiting = self.ledger.waiting()
+        assert {w.ticket for w in waiting} == set(self.tickets)
+        assert {w.ticket: w.uid for w in waiting} == {t: 6001 + who for t, who in self.tickets.items()}
+        slices = self.ledger.slices()
+        assert {s.id: s.uid for s in slices} == {sid: 6001 + who for sid, who in self.held.items()}
+        for gpu in self.ledger.inventory.snapshot().gpus:
+            assert sum(m for s in slices for g, m in zip(s.gpus, s.memory) if g == gpu.uuid) <= gpu.memory_total
+
+
+test_places_in_line_from_several_users_stay_theirs = machine_test(PlacesInLineFromSeveralUsers, broker=True)
+
+
+# -- connection patterns against the broker's socket -------------------------------------------------
+class BrokerConnectionPatterns(RuleBasedStateMachine):
+    """A real broker socket (in this process) meets what a careless or hostile client does with a
+    connection: close at once, stop mid-line, send bytes that are not JSON or not UTF-8, an
+    over-long line, several requests in one write, half-close, stay open idle. After every step
+    a well-behaved client is answered, and the node is never over-committed."""
+
+    @initialize()
+    def start(self) -> None:
+        import socket
+        import tempfile
+        import threading
+
+        from jupyter_vgpu.hub.broker import Broker, PolicySource
+        from jupyter_vgpu.hub.listener import BrokerServer
+
+        self.socket_module = socket
+        self.folder = Path(tempfile.mkdtemp(prefix="vgpu-fuzz-wire-"))
+        self.ledger = SQLiteLedger(
+            self.folder / "ledger.sqlite", Inventory("2x16GiB"), context_allowance=0, actor=Actor("root", 0, admin=True)
+        )
+        self.path = self.folder / "sock" / "broker.sock"
+        self.path.parent.mkdir(mode=0o755)
+        self.server = BrokerServer(self.path, Broker(self.ledger, PolicySource(None)))
+        self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+        self.thread.start()
+        self.idle: list[Any] = []
+
+    def teardown(self) -> None:
+        for connection in getattr(self, "idle", []):
+            connection.close()
+        if hasattr(self, "server"):
+            self.server.shutdown()
+            self.server.server_close()
+            self.ledger.close()
+
+    def _open(self) -> Any:
+        connection = self.socket_module.socket(self.socket_module.AF_UNIX)
+        connection.settimeout(10)
+        connection.connect(str(self.path))
+        return connection
+
+    def _answers(self, connection: Any, count: int) -> list[dict[str, Any]]:
+        data = b""
+        while data.count(b"\n") < count:
+            chunk = connection.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+        answers = [json.loads(line) for line in data.splitlines()]
+        for answer in answers:
+            assert isinstance(answer, dict) and isinstance(answer.get("ok"), bool), answer
+            if not answer["ok"]:
+                assert "Traceback" not in answer["message"] and len(answer["message"]) < 2000, answer
+        return answers
+
+    @rule()
+    def connect_and_close(self) -> None:
+        self._open().close()
+
+    @rule(data=st.binary(max_size=300))
+    def stop_mid_line(self, data: bytes) -> None:
+        connection = self._open()
+        connection.sendall(data.replace(b"\n", b" "))
+        connection.close()
+
+    @rule(data=st.binary(max_size=300) | anything.map(lambda v: json.dumps(v).encode()))
+    def send_one_line(self, data: bytes) -> None:
+        with self._open() as connection:
+            connection.sendall(data.replace(b"\n", b" ") + b"\n")
+            assert len(self._answers(connection, 1)) == 1  # every line is answered, whatever it holds
+
+    @rule(extra=st.integers(1, 5000))
+    def send_an_over_long_line(self, extra: int) -> None:
+        from jupyter_vgpu.hub.listener import MAX_REQUEST
+
+        with self._open() as connection:
+            try:
+                connection.sendall(b"x" * (MAX_REQUEST + extra) + b"\n")
+            except OSError:
+                return  # the broker answered and closed before it all went
+            answers = self._answers(connection, 1)
+            assert answers and not answers[0]["ok"] and "at most" in answers[0]["message"], answers
+
+    @rule(count=st.integers(2, 8), op=st.sampled_from(["slices", "waiting", "info", "overcommitted"]))
+    def send_several_requests_at_once(self, count: int, op: str) -> None:
+        with self._open() as connection:
+            connection.sendall(b"".join(json.dumps({"op": op, "args": {}}).encode() + b"\n" for _ in range(count)))
+            answers = self._answers(connection, count)
+            assert len(answers) == count and all(a["ok"] for a in answers), answers
+
+    @rule(data=st.binary(max_size=100))
+    def half_close(self, data: bytes) -> None:
+        with self._open() as connection:
+            connection.sendall(data.replace(b"\n", b" "))
+            connection.shutdown(self.socket_module.SHUT_WR)
+            self._answers(connection, 1)  # an answer for a partial line, or a close: never a hang
+
+    @rule()
+    def stay_open_idle(self) -> None:
+        if len(self.idle) < 6:
+            self.idle.append(self._open())
+
+    @rule()
+    def close_the_idle_ones(self) -> None:
+        for connection in self.idle:
+            connection.close()
+        self.idle = []
+
+    @invariant()
+    def a_well_behaved_client_is_answered_and_nothing_is_overcommitted(self) -> None:
+        if not hasattr(self, "server"):
+            return
+        from jupyter_vgpu.slices.remote import BrokerLedger
+
+        client = BrokerLedger(self.path, path=self.folder / "unused.sqlite", timeout=10)
+        held = client.reserve_now(SliceRequest.parse("1/4"), Holder.command("well-behaved"))
+        assert client.get(held.id).holder == "well-behaved"
+        client.release(held.id)
+        assert self.ledger.overcommitted() == [] and self.ledger.slices() == []
+
+
+test_broker_connection_patterns_never_stop_a_well_behaved_client = machine_test(BrokerConnectionPatterns, broker=True)

@@ -33,6 +33,8 @@ class GPUProcess:
 
     ``mig_device`` is the UUID of the MIG device it runs in (None outside MIG mode);
     ``mps_server`` marks the MPS server, which holds memory on behalf of its clients.
+    ``slice_id`` is set by a node broker, which knows every slice's holder: the slice the
+    process counts against. It sends another user's process with ``pid`` 0 (withheld).
     """
 
     pid: int
@@ -40,6 +42,7 @@ class GPUProcess:
     utilization: int | None = None
     mig_device: str | None = None
     mps_server: bool = False
+    slice_id: str | None = None
 
 
 @dataclass(frozen=True)

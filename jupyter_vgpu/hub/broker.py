@@ -29,8 +29,9 @@ from typing import Any
 import psutil
 
 from ..errors import InvalidConfig, InvalidRequest, LeftLine, NotPermitted, SliceUnavailable, VGPUError
+from ..gpus.inventory import GPUProcess, Snapshot
 from ..slices import Actor, Holder, Ledger, SliceRequest, SQLiteLedger, Ticket
-from ..slices.holders import process_alive
+from ..slices.holders import ProcessOwners, process_alive
 from ..slices.ledger import OPERATIONS
 from ..slices.records import HIDDEN_HOLDER, Slice, Waiter
 from ..slices.remote import error_to_wire, holder_from_wire, slice_to_wire, snapshot_to_wire, waiter_to_wire
@@ -52,6 +53,14 @@ class Caller:
     user: str
     groups: tuple[str, ...]
     admin: bool
+
+
+def _process_uid(pid: int) -> int | None:
+    """The real uid of a running process, None when it cannot be told (it ended)."""
+    try:
+        return int(psutil.Process(pid).uids().real)
+    except (psutil.NoSuchProcess, psutil.AccessDenied, ValueError):
+        return None
 
 
 def user_name(uid: int) -> str:
@@ -130,6 +139,8 @@ class Broker:
         self._grant_lock = threading.Lock()
         #: Why the broker took a place out of line (its longest wait passed), for the waiter's next ask.
         self._expired: dict[int, str] = {}
+        self._owners = ProcessOwners()  # which slice each GPU process counts against, across calls
+        self._owners_lock = threading.Lock()
 
     # -- who asks ----------------------------------------------------------------------------
     def caller(self, pid: int, uid: int, gid: int) -> Caller:
@@ -161,7 +172,7 @@ class Broker:
             if op == "info":
                 return {"ok": True, "result": self.info(caller)}
             if op == "snapshot":
-                return {"ok": True, "result": snapshot_to_wire(self.ledger.inventory.snapshot())}
+                return {"ok": True, "result": snapshot_to_wire(self.snapshot_for(caller))}
             if not isinstance(op, str) or op not in OPERATIONS:
                 raise InvalidRequest(f"The broker does not know the request {shorten(op)}; upgrade the client or the broker.")
             return {"ok": True, "result": self.serve(caller, op, _arguments(op, args, caller))}
@@ -296,6 +307,28 @@ class Broker:
         return found
 
     # -- helpers -----------------------------------------------------------------------------
+    def snapshot_for(self, caller: Caller) -> Snapshot:
+        """The GPUs as ``caller`` may see them: each process names the slice it counts against
+        (only the broker knows every slice's holder), and another user's process comes without
+        its pid (0) unless the caller is an admin. Memory and utilisation stay: they are the
+        GPU's, and every view must add up to the same figures."""
+        snapshot = self.ledger.inventory.snapshot()
+        slices = self.ledger.slices()
+        with self._owners_lock:
+            owners = self._owners.owners(snapshot, {s.id: s.pid for s in slices})
+        slice_uid = {s.id: s.uid for s in slices}
+
+        def seen(proc: GPUProcess) -> GPUProcess:
+            sid = owners.get(proc.pid)
+            if caller.admin:
+                return replace(proc, slice_id=sid)
+            uid = slice_uid.get(sid) if sid is not None else _process_uid(proc.pid)
+            if uid == caller.uid:
+                return replace(proc, slice_id=sid)
+            return replace(proc, pid=0, slice_id=sid)
+
+        return replace(snapshot, gpus=tuple(replace(g, processes=tuple(seen(p) for p in g.processes)) for g in snapshot.gpus))
+
     def visible(self, caller: Caller, s: Slice) -> Slice:
         """The slice as ``caller`` may see it: others' holders, labels, commands and pids hidden."""
         return s.seen_by(Actor(caller.user, caller.uid, caller.admin))

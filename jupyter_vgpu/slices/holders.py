@@ -145,24 +145,38 @@ class ProcessOwners:
         self._holders: dict[int, str] = {}
         self._owner: dict[int, str | None] = {}
 
-    def attribute(self, snapshot: Snapshot, holders: Mapping[str, int | None]) -> Attribution:
-        """``holders`` maps slice id -> holder pid."""
+    def owners(self, snapshot: Snapshot, holders: Mapping[str, int | None]) -> dict[int, str | None]:
+        """Each GPU process's slice id (None: outside slices), by pid; the MPS server and
+        processes a broker withheld (pid 0) are left out. ``holders``: slice id -> holder pid."""
         by_pid = {pid: sid for sid, pid in holders.items() if pid}
         if by_pid != self._holders:
             self._holders = by_pid
             self._owner = {}
         seen: set[int] = set()
+        for gpu in snapshot.gpus:
+            for proc in gpu.processes:
+                if proc.mps_server or proc.pid <= 0:
+                    continue
+                seen.add(proc.pid)
+                if proc.pid not in self._owner:
+                    self._owner[proc.pid] = next((by_pid[p] for p in ancestors(proc.pid) if p in by_pid), None)
+        for pid in [p for p in self._owner if p not in seen]:
+            del self._owner[pid]
+        return {pid: self._owner[pid] for pid in seen}
+
+    def attribute(self, snapshot: Snapshot, holders: Mapping[str, int | None]) -> Attribution:
+        """``holders`` maps slice id -> holder pid (None for another user's slice, whose
+        processes a node broker names by ``slice_id`` instead of a pid)."""
+        owners = self.owners(snapshot, holders)
         result = Attribution()
         for gpu in snapshot.gpus:
             for proc in gpu.processes:
                 if proc.mps_server:
                     continue
-                seen.add(proc.pid)
-                if proc.pid in self._owner:
-                    sid = self._owner[proc.pid]
+                if proc.pid <= 0:  # withheld by the broker: its slice, if one of those listed
+                    sid = proc.slice_id if proc.slice_id in holders else None
                 else:
-                    sid = next((by_pid[p] for p in ancestors(proc.pid) if p in by_pid), None)
-                    self._owner[proc.pid] = sid
+                    sid = owners[proc.pid]
                 amount = proc.used or 0
                 if sid is None:
                     result.foreign[gpu.uuid] = result.foreign.get(gpu.uuid, 0) + amount
@@ -175,8 +189,6 @@ class ProcessOwners:
                 if proc.utilization is not None:
                     util = result.utilization.setdefault(sid, {})
                     util[gpu.uuid] = min(100, util.get(gpu.uuid, 0) + proc.utilization)
-        for pid in [p for p in self._owner if p not in seen]:
-            del self._owner[pid]
         return result
 
 

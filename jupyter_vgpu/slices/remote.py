@@ -141,8 +141,10 @@ def snapshot_to_wire(snapshot: Snapshot) -> dict[str, Any]:
 
 
 def snapshot_from_wire(data: dict[str, Any]) -> Snapshot:
+    known = {f.name for f in fields(GPUProcess)}  # a newer broker may send more
     gpus = tuple(
-        GPU(**{**g, "processes": tuple(GPUProcess(**p) for p in g.get("processes", ()))}) for g in data.get("gpus", ())
+        GPU(**{**g, "processes": tuple(GPUProcess(**{k: v for k, v in p.items() if k in known}) for p in g.get("processes", ()))})
+        for g in data.get("gpus", ())
     )
     return Snapshot(
         gpus=gpus,

@@ -19,6 +19,7 @@ import psutil
 import pytest
 
 from jupyter_vgpu.slices import Holder, SliceRequest, open_ledger
+from jupyter_vgpu.units import GiB
 
 from .conftest import JUPYTER_VGPU, PYTHON, BrokerProcess, Users, student_policy, wait_until
 
@@ -200,6 +201,76 @@ def test_other_users_pids_are_hidden_and_the_node_ledger_is_private(system_users
         root.release(theirs.id)
     mode = stat.S_IMODE(broker.ledger.stat().st_mode)
     assert mode & 0o077 == 0, oct(mode)
+
+
+GPU_VIEW = """
+import json
+from jupyter_vgpu.slices import open_ledger
+from jupyter_vgpu.cli.status import collect
+ledger = open_ledger()
+snapshot = ledger.inventory.snapshot()
+print(json.dumps({"processes": [[p.pid, p.used, getattr(p, "slice_id", None)] for g in snapshot.gpus for p in g.processes],
+                  "status": collect(ledger)}))
+"""
+
+HOLD_QUIETLY = """
+import sys, time
+from jupyter_vgpu.slices import Holder, open_ledger, SliceRequest
+s = open_ledger().reserve(SliceRequest.parse(sys.argv[1]), Holder.kernel(sys.argv[2], labels={"path": sys.argv[3]}))
+print(s.id, flush=True)
+time.sleep(120)
+"""
+
+
+def test_the_broker_names_each_gpu_process_slice_without_another_users_pid(
+    system_users: Users, broker: BrokerProcess, tmp_path: Path
+) -> None:
+    # Issue 19: the broker's `snapshot` gave every user every GPU process's pid. Now another
+    # user's process comes with pid 0 and the slice it counts against, so bob still sees how much
+    # alice's slice uses, and nothing used outside slices that is not.
+    alice, bob = system_users.alice, system_users.bob
+    simulation = tmp_path / "gpus.json"
+    tmp_path.chmod(0o755)
+    simulation.write_text(json.dumps({"devices": [{"memory": "16GiB"}], "processes": []}))
+    simulation.chmod(0o644)
+    broker.kill(signal.SIGTERM)
+    broker.env["JUPYTER_VGPU_SIMULATE"] = str(simulation)
+    broker.start()
+    held = []
+    try:
+        for user, share, path in ((alice, "1/4", "alice/secret-project.ipynb"), (bob, "1/4", "bob/eval.ipynb")):
+            proc = user.popen(PYTHON, "-c", HOLD_QUIETLY, share, f"k-{user.name}", path,
+                              env=user.env(JUPYTER_VGPU_BROKER=str(broker.socket)))  # fmt: skip
+            assert proc.stdout is not None
+            held.append((proc, proc.stdout.readline().strip()))
+        (a, a_id), (b, b_id) = held
+        assert a_id and b_id, "a holder did not get its slice"
+        simulation.write_text(json.dumps({"devices": [{"memory": "16GiB"}], "processes": [
+            {"gpu": 0, "pid": a.pid, "memory": "3GiB"},
+            {"gpu": 0, "pid": b.pid, "memory": "2GiB"},
+            {"gpu": 0, "pid": 1, "memory": "1GiB"},  # root's, outside slices
+        ]}))  # fmt: skip
+
+        def view(user) -> dict:  # type: ignore[no-untyped-def,type-arg]
+            seen = user.run(PYTHON, "-c", GPU_VIEW, env=user.env(JUPYTER_VGPU_BROKER=str(broker.socket)))
+            assert seen.returncode == 0, seen.stderr
+            return json.loads(seen.stdout)  # type: ignore[no-any-return]
+
+        bobs = view(bob)
+        assert sorted(bobs["processes"], key=lambda p: p[1]) == [[0, GiB, None], [b.pid, 2 * GiB, b_id], [0, 3 * GiB, a_id]]
+        rows = {row["id"]: row for row in bobs["status"]["slices"]}
+        assert rows[a_id]["memory_used"] == 3 * GiB and rows[a_id]["holder_text"] == "another user's kernel"
+        assert rows[b_id]["memory_used"] == 2 * GiB
+        assert bobs["status"]["gpus"][0]["memory_foreign"] == GiB
+        assert str(a.pid) not in json.dumps(bobs)
+        alices = view(alice)
+        assert sorted(alices["processes"], key=lambda p: p[1]) == [[0, GiB, None], [0, 2 * GiB, b_id], [a.pid, 3 * GiB, a_id]]
+        root_view = open_ledger().inventory.snapshot()  # root is an admin: every pid
+        assert sorted(p.pid for g in root_view.gpus for p in g.processes) == sorted([1, a.pid, b.pid])
+    finally:
+        for proc, _ in held:
+            proc.kill()
+            proc.wait()
 
 
 FLOOD = """
