@@ -6,9 +6,11 @@ labextension paths each import their own layer only when Jupyter asks for it.
 
 from __future__ import annotations
 
-from typing import Any
-
 from ._version import __version__
+
+TYPE_CHECKING = False  # typing itself is not imported: a sliced process's start-up hook imports this package
+if TYPE_CHECKING:
+    from typing import Any
 
 
 def load_ipython_extension(ipython: Any) -> None:

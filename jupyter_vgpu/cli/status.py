@@ -18,6 +18,7 @@ from ..slices import Ledger, Slice, occupancy_of, open_ledger
 from ..slices.holders import attribute
 from ..slices.records import Tier, share_note
 from ..slices.remote import ENV_BROKER
+from ..slices.reports import configured_processes
 from ..slices.store import LedgerFile
 from ..units import format_bytes
 
@@ -67,6 +68,7 @@ def collect(ledger: Ledger) -> dict[str, Any]:
         row["memory_used"] = sum(per_gpu.values()) if per_gpu else (0 if snapshot.available else None)
         row["memory_used_by_gpu"] = dict(per_gpu or {}) if snapshot.available else None
         row["holder_text"] = s.describe_holder()
+        row["configured"] = [] if s.hidden else configured_processes(ledger.path, s.id)
         slice_rows.append(row)
     return {
         "simulated": snapshot.simulated,
@@ -185,6 +187,21 @@ def _slice_table(rows: list[dict[str, Any]], uuid: str | None) -> list[str]:
             f"{format_bytes(row['memory_used']):>11}{format_bytes(row['context_allowance']):>10}"
             f"  {row['tier']:<20}{row['holder_text']} [{row['request_text']}{where}]"
         )
+        lines += [f"{'':15}{line}" for line in configured_lines(row.get("configured") or [])]
+    return lines
+
+
+def configured_lines(processes: list[dict[str, Any]]) -> list[str]:
+    """One line per process of a slice that configured a framework: which, and how."""
+    lines = []
+    for process in processes:
+        who = "the kernel" if process["kernel"] else (process["command"] or "a process")
+        frameworks = "; ".join(
+            f"{name} {record.get('status', '?')}" + (f" ({record['detail']})" if record.get("detail") else "")
+            for name, record in process["frameworks"].items()
+            if isinstance(record, dict)
+        )
+        lines.append(f"configured in pid {process['pid']} ({who}): {frameworks or 'no framework imported yet'}")
     return lines
 
 

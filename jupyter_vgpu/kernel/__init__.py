@@ -11,9 +11,11 @@ environment loads, pays only for itself; the rest is imported when the extension
 from __future__ import annotations
 
 import sys
-from typing import TYPE_CHECKING, Any
 
+TYPE_CHECKING = False  # typing itself is not imported (see jupyter_vgpu/__init__.py)
 if TYPE_CHECKING:
+    from typing import Any
+
     from .state import KernelState, current
 
 
@@ -21,13 +23,18 @@ def load_ipython_extension(ipython: Any) -> None:
     """Called by IPython when the extension loads (once per ``%load_ext``)."""
     from . import hooks, notices, oom
     from .magics import VGPUMagics
+    from .startup import retire
     from .state import establish
 
     state = establish()
+    if not state.kernel:
+        state.kernel = True  # this process writes the slice's report from now on
+        _forget_process_report(state)
     if state.facts.sliced:
         _fit_environment()
     oom.install(ipython)
     hooks.install()
+    retire()  # the start-up hook's finder (see .startup) is no longer needed
     ipython.register_magics(VGPUMagics)
     if state.problem:
         print(f"jupyter-vgpu: {state.problem} Frameworks are not limited in this kernel.", file=sys.stderr)
@@ -43,6 +50,21 @@ def _fit_environment() -> None:
     from ..slices.environment import fit_installed_frameworks
 
     fit_installed_frameworks(os.environ)
+
+
+def _forget_process_report(state: KernelState) -> None:
+    """The start-up hook may have written a report for this process before the extension
+    loaded (a framework imported by an IPython start-up file): the kernel's report replaces it."""
+    facts = state.facts
+    if facts.slice_id and facts.ledger_path:
+        import os
+
+        from ..slices.reports import remove_process_report
+
+        try:
+            remove_process_report(facts.ledger_path, facts.slice_id, os.getpid())
+        except OSError:
+            pass
 
 
 def unload_ipython_extension(ipython: Any) -> None:

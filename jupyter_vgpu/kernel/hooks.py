@@ -16,7 +16,6 @@ from typing import Any
 
 import wrapt
 
-from . import oom
 from .frameworks import FRAMEWORKS, Framework, revisit
 from .records import FAILED, TOO_LATE, FrameworkRecord
 from .state import current
@@ -26,14 +25,16 @@ _warned: set[str] = set()
 
 
 def install() -> None:
-    """Note which frameworks are already imported, then hook all of them (once per process)."""
+    """Note which frameworks are already imported, then hook all of them (once per process: a
+    kernel whose start-up hook (:mod:`.startup`) registered them before any import loads the
+    extension later, and a framework imported in between was configured at its import)."""
     global _registered
-    state = current()
-    if state is not None:
-        state.preloaded.update(f.module for f in FRAMEWORKS if f.module in sys.modules)
     if _registered:
         return
     _registered = True
+    state = current()
+    if state is not None:
+        state.preloaded.update(f.module for f in FRAMEWORKS if f.module in sys.modules)
     for framework in FRAMEWORKS:
         wrapt.register_post_import_hook(_hook_for(framework), framework.module)
 
@@ -70,10 +71,11 @@ def configure(framework: Framework, module: Any) -> None:
         state.record(framework.name, record)
     except Exception:
         pass
-    try:
-        oom.watch(framework, module)
-    except Exception:
-        pass
+    if "jupyter_vgpu.kernel.oom" in sys.modules:  # a kernel (the extension loaded it); a plain process has no shell
+        try:
+            sys.modules["jupyter_vgpu.kernel.oom"].watch(framework, module)
+        except Exception:
+            pass
 
 
 def refresh() -> None:

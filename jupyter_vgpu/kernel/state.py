@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import InvalidConfig
 from ..slices.records import Tier
-from ..slices.reports import write_report
+from ..slices.reports import write_process_report, write_report
 from ..units import shorten
 from .records import FrameworkRecord
 
@@ -112,6 +112,9 @@ class KernelState:
         self._lock = threading.RLock()
         self._inventory: Inventory | None = None
         self._report_failed = False
+        #: True in a kernel (the extension loaded): it writes the slice's report; any other
+        #: process of the slice (see :mod:`.startup`) writes a report of its own beside it.
+        self.kernel = False
 
     # -- frameworks -------------------------------------------------------------------
     def record(self, name: str, record: FrameworkRecord) -> None:
@@ -166,7 +169,10 @@ class KernelState:
         report: dict[str, Any] = {"frameworks": frameworks, "memory_used": used, "peak_memory_used": peak}
         report.update(extra or {})
         try:
-            write_report(facts.ledger_path, facts.slice_id, report)
+            if self.kernel:
+                write_report(facts.ledger_path, facts.slice_id, report)
+            elif frameworks:
+                write_process_report(facts.ledger_path, facts.slice_id, report)
         except OSError as error:
             if not self._report_failed:
                 self._report_failed = True

@@ -180,6 +180,25 @@ def framework_rows(state: KernelState) -> list[tuple[str, str]]:
     return rows
 
 
+def process_rows(state: KernelState) -> list[tuple[str, str]]:
+    """The slice's other processes that configured a framework (``!python train.py``, workers,
+    commands): each is fitted to this same slice at its import (see :mod:`.startup`)."""
+    import os
+
+    from ..slices.reports import configured_processes
+
+    facts = state.facts
+    if not facts.slice_id or not facts.ledger_path:
+        return []
+    rows = []
+    for process in configured_processes(facts.ledger_path, facts.slice_id):
+        if process["pid"] == os.getpid():
+            continue
+        done = ", ".join(f"{name} {record.get('status', '?')}" for name, record in process["frameworks"].items() if isinstance(record, dict))
+        rows.append((f"pid {process['pid']}", f"{process['command'] or 'a process'}: {done or 'no framework imported yet'}"))
+    return rows
+
+
 def status_sheet(state: KernelState, usage: Usage) -> Sheet:
     """``%vgpu``: the slice, its use, the enforcement tier and each framework."""
     facts = state.facts
@@ -205,6 +224,8 @@ def status_sheet(state: KernelState, usage: Usage) -> Sheet:
         if facts.logical_devices > 1:
             machine.add("logical devices", f"TensorFlow splits the CPU into {facts.logical_devices} devices")
     sheet.section("Frameworks").rows.extend(framework_rows(state))
+    if others := process_rows(state):
+        sheet.section("Other processes of this slice").rows.extend(others)
     sheet.notes.append("`%vgpu help` lists the other commands.")
     return sheet
 

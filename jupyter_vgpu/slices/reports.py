@@ -12,6 +12,11 @@ Report shape::
      "memory_used": 123456 | null,      # bytes the frameworks report holding, all GPUs
      "peak_memory_used": 234567 | null}
 
+Any other Python process of the slice (a command under ``jupyter vgpu run``, ``!python train.py``
+from a notebook, a DataLoader worker) that configures a framework writes its own report beside
+it (``<slice id>.p<pid>.json``, the same shape plus ``stamp`` and ``command``), so ``%vgpu`` and
+``jupyter vgpu status`` can say which processes of a slice are configured (:func:`configured_processes`).
+
 The server writes back what its watchdog says to the slice's holder, beside the report
 (``<slice id>.notices.json``), so the kernel can print it into the cell that is running::
 
@@ -110,6 +115,79 @@ def write_report(ledger_path: str | Path, slice_id: str, report: dict[str, Any])
     _write_json(report_path(ledger_path, slice_id), slice_id, data)
 
 
+def process_report_path(ledger_path: str | Path, slice_id: str, pid: int) -> Path:
+    return report_dir(ledger_path) / f"{slice_id}.p{pid}.json"
+
+
+def write_process_report(ledger_path: str | Path, slice_id: str, report: dict[str, Any]) -> None:
+    """Atomically replace this process's report for the slice (a process other than the kernel)."""
+    import sys
+
+    import psutil
+
+    from .holders import start_stamp
+
+    pid = os.getpid()
+    try:
+        command = " ".join(psutil.Process(pid).cmdline())  # python -c's code too, which sys.argv leaves out
+    except (psutil.Error, OSError):
+        command = " ".join(sys.argv)
+    command = command or sys.executable
+    data = {
+        "slice_id": slice_id,
+        "pid": pid,
+        "stamp": start_stamp(pid),
+        "command": command if len(command) <= 120 else command[:117] + "...",
+        "updated": time.time(),
+        **report,
+    }
+    _write_json(process_report_path(ledger_path, slice_id, pid), slice_id, data)
+
+
+def remove_process_report(ledger_path: str | Path, slice_id: str, pid: int) -> None:
+    process_report_path(ledger_path, slice_id, pid).unlink(missing_ok=True)
+
+
+#: Most process reports read per slice (a DataLoader with many workers writes one each).
+MAX_PROCESS_REPORTS = 64
+
+
+def configured_processes(ledger_path: str | Path, slice_id: str) -> list[dict[str, Any]]:
+    """The slice's processes that configured a framework, oldest pid first: the kernel's report
+    (``"kernel": true``) and each running process's own. A report of a process that has ended is
+    removed; another user's file is ignored."""
+    from .holders import process_alive
+
+    found: list[dict[str, Any]] = []
+    kernel = read_report(ledger_path, slice_id)
+    if kernel is not None and kernel.get("frameworks"):
+        found.append({"pid": kernel.get("pid"), "kernel": True, "command": None, "frameworks": kernel["frameworks"]})
+    kernel_pid = kernel.get("pid") if kernel else None
+    try:
+        paths = sorted(report_dir(ledger_path).glob(f"{slice_id}.p*.json"))[:MAX_PROCESS_REPORTS]
+    except OSError:
+        return found
+    for path in paths:
+        data = _read_own(path)
+        if not isinstance(data, dict) or data.get("slice_id") != slice_id:
+            continue
+        pid = data.get("pid")
+        if isinstance(pid, bool) or not isinstance(pid, int) or pid == kernel_pid:
+            continue
+        if not process_alive(pid, None, data.get("stamp") if isinstance(data.get("stamp"), str) else None):
+            path.unlink(missing_ok=True)
+            continue
+        frameworks = data.get("frameworks")
+        command = data.get("command")
+        found.append({
+            "pid": pid,
+            "kernel": False,
+            "command": command[:120] if isinstance(command, str) else None,
+            "frameworks": frameworks if isinstance(frameworks, dict) else {},
+        })  # fmt: skip
+    return sorted(found, key=lambda p: (not p["kernel"], p["pid"] if isinstance(p["pid"], int) else 0))
+
+
 def report_bytes(value: object) -> int | None:
     """A byte count from a report, or None unless it is a whole, finite number from 0 to 1 PiB
     (a report is written by the notebook's own process: anything may be in it)."""
@@ -137,3 +215,8 @@ def remove_report(ledger_path: str | Path, slice_id: str) -> None:
     """Remove the slice's report and notices (the slice has ended)."""
     report_path(ledger_path, slice_id).unlink(missing_ok=True)
     notices_path(ledger_path, slice_id).unlink(missing_ok=True)
+    try:
+        for path in report_dir(ledger_path).glob(f"{slice_id}.p*.json"):
+            path.unlink(missing_ok=True)
+    except OSError:
+        pass

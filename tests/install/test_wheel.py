@@ -113,6 +113,7 @@ def test_the_wheel_ships_the_labextension_and_the_server_config(installed: Insta
     assert f"{data}share/jupyter/labextensions/jupyter-vgpu/package.json" in names
     assert any(n.startswith(f"{data}share/jupyter/labextensions/jupyter-vgpu/static/remoteEntry.") for n in names)
     assert not any("node_modules" in n or n.endswith(".ts") for n in names)
+    assert "jupyter_vgpu_startup.pth" in names  # at the root: site-packages, where `site` runs it
 
 
 def test_the_source_tree_is_not_what_runs(installed: Installed) -> None:
@@ -133,10 +134,13 @@ def _check_commands(installed: Installed) -> None:
 
     inside = installed.jupyter(
         "vgpu", "run", "-p", "0.25", "--", "python", "-c",
-        "import os; print(os.environ['JUPYTER_VGPU_FRACTION'], os.environ['CUDA_VISIBLE_DEVICES'][:4])",
+        "import os, sys; print(os.environ['JUPYTER_VGPU_FRACTION'], os.environ['CUDA_VISIBLE_DEVICES'][:4], "
+        "'jupyter_vgpu.kernel.startup' in sys.modules)",
     )  # fmt: skip
     assert inside.returncode == 0, inside.stderr
-    assert inside.stdout.split() == ["0.25", "GPU-"]
+    assert inside.stdout.split() == ["0.25", "GPU-", "True"]  # the start-up hook waits for a framework import
+    plain = installed.run(installed.bin("python"), "-c", "import sys; print([m for m in sys.modules if 'vgpu' in m])")
+    assert plain.stdout.strip() == "[]", plain.stdout + plain.stderr  # nothing for a process without a slice
 
     labextensions = installed.jupyter("labextension", "list")
     lines = _plain(labextensions.stdout + labextensions.stderr)

@@ -1,0 +1,84 @@
+"""What the start-up hook (``jupyter_vgpu_startup.pth``) costs every Python process.
+
+Two throwaway virtual environments on this interpreter see the same packages (this environment's
+site-packages, through a path file); one also has jupyter-vgpu's start-up hook. Pairs of
+``python -c pass`` run interleaved (ABBA) so drift in the machine's load hits both alike:
+
+- **no slice**: the cost every Python program on the machine pays (target: ratio <= 1.01, i.e.
+  within the noise; the hook is one dictionary lookup);
+- **in a slice**: the cost for a process that holds one (the hook registers the framework
+  import hooks: jupyter-vgpu's kernel layer and wrapt are imported).
+
+    python benchmarks/startup.py [--pairs 40]
+
+Figures: median wall time per start, and the ratio of medians.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import site
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+HOOK = REPO / "jupyter_vgpu_startup.pth"
+
+
+def make_venv(root: Path, *, hook: bool) -> Path:
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(root)], check=True)
+    packages = next((root / "lib").glob("python3*/site-packages"))
+    here = [p for p in site.getsitepackages() if Path(p).is_dir()]
+    # The same packages on both sides, through a path file named to sort before the hook's (site
+    # reads path files in name order; it does not run the .pth files inside the folders they add).
+    (packages / "aa_shared.pth").write_text("\n".join([str(REPO), *here]) + "\n")
+    if hook:
+        shutil.copy(HOOK, packages / HOOK.name)
+    return root / "bin" / "python"
+
+
+def one(python: Path, env: dict[str, str]) -> float:
+    started = time.perf_counter()
+    subprocess.run([str(python), "-c", "pass"], env=env, check=True)
+    return time.perf_counter() - started
+
+
+def compare(plain: Path, hooked: Path, env: dict[str, str], pairs: int) -> tuple[float, float]:
+    a: list[float] = []
+    b: list[float] = []
+    for i in range(pairs):
+        order = [(plain, a), (hooked, b)] if i % 2 == 0 else [(hooked, b), (plain, a)]
+        for python, into in order:
+            into.append(one(python, env))
+    return statistics.median(a), statistics.median(b)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--pairs", type=int, default=40)
+    args = parser.parse_args()
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("JUPYTER_VGPU", "CUDA_"))}
+    with tempfile.TemporaryDirectory(prefix="vgpu-startup-") as tmp:
+        plain = make_venv(Path(tmp) / "plain", hook=False)
+        hooked = make_venv(Path(tmp) / "hooked", hook=True)
+        check = subprocess.run([str(hooked), "-c", "import sys; print('jupyter_vgpu' in sys.modules)"],
+                               env={**base, "JUPYTER_VGPU_SLICE_ID": "x"}, capture_output=True, text=True)  # fmt: skip
+        assert check.stdout.strip() == "True", f"the hook did not run in the test environment: {check.stderr}"
+        one(plain, base), one(hooked, base)  # warm the page cache
+        slice_env = {**base, "JUPYTER_VGPU_SLICE_ID": "bench", "JUPYTER_VGPU_MEMORY_LIMIT": str(3 << 30),
+                     "JUPYTER_VGPU_FRACTION": "0.25", "CUDA_VISIBLE_DEVICES": "", "JUPYTER_VGPU_SIMULATE": "1x16GiB"}  # fmt: skip
+        print(f"python -c pass, median of {args.pairs} interleaved pairs ({sys.version.split()[0]}):")
+        for label, env in (("no slice", base), ("in a slice", slice_env)):
+            without, with_hook = compare(plain, hooked, env, args.pairs)
+            print(f"  {label:<11} without hook {without * 1000:7.2f} ms   with hook {with_hook * 1000:7.2f} ms   "
+                  f"ratio {with_hook / without:.3f}  (+{(with_hook - without) * 1000:.2f} ms)")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
