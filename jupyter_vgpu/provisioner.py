@@ -50,7 +50,7 @@ from .slices import Holder, Ledger, Slice, SliceRequest, Ticket, cpu_environment
 from .slices.environment import DEVICE_NAMES, without_slice
 from .slices.reports import remove_report
 from .slices.request import PLACEMENTS
-from .units import format_bytes, parse_bytes, parse_fraction, shorten
+from .units import format_bytes, parse_bytes, parse_fraction, parse_seconds, shorten
 
 EXTENSION_ARG = "--ext=jupyter_vgpu"
 
@@ -302,13 +302,7 @@ def _converted(parse: Callable[[Any], Any]) -> Callable[[Any, Any], Any]:
 
 
 def _seconds(value: Any) -> float:
-    try:
-        seconds = float(value)
-    except (TypeError, ValueError, OverflowError):
-        seconds = -1.0
-    if isinstance(value, bool) or not 0 <= seconds < 366 * 86400:
-        raise InvalidRequest(f"wait_timeout {shorten(value)} is not allowed; use a number of seconds, 0 or more.")
-    return seconds
+    return parse_seconds(value, what="wait_timeout")
 
 
 def _placement(value: Any) -> str:

@@ -42,6 +42,7 @@ def parse_bytes(value: str | int | float, *, what: str = "memory") -> int:
     """
     if isinstance(value, bool):
         raise InvalidRequest(f"{what} {shorten(value)} is not {ALLOWED_SIZES}.")
+    result: int | float | Fraction
     if isinstance(value, (int, float)):
         if not value > 0 or (isinstance(value, float) and not math.isfinite(value)):
             raise InvalidRequest(f"{what} {shorten(value)} must be larger than zero; use {ALLOWED_SIZES}.")
@@ -51,12 +52,35 @@ def parse_bytes(value: str | int | float, *, what: str = "memory") -> int:
         match = _SIZE.match(text) if len(text) <= _MAX_TEXT else None
         if not match or match.group(2).lower() not in _UNITS:
             raise InvalidRequest(f"{what} {shorten(value)} is not {ALLOWED_SIZES}.")
-        result = float(match.group(1)) * _UNITS[match.group(2).lower()]
+        result = Fraction(match.group(1)) * _UNITS[match.group(2).lower()]  # exact: "1.1GB" is 1100000000 bytes
     if result > MAX_SIZE:
         raise InvalidRequest(f"{what} {shorten(value)} is larger than any GPU (at most 1 PiB); use {ALLOWED_SIZES}.")
     if int(result) <= 0:
         raise InvalidRequest(f"{what} {shorten(value)} must be larger than zero ({ALLOWED_SIZES}).")
     return int(result)
+
+
+_EXACT_UNITS = (("PiB", 1024**5), ("TiB", 1024**4), ("GiB", GiB), ("MiB", MiB), ("KiB", KiB),
+                ("TB", 1000**4), ("GB", 1000**3), ("MB", 1000**2), ("kB", 1000))  # fmt: skip
+
+
+def exact_bytes(count: int) -> str:
+    """The shortest text :func:`parse_bytes` reads back as exactly ``count`` bytes: ``1.25GiB``,
+    ``5GB``, ``1.5GiB`` (for 1536 MiB), else the byte count. What a kernelspec stores."""
+    best = str(count)
+    for name, unit in _EXACT_UNITS:
+        value = Fraction(count, unit)
+        if value < 1 or 1000 % value.denominator:  # not a whole number of thousandths of the unit
+            continue
+        whole, rest = divmod(value.numerator, value.denominator)
+        if rest == 0:
+            text = f"{whole}{name}"
+        else:
+            digits = str(rest * (1000 // value.denominator)).rjust(3, "0").rstrip("0")
+            text = f"{whole}.{digits}{name}"
+        if len(text) < len(best):
+            best = text
+    return best
 
 
 def shorten(value: object, limit: int = 40) -> str:
@@ -125,3 +149,27 @@ def describe_fraction(fraction: float) -> str:
     if abs(float(approx) - fraction) < 1e-6 and approx.numerator > 0:
         return f"{approx.numerator}/{approx.denominator}"
     return f"{fraction * 100:.0f}%"
+
+
+#: The longest wait in line anything accepts (a kernelspec's wait_timeout, ``run --wait``,
+#: ``kernelspec install --wait``, a policy's max_wait): 366 days.
+MAX_WAIT_SECONDS = 366 * 86400
+ALLOWED_WAITS = f"a number of seconds from 0 to {MAX_WAIT_SECONDS} (366 days)"
+
+
+def parse_seconds(value: object, *, what: str = "wait_timeout") -> float:
+    """A wait in seconds, ``0 <= seconds <= MAX_WAIT_SECONDS``, from a number or ASCII text: the
+    one parser every entry point uses, so a value one accepts, all accept."""
+    seconds = -1.0
+    if not isinstance(value, bool) and isinstance(value, (int, float, str)):
+        try:
+            if isinstance(value, int) and abs(value) > 2 * MAX_WAIT_SECONDS:
+                raise ValueError(value)  # float() of a 400-digit int overflows
+            if isinstance(value, str) and (not value.isascii() or len(value) > _MAX_TEXT):
+                raise ValueError(value)  # float() reads other scripts' digits: "٣" would be 3
+            seconds = float(value)
+        except (ValueError, OverflowError):
+            seconds = -1.0
+    if not (math.isfinite(seconds) and 0 <= seconds <= MAX_WAIT_SECONDS):
+        raise InvalidRequest(f"{what} {shorten(value)} is not allowed; use {ALLOWED_WAITS}.")
+    return seconds

@@ -80,7 +80,7 @@ def test_a_sliced_spec_keeps_the_source_spec_and_names_the_provisioner(jupyter_d
 @pytest.mark.parametrize(
     ("args", "name", "display", "config"),
     [
-        (["-m", "8GiB"], "python3-vgpu-8gib", "Python 3 (8 GiB GPU)", {"gpu_memory": "8.0GiB"}),
+        (["-m", "8GiB"], "python3-vgpu-8gib", "Python 3 (8 GiB GPU)", {"gpu_memory": "8GiB"}),
         (["-p", "1", "-n", "2"], "python3-vgpu-full-x2", "Python 3 (2 GPUs)", {"gpu_fraction": 1.0, "gpus": 2}),
         (
             ["-p", "0.5", "--logical-devices", "2"],
@@ -139,3 +139,71 @@ def test_mistakes_get_one_sentence(jupyter_dirs: Path, args: list[str], message:
     assert message in result.stderr
     assert "Traceback" not in result.stderr
     assert ours(jupyter_dirs) == {"lab-python"}
+
+
+@pytest.mark.parametrize("asked", ["1.25GiB", "5GB", "1536MiB", "3.3GiB", "1.1GB"])
+def test_a_kernelspec_stores_exactly_the_memory_asked(jupyter_dirs: Path, asked: str) -> None:
+    # Issue 20: `-m 1.25GiB` stored "1.2GiB" (51 MiB less), `-m 5GB` stored "4.7GiB" (47 MB more).
+    from jupyter_vgpu.provisioner import VGPUProvisioner
+    from jupyter_vgpu.units import parse_bytes
+
+    result = vgpu("install", "-m", asked, "--name", "exact", "--user")
+    assert result.returncode == 0, result.stderr
+    config = spec(jupyter_dirs, "exact")["metadata"]["kernel_provisioner"]["config"]  # type: ignore[index]
+    assert parse_bytes(config["gpu_memory"]) == parse_bytes(asked), config
+    provisioner = VGPUProvisioner(kernel_id="exact", **config)  # what a kernel start reads
+    assert provisioner.request().memory == parse_bytes(asked)
+
+
+WAITS_ACCEPTED = ["0", "30", "2.5", "31622400"]
+WAITS_REFUSED = ["1e8", "-1", "nan", "inf", "soon", "٣", "31622401"]
+
+
+@pytest.mark.parametrize("seconds", WAITS_ACCEPTED + WAITS_REFUSED)
+def test_a_wait_is_accepted_or_refused_alike_by_every_entry_point(
+    jupyter_dirs: Path, vgpu_env: dict[str, str], tmp_path: Path, seconds: str
+) -> None:
+    # Issue 20: `kernelspec install --wait 1e8` installed a kernelspec whose kernel could never
+    # start ("wait_timeout 100000000.0 is not allowed; use a number of seconds, 0 or more").
+    from jupyter_vgpu.errors import InvalidConfig
+    from jupyter_vgpu.hub.policy import Limits
+    from jupyter_vgpu.provisioner import InvalidKernelConfig, VGPUProvisioner
+
+    accepted = seconds in WAITS_ACCEPTED
+    install = vgpu("install", "-p", "1/4", "--wait", seconds, "--name", "waits", "--user")
+    run = subprocess.run([JUPYTER_VGPU, "run", "-q", "-p", "1/8", "--wait", seconds, "--", "true"],
+                         capture_output=True, text=True, timeout=60)  # fmt: skip
+    outcomes = {"kernelspec install": install.returncode == 0, "run": run.returncode == 0}
+    for name, value in (("kernelspec", seconds), ("kernelspec (number)", _number(seconds))):
+        if value is None:
+            continue
+        try:
+            VGPUProvisioner(kernel_id="w", gpu_fraction=0.25, wait_timeout=value).request()
+            outcomes[name] = True
+        except InvalidKernelConfig as error:
+            outcomes[name] = False
+            assert "from 0 to 31622400 (366 days)" in str(error), error
+    number = _number(seconds)
+    if number is not None:
+        try:
+            Limits.parse({"max_wait": number}, where="policy.default")
+            outcomes["policy max_wait"] = True
+        except InvalidConfig as error:
+            outcomes["policy max_wait"] = False
+            assert "from 0 to 31622400 (366 days)" in str(error), error
+    assert set(outcomes.values()) == {accepted}, outcomes
+    for refused in (install, run):
+        if not accepted:
+            assert "from 0 to 31622400 (366 days)" in refused.stderr and "Traceback" not in refused.stderr, refused.stderr
+    if accepted:  # and what the kernelspec stored starts a kernel: the provisioner reads it back
+        config = spec(jupyter_dirs, "waits")["metadata"]["kernel_provisioner"]["config"]  # type: ignore[index]
+        VGPUProvisioner(kernel_id="w", **config).request()
+    else:
+        assert "waits" not in ours(jupyter_dirs)
+
+
+def _number(text: str) -> float | None:
+    try:
+        return float(text) if text.isascii() else None
+    except ValueError:
+        return None

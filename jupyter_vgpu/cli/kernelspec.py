@@ -22,7 +22,7 @@ from jupyter_client.kernelspec import KernelSpecManager, NoSuchKernel
 from ..errors import InvalidRequest
 from ..slices import SliceRequest
 from ..slices.request import CLI_NAMES
-from ..units import describe_fraction, format_bytes, shorten
+from ..units import describe_fraction, exact_bytes, format_bytes, parse_seconds, shorten
 
 PROVISIONER = "vgpu-provisioner"
 DEFAULT_SET = ("1/4", "1/2", "1")
@@ -126,7 +126,7 @@ def install(
     if request.fraction is not None:
         config["gpu_fraction"] = request.fraction
     if request.memory is not None:
-        config["gpu_memory"] = format_bytes(request.memory).replace(" ", "")
+        config["gpu_memory"] = exact_bytes(request.memory)  # what was asked, to the byte
     if request.gpus != 1:
         config["gpus"] = request.gpus
     if request.logical_devices != 1:
@@ -171,12 +171,7 @@ def sliced_specs(manager: KernelSpecManager | None = None) -> dict[str, dict[str
 
 def install_command(args: argparse.Namespace) -> int:
     prefix = sys.prefix if args.sys_prefix else args.prefix
-    try:
-        seconds = float(args.wait)
-    except ValueError:
-        seconds = -1.0
-    if not 0 <= seconds < float("inf"):
-        raise InvalidRequest(f"--wait {shorten(args.wait)} is not allowed; use a number of seconds, 0 or more.")
+    seconds = parse_seconds(args.wait, what="--wait")
     if args.defaults:
         if args.name or args.display_name:
             raise InvalidRequest("--defaults installs several kernelspecs; it cannot take --name or --display-name.")

@@ -22,7 +22,7 @@ from ..errors import InvalidRequest, SliceNotFound
 from ..slices import Holder, SliceRequest, open_ledger, summary
 from ..slices.environment import DEVICE_NAMES, fit_installed_frameworks, with_slice
 from ..slices.request import CLI_NAMES
-from ..units import shorten
+from ..units import parse_seconds, shorten
 
 
 def add_parser(commands: Any) -> None:
@@ -50,13 +50,7 @@ def add_parser(commands: Any) -> None:
 
 
 def _wait_seconds(text: str) -> float:
-    try:
-        seconds = float(text) if text.isascii() else -1.0  # ASCII digits only: float("٣") is 3
-    except ValueError:
-        seconds = -1.0
-    if not 0 <= seconds < float("inf"):
-        raise InvalidRequest(f"--wait {shorten(text)} is not allowed; use a number of seconds, 0 or more.")
-    return seconds
+    return parse_seconds(text, what="--wait")
 
 
 def run(args: argparse.Namespace) -> int:

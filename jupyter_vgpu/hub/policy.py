@@ -33,7 +33,7 @@ from traitlets.config import Config, Configurable
 from traitlets.config.loader import PyFileConfigLoader
 
 from ..errors import InvalidConfig, InvalidRequest
-from ..units import describe_fraction, format_bytes, parse_bytes, shorten
+from ..units import ALLOWED_WAITS, describe_fraction, format_bytes, parse_bytes, parse_seconds, shorten
 
 LIMITS = ("max_per_kernel", "max_total", "max_slices", "gpus", "max_wait", "max_waiting")
 
@@ -146,9 +146,12 @@ class Limits:
             values["gpus"] = tuple(str(g).strip() for g in gpus)
         if data.get("max_wait") is not None:
             wait = data["max_wait"]
-            if isinstance(wait, bool) or not isinstance(wait, (int, float)) or not 0 <= wait < math.inf:
-                raise InvalidConfig(f"{where}.max_wait {shorten(wait)} is not allowed; use a number of seconds, 0 or more.")
-            values["max_wait"] = float(wait)
+            if isinstance(wait, str):
+                raise InvalidConfig(f"{where}.max_wait {shorten(wait)} is not allowed; use {ALLOWED_WAITS} (a number, not text).")
+            try:
+                values["max_wait"] = parse_seconds(wait, what=f"{where}.max_wait")
+            except InvalidRequest as error:
+                raise InvalidConfig(str(error)) from None
         return cls(**values)
 
 

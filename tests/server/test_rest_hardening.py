@@ -34,7 +34,7 @@ BAD_CONFIGS = {
     "string": ("1/4", "kernel_provisioner config must be a mapping of settings such as {\"gpu_fraction\": 0.25}, not '1/4'."),
     "list": ([0.25], "kernel_provisioner config must be a mapping"),
     "gpus": ({"gpus": 10**400}, "gpus 10000000000000000000...00000000000000000000 (401 characters) is not allowed"),
-    "wait": ({"wait_timeout": "forever"}, "wait_timeout 'forever' is not allowed; use a number of seconds, 0 or more."),
+    "wait": ({"wait_timeout": "forever"}, "wait_timeout 'forever' is not allowed; use a number of seconds from 0 to 31622400 (366 days)."),
 }
 
 
