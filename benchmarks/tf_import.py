@@ -52,7 +52,7 @@ elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu
 hook = 0.0
 if sys.argv[1] == "with":
     from jupyter_vgpu.kernel import hooks
-    from jupyter_vgpu.kernel.frameworks import by_name
+    from jupyter_vgpu.frameworks import by_name
     from jupyter_vgpu.kernel.state import current
     assert "tensorflow" in current().records, "the hook did not run"
     hook = time.perf_counter()

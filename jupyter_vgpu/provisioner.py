@@ -21,369 +21,44 @@ from __future__ import annotations
 
 import asyncio
 import os
-import threading
 import time
-import weakref
-from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from jupyter_client.provisioning.factory import KernelProvisionerFactory
 from jupyter_client.provisioning.local_provisioner import LocalProvisioner
-from tornado.web import HTTPError
 from traitlets import Any as AnyTrait
-from traitlets import TraitError, validate
+from traitlets import validate
 
-from .config import VGPU, load_settings
+from .config import VGPU
 from .errors import (
-    InvalidConfig,
     InvalidRequest,
-    LedgerError,
-    LeftLine,
     NoGPU,
-    NotPermitted,
     SliceNotFound,
     SliceUnavailable,
     VGPUError,
 )
-from .slices import Holder, Ledger, Slice, SliceRequest, Ticket, cpu_environment, open_ledger, slice_environment
-from .slices.environment import DEVICE_NAMES, without_slice
+from .launch.errors import InvalidKernelConfig, ShownToUser, as_shown, reason
+from .launch.refusals import refusal_gpu, refusal_text, refusal_tips, refusals_of
+from .launch.settings import (
+    SET_BY_JUPYTER_CLIENT,
+    VGPU_SETTINGS,
+    check_device_names,
+    check_no_gpu,
+    check_pinned,
+    check_placement,
+    check_seconds,
+    converted,
+    server_settings,
+    shared_ledger,
+    unknown_keys_message,
+)
+from .launch.workarounds import PROVISIONER_NAME, forget_when_done
+from .slices import Holder, Ledger, Slice, SliceRequest, Ticket, cpu_environment, slice_environment
+from .slices.environment import without_slice
 from .slices.reports import remove_report
-from .slices.request import PLACEMENTS
-from .units import format_bytes, parse_bytes, parse_fraction, parse_seconds, shorten
+from .units import parse_bytes, parse_fraction
 
 EXTENSION_ARG = "--ext=jupyter_vgpu"
-
-
-class _ShownToUser(HTTPError):
-    """An error whose message jupyter_server's REST API passes to the user as it is.
-
-    jupyter_server answers any other exception from a kernel start with "Unhandled error" and a
-    traceback; for a tornado ``HTTPError`` it sends the message, which JupyterLab then shows in
-    its "Error Starting Kernel" dialog.
-    """
-
-    status = 500
-
-    def __init__(self, message: str) -> None:
-        # jupyter_server's API answers with log_message as it is; keep the message out of args,
-        # which tornado would %-format it with.
-        HTTPError.__init__(self, self.status, message)
-        self.message = message
-
-    def __str__(self) -> str:
-        return self.message
-
-
-class InvalidKernelConfig(_ShownToUser, InvalidRequest, TraitError):
-    """A kernelspec or ``c.VGPUProvisioner`` value is not allowed (raised before any reservation)."""
-
-    status = 400
-
-
-class KernelSliceUnavailable(_ShownToUser, SliceUnavailable):
-    """No slice for this kernel now (GPUs full, waited too long, no GPU with ``no_gpu="fail"``)."""
-
-    status = 503
-
-
-class KernelStartRefused(_ShownToUser, NotPermitted):
-    """A policy (a JupyterHub admin's quota, enforced by the broker) refuses this kernel's slice."""
-
-    status = 403
-
-
-class KernelStartFailed(_ShownToUser, VGPUError):
-    """Another jupyter-vgpu problem at kernel start (a bug; the server log has the traceback)."""
-
-
-class KernelSetupBroken(_ShownToUser, VGPUError):
-    """jupyter-vgpu's own settings or ledger cannot be used (a bad number, a corrupt ledger)."""
-
-    status = 503
-
-
-async def forget_failed_starts(manager: Any, log: Any = None) -> list[str]:
-    """Drop the kernel starts that failed, and cancel those still waiting, from ``manager``'s
-    pending kernels; returns their ids.
-
-    jupyter_client's MultiKernelManager keeps a failed start among its pending kernels for ever
-    (``_add_kernel_when_ready`` removes an entry only on success), and jupyter_server's
-    ``shutdown_all`` then asks to shut that kernel down, which fails with "Kernel does not exist"
-    and leaves the server unable to stop. Refused starts are routine here (a full GPU, a quota,
-    a wait that timed out), so the server extension calls this before the server's kernel
-    cleanup. Upstream fix: remove the entry in a ``finally`` of ``_add_kernel_when_ready``.
-    """
-    pending = getattr(manager, "_pending_kernels", None)
-    running = getattr(manager, "_kernels", None)
-    if not isinstance(pending, dict) or not isinstance(running, dict):
-        return []
-    stale = [(kid, task) for kid, task in list(pending.items()) if kid not in running]
-    for kernel_id, task in stale:
-        if isinstance(task, asyncio.Future) and not task.done():
-            task.cancel()  # a start still waiting in line: it leaves the line as it ends
-            try:
-                await asyncio.wait_for(asyncio.shield(task), timeout=5)
-            except BaseException:  # cancelled, failed or slow: it goes either way
-                pass
-        if pending.get(kernel_id) is task:
-            del pending[kernel_id]
-        if log is not None:
-            log.info("jupyter-vgpu: forgot kernel %s, whose start did not succeed.", kernel_id)
-    return [kid for kid, _ in stale]
-
-
-def _forget_when_done(manager: Any, kernel_id: str) -> None:
-    """Once the failed start of ``kernel_id`` has finished, drop it from the manager's pending
-    kernels (see :func:`forget_failed_starts`) so it neither leaks nor blocks shutdown."""
-    pending = getattr(manager, "_pending_kernels", None)
-    if not isinstance(pending, dict):
-        return
-    task = pending.get(kernel_id)
-    if not isinstance(task, asyncio.Future):
-        return
-
-    def forget(done: asyncio.Future[Any]) -> None:
-        running = getattr(manager, "_kernels", {})
-        if pending.get(kernel_id) is done and kernel_id not in running:
-            del pending[kernel_id]
-
-    task.add_done_callback(forget)
-
-
-class RefusalLog:
-    """The kernel starts a server refused lately, newest last: what ``GET /api/vgpu/refusals``
-    answers, so JupyterLab can lay out the refusal its "Error Starting Kernel" dialog shows as
-    text. Bounded: the last ``keep`` refusals, none older than ``max_age`` seconds."""
-
-    def __init__(self, keep: int = 50, max_age: float = 600.0) -> None:
-        self.max_age = max_age
-        self._entries: deque[dict[str, Any]] = deque(maxlen=keep)
-        self._lock = threading.Lock()
-
-    def add(self, entry: dict[str, Any]) -> None:
-        with self._lock:
-            self._entries.append(entry)
-
-    def since(self, t: float) -> list[dict[str, Any]]:
-        """Refusals after ``t`` (seconds since the epoch), newest first."""
-        oldest = max(t, time.time() - self.max_age)
-        with self._lock:
-            return [e for e in reversed(self._entries) if e["t"] > oldest]
-
-
-_refusal_logs: weakref.WeakKeyDictionary[Any, RefusalLog] = weakref.WeakKeyDictionary()
-
-
-def refusals_of(manager: Any) -> RefusalLog:
-    """The refusal log of a (multi) kernel manager: one per Jupyter server."""
-    with _shared_lock:
-        log = _refusal_logs.get(manager)
-        if log is None:
-            log = _refusal_logs[manager] = RefusalLog()
-        return log
-
-
-def refusal_tips(detail: dict[str, Any], *, kernels: list[dict[str, str]], wait_timeout: float) -> list[str]:
-    """What the person whose kernel start was refused can do, best first."""
-    tips = []
-    if kernels:
-        names = " or ".join(f'"{k["display_name"]}"' for k in kernels[:2])
-        tips.append(f"Start {names} instead: {'it fits' if len(kernels[:2]) == 1 else 'they fit'} now.")
-    elif detail.get("smaller_fits") and isinstance((detail.get("fits_now") or {}).get("memory"), int):
-        most = format_bytes(detail["fits_now"]["memory"])
-        tips.append(f"A kernel of at most {most} fits now (`jupyter vgpu kernelspec install -m {most.replace(' ', '')}`).")
-    if wait_timeout > 0:
-        tips.append(f"Wait longer: this kernel waits {wait_timeout:g} s in line (its wait_timeout).")
-    else:
-        tips.append(
-            "Wait in line: a kernel installed with `jupyter vgpu kernelspec install --wait SECONDS` waits for "
-            "its slice, first come, first served."
-        )
-    tips.append("Or ask the holders above to shut down the kernels they no longer use.")
-    return tips
-
-
-def refusal_text(detail: dict[str, Any], tips: list[str]) -> str:
-    """A refused kernel start, as its "Error Starting Kernel" dialog shows it: the summary, a
-    line per GPU, then what to do."""
-    waited = detail.get("waited")
-    summary = str(detail.get("summary", ""))
-    lines = [f"Waited {waited:g} s in line. {summary}" if isinstance(waited, (int, float)) else summary]
-    lines += [str(line) for line in detail.get("gpu_lines", [])]
-    lines.append("What you can do: " + " ".join(tips))
-    return "\n".join(line for line in lines if line)
-
-
-def _shown(error: BaseException, log: Any) -> BaseException:
-    """The error as the user's kernel-start dialog should show it (one sentence, right status)."""
-    if isinstance(error, (_ShownToUser, asyncio.CancelledError, KeyboardInterrupt, SystemExit)):
-        return error
-    if isinstance(error, (InvalidRequest, TraitError)):
-        return InvalidKernelConfig(str(error))
-    if isinstance(error, SliceUnavailable):
-        return KernelSliceUnavailable(str(error))
-    if isinstance(error, NotPermitted):
-        return KernelStartRefused(str(error))
-    if isinstance(error, (InvalidConfig, LedgerError)):
-        return KernelSetupBroken(str(error))
-    if isinstance(error, VGPUError):
-        return KernelStartFailed(str(error))
-    log.error("jupyter-vgpu: the kernel start failed", exc_info=error)
-    return KernelStartFailed(f"jupyter-vgpu could not start this kernel ({shorten(error)}); the server log has the details.")
-
-
-def _reason(error: BaseException) -> str:
-    """Why a start was refused, in one word for front ends: full | timed_out | cancelled |
-    no_gpu | policy | config | broken."""
-    if isinstance(error, LeftLine):
-        return "cancelled"
-    if isinstance(error, NoGPU):
-        return "no_gpu"
-    if isinstance(error, SliceUnavailable):
-        return "timed_out" if error.detail is not None and "waited" in error.detail else "full"
-    if isinstance(error, NotPermitted):
-        return "policy"
-    if isinstance(error, (InvalidRequest, TraitError)):
-        return "config"
-    return "broken"
-
-
-def _refusal_gpu(gpu: dict[str, Any]) -> dict[str, Any]:
-    """A GPU of a refusal for the REST API: its holders by notebook or command, ``yours`` instead
-    of a uid."""
-    holders = [
-        {"label": h.get("label"), "owner": h.get("owner"), "reserved": h.get("reserved"), "yours": h.get("uid") == os.getuid()}
-        for h in gpu.get("holders", [])
-    ]
-    keep = ("index", "name", "free", "total", "foreign", "text")
-    return {**{k: gpu.get(k) for k in keep}, "holders": holders}
-
-
-_ledgers: dict[tuple[str, str, int | None], Ledger] = {}
-_settings: dict[int, tuple[Any, VGPU]] = {}
-_shared_lock = threading.Lock()
-
-
-def _server_settings(config: Any) -> VGPU:
-    """The settings of the server whose config this is, read once (config files included)."""
-    with _shared_lock:
-        cached = _settings.get(id(config))
-        if cached is not None and cached[0] is config:
-            return cached[1]
-    settings = load_settings(config)
-    with _shared_lock:
-        _settings[id(config)] = (config, settings)
-    return settings
-
-
-def _shared_ledger(settings: VGPU) -> Ledger:
-    """One ledger connection per (path, GPUs, allowance) for all provisioners of a server."""
-    key = (str(settings.resolved_ledger_path), settings.resolved_simulate, settings.context_allowance_bytes)
-    with _shared_lock:
-        if key not in _ledgers:
-            _ledgers[key] = open_ledger(settings)
-        return _ledgers[key]
-
-
-def _converted(parse: Callable[[Any], Any]) -> Callable[[Any, Any], Any]:
-    """A trait validator that stores ``parse(value)`` (None stays None): parsed once, here."""
-
-    def validate(self: Any, proposal: Any) -> Any:
-        value = proposal["value"]
-        if value is None or (isinstance(value, str) and not value.strip()):
-            return None
-        try:
-            return parse(value)
-        except InvalidRequest as error:
-            raise InvalidKernelConfig(str(error)) from None
-
-    return validate
-
-
-def _seconds(value: Any) -> float:
-    return parse_seconds(value, what="wait_timeout")
-
-
-def _placement(value: Any) -> str:
-    if value not in PLACEMENTS:
-        raise InvalidRequest(f"placement {shorten(value)} is not allowed; use one of: {', '.join(PLACEMENTS)}.")
-    return str(value)
-
-
-def _no_gpu(value: Any) -> str:
-    if value not in NO_GPU_CHOICES:
-        raise InvalidRequest(f"no_gpu {shorten(value)} is not allowed; use one of: {', '.join(NO_GPU_CHOICES)}.")
-    return str(value)
-
-
-def _device_names(value: Any) -> str:
-    if value not in DEVICE_NAMES:
-        raise InvalidRequest(f"device_names {shorten(value)} is not allowed; use one of: {', '.join(DEVICE_NAMES)}.")
-    return str(value)
-
-
-def _pinned(value: Any) -> str:
-    text = str(value).strip()
-    if isinstance(value, bool) or not isinstance(value, (str, int)) or len(text) > 64:
-        raise InvalidRequest(f"gpu {shorten(value)} is not a GPU index or UUID.")
-    return text
-
-
-NO_GPU_CHOICES = ("cpu", "fail")
-
-#: What jupyter_client itself passes to a provisioner, besides the kernelspec's config.
-SET_BY_JUPYTER_CLIENT = frozenset({"kernel_id", "kernel_spec", "parent", "config", "log"})
-
-
-#: The kernelspec config keys (and ``c.VGPUProvisioner`` settings) a user may set; the traits
-#: inherited from LocalProvisioner are not the user's to set.
-VGPU_SETTINGS = (
-    "gpu_fraction", "gpu_memory", "gpus", "gpu", "logical_devices", "placement", "wait_timeout", "no_gpu", "device_names",
-)  # fmt: skip
-
-
-def unknown_keys_message(unknown: list[str], spec: Any = None) -> str:
-    name = getattr(spec, "display_name", None)
-    where = f"Kernel '{name}'" if name else "The kernelspec"
-    keys = ", ".join(shorten(k) for k in unknown[:5])
-    return (
-        f"{where}: kernel_provisioner config {'key' if len(unknown) == 1 else 'keys'} {keys} "
-        f"{'is' if len(unknown) == 1 else 'are'} not allowed; use {', '.join(VGPU_SETTINGS)}."
-    )
-
-
-class CheckedProvisionerFactory(KernelProvisionerFactory):  # type: ignore[misc]
-    """jupyter_client's provisioner factory, which first checks that a vgpu-provisioner stanza's
-    ``config`` is a mapping: the factory passes it as ``**config``, and anything else would end
-    the kernel start in a TypeError ("Unhandled error") instead of a sentence."""
-
-    def create_provisioner_instance(self, kernel_id: str, kernel_spec: Any, parent: Any) -> Any:
-        stanza = (getattr(kernel_spec, "metadata", None) or {}).get("kernel_provisioner")
-        if isinstance(stanza, dict) and stanza.get("provisioner_name") == PROVISIONER_NAME:
-            config = stanza.get("config", {})
-            if not isinstance(config, dict):
-                name = getattr(kernel_spec, "display_name", "") or "kernel"
-                raise InvalidKernelConfig(
-                    f"Kernel '{name}': kernel_provisioner config must be a mapping of settings such as "
-                    f'{{"gpu_fraction": 0.25}}, not {shorten(config)}.'
-                )
-        return super().create_provisioner_instance(kernel_id, kernel_spec, parent)
-
-
-def check_provisioner_configs() -> None:
-    """Make the process's provisioner factory a :class:`CheckedProvisionerFactory` (the server
-    extension calls this once; traitlets' singleton makes every kernel manager use it)."""
-    current = KernelProvisionerFactory._instance
-    if isinstance(current, CheckedProvisionerFactory):
-        return
-    parent = getattr(current, "parent", None)
-    KernelProvisionerFactory.clear_instance()
-    CheckedProvisionerFactory.clear_instance()  # one left from an earlier server of this process
-    CheckedProvisionerFactory.instance(parent=parent)
-
-
-PROVISIONER_NAME = "vgpu-provisioner"
 
 
 class VGPUProvisioner(LocalProvisioner):  # type: ignore[misc]
@@ -446,15 +121,15 @@ class VGPUProvisioner(LocalProvisioner):  # type: ignore[misc]
         before 0.24). A MIG slice always names its MIG device by UUID.""",
     ).tag(config=True)
 
-    _check_fraction = validate("gpu_fraction")(_converted(parse_fraction))
-    _check_memory = validate("gpu_memory")(_converted(lambda v: parse_bytes(v, what="gpu_memory")))
-    _check_gpus = validate("gpus")(_converted(lambda v: SliceRequest.parse(gpus=v).gpus))
-    _check_gpu = validate("gpu")(_converted(_pinned))
-    _check_logical = validate("logical_devices")(_converted(lambda v: SliceRequest.parse(logical_devices=v).logical_devices))
-    _check_placement = validate("placement")(_converted(_placement))
-    _check_wait = validate("wait_timeout")(_converted(_seconds))
-    _check_no_gpu = validate("no_gpu")(_converted(_no_gpu))
-    _check_names = validate("device_names")(_converted(_device_names))
+    _check_fraction = validate("gpu_fraction")(converted(parse_fraction))
+    _check_memory = validate("gpu_memory")(converted(lambda v: parse_bytes(v, what="gpu_memory")))
+    _check_gpus = validate("gpus")(converted(lambda v: SliceRequest.parse(gpus=v).gpus))
+    _check_gpu = validate("gpu")(converted(check_pinned))
+    _check_logical = validate("logical_devices")(converted(lambda v: SliceRequest.parse(logical_devices=v).logical_devices))
+    _check_placement = validate("placement")(converted(check_placement))
+    _check_wait = validate("wait_timeout")(converted(check_seconds))
+    _check_no_gpu = validate("no_gpu")(converted(check_no_gpu))
+    _check_names = validate("device_names")(converted(check_device_names))
 
     #: The slice this kernel holds: the provisioner's own state, never configuration.
     slice_id: str | None = None
@@ -473,11 +148,11 @@ class VGPUProvisioner(LocalProvisioner):  # type: ignore[misc]
         """The ledger this kernel's slice lives in: the one ``pre_launch`` reserved from, even if
         the environment changed since (settings are read once per server)."""
         if self._slice_ledger is None:
-            self._slice_ledger = _shared_ledger(self._settings())
+            self._slice_ledger = shared_ledger(self._settings())
         return self._slice_ledger
 
     def _settings(self) -> VGPU:
-        return _server_settings(getattr(self.parent, "config", None))
+        return server_settings(getattr(self.parent, "config", None))
 
     def request(self) -> SliceRequest:
         """The slice this kernel asks for, built from the traits (each parsed by its validator)."""
@@ -553,13 +228,13 @@ class VGPUProvisioner(LocalProvisioner):  # type: ignore[misc]
         except BaseException as error:
             if isinstance(error, asyncio.CancelledError):
                 raise
-            _forget_when_done(getattr(self.parent, "parent", None), str(self.kernel_id))
-            shown = _shown(error, self.log)
-            if isinstance(shown, _ShownToUser):
+            forget_when_done(getattr(self.parent, "parent", None), str(self.kernel_id))
+            shown = as_shown(error, self.log)
+            if isinstance(shown, ShownToUser):
                 shown = await self._refused(error, shown)
             raise shown from None
 
-    async def _refused(self, error: BaseException, shown: _ShownToUser) -> _ShownToUser:
+    async def _refused(self, error: BaseException, shown: ShownToUser) -> ShownToUser:
         """Record the refusal for the REST API and say it the way a person can act on: with the
         refusal's structure (a full GPU), name the installed kernels that fit now."""
         detail = error.detail if isinstance(error, SliceUnavailable) else None
@@ -582,14 +257,14 @@ class VGPUProvisioner(LocalProvisioner):  # type: ignore[misc]
                 "kernel_display_name": labels.get("kernel_display_name"),
                 "path": labels.get("path"),
                 "status": shown.status,
-                "reason": _reason(error),
+                "reason": reason(error),
                 "message": shown.message,
                 "summary": shown.message.split("\n", 1)[0],
                 "asked": (detail or {}).get("asked"),
                 "fits_now": (detail or {}).get("fits_now"),
                 "ahead": (detail or {}).get("ahead", 0),
                 "waited": (detail or {}).get("waited"),
-                "gpus": [_refusal_gpu(g) for g in (detail or {}).get("gpus", [])],
+                "gpus": [refusal_gpu(g) for g in (detail or {}).get("gpus", [])],
                 "advice": tips,
                 "suggested_kernels": kernels,
             }
@@ -632,7 +307,7 @@ class VGPUProvisioner(LocalProvisioner):  # type: ignore[misc]
             return await super().launch_kernel(cmd, **kwargs)
         except BaseException:
             await self._release()
-            _forget_when_done(getattr(self.parent, "parent", None), str(self.kernel_id))
+            forget_when_done(getattr(self.parent, "parent", None), str(self.kernel_id))
             raise
 
     async def _pre_launch(self, **kwargs: Any) -> dict[str, Any]:
@@ -641,7 +316,7 @@ class VGPUProvisioner(LocalProvisioner):  # type: ignore[misc]
         request = self.request()
         settings = self._settings()
         if self._slice_ledger is None:
-            self._slice_ledger = await asyncio.to_thread(_shared_ledger, settings)
+            self._slice_ledger = await asyncio.to_thread(shared_ledger, settings)
         ledger = self._slice_ledger
         kept = self.slice_id
         try:

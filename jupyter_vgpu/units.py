@@ -105,37 +105,39 @@ def format_bytes(value: int | float | None, *, precision: int = 1) -> str:
     return f"{value:.0f} B"
 
 
-_FRACTION = re.compile(r"^\s*(\d+)\s*/\s*(\d+)\s*$", re.ASCII)
+_RATIO = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*/\s*(\d+(?:\.\d+)?)\s*$", re.ASCII)
 _PERCENT = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*%\s*$", re.ASCII)
 ALLOWED_FRACTIONS = "a share of a GPU in (0, 1], written 0.25, 1/4 or 25%"
 
 
+def share_number(value: object) -> float:
+    """The number a share of GPUs is written as: ``0.25``, ``"1/4"``, ``"25%"``, ``"2"``. The one
+    grammar of a share (a request's ``gpu_fraction``, a policy's limits); callers apply their
+    bounds. Raises ``ValueError`` for what is not a share, ``ZeroDivisionError`` for ``"1/0"``;
+    only ASCII digits count (``float("٣")`` is 3)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise ValueError(value)
+    if isinstance(value, int):
+        return float(value) if abs(value) <= 2**53 else math.copysign(math.inf, value)  # float() of 400 digits overflows
+    if isinstance(value, float):
+        return value
+    if len(value) > _MAX_TEXT or not value.isascii():
+        raise ValueError(value)
+    if m := _RATIO.match(value):
+        return float(Fraction(m.group(1)) / Fraction(m.group(2)))
+    if m := _PERCENT.match(value):
+        return float(Fraction(m.group(1)) / 100)
+    return float(value)
+
+
 def parse_fraction(value: str | int | float, *, what: str = "gpu_fraction") -> float:
     """Parse ``0.25``, ``"1/4"`` or ``"25%"`` into a float in (0, 1]."""
-    if isinstance(value, bool):
-        raise InvalidRequest(f"{what} {shorten(value)} is not {ALLOWED_FRACTIONS}.")
-    result: float
-    if isinstance(value, int) and not -2 <= value <= 2:  # float() of a 400-digit int overflows
-        raise InvalidRequest(f"{what} {shorten(value)} is outside (0, 1]; use {ALLOWED_FRACTIONS}.")
-    if isinstance(value, (int, float)):
-        result = float(value)
-    else:
-        text = str(value)
-        if len(text) > _MAX_TEXT:
-            raise InvalidRequest(f"{what} {shorten(value)} is not {ALLOWED_FRACTIONS}.")
-        if m := _FRACTION.match(text):
-            if int(m.group(2)) == 0:
-                raise InvalidRequest(f"{what} {shorten(value)} divides by zero; use {ALLOWED_FRACTIONS}.")
-            result = float(Fraction(int(m.group(1)), int(m.group(2))))
-        elif m := _PERCENT.match(text):
-            result = float(m.group(1)) / 100
-        else:
-            try:
-                if not text.isascii():  # float() reads other scripts' digits: "٣" would be 3
-                    raise ValueError(text)
-                result = float(text)
-            except ValueError:
-                raise InvalidRequest(f"{what} {shorten(value)} is not {ALLOWED_FRACTIONS}.") from None
+    try:
+        result = share_number(value)
+    except ZeroDivisionError:
+        raise InvalidRequest(f"{what} {shorten(value)} divides by zero; use {ALLOWED_FRACTIONS}.") from None
+    except ValueError:
+        raise InvalidRequest(f"{what} {shorten(value)} is not {ALLOWED_FRACTIONS}.") from None
     if not math.isfinite(result) or not 0 < result <= 1:
         raise InvalidRequest(f"{what} {shorten(value)} is outside (0, 1]; use {ALLOWED_FRACTIONS}.")
     return result

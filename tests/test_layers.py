@@ -63,6 +63,9 @@ def _in(module: str, layer: str) -> bool:
 
 
 FORBIDDEN = [
+    ("jupyter_vgpu.frameworks", "jupyter_vgpu.slices"),  # below slices: the environment asks the registry
+    ("jupyter_vgpu.frameworks", "jupyter_vgpu.kernel"),  # the kernel's state only for type checkers
+    ("jupyter_vgpu.frameworks", "jupyter_vgpu.server"),
     ("jupyter_vgpu.gpus", "jupyter_vgpu.slices"),
     ("jupyter_vgpu.gpus", "jupyter_vgpu.server"),
     ("jupyter_vgpu.slices", "jupyter_server"),
@@ -72,6 +75,9 @@ FORBIDDEN = [
     ("jupyter_vgpu.kernel", "jupyter_vgpu.server"),
     ("jupyter_vgpu.kernel", "jupyter_vgpu.hub"),
     ("jupyter_vgpu.provisioner", "jupyter_vgpu.server"),
+    ("jupyter_vgpu.server", "jupyter_vgpu.provisioner"),  # its helpers live in jupyter_vgpu.launch
+    ("jupyter_vgpu.launch", "jupyter_vgpu.provisioner"),
+    ("jupyter_vgpu.launch", "jupyter_vgpu.server"),
     ("jupyter_vgpu.server", "jupyter_vgpu.hub"),
     ("jupyter_vgpu.server", "jupyterhub"),
     ("jupyter_vgpu.cli", "jupyterhub"),

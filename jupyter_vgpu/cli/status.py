@@ -20,6 +20,7 @@ from ..slices.records import Tier, share_note
 from ..slices.remote import ENV_BROKER
 from ..slices.reports import configured_processes
 from ..slices.store import LedgerFile
+from ..slices.usage import REPORTED, ReportCache, slice_usage
 from ..units import format_bytes
 
 BAR_WIDTH = 40
@@ -61,12 +62,14 @@ def collect(ledger: Ledger) -> dict[str, Any]:
     waiting = ledger.waiting()
     attribution = attribute(snapshot, {s.id: s.pid for s in slices})
     gpus = occupancy_of(snapshot, slices, attribution)
+    reports = ReportCache(ledger.path)
     slice_rows = []
     for s in slices:
         row = s.to_dict()
-        per_gpu = attribution.used.get(s.id)
-        row["memory_used"] = sum(per_gpu.values()) if per_gpu else (0 if snapshot.available else None)
-        row["memory_used_by_gpu"] = dict(per_gpu or {}) if snapshot.available else None
+        usage = slice_usage(s, s.pid, attribution, snapshot, None if s.hidden else reports.get(s.id))
+        row["memory_used"] = usage.memory_used  # the server's figure: measured, else what the kernel reports
+        row["memory_used_by_gpu"] = dict(usage.used_by_gpu) if snapshot.available else None
+        row["usage_source"] = usage.source
         row["holder_text"] = s.describe_holder()
         row["configured"] = [] if s.hidden else configured_processes(ledger.path, s.id)
         slice_rows.append(row)
@@ -184,11 +187,18 @@ def _slice_table(rows: list[dict[str, Any]], uuid: str | None) -> list[str]:
         where = "" if uuid else f" on GPU {', '.join(str(i) for i in row['gpu_indices'])}"
         lines.append(
             f"  {row['id']:<13}{row['owner'][:9]:<10}{format_bytes(reserved):>10}"
-            f"{format_bytes(row['memory_used']):>11}{format_bytes(row['context_allowance']):>10}"
+            f"{_used(row):>11}{format_bytes(row['context_allowance']):>10}"
             f"  {row['tier']:<20}{row['holder_text']} [{row['request_text']}{where}]"
         )
         lines += [f"{'':15}{line}" for line in configured_lines(row.get("configured") or [])]
+    if any(row.get("usage_source") == REPORTED for row in rows):
+        lines.append("  * reported by the kernel's frameworks: NVML's process ids do not match it (e.g. in a container)")
     return lines
+
+
+def _used(row: dict[str, Any]) -> str:
+    """What a slice uses, as every view says it; ``*`` marks a figure the kernel reported."""
+    return format_bytes(row["memory_used"]) + ("*" if row.get("usage_source") == REPORTED else "")
 
 
 def configured_lines(processes: list[dict[str, Any]]) -> list[str]:

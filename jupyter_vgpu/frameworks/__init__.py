@@ -1,5 +1,22 @@
 """One adapter per framework: how to fit it into the slice, and what it can tell about itself.
 
+The registry (:data:`FRAMEWORKS`) is the only list of frameworks: the slice's environment
+(``slices.environment``), the import hooks (``kernel.hooks``, and the start-up hook every sliced
+Python process runs), ``%vgpu`` and the reports all ask it.
+
+Adding a framework (one module plus its tests):
+
+1. ``frameworks/<name>.py``: a :class:`~.base.Framework` subclass with ``name`` (the report key),
+   ``title`` (what users read) and ``module`` (the import that triggers it); ``variables``,
+   :meth:`~.base.Framework.environment` and :meth:`~.base.Framework.for_installed` if it reads
+   its limit from the environment (with the release rules, citing their source in docs/gpu.md);
+   :meth:`~.base.Framework.configure` (must not create a CUDA context) and what it can answer
+   (devices, memory, out-of-memory errors, resize).
+2. Add an instance to :data:`FRAMEWORKS` and its module to ``kernel.startup.FRAMEWORK_MODULES``
+   (which cannot import this registry: it runs in every sliced process's start).
+3. ``tests/test_frameworks.py`` checks every registered framework against the contract; add a
+   test with the real framework (CPU build) in ``tests/kernel/`` and a GPU test in ``tests/gpu/``.
+
 Adapters receive the framework module from the post-import hook (or from ``sys.modules``);
 none of them imports a framework. Their methods may raise: :mod:`..hooks` and the magics
 turn any failure into a record or a "not available" line, never into a broken import.
@@ -16,8 +33,8 @@ from .pytorch import PyTorch
 from .tensorflow import TensorFlow
 
 if TYPE_CHECKING:
-    from ..records import FrameworkRecord
-    from ..state import KernelState
+    from .base import ProcessState
+    from .records import FrameworkRecord
 
 #: Every framework the kernel layer configures, in the order ``%vgpu`` lists them.
 FRAMEWORKS: tuple[Framework, ...] = (TensorFlow(), PyTorch(), JAX(), CuPy())
@@ -31,7 +48,7 @@ def by_name(name: str) -> Framework:
     raise KeyError(name)
 
 
-def imported(state: KernelState) -> list[tuple[Framework, Any]]:
+def imported(state: ProcessState) -> list[tuple[Framework, Any]]:
     """The frameworks the user has imported, with their modules."""
     found = []
     for framework in FRAMEWORKS:
@@ -41,10 +58,10 @@ def imported(state: KernelState) -> list[tuple[Framework, Any]]:
     return found
 
 
-def revisit(state: KernelState, step: Literal["refresh", "reapply"]) -> dict[str, FrameworkRecord]:
+def revisit(state: ProcessState, step: Literal["refresh", "reapply"]) -> dict[str, FrameworkRecord]:
     """Run ``step`` of every configured framework the user has imported; returns the new records
     (a step that raises becomes a failed record, never an exception in the user's cell)."""
-    from ..records import FAILED, FrameworkRecord
+    from .records import FAILED, FrameworkRecord
 
     changed: dict[str, FrameworkRecord] = {}
     for framework, module in imported(state):
@@ -59,7 +76,7 @@ def revisit(state: KernelState, step: Literal["refresh", "reapply"]) -> dict[str
     return changed
 
 
-def framework_memory(state: KernelState) -> tuple[int | None, int | None]:
+def framework_memory(state: ProcessState) -> tuple[int | None, int | None]:
     """GPU memory the imported frameworks say they hold now and at peak (None: nobody can tell)."""
     used: int | None = None
     peak: int | None = None

@@ -1,13 +1,38 @@
-"""The adapter contract every framework module implements."""
+"""The adapter contract every framework module implements: both halves of fitting a framework into
+a slice (the variables a process starts with, and the import hook), its words and version rules."""
 
 from __future__ import annotations
 
+import re
 from abc import ABC, abstractmethod
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
-    from ..records import FrameworkRecord
-    from ..state import KernelState
+    from .records import FrameworkRecord
+
+
+class SliceFacts(Protocol):
+    """What an adapter reads of the slice (``kernel.state.SliceFacts`` has it, from the environment)."""
+
+    @property
+    def sliced(self) -> bool: ...
+    @property
+    def memory_limit(self) -> int | None: ...
+    @property
+    def logical_devices(self) -> int: ...
+
+
+class ProcessState(Protocol):
+    """What an adapter reads and writes of its process (``kernel.state.KernelState`` is one): the
+    adapters sit below the kernel layer and know it only by this."""
+
+    @property
+    def facts(self) -> SliceFacts: ...
+    @property
+    def records(self) -> dict[str, FrameworkRecord]: ...
+    def record(self, name: str, record: FrameworkRecord) -> None: ...
+    def imported(self, module_name: str) -> Any: ...
 
 
 class Framework(ABC):
@@ -20,9 +45,27 @@ class Framework(ABC):
     name = ""
     title = ""
     module = ""
+    #: The environment variables :meth:`environment` and :meth:`for_installed` may set: a process
+    #: that gets a slice starts without any inherited one (``slices.environment.without_slice``).
+    variables: tuple[str, ...] = ()
+
+    # -- the environment half: read before the framework starts (also by child processes) ----
+    def environment(self, limit: int, fraction: str) -> dict[str, str]:
+        """The variables of a process holding a slice: ``limit`` bytes per GPU for frameworks,
+        ``fraction`` the same limit as a share of the smallest device ("0.231", rounded down)."""
+        return {}
+
+    def for_installed(
+        self, env: Mapping[str, str], fraction: str, versions: Callable[[str], str | None]
+    ) -> dict[str, str | None]:
+        """What to change in a slice's ``env`` (None: unset) for the release of this framework
+        installed here (``versions(distribution)``, None when not installed)."""
+        return {}
+
+    # -- the import half ---------------------------------------------------------------------
 
     @abstractmethod
-    def configure(self, module: Any, state: KernelState) -> FrameworkRecord:
+    def configure(self, module: Any, state: ProcessState) -> FrameworkRecord:
         """Called by the post-import hook right after the user's import of ``module``
         (or at once if it was imported before the extension loaded). Must not create a CUDA
         context. Returns what was applied; may raise (the hook records the failure)."""
@@ -32,12 +75,12 @@ class Framework(ABC):
         while a resize would still take effect. Called by ``%vgpu resize``."""
         return f"{self.title} is imported and was configured for the current size."
 
-    def reapply(self, module: Any, state: KernelState) -> FrameworkRecord | None:
+    def reapply(self, module: Any, state: ProcessState) -> FrameworkRecord | None:
         """After a resize that :meth:`holds_gpu` allowed: move the limit to the new size.
         Returns the new record, or None when nothing needs doing."""
         return None
 
-    def refresh(self, module: Any, state: KernelState) -> FrameworkRecord | None:
+    def refresh(self, module: Any, state: ProcessState) -> FrameworkRecord | None:
         """Called before ``%vgpu`` shows the records: a chance to finish work that waited for
         the framework (e.g. a limit that needs CUDA). Returns a new record or None."""
         return None
@@ -58,3 +101,9 @@ class Framework(ABC):
     def is_oom(self, error: BaseException) -> bool:
         """True if ``error`` (one of :meth:`oom_errors`) really is an out-of-memory error."""
         return True
+
+
+def release(text: str | None) -> tuple[int, ...]:
+    """``"2.10.0+cpu"`` -> ``(2, 10, 0)``, ``"2.10.0rc1"`` -> ``(2, 10, 0)``; ``()`` when unknown."""
+    match = re.match(r"\d+(?:\.\d+)*", text or "")
+    return tuple(int(part) for part in match.group(0).split(".")) if match else ()

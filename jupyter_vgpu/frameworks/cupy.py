@@ -9,20 +9,24 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ...units import format_bytes
-from ..records import APPLIED, SKIPPED, FrameworkRecord
+from ..units import format_bytes
 from .base import Framework
+from .records import APPLIED, SKIPPED, FrameworkRecord
 
 if TYPE_CHECKING:
-    from ..state import KernelState
+    from .base import ProcessState
 
 
 class CuPy(Framework):
     name = "cupy"
     title = "CuPy"
     module = "cupy"
+    variables = ("CUPY_GPU_MEMORY_LIMIT",)
 
-    def configure(self, cupy: Any, state: KernelState) -> FrameworkRecord:
+    def environment(self, limit: int, fraction: str) -> dict[str, str]:
+        return {"CUPY_GPU_MEMORY_LIMIT": str(limit)}  # bytes; read whenever CuPy makes a device's pool
+
+    def configure(self, cupy: Any, state: ProcessState) -> FrameworkRecord:
         limit = state.facts.memory_limit
         if not state.facts.sliced or limit is None:
             return FrameworkRecord(self.title, SKIPPED, "no slice in this kernel: CuPy may use whole GPUs")
@@ -34,7 +38,7 @@ class CuPy(Framework):
             return "CuPy already holds GPU memory in its pool."
         return None
 
-    def reapply(self, cupy: Any, state: KernelState) -> FrameworkRecord | None:
+    def reapply(self, cupy: Any, state: ProcessState) -> FrameworkRecord | None:
         return self.configure(cupy, state)
 
     def devices(self, cupy: Any) -> list[str]:

@@ -9,15 +9,20 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from ..records import APPLIED, RECORDED, SKIPPED, FrameworkRecord
-from .base import Framework
+from .base import Framework, release
+from .records import APPLIED, RECORDED, SKIPPED, FrameworkRecord
 
 if TYPE_CHECKING:
-    from ..state import KernelState
+    from .base import ProcessState
 
 _VARIABLES = ("XLA_CLIENT_MEM_FRACTION", "XLA_PYTHON_CLIENT_MEM_FRACTION", "XLA_PYTHON_CLIENT_PREALLOCATE")
+
+#: The first jaxlib that reads XLA_CLIENT_MEM_FRACTION, and raises if the deprecated name is set
+#: beside it (0.4.32; 0.4.33 was the first on PyPI; docs/gpu.md cites the source).
+JAXLIB_NEW_NAME = (0, 4, 32)
 
 
 def backend_started() -> bool:
@@ -37,8 +42,18 @@ class JAX(Framework):
     name = "jax"
     title = "JAX"
     module = "jax"
+    variables = _VARIABLES
 
-    def configure(self, jax: Any, state: KernelState) -> FrameworkRecord:
+    def environment(self, limit: int, fraction: str) -> dict[str, str]:
+        # The limit as a share of the device, rounded down so it stays inside the slice; no preallocation.
+        return {"XLA_PYTHON_CLIENT_MEM_FRACTION": fraction, "XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
+
+    def for_installed(self, env: Mapping[str, str], fraction: str, versions: Callable[[str], str | None]) -> dict[str, str | None]:
+        if release(versions("jaxlib")) < JAXLIB_NEW_NAME:
+            return {}
+        return {"XLA_CLIENT_MEM_FRACTION": fraction, "XLA_PYTHON_CLIENT_MEM_FRACTION": None}  # both set: jaxlib refuses the GPU backend
+
+    def configure(self, jax: Any, state: ProcessState) -> FrameworkRecord:
         settings = [f"{name}={os.environ[name]}" for name in _VARIABLES if os.environ.get(name)]
         if not state.facts.sliced:
             return FrameworkRecord(self.title, SKIPPED, "no slice in this kernel: JAX uses its defaults")
@@ -53,7 +68,7 @@ class JAX(Framework):
             return "JAX has started its GPU backend with the current memory fraction."
         return None
 
-    def reapply(self, jax: Any, state: KernelState) -> FrameworkRecord | None:
+    def reapply(self, jax: Any, state: ProcessState) -> FrameworkRecord | None:
         return self.configure(jax, state)  # the environment already holds the new size
 
     def devices(self, jax: Any) -> list[str]:

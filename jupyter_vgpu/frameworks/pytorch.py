@@ -11,14 +11,20 @@ across PyTorch 1.x and 2.x; without it the limit is applied when ``%vgpu`` next 
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from ...units import format_bytes
-from ..records import APPLIED, FAILED, PENDING, SKIPPED, FrameworkRecord
-from .base import Framework
+from ..units import format_bytes
+from .base import Framework, release
+from .records import APPLIED, FAILED, PENDING, SKIPPED, FrameworkRecord
 
 if TYPE_CHECKING:
-    from ..state import KernelState
+    from .base import ProcessState
+
+
+#: The first PyTorch whose allocator takes per_process_memory_fraction in PYTORCH_CUDA_ALLOC_CONF
+#: (earlier releases refuse the unknown option; docs/gpu.md cites the source).
+TORCH_FRACTION_OPTION = (2, 10)
 
 
 def cuda_initialised(torch: Any) -> bool:
@@ -33,7 +39,17 @@ class PyTorch(Framework):
     title = "PyTorch"
     module = "torch"
 
-    def configure(self, torch: Any, state: KernelState) -> FrameworkRecord:
+    def for_installed(self, env: Mapping[str, str], fraction: str, versions: Callable[[str], str | None]) -> dict[str, str | None]:
+        """The limit in the allocator's settings, so child processes (``!python train.py``, DataLoader
+        workers) are held to it too. The user's own options stay; in 2.10 PYTORCH_CUDA_ALLOC_CONF wins
+        over PYTORCH_ALLOC_CONF, so that is the one to extend unless only the latter is set."""
+        if release(versions("torch")) < TORCH_FRACTION_OPTION:
+            return {}
+        name = "PYTORCH_ALLOC_CONF" if env.get("PYTORCH_ALLOC_CONF") and not env.get("PYTORCH_CUDA_ALLOC_CONF") else "PYTORCH_CUDA_ALLOC_CONF"
+        options = [o for o in env.get(name, "").split(",") if o.strip() and not o.strip().startswith("per_process_memory_fraction")]
+        return {name: ",".join([*options, f"per_process_memory_fraction:{fraction}"])}
+
+    def configure(self, torch: Any, state: ProcessState) -> FrameworkRecord:
         if getattr(torch.version, "cuda", None) is None and getattr(torch.version, "hip", None) is None:
             return FrameworkRecord(self.title, SKIPPED, "this PyTorch build has no CUDA: nothing to limit")
         if not state.facts.sliced:
@@ -50,7 +66,7 @@ class PyTorch(Framework):
             "applied when PyTorch initialises CUDA (its first CUDA tensor); importing it created no CUDA context",
         )
 
-    def _when_cuda_starts(self, torch: Any, state: KernelState) -> None:
+    def _when_cuda_starts(self, torch: Any, state: ProcessState) -> None:
         # Runs inside torch.cuda._lazy_init: an exception here would surface as a
         # DeferredCudaCallError in the user's first CUDA call, so none may escape.
         try:
@@ -63,7 +79,7 @@ class PyTorch(Framework):
         except Exception:
             pass
 
-    def apply(self, torch: Any, state: KernelState, *, late: bool = False) -> FrameworkRecord:
+    def apply(self, torch: Any, state: ProcessState, *, late: bool = False) -> FrameworkRecord:
         """Set the fraction on every visible device (CUDA must be initialised or initialising)."""
         limit = state.facts.memory_limit
         assert limit is not None
@@ -81,7 +97,7 @@ class PyTorch(Framework):
             detail += "; set after PyTorch had initialised CUDA, so memory it held before is not counted"
         return FrameworkRecord(self.title, APPLIED, detail)
 
-    def refresh(self, torch: Any, state: KernelState) -> FrameworkRecord | None:
+    def refresh(self, torch: Any, state: ProcessState) -> FrameworkRecord | None:
         record = state.records.get(self.name)
         if record is not None and record.status == PENDING and cuda_initialised(torch):
             return self.apply(torch, state, late=True)

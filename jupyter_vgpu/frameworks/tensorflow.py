@@ -11,12 +11,12 @@ from __future__ import annotations
 import sys
 from typing import TYPE_CHECKING, Any
 
-from ...units import MiB, format_bytes
-from ..records import APPLIED, SKIPPED, TOO_LATE, FrameworkRecord
+from ..units import MiB, format_bytes
 from .base import Framework
+from .records import APPLIED, SKIPPED, TOO_LATE, FrameworkRecord
 
 if TYPE_CHECKING:
-    from ..state import KernelState
+    from .base import ProcessState
 
 
 def runtime_started(tf: Any) -> bool:
@@ -39,7 +39,7 @@ class TensorFlow(Framework):
     title = "TensorFlow"
     module = "tensorflow"
 
-    def configure(self, tf: Any, state: KernelState) -> FrameworkRecord:
+    def configure(self, tf: Any, state: ProcessState) -> FrameworkRecord:
         facts = state.facts
         count = max(1, facts.logical_devices)
         try:

@@ -32,6 +32,7 @@ from tornado.httpclient import AsyncHTTPClient, HTTPClientError, HTTPRequest
 from ..errors import SliceNotFound, VGPUError
 from ..slices import occupancy_of
 from ..slices.holders import attribute
+from ..slices.usage import slice_usage
 from .broker import Broker
 
 log = logging.getLogger("jupyter_vgpu.admin")
@@ -102,8 +103,10 @@ def slices_report(broker: Broker) -> dict[str, Any]:
     rows = []
     for s in slices:
         row = s.to_dict()
-        per_gpu = attribution.used.get(s.id)
-        row["memory_used"] = sum(per_gpu.values()) if per_gpu else (0 if snapshot.available else None)
+        # The users' own reports are theirs (and unreadable to the broker): measured figures only.
+        usage = slice_usage(s, s.pid, attribution, snapshot, None)
+        row["memory_used"] = usage.memory_used
+        row["usage_source"] = usage.source
         row["holder_text"] = s.describe_holder()
         rows.append(row)
     return {

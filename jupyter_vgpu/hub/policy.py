@@ -23,7 +23,6 @@ import grp
 import json
 import math
 import pwd
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,14 +32,12 @@ from traitlets.config import Config, Configurable
 from traitlets.config.loader import PyFileConfigLoader
 
 from ..errors import InvalidConfig, InvalidRequest
-from ..units import ALLOWED_WAITS, describe_fraction, format_bytes, parse_bytes, parse_seconds, shorten
+from ..units import ALLOWED_WAITS, describe_fraction, format_bytes, parse_bytes, parse_seconds, share_number, shorten
 
 LIMITS = ("max_per_kernel", "max_total", "max_slices", "gpus", "max_wait", "max_waiting")
 
 #: Limits that apply where the policy sets none (the policy can raise or lower them).
 BROKER_DEFAULTS: dict[str, Any] = {"max_wait": 3600.0, "max_waiting": 8}
-_RATIO = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*/\s*(\d+(?:\.\d+)?)\s*$", re.ASCII)
-_PERCENT = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*%\s*$", re.ASCII)
 SHARES = 'a GPU share such as "1/4", "25%", 0.5 or 2 (GPUs), or memory such as "8GiB"'
 
 
@@ -55,28 +52,18 @@ class Share:
     def parse(cls, value: Any, *, what: str) -> Share:
         if isinstance(value, bool) or value is None:
             raise InvalidConfig(f"{what} {shorten(value)} is not {SHARES}.")
-        if isinstance(value, (int, float)):
-            number = float(value)
-        else:
-            text = str(value).strip()
-            if text and text[-1].isalpha():
-                try:
-                    return cls(memory=parse_bytes(text, what=what))
-                except InvalidRequest:
-                    raise InvalidConfig(f"{what} {shorten(value)} is not {SHARES}.") from None
-            if m := _RATIO.match(text):
-                if float(m.group(2)) == 0:
-                    raise InvalidConfig(f"{what} {shorten(value)} divides by zero; use {SHARES}.")
-                number = float(m.group(1)) / float(m.group(2))
-            elif m := _PERCENT.match(text):
-                number = float(m.group(1)) / 100
-            else:
-                try:
-                    if not text.isascii():  # ASCII digits only: float("٣") is 3
-                        raise ValueError(text)
-                    number = float(text)
-                except ValueError:
-                    raise InvalidConfig(f"{what} {shorten(value)} is not {SHARES}.") from None
+        text = str(value).strip() if isinstance(value, str) else ""
+        if text and text[-1].isalpha():  # a size ("nan" and "inf" end here too, and are not one)
+            try:
+                return cls(memory=parse_bytes(text, what=what))
+            except InvalidRequest:
+                raise InvalidConfig(f"{what} {shorten(value)} is not {SHARES}.") from None
+        try:
+            number = share_number(value)  # the grammar of units.parse_fraction, without its bound of 1
+        except ZeroDivisionError:
+            raise InvalidConfig(f"{what} {shorten(value)} divides by zero; use {SHARES}.") from None
+        except ValueError:
+            raise InvalidConfig(f"{what} {shorten(value)} is not {SHARES}.") from None
         if not math.isfinite(number) or number <= 0:
             raise InvalidConfig(f"{what} {shorten(value)} must be more than zero; use {SHARES}.")
         return cls(gpus=number)

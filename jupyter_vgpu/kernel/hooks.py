@@ -16,8 +16,8 @@ from typing import Any
 
 import wrapt
 
-from .frameworks import FRAMEWORKS, Framework, revisit
-from .records import FAILED, TOO_LATE, FrameworkRecord
+from ..frameworks import FRAMEWORKS, Framework, revisit
+from ..frameworks.records import FAILED, TOO_LATE, FrameworkRecord
 from .state import current
 
 _registered = False

@@ -10,8 +10,8 @@ from __future__ import annotations
 import sys
 from typing import Any
 
+from ..frameworks import FRAMEWORKS, Framework, framework_memory
 from ..units import format_bytes
-from .frameworks import FRAMEWORKS, Framework, framework_memory
 from .state import KernelState, current
 from .status import how_to_grow, slice_rows
 from .usage import measure

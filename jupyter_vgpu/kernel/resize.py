@@ -13,10 +13,10 @@ import sys
 from dataclasses import replace
 
 from ..errors import InvalidRequest, VGPUError
+from ..frameworks import FRAMEWORKS, revisit
 from ..slices import SliceRequest, open_ledger, parse_share, slice_environment
 from ..slices.environment import VARIABLES, fit_installed_frameworks
 from ..units import describe_fraction, format_bytes, shorten
-from .frameworks import FRAMEWORKS, revisit
 from .state import KernelState, SliceFacts
 
 

@@ -15,10 +15,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..errors import InvalidConfig
+from ..frameworks.records import FrameworkRecord
 from ..slices.records import Tier
 from ..slices.reports import write_process_report, write_report
 from ..units import shorten
-from .records import FrameworkRecord
 
 if TYPE_CHECKING:
     from ..gpus import Inventory
@@ -161,7 +161,7 @@ class KernelState:
         facts = self.facts
         if not facts.slice_id or not facts.ledger_path:
             return
-        from .frameworks import framework_memory
+        from ..frameworks import framework_memory
 
         with self._lock:
             frameworks = {name: record.to_dict() for name, record in self.records.items()}

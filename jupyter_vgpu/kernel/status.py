@@ -5,10 +5,10 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
+from ..frameworks import FRAMEWORKS, framework_memory, imported
+from ..frameworks.records import APPLIED, PENDING, RECORDED
 from ..slices.records import Tier, mps_thread_percentage, share_note
 from ..units import describe_fraction, format_bytes
-from .frameworks import FRAMEWORKS, framework_memory, imported
-from .records import APPLIED, PENDING, RECORDED
 from .sheet import Sheet
 from .state import KernelState
 from .usage import Usage
@@ -92,10 +92,12 @@ def use_rows(state: KernelState, usage: Usage) -> list[tuple[str, str]]:
     facts = state.facts
     rows = []
     if usage.available:
-        used = usage.total_used or 0
+        used = usage.total_used
         whole = (facts.memory_reserved or 0) * max(1, len(usage.mine))
-        share = f" of {format_bytes(whole)}, {used / whole:.0%}" if whole else ""
-        rows.append(("used now", f"{format_bytes(used)}{share} (NVML, this kernel's processes)"))
+        share = f" of {format_bytes(whole)}, {used / whole:.0%}" if whole and used is not None else ""
+        reported = usage.source == "reported"  # slices.usage.REPORTED, without importing it at extension load
+        how = "reported by this kernel's frameworks: NVML's pids do not match it" if reported else "NVML, this kernel's processes"
+        rows.append(("used now", f"{format_bytes(used)}{share} ({how})"))
     else:
         rows.append(("used now", f"not available: {usage.message or 'NVML cannot be read'}"))
     rows.append(("peak", format_bytes(state.peak_used) if state.peak_used is not None else "n/a"))
@@ -135,7 +137,8 @@ def framework_limits_text(state: KernelState) -> str:
     limited = [f"{r.title} ({r.status})" for r in state.records.values() if r.status in (APPLIED, PENDING, RECORDED)]
     if limited:
         return f"{', '.join(limited)}; user code can undo them"
-    return "none yet: set when TensorFlow, PyTorch, JAX or CuPy is imported"
+    titles = [f.title for f in FRAMEWORKS]
+    return f"none yet: set when {', '.join(titles[:-1])} or {titles[-1]} is imported"
 
 
 def hard_tier_text(state: KernelState) -> str | None:

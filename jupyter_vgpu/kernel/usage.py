@@ -32,12 +32,18 @@ class Usage:
     simulated: bool = False
     message: str | None = None
     occupancy: Occupancy | None = None  # who holds what on each GPU, when asked for (``%vgpu devices``)
+    #: For a slice: ``measured``, ``reported`` or ``none``, with the figure, by the rule every view
+    #: applies (:func:`jupyter_vgpu.slices.usage.usage_of`); None without a slice.
+    source: str | None = None
+    slice_used: int | None = None
 
     @property
     def total_used(self) -> int | None:
-        """Bytes this kernel uses on its GPUs, or None when NVML could not be read."""
+        """Bytes this kernel uses on its GPUs, or None when it cannot be told."""
         if not self.available:
             return None
+        if self.source is not None:
+            return self.slice_used
         return sum(self.used.get(gpu.uuid, 0) for gpu in self.mine)
 
     @property
@@ -68,6 +74,9 @@ def measure(state: KernelState, *, with_occupancy: bool = False) -> Usage:
         used[gpu.uuid] = sum(p.used or 0 for p in processes)
         busy = [p.utilization for p in processes if p.utilization is not None]
         utilization[gpu.uuid] = max(busy) if busy else None
+    source = slice_used = None
+    if state.facts.sliced and state.facts.slice_id:
+        source, slice_used = _slice_figure(state, snapshot, mine)
     usage = Usage(
         gpus=snapshot.gpus,
         mine=mine,
@@ -77,10 +86,27 @@ def measure(state: KernelState, *, with_occupancy: bool = False) -> Usage:
         simulated=snapshot.simulated,
         message=snapshot.message,
         occupancy=_occupancy(snapshot) if with_occupancy else None,
+        source=source,
+        slice_used=slice_used,
     )
     if state.facts.sliced:
         state.observe(usage.total_used)
     return usage
+
+
+def _slice_figure(state: KernelState, snapshot: Snapshot, mine: tuple[GPU, ...]) -> tuple[str, int | None]:
+    """What this kernel's slice uses, by the rule the server and ``status`` apply: NVML's figure
+    for the kernel's process tree, else what its frameworks say they hold (a container)."""
+    from ..frameworks import framework_memory
+    from ..slices.holders import attribute
+    from ..slices.usage import usage_of
+
+    assert state.facts.slice_id is not None
+    attribution = attribute(snapshot, {state.facts.slice_id: os.getpid()})
+    reported, _ = framework_memory(state)
+    gpus = tuple(gpu.uuid for gpu in mine)
+    _, total, _, source = usage_of(state.facts.slice_id, gpus, sum(g.memory_total for g in mine), attribution, snapshot, reported)
+    return source, total
 
 
 def _occupancy(snapshot: Snapshot) -> Occupancy | None:

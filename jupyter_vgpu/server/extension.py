@@ -17,7 +17,7 @@ from traitlets.config.loader import DeferredConfig
 from .. import __version__
 from ..config import load_settings
 from ..errors import VGPUError
-from ..provisioner import check_provisioner_configs, forget_failed_starts
+from ..launch.workarounds import check_provisioner_configs, forget_failed_starts
 from ..slices import Ledger, open_ledger
 from ..units import shorten
 from . import handlers

@@ -16,7 +16,7 @@ from jupyter_server.base.handlers import APIHandler
 from tornado import web
 
 from ..errors import NotPermitted, SliceNotFound
-from ..provisioner import refusals_of
+from ..launch.refusals import refusals_of
 from ..slices import Slice, Ticket
 from ..slices.records import Waiter
 from ..units import shorten

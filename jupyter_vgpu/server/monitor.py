@@ -23,8 +23,8 @@ from ..errors import SliceNotFound, VGPUError
 from ..gpus import Snapshot
 from ..slices import Ledger, Occupancy, Slice, Waiter, occupancy_of
 from ..slices.holders import Attribution, ProcessOwners, process_alive
+from ..slices.usage import ReportCache, SliceUsage, slice_usage
 from ..units import shorten
-from .usage import ReportCache, SliceUsage, slice_usage
 
 T = TypeVar("T")
 

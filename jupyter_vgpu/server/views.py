@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..slices.records import Waiter
+from ..slices.usage import MEASURED, NO_USAGE, SliceUsage
 from .monitor import Point, Sample, UsageMonitor
-from .usage import MEASURED, NO_USAGE, SliceUsage
 from .watchdog import Watchdog
 
 

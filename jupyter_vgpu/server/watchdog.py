@@ -25,9 +25,9 @@ from typing import Any
 from jupyter_core.utils import ensure_async
 
 from ..slices.reports import add_notice
+from ..slices.usage import SliceUsage
 from ..units import format_bytes, shorten
 from .monitor import Sample
-from .usage import SliceUsage
 
 ACTIONS = ("none", "warn", "interrupt", "restart", "shutdown")
 _PAST = {"warn": "warned", "interrupt": "interrupted", "restart": "restarted", "shutdown": "shut down"}

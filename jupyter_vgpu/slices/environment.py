@@ -18,9 +18,9 @@ The slice's tier decides the hard part of it:
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Callable, Mapping, MutableMapping
 
+from ..frameworks import FRAMEWORKS
 from .records import Slice, Tier, mps_thread_percentage
 
 #: Every variable :func:`slice_environment` or :func:`cpu_environment` may set. A process that
@@ -33,6 +33,7 @@ VARIABLES = (
     "JUPYTER_VGPU_SLICE_ID",
     "JUPYTER_VGPU_FRACTION",
     "JUPYTER_VGPU_MEMORY_LIMIT",
+    "JUPYTER_VGPU_MEMORY_FRACTION",
     "JUPYTER_VGPU_MEMORY_RESERVED",
     "JUPYTER_VGPU_CONTEXT_ALLOWANCE",
     "JUPYTER_VGPU_LOGICAL_DEVICES",
@@ -40,10 +41,7 @@ VARIABLES = (
     "JUPYTER_VGPU_GPUS",
     "JUPYTER_VGPU_TIER",
     "JUPYTER_VGPU_MIG_PROFILES",
-    "XLA_PYTHON_CLIENT_MEM_FRACTION",
-    "XLA_CLIENT_MEM_FRACTION",
-    "XLA_PYTHON_CLIENT_PREALLOCATE",
-    "CUPY_GPU_MEMORY_LIMIT",
+    *(name for framework in FRAMEWORKS for name in framework.variables),
     "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT",
     "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE",
 )
@@ -78,6 +76,7 @@ def slice_environment(
     limit = slice_.memory_limit
     # What CUDA reports as the device's total: the MIG device itself on a MIG slice.
     smallest_total = min(slice_.device_memory)
+    fraction = f"{math.floor(limit / smallest_total * 1000) / 1000:.3f}"
     env = {
         # NVML ignores CUDA_VISIBLE_DEVICES and indices can differ from CUDA's order: UUIDs are unambiguous.
         "CUDA_VISIBLE_DEVICES": ",".join(slice_.visible_devices),
@@ -91,11 +90,11 @@ def slice_environment(
         "JUPYTER_VGPU_CONTEXT_ALLOWANCE": str(slice_.context_allowance),
         "JUPYTER_VGPU_LOGICAL_DEVICES": str(slice_.logical_devices),
         "JUPYTER_VGPU_LEDGER": ledger_path,
-        # JAX: a fraction of the device's total memory, rounded down so it stays inside the slice.
-        "XLA_PYTHON_CLIENT_MEM_FRACTION": f"{math.floor(limit / smallest_total * 1000) / 1000:.3f}",
-        "XLA_PYTHON_CLIENT_PREALLOCATE": "false",
-        "CUPY_GPU_MEMORY_LIMIT": str(limit),
+        # The limit as a share of the device's total memory, rounded down so it stays inside the slice.
+        "JUPYTER_VGPU_MEMORY_FRACTION": fraction,
     }
+    for framework in FRAMEWORKS:  # each framework's own variables (jupyter_vgpu/frameworks/)
+        env.update(framework.environment(limit, fraction))
     if device_names == "index" and slice_.tier is not Tier.MIG:
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in slice_.gpu_indices)
     if slice_.mig_profiles:
@@ -119,14 +118,6 @@ def cpu_environment(*, logical_devices: int = 1, reason: str) -> dict[str, str]:
     }
 
 
-#: The first releases that read the limit from the newer variables (docs/gpu.md cites the source):
-#: jaxlib reads XLA_CLIENT_MEM_FRACTION and raises if the deprecated name is set beside it
-#: (0.4.32; 0.4.33 was the first on PyPI); PyTorch's allocator takes per_process_memory_fraction in
-#: PYTORCH_CUDA_ALLOC_CONF (2.10; earlier releases refuse the unknown option).
-JAXLIB_NEW_NAME = (0, 4, 32)
-TORCH_FRACTION_OPTION = (2, 10)
-
-
 def installed_version(distribution: str) -> str | None:
     """The version of an installed distribution, without importing it (None: not installed)."""
     from importlib.metadata import PackageNotFoundError, version
@@ -142,21 +133,15 @@ def for_installed_frameworks(
 ) -> dict[str, str | None]:
     """What to change in a slice's ``env`` for the framework releases installed here (None:
     unset), so each reads the slice's limit from the environment, in this process and in every
-    process it starts (``!python train.py``, DataLoader workers). Applied where the program runs:
-    by the kernel extension at load, and by ``jupyter vgpu run`` for its command."""
-    fraction = env.get("XLA_PYTHON_CLIENT_MEM_FRACTION")
+    process it starts (``!python train.py``, DataLoader workers): each registered framework's
+    :meth:`~jupyter_vgpu.frameworks.base.Framework.for_installed`. Applied where the program runs:
+    by the kernel extension at load, by the start-up hook, and by ``jupyter vgpu run``."""
+    fraction = env.get("JUPYTER_VGPU_MEMORY_FRACTION")
     if not fraction:
         return {}
     changes: dict[str, str | None] = {}
-    if _release(versions("jaxlib")) >= JAXLIB_NEW_NAME:
-        changes["XLA_CLIENT_MEM_FRACTION"] = fraction
-        changes["XLA_PYTHON_CLIENT_MEM_FRACTION"] = None  # both set: jaxlib refuses the GPU backend
-    if _release(versions("torch")) >= TORCH_FRACTION_OPTION:
-        # The user's own allocator settings stay; in 2.10 PYTORCH_CUDA_ALLOC_CONF wins over
-        # PYTORCH_ALLOC_CONF, so that is the one to extend unless only the latter is set.
-        name = "PYTORCH_ALLOC_CONF" if env.get("PYTORCH_ALLOC_CONF") and not env.get("PYTORCH_CUDA_ALLOC_CONF") else "PYTORCH_CUDA_ALLOC_CONF"
-        options = [o for o in env.get(name, "").split(",") if o.strip() and not o.strip().startswith("per_process_memory_fraction")]
-        changes[name] = ",".join([*options, f"per_process_memory_fraction:{fraction}"])
+    for framework in FRAMEWORKS:
+        changes.update(framework.for_installed(env, fraction, versions))
     return changes
 
 
@@ -167,9 +152,3 @@ def fit_installed_frameworks(env: MutableMapping[str, str]) -> None:
             env.pop(name, None)
         else:
             env[name] = value
-
-
-def _release(text: str | None) -> tuple[int, ...]:
-    """``"2.10.0+cpu"`` -> ``(2, 10, 0)``, ``"2.10.0rc1"`` -> ``(2, 10, 0)``; ``()`` when unknown."""
-    match = re.match(r"\d+(?:\.\d+)*", text or "")
-    return tuple(int(part) for part in match.group(0).split(".")) if match else ()

@@ -1,4 +1,6 @@
-"""What each slice uses right now, worked out from one inventory snapshot.
+"""What each slice uses right now, worked out from one inventory snapshot: the one computation
+every view reads (the server's monitor, ``jupyter vgpu status``, the hub's admin page), so they
+cannot disagree on a slice's figure.
 
 Which GPU process belongs to which slice is :class:`jupyter_vgpu.slices.holders.ProcessOwners`
 (the monitor keeps one across ticks). Usage is ``measured`` when NVML shows the slice's processes, ``reported`` when it cannot (NVML
@@ -14,9 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from ..gpus import Snapshot
-from ..slices import Slice
-from ..slices.holders import Attribution
-from ..slices.reports import read_report, report_bytes, report_path
+from .holders import Attribution
+from .records import Slice
+from .reports import read_report, report_bytes, report_path
 
 #: A slice at or above this share of its reservation is "near" its limit.
 NEAR = 0.9
@@ -107,21 +109,33 @@ def slice_usage(
     slice_: Slice, pid: int | None, attribution: Attribution, snapshot: Snapshot, report: dict[str, Any] | None
 ) -> SliceUsage:
     """Combine NVML's attribution and the kernel's report into one figure for ``slice_``."""
-    used = attribution.used.get(slice_.id)
-    if used:
-        utils = attribution.utilization.get(slice_.id, {})
-        util = round(sum(utils.values()) / len(slice_.gpus)) if utils and slice_.gpus else None
-        return SliceUsage(slice_, pid, dict(used), sum(used.values()), util, MEASURED, report)
     reported = report_bytes(report.get("memory_used")) if report else None
-    if reported is not None and reported > sum(slice_.memory_total):
-        reported = None  # more than the slice's GPUs hold: not a measurement
+    used, total, util, source = usage_of(slice_.id, slice_.gpus, sum(slice_.memory_total), attribution, snapshot, reported)
+    return SliceUsage(slice_, pid, used, total, util, source, report)
+
+
+def usage_of(
+    slice_id: str, gpus: tuple[str, ...], capacity: int, attribution: Attribution, snapshot: Snapshot, reported: int | None
+) -> tuple[dict[str, int], int | None, int | None, str]:
+    """The rule every view applies to one slice: ``(bytes per GPU, bytes in all, utilisation,
+    source)``. NVML's figure for the slice's processes when it has one (``measured``); else the
+    frameworks' own figure (``reported``, when NVML's pids do not match, as in a container); 0
+    when NVML sees no process on the slice's GPUs that could be the slice's; else unknown.
+    ``capacity`` is what the slice's GPUs hold: a larger report is not a measurement."""
+    used = attribution.used.get(slice_id)
+    if used:
+        utils = attribution.utilization.get(slice_id, {})
+        util = round(sum(utils.values()) / len(gpus)) if utils and gpus else None
+        return dict(used), sum(used.values()), util, MEASURED
+    if reported is not None and reported > capacity:
+        reported = None
     if reported is not None and reported > 0:
-        return SliceUsage(slice_, pid, {}, reported, None, REPORTED, report)
+        return {}, reported, None, REPORTED
     # Nothing matched. If NVML sees no unclaimed process on the slice's GPUs, the slice truly
-    # uses nothing; if it does, those may be this kernel's under pids we cannot map.
-    gpus = snapshot.by_uuid()
-    if snapshot.available and all(g in gpus and not attribution.foreign_pids.get(g) for g in slice_.gpus):
-        return SliceUsage(slice_, pid, {}, 0, 0, MEASURED, report)
+    # uses nothing; if it does, those may be this slice's under pids we cannot map.
+    on = snapshot.by_uuid()
+    if snapshot.available and all(g in on and not attribution.foreign_pids.get(g) for g in gpus):
+        return {}, 0, 0, MEASURED
     if reported is not None:
-        return SliceUsage(slice_, pid, {}, reported, None, REPORTED, report)
-    return SliceUsage(slice_, pid, {}, None, None, NO_USAGE, report)
+        return {}, reported, None, REPORTED
+    return {}, None, None, NO_USAGE

@@ -46,7 +46,7 @@ def test_a_process_without_a_slice_loads_nothing_of_jupyter_vgpu(tmp_path: Path)
 
 
 def test_the_start_up_hook_waits_for_every_registered_framework() -> None:
-    from jupyter_vgpu.kernel.frameworks import FRAMEWORKS
+    from jupyter_vgpu.frameworks import FRAMEWORKS
     from jupyter_vgpu.kernel.startup import FRAMEWORK_MODULES
 
     assert {f.module for f in FRAMEWORKS} == FRAMEWORK_MODULES

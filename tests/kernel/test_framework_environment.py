@@ -70,5 +70,5 @@ def _path_env() -> dict[str, str]:
     ],
 )
 def test_which_variables_each_release_gets(versions: dict[str, str], inherited: dict[str, str], expected: dict[str, str | None]) -> None:
-    env = {"XLA_PYTHON_CLIENT_MEM_FRACTION": "0.231", **inherited}
+    env = {"JUPYTER_VGPU_MEMORY_FRACTION": "0.231", "XLA_PYTHON_CLIENT_MEM_FRACTION": "0.231", **inherited}
     assert for_installed_frameworks(env, versions.get) == expected

@@ -95,6 +95,17 @@ async def test_unmatched_pids_fall_back_to_the_kernels_report(
     view = await wait_for(jp_fetch, kernel.id, lambda v: v["usage_source"] == "reported", "reported usage")
     assert view["memory_used"] == 2 * GiB
     assert view["frameworks"] == frameworks
+    # `jupyter vgpu status` says the same (it said 0 B here: one usage computation now, issue 20)
+    import subprocess
+    import sys
+
+    cli = [sys.executable, "-m", "jupyter_vgpu.cli", "status"]
+    data = json.loads(subprocess.run([*cli, "--json"], capture_output=True, text=True, check=True).stdout)
+    (row,) = [r for r in data["slices"] if r["id"] == slice_id]
+    assert (row["memory_used"], row["usage_source"]) == (2 * GiB, "reported")
+    text = subprocess.run(cli, capture_output=True, text=True, check=True, env={**os.environ, "COLUMNS": "160"}).stdout
+    assert "2.0 GiB*" in next(line for line in text.splitlines() if slice_id in line), text
+    assert "* reported by the kernel's frameworks" in text
 
 
 async def test_unknown_usage_is_said_to_be_unknown(jp_fetch: Any, start_kernel: Any, simulation_file: Any) -> None:

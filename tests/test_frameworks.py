@@ -1,0 +1,50 @@
+"""Every registered framework keeps the adapter contract (jupyter_vgpu/frameworks/__init__.py says
+how to add one): one registry, and nothing else names a framework's variables or module."""
+
+from __future__ import annotations
+
+import pytest
+
+from jupyter_vgpu.frameworks import FRAMEWORKS, by_name
+from jupyter_vgpu.frameworks.base import Framework
+from jupyter_vgpu.kernel.startup import FRAMEWORK_MODULES
+from jupyter_vgpu.slices import Holder, SliceRequest, SQLiteLedger
+from jupyter_vgpu.slices.environment import VARIABLES, for_installed_frameworks, slice_environment, without_slice
+
+NEWEST = {"jaxlib": "99.0", "torch": "99.0", "tensorflow": "99.0", "cupy": "99.0", "cupy-cuda12x": "99.0"}
+
+
+def test_names_titles_and_modules_are_unique_and_the_start_up_hook_watches_each() -> None:
+    for attribute in ("name", "title", "module"):
+        values = [getattr(f, attribute) for f in FRAMEWORKS]
+        assert all(values) and len(set(values)) == len(values), (attribute, values)
+    assert {f.module for f in FRAMEWORKS} == FRAMEWORK_MODULES
+
+
+@pytest.mark.parametrize("framework", FRAMEWORKS, ids=lambda f: f.name)
+def test_each_framework_sets_only_the_variables_it_declares(framework: Framework, tmp_path: object) -> None:
+    assert by_name(framework.name) is framework
+    env = framework.environment(3 << 30, "0.187")
+    assert all(isinstance(v, str) for v in env.values())
+    assert set(env) <= set(framework.variables), f"{framework.name} sets variables it does not declare"
+    changes = framework.for_installed({**env}, "0.187", NEWEST.get)
+    declared_or_users = set(framework.variables) | {"PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF"}
+    assert set(changes) <= declared_or_users, changes
+    assert set(framework.variables) <= set(VARIABLES), "a slice would inherit a stale value of these"
+    assert framework.for_installed(env, "0.187", lambda _: None) == {}  # not installed: nothing to change
+
+
+def test_a_slices_environment_is_the_core_variables_plus_each_frameworks(tmp_path: object) -> None:
+    from pathlib import Path
+
+    from jupyter_vgpu.gpus import Inventory
+
+    ledger = SQLiteLedger(Path(str(tmp_path)) / "l.sqlite", Inventory("1x16GiB"), context_allowance=0)
+    held = ledger.reserve(SliceRequest.parse("1/4"), Holder.command("x"))
+    env = slice_environment(held, ledger_path="/tmp/l.sqlite")
+    ledger.close()
+    for framework in FRAMEWORKS:
+        assert framework.environment(held.memory_limit, env["JUPYTER_VGPU_MEMORY_FRACTION"]).items() <= env.items()
+    assert env["JUPYTER_VGPU_MEMORY_FRACTION"] == "0.250"
+    assert without_slice({**env, "HOME": "/h"}) == {"HOME": "/h", "JUPYTER_VGPU_LEDGER": "/tmp/l.sqlite"}  # where, not what
+    assert set(for_installed_frameworks(env, NEWEST.get)) <= set(VARIABLES) | {"PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF"}
