@@ -63,6 +63,10 @@ def _in(module: str, layer: str) -> bool:
 
 
 FORBIDDEN = [
+    ("jupyter_vgpu.enforcement", "jupyter_vgpu.slices"),  # below slices: placement and the environment ask it
+    ("jupyter_vgpu.enforcement", "jupyter_vgpu.gpus"),  # a GPU only as a Protocol
+    ("jupyter_vgpu.enforcement", "jupyter_vgpu.kernel"),
+    ("jupyter_vgpu.enforcement", "jupyter_vgpu.server"),
     ("jupyter_vgpu.frameworks", "jupyter_vgpu.slices"),  # below slices: the environment asks the registry
     ("jupyter_vgpu.frameworks", "jupyter_vgpu.kernel"),  # the kernel's state only for type checkers
     ("jupyter_vgpu.frameworks", "jupyter_vgpu.server"),

@@ -5,9 +5,9 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
+from ..enforcement import Tier, by_tier
 from ..frameworks import FRAMEWORKS, framework_memory, imported
 from ..frameworks.records import APPLIED, PENDING, RECORDED
-from ..slices.records import Tier, mps_thread_percentage, share_note
 from ..units import describe_fraction, format_bytes
 from .sheet import Sheet
 from .state import KernelState
@@ -119,10 +119,7 @@ def tier_name(state: KernelState) -> str:
 def shares_text(state: KernelState) -> str:
     """What the slice reserves: memory only, memory and a share of the SMs, or a whole MIG device."""
     tier = state.facts.tier or Tier.COOPERATIVE
-    percentage = None
-    if tier is Tier.MPS:
-        percentage = _thread_percentage() or (mps_thread_percentage(state.facts.fraction) if state.facts.fraction else None)
-    return share_note(tier, percentage)
+    return by_tier(tier).share_note(state.facts.fraction, _thread_percentage())
 
 
 def _thread_percentage() -> int | None:
@@ -144,17 +141,7 @@ def framework_limits_text(state: KernelState) -> str:
 def hard_tier_text(state: KernelState) -> str | None:
     """How the hardware keeps this kernel inside (MIG device or MPS), or None when nothing does."""
     facts = state.facts
-    if facts.tier is Tier.MIG:
-        devices = ", ".join(facts.devices)
-        return f"this kernel sees only its MIG device {devices}; the GPU itself keeps it inside"
-    if facts.tier is Tier.MPS:
-        limit = os.environ.get("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT", "")
-        threads = os.environ.get("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", "")
-        return (
-            f"the MPS server refuses allocations past {format_bytes(facts.memory_reserved)} per GPU "
-            f"(CUDA_MPS_PINNED_DEVICE_MEM_LIMIT={limit}) and runs it on {threads}% of the SMs"
-        )
-    return None
+    return by_tier(facts.tier or Tier.COOPERATIVE).inside(facts.devices, facts.memory_reserved, os.environ)
 
 
 WATCHED = "the Jupyter server compares NVML use with the slice when its extension runs"

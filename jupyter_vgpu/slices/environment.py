@@ -3,16 +3,9 @@
 A kernel started by the provisioner and a command started by ``jupyter vgpu run`` get
 exactly this environment, so a slice behaves the same wherever it is used.
 
-The slice's tier decides the hard part of it:
-
-* MIG: ``CUDA_VISIBLE_DEVICES`` names the MIG device; the hardware holds the process to it.
-* MPS: ``CUDA_MPS_PINNED_DEVICE_MEM_LIMIT`` is the *whole slice* on each GPU (context allowance
-  included) and ``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE`` the slice's share of the SMs. The whole
-  slice, not the framework limit: the frameworks stop at their own limit first (and explain an
-  out-of-memory error in the slice's terms), so MPS only catches code that lifts that limit, and
-  the process can never hold more than the ledger reserved for it, whether or not the driver
-  counts the CUDA context under the MPS limit. The limit names devices by the ordinal the
-  process sees (0, 1... in ``CUDA_VISIBLE_DEVICES`` order), the form NVIDIA documents.
+Each framework adds its own variables (``jupyter_vgpu/frameworks/``) and the slice's tier its
+own (``jupyter_vgpu/enforcement/``: a MIG slice's ``CUDA_VISIBLE_DEVICES`` names its MIG device;
+an MPS slice gets the MPS server's pinned memory limit and thread share).
 """
 
 from __future__ import annotations
@@ -20,8 +13,9 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, MutableMapping
 
+from ..enforcement import TIERS, by_tier
 from ..frameworks import FRAMEWORKS
-from .records import Slice, Tier, mps_thread_percentage
+from .records import Slice, Tier
 
 #: Every variable :func:`slice_environment` or :func:`cpu_environment` may set. A process that
 #: gets a slice starts from an environment without any of them (:func:`without_slice`), so a
@@ -42,8 +36,7 @@ VARIABLES = (
     "JUPYTER_VGPU_TIER",
     "JUPYTER_VGPU_MIG_PROFILES",
     *(name for framework in FRAMEWORKS for name in framework.variables),
-    "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT",
-    "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE",
+    *(name for tier in TIERS for name in tier.variables),
 )
 
 
@@ -99,11 +92,7 @@ def slice_environment(
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in slice_.gpu_indices)
     if slice_.mig_profiles:
         env["JUPYTER_VGPU_MIG_PROFILES"] = ",".join(slice_.mig_profiles)
-    if slice_.tier is Tier.MPS:
-        env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] = ",".join(
-            f"{ordinal}={max(1, amount // 2**20)}M" for ordinal, amount in enumerate(slice_.memory)
-        )
-        env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = str(mps_thread_percentage(slice_.fraction))
+    env.update(by_tier(slice_.tier).environment(slice_.memory, slice_.fraction))  # the tier's own (jupyter_vgpu/enforcement/)
     if simulate:
         env["JUPYTER_VGPU_SIMULATE"] = simulate
     return env

@@ -16,6 +16,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from ..enforcement import offered_by
 from ..gpus import GPU, MIGDevice, Snapshot
 from ..gpus.inventory import instance_key
 from ..units import format_bytes
@@ -151,11 +152,7 @@ class GPUOccupancy:
     @property
     def tier(self) -> str:
         """The strongest enforcement this GPU offers a new slice."""
-        if self.in_mig_mode:
-            return "hard (MIG)"
-        if self.gpu.mps:
-            return Tier.MPS.describe()
-        return Tier.COOPERATIVE.describe()
+        return offered_by(self.gpu)
 
     def to_dict(self) -> dict[str, Any]:
         """The GPU fields every JSON view shares (docs/rest.md, "GPU")."""

@@ -11,10 +11,10 @@ from __future__ import annotations
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
+from ..enforcement import Tier, tier_of
 from ..errors import InvalidRequest
 from ..units import format_bytes, shorten
 from .occupancy import GPUOccupancy, MIGState
-from .records import Tier
 from .refusal import Refusal
 from .request import SliceRequest
 
@@ -52,11 +52,7 @@ class Placement:
     @property
     def tier(self) -> Tier:
         """The enforcement the chosen GPUs give the slice: MIG, MPS (on every GPU), or cooperative."""
-        if self.instances and all(i is not None for i in self.instances):
-            return Tier.MIG
-        if self.chosen and all(g.gpu.mps for g, _ in self.chosen):
-            return Tier.MPS
-        return Tier.COOPERATIVE
+        return tier_of([g.gpu for g, _ in self.chosen], sum(1 for i in self.instances if i is not None))
 
 
 def place(

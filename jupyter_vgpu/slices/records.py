@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import getpass
-import math
 import os
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from enum import Enum
 from typing import Any, Literal
 
+from ..enforcement import Tier as Tier  # stored with each slice; defined with the tiers' plug-ins
+from ..enforcement import by_tier, thread_percentage
 from ..errors import InvalidRequest
 from ..units import format_bytes, shorten
 from .request import SliceRequest
@@ -27,22 +27,6 @@ HIDDEN_HOLDER: dict[str, str] = {"kernel": "another user's kernel", "command": "
 MAX_HOLDER_TEXT = 4096
 MAX_TOKEN = 64
 MAX_LABELS = 32
-
-
-class Tier(str, Enum):
-    """The enforcement a slice got where it was placed (README.md, "Enforcement tiers")."""
-
-    COOPERATIVE = "cooperative"  # framework limits set at import; user code can undo them
-    MPS = "mps"  # the MPS server's pinned memory limit and thread share
-    MIG = "mig"  # a MIG device of its own
-
-    def describe(self, mig_profiles: tuple[str, ...] = ()) -> str:
-        """``hard (MIG 1g.10gb)``, ``hard (MPS)`` or ``cooperative``: how every view names it."""
-        if self is Tier.MIG:
-            return f"hard (MIG {', '.join(mig_profiles) or 'device'})"
-        if self is Tier.MPS:
-            return "hard (MPS)"
-        return "cooperative"
 
 
 @dataclass(frozen=True)
@@ -322,16 +306,10 @@ def summary(slice_: Slice) -> str:
 
 
 def mps_thread_percentage(fraction: float) -> int:
-    """The share of the SMs an MPS client gets for a slice: its fraction, rounded up, 1 to 100."""
-    return max(1, min(100, math.ceil(round(fraction * 100, 6))))
+    """The share of the SMs an MPS client gets for a slice (:func:`jupyter_vgpu.enforcement.thread_percentage`)."""
+    return thread_percentage(fraction)
 
 
 def share_note(tier: Tier, thread_percentage: int | None = None) -> str:
-    """What a slice of this tier reserves, in words every view uses: a cooperative slice holds
-    memory, not compute; MPS adds a share of the SMs; a MIG device is its own small GPU."""
-    if tier is Tier.MIG:
-        return "a MIG device: its own memory and compute"
-    if tier is Tier.MPS:
-        share = f"{thread_percentage}% of the SMs" if thread_percentage else "a share of the SMs"
-        return f"memory, and {share} (MPS)"
-    return "memory only; compute is shared with the GPU's other users"
+    """What a slice of this tier reserves, in words every view uses (the tier's plug-in says it)."""
+    return by_tier(tier).share_note(percentage=thread_percentage)

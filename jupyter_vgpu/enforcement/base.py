@@ -1,0 +1,77 @@
+"""The contract every enforcement tier implements: detect itself on the GPUs a slice was placed on,
+give the slice's process its variables, and say what it does in the one vocabulary every view
+(``jupyter vgpu status``, the REST API, the sidebar, ``%vgpu``) uses."""
+
+from __future__ import annotations
+
+import math
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from enum import Enum
+from typing import Protocol
+
+
+class Tier(str, Enum):
+    """The enforcement a slice got where it was placed (README.md, "Enforcement tiers"); stored
+    with each slice in the ledger."""
+
+    COOPERATIVE = "cooperative"  # framework limits set at import; user code can undo them
+    MPS = "mps"  # the MPS server's pinned memory limit and thread share
+    MIG = "mig"  # a MIG device of its own
+
+    def describe(self, mig_profiles: tuple[str, ...] = ()) -> str:
+        """``hard (MIG 1g.10gb)``, ``hard (MPS)`` or ``cooperative``: how every view names it."""
+        from . import by_tier
+
+        return by_tier(self).describe(mig_profiles)
+
+
+class PlacedGPU(Protocol):
+    """What a tier reads of a GPU a slice was placed on (``gpus.inventory.GPU`` has it)."""
+
+    @property
+    def mps(self) -> bool: ...
+    @property
+    def mig_mode(self) -> bool | None: ...
+
+
+def thread_percentage(fraction: float) -> int:
+    """The share of the SMs an MPS client gets for a slice: its fraction, rounded up, 1 to 100."""
+    return max(1, min(100, math.ceil(round(fraction * 100, 6))))
+
+
+class Enforcement(ABC):
+    """One tier. Subclasses set ``tier`` and ``hard``, and answer what they can."""
+
+    tier: Tier
+    #: True when the hardware keeps the process inside its slice (not only the frameworks' limits).
+    hard = False
+    #: The environment variables :meth:`environment` may set: a process that gets a slice starts
+    #: without any inherited one (``slices.environment.without_slice``).
+    variables: tuple[str, ...] = ()
+
+    @abstractmethod
+    def applies(self, gpus: list[PlacedGPU], mig_devices: int) -> bool:
+        """Whether a slice placed on ``gpus`` (``mig_devices`` of them as MIG devices) gets this
+        tier. The registry asks the tiers strongest first."""
+
+    def environment(self, memory: tuple[int, ...], fraction: float) -> dict[str, str]:
+        """The variables of a process holding a slice of this tier (``memory``: bytes reserved on
+        each GPU, in the order the process sees them)."""
+        return {}
+
+    @abstractmethod
+    def describe(self, mig_profiles: tuple[str, ...] = ()) -> str:
+        """The tier in the words every view uses."""
+
+    @abstractmethod
+    def share_note(self, fraction: float | None = None, percentage: int | None = None) -> str:
+        """What a slice of this tier reserves, in words (``percentage`` of the SMs, if known)."""
+
+    def inside(self, devices: tuple[str, ...], memory_reserved: int | None, env: Mapping[str, str]) -> str | None:
+        """How the hardware keeps a process of this tier inside its slice, for ``%vgpu`` (None: nothing does)."""
+        return None
+
+    def offered(self) -> str:
+        """How a GPU that gives new slices this tier is described (``status``, ``/api/vgpu/devices``)."""
+        return self.describe()

@@ -1,0 +1,46 @@
+"""Every registered enforcement tier keeps the plug-in contract (jupyter_vgpu/enforcement/__init__.py
+says how to add one): one registry, strongest first, each detecting itself, giving its variables and
+saying what it does in the vocabulary every view shares."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+
+from jupyter_vgpu.enforcement import TIERS, Enforcement, Tier, by_tier, offered_by, tier_of
+from jupyter_vgpu.slices.environment import VARIABLES
+
+
+@dataclass(frozen=True)
+class GPU:
+    mps: bool = False
+    mig_mode: bool | None = False
+
+
+def test_every_stored_tier_has_exactly_one_plug_in_and_the_weakest_applies_everywhere() -> None:
+    assert sorted(t.tier.value for t in TIERS) == sorted(t.value for t in Tier)
+    assert all(by_tier(t.tier) is t for t in TIERS)
+    assert TIERS[-1].applies([GPU()], 0) and not TIERS[-1].hard  # the fallback: cooperative
+
+
+@pytest.mark.parametrize("tier", TIERS, ids=lambda t: t.tier.value)
+def test_each_tier_describes_itself_and_sets_only_its_declared_variables(tier: Enforcement) -> None:
+    assert tier.describe() and tier.describe(("1g.10gb",)) and tier.share_note(0.25) and tier.offered()
+    assert tier.tier.describe() == tier.describe()  # the stored value says it through its plug-in
+    env = tier.environment((4 << 30, 4 << 30), 0.25)
+    assert all(isinstance(v, str) for v in env.values()) and set(env) <= set(tier.variables)
+    assert set(tier.variables) <= set(VARIABLES), "a slice would inherit a stale value of these"
+    assert (tier.inside(("GPU-x",), 4 << 30, env) is not None) == tier.hard  # %vgpu says how hardware holds it
+
+
+def test_placement_gets_the_strongest_tier_that_applies() -> None:
+    assert tier_of([GPU(), GPU()], 0) is Tier.COOPERATIVE
+    assert tier_of([GPU(mps=True), GPU()], 0) is Tier.COOPERATIVE  # MPS on every GPU of the slice, or none
+    assert tier_of([GPU(mps=True), GPU(mps=True)], 0) is Tier.MPS
+    assert tier_of([GPU(mig_mode=True)], 1) is Tier.MIG
+    assert offered_by(GPU(mig_mode=True)) == "hard (MIG)" and offered_by(GPU(mps=True)) == "hard (MPS)"
+    assert by_tier(Tier.MPS).environment((4 << 30,), 0.25) == {
+        "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": "0=4096M",
+        "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "25",
+    }
