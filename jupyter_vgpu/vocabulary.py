@@ -1,7 +1,7 @@
 """The words the server and the JupyterLab extension share: each tier's name and what its slices
 reserve, how another user's holder reads, where a usage figure comes from. The extension ships
 them as ``labextension/src/vocabulary.json`` (its fallback when a server sends no ``share_note``);
-``tests/ui/test_vocabulary.py`` fails when that file and this module disagree, so the two cannot
+``tests/ui/test_labextension_checks.py`` fails when that file and this module disagree, so the two cannot
 drift. Regenerate it with ``python -m jupyter_vgpu.vocabulary > labextension/src/vocabulary.json``."""
 
 from __future__ import annotations

@@ -8,9 +8,17 @@ import { ServerConnection } from '@jupyterlab/services';
 
 /**
  * What holds a slice. The server's `HolderKind` (jupyter_vgpu/slices/records.py) lists the same
- * values; tests/test_contract.py checks that the two agree.
+ * values; tests/test_layers.py and a Jest test (its `holder_kinds` in src/vocabulary.json)
+ * check that the two agree.
  */
 export type HolderKind = 'kernel' | 'command';
+
+/**
+ * Where a slice's usage figure comes from: NVML (`measured`), the kernel itself (`reported`),
+ * or nowhere. The server's `usage_sources` (src/vocabulary.json) list the same values; a Jest
+ * test checks that the two agree.
+ */
+export type UsageSource = 'measured' | 'reported' | 'none';
 
 /** One GPU, as `GET /api/vgpu/devices` describes it (the GPU fields of docs/rest.md). */
 export interface IDevice {
@@ -90,14 +98,14 @@ export interface ISlice {
   /** Measured memory per GPU uuid (absent or null when not measured per GPU). */
   memory_used_by_gpu?: { [uuid: string]: number | null } | null;
   utilization: number | null;
-  usage_source: 'measured' | 'reported' | 'none';
+  usage_source: UsageSource;
   /** The enforcement tier, shown exactly as sent ("cooperative", "hard (MPS)", ...). */
   tier: string;
   /** How the slice was placed: "cooperative" | "mps" | "mig". */
   tier_kind?: string;
   /** The watchdog compares this slice's use with its reservation. */
   watched?: boolean;
-  /** What the share reserves, in words ("memory only; compute is shared"). */
+  /** What the share reserves, in words ("memory only; compute is shared with the GPU's other users"). */
   share_note?: string | null;
   state: SliceState;
   frameworks?: { [name: string]: { status: string; detail?: string } };

@@ -44,7 +44,9 @@ function runs(
 
 /** "5 min", "90 s". */
 function spanText(seconds: number): string {
-  return seconds >= 120 ? `${Math.round(seconds / 60)} min` : `${Math.round(seconds)} s`;
+  return seconds >= 120
+    ? `${Math.round(seconds / 60)} min`
+    : `${Math.round(seconds)} s`;
 }
 
 export interface IHistoryChartProps {
@@ -65,7 +67,10 @@ export interface IHistoryChartProps {
 /** Memory used and utilisation of one slice or GPU over the last `HISTORY_SECONDS`. */
 export function HistoryChart(props: IHistoryChartProps): JSX.Element {
   const { points, reserved, total, subject } = props;
-  const now = Math.max(props.now, points.length ? points[points.length - 1].t : 0);
+  const now = Math.max(
+    props.now,
+    points.length ? points[points.length - 1].t : 0
+  );
   const kept = points.filter(p => p.t >= now - HISTORY_SECONDS);
   // The time axis spans what is known, at least a minute and at most HISTORY_SECONDS, so a
   // new slice's first points do not huddle at the right edge.
@@ -75,7 +80,9 @@ export function HistoryChart(props: IHistoryChartProps): JSX.Element {
   );
   const start = now - window;
   const shown = kept;
-  const used = shown.map(p => p.used).filter((v): v is number => typeof v === 'number');
+  const used = shown
+    .map(p => p.used)
+    .filter((v): v is number => typeof v === 'number');
   const top = Math.max(
     total ?? 0,
     (reserved ?? 0) * 1.15,
@@ -128,10 +135,18 @@ export function HistoryChart(props: IHistoryChartProps): JSX.Element {
           />
         ) : null}
         {utilRuns.map((run, i) => (
-          <polyline key={`util-${i}`} className="jp-vgpu-Chart-util" points={run} />
+          <polyline
+            key={`util-${i}`}
+            className="jp-vgpu-Chart-util"
+            points={run}
+          />
         ))}
         {memoryRuns.map((run, i) => (
-          <polyline key={`used-${i}`} className="jp-vgpu-Chart-used" points={run} />
+          <polyline
+            key={`used-${i}`}
+            className="jp-vgpu-Chart-used"
+            points={run}
+          />
         ))}
       </svg>
       <figcaption className="jp-vgpu-Chart-legend">

@@ -61,7 +61,10 @@ export function DeviceCard(props: {
         >
           {formatUsage(used, device.memory_total)}
         </span>
-        <span className="jp-vgpu-DeviceCard-free" title="Memory a new slice can still reserve">
+        <span
+          className="jp-vgpu-DeviceCard-free"
+          title="Memory a new slice can still reserve"
+        >
           free {formatBytes(device.memory_free)}
         </span>
         <span className="jp-vgpu-DeviceCard-util" title="GPU utilisation">
@@ -93,8 +96,13 @@ export function DeviceCard(props: {
           ))}
           {device.memory_foreign > 0 && (
             <li className="jp-vgpu-ForeignRow">
-              <span className="jp-vgpu-SliceRow-dot jp-vgpu-mod-foreign" aria-hidden="true" />
-              <span className="jp-vgpu-ForeignRow-label">other processes (no slice)</span>
+              <span
+                className="jp-vgpu-SliceRow-dot jp-vgpu-mod-foreign"
+                aria-hidden="true"
+              />
+              <span className="jp-vgpu-ForeignRow-label">
+                other processes (no slice)
+              </span>
               <span className="jp-vgpu-ForeignRow-memory">
                 {formatBytes(device.memory_foreign)}
               </span>
@@ -102,9 +110,7 @@ export function DeviceCard(props: {
           )}
         </ul>
       ) : (
-        <p className="jp-vgpu-DeviceCard-empty">
-          No slices on this GPU.
-        </p>
+        <p className="jp-vgpu-DeviceCard-empty">No slices on this GPU.</p>
       )}
     </section>
   );

@@ -3,10 +3,58 @@
  */
 import { PathExt } from '@jupyterlab/coreutils';
 
-import { ISlice } from './api';
+import { HolderKind, ISlice, IWaiting } from './api';
+import vocabulary from './vocabulary.json';
 
 const MiB = 1024 ** 2;
 const GiB = 1024 ** 3;
+
+/** What the server says of one enforcement tier (`jupyter_vgpu.vocabulary`, per tier). */
+export interface ITierWords {
+  /** How every view names the tier: "cooperative", "hard (MPS)", "hard (MIG device)". */
+  text: string;
+  /** Whether the hardware holds a slice's processes to their share. */
+  hard: boolean;
+  /** What a slice of this tier reserves, its share of the SMs not known. */
+  share_note: string;
+  /** What a 1/4 slice of this tier reserves. */
+  share_note_quarter: string;
+}
+
+/**
+ * The words the server and this extension share (`src/vocabulary.json`, written by
+ * `python -m jupyter_vgpu.vocabulary`; tests/ui/test_labextension_checks.py fails when it is stale).
+ */
+export const VOCABULARY: {
+  tiers: { [kind: string]: ITierWords };
+  hidden_holder: { [kind in HolderKind]: string };
+  holder_kinds: string[];
+  usage_sources: string[];
+} = vocabulary;
+
+/** The tier a slice of an unknown `tier_kind` reads as: no compute is shared out. */
+const DEFAULT_TIER = 'cooperative';
+
+/** The percentage `share_note_quarter` names: what a 1/4 slice gets of the SMs. */
+const QUARTER_PERCENT = '25%';
+
+/** How many digits `fixed` reads past the ones it keeps: all a double >= 1 has (at most 52). */
+const EXACT_DIGITS = 60;
+
+/**
+ * `value.toFixed(digits)`, but an exact tie goes to the even digit, as Python's `f"{value:.1f}"`
+ * rounds it: 1.25 reads "1.2" (toFixed says "1.3"), 2.5 reads "2", 3.5 reads "4".
+ */
+export function fixed(value: number, digits: number): string {
+  const rounded = value.toFixed(digits);
+  const exact = Math.abs(value).toFixed(digits + EXACT_DIGITS);
+  const kept = exact.slice(0, -EXACT_DIGITS).replace(/\.$/, '');
+  const tie = /^50*$/.test(exact.slice(-EXACT_DIGITS));
+  if (tie && Number(kept[kept.length - 1]) % 2 === 0) {
+    return `${value < 0 ? '-' : ''}${kept}`; // toFixed rounded up, away from the even digit
+  }
+  return rounded;
+}
 
 /**
  * "2.1 GiB", "512 MiB", "0 B"; "–" when unknown. The same rule as the server's
@@ -24,14 +72,15 @@ export function formatBytes(bytes: number | null | undefined): string {
   ];
   for (const [unit, size, digits] of units) {
     if (Math.abs(bytes) >= size) {
-      return `${(bytes / size).toFixed(digits)} ${unit}`;
+      return `${fixed(bytes / size, digits)} ${unit}`;
     }
   }
-  return `${Math.round(bytes)} B`;
+  return `${fixed(bytes, 0)} B`;
 }
 
 /**
- * "2.1 / 4.0 GiB": both numbers in the unit of the larger one, so they compare at a glance.
+ * "2.1 / 4.0 GiB": both numbers in the unit of the larger one, so they compare at a glance
+ * (rounded as `formatBytes` rounds).
  */
 export function formatUsage(
   used: number | null | undefined,
@@ -43,7 +92,7 @@ export function formatUsage(
   const show = (value: number | null | undefined) =>
     value === null || value === undefined || !isFinite(value)
       ? '–'
-      : (value / unit).toFixed(digits);
+      : fixed(value / unit, digits);
   return `${show(used)} / ${show(total)} ${inGiB ? 'GiB' : 'MiB'}`;
 }
 
@@ -73,8 +122,12 @@ export function commandText(slice: ISlice): string {
  */
 export function holderLabel(slice: ISlice): string {
   if (slice.holder_kind === 'command') {
+    const text = commandText(slice);
+    if (text === VOCABULARY.hidden_holder.command) {
+      return text; // another user's command, which the server does not show
+    }
     // "/opt/conda/bin/python train.py" reads as "python train.py"; the tooltip has it all.
-    const [program, ...args] = commandText(slice).trim().split(/\s+/);
+    const [program, ...args] = text.trim().split(/\s+/);
     return program
       ? [PathExt.basename(program), ...args].join(' ')
       : `slice ${slice.id}`;
@@ -82,9 +135,29 @@ export function holderLabel(slice: ISlice): string {
   if (slice.path) {
     return PathExt.basename(slice.path);
   }
-  return slice.kernel_id
-    ? `kernel ${slice.kernel_id.slice(0, 8)}`
-    : `slice ${slice.id}`;
+  return slice.kernel_id ? kernelLabel(slice.kernel_id) : `slice ${slice.id}`;
+}
+
+/**
+ * "kernel 1a2b3c4d" for a kernel known by its id only; another user's kernel, whose id the
+ * server withholds, as the server names it ("another user's kernel").
+ */
+export function kernelLabel(kernelId: string): string {
+  return kernelId === VOCABULARY.hidden_holder.kernel
+    ? kernelId
+    : `kernel ${kernelId.slice(0, 8)}`;
+}
+
+/** What a user calls a waiting request: its notebook's name, the kernel, or the command. */
+export function waiterLabel(w: IWaiting): string {
+  if (w.holder_kind === 'kernel') {
+    if (w.path) {
+      return pathLabel(w.path);
+    }
+    const id = w.kernel_id ?? w.holder;
+    return id ? kernelLabel(id) : `request ${w.ticket}`;
+  }
+  return w.holder || `request ${w.ticket}`;
 }
 
 /** Words for the server's usage state. */
@@ -100,26 +173,55 @@ export function stateText(slice: ISlice): string | null {
 }
 
 /**
+ * The share of the SMs an MPS client gets for a slice of `fraction`: its percentage, rounded
+ * up, 1 to 100. The server's rule (`jupyter_vgpu.enforcement.thread_percentage`), which first
+ * rounds to 6 decimals so that 0.07 * 100 = 7.000000000000001 reads as 7, not 8.
+ */
+export function threadPercentage(fraction: number): number {
+  return Math.max(
+    1,
+    Math.min(100, Math.ceil(Number((fraction * 100).toFixed(6))))
+  );
+}
+
+/**
+ * What a slice of tier `kind` reserves, in the server's words (its tier's `share_note`), with
+ * its share of the SMs when the tier shares them out and `fraction` is known.
+ */
+export function tierShareNote(
+  kind: string | null | undefined,
+  fraction?: number | null
+): string {
+  const tier =
+    (kind ? VOCABULARY.tiers[kind] : undefined) ??
+    VOCABULARY.tiers[DEFAULT_TIER];
+  if (
+    fraction &&
+    isFinite(fraction) &&
+    tier.share_note_quarter !== tier.share_note &&
+    tier.share_note_quarter.includes(QUARTER_PERCENT)
+  ) {
+    // The server names a known share in the note: "25%" for a quarter, so the rest follows.
+    return tier.share_note_quarter.replace(
+      QUARTER_PERCENT,
+      `${threadPercentage(fraction)}%`
+    );
+  }
+  return tier.share_note;
+}
+
+/**
  * What a slice's share reserves, in words: the server's `share_note` when it sends one, else
- * decided from how the slice was placed (only MPS and MIG share out compute).
+ * the server's words for the tier the slice was placed on (only MPS and MIG share out compute).
  */
 export function shareNote(slice: ISlice): string {
   if (slice.share_note) {
     return slice.share_note;
   }
-  switch (slice.tier_kind) {
-    case 'mps':
-      return slice.fraction
-        ? `memory, and ${Math.round(slice.fraction * 100)}% of the SMs (MPS)`
-        : 'memory, and a share of the SMs (MPS)';
-    case 'mig':
-      return 'a MIG device: its memory and compute';
-    default:
-      return 'memory only; compute is shared';
-  }
+  return tierShareNote(slice.tier_kind, slice.fraction);
 }
 
-/** "1/4 GPU reserves memory only; compute is shared." */
+/** "1/4 GPU reserves memory only; compute is shared with the GPU's other users." */
 export function shareSentence(slice: ISlice): string {
   return `${slice.request_text} reserves ${shareNote(slice)}.`;
 }

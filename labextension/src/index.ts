@@ -91,7 +91,10 @@ const plugin: JupyterFrontEndPlugin<void> = {
       waitingKernel: refusal =>
         refusal.status === 503 &&
         ['full', 'timed_out'].includes(refusal.reason ?? 'full')
-          ? waitingAlternative(app.serviceManager.kernelspecs.specs, refusal.kernel_name)
+          ? waitingAlternative(
+              app.serviceManager.kernelspecs.specs,
+              refusal.kernel_name
+            )
           : null
     }).start();
     let gpuMemory: number | null = null;
@@ -101,8 +104,11 @@ const plugin: JupyterFrontEndPlugin<void> = {
     });
     const scanLaunchers = () => launchers.scan();
     model.changed.connect(() => {
-      const memory = (model.snapshot?.devices.devices ?? []).reduce<number | null>(
-        (least, d) => (least === null ? d.memory_total : Math.min(least, d.memory_total)),
+      const memory = (model.snapshot?.devices.devices ?? []).reduce<
+        number | null
+      >(
+        (least, d) =>
+          least === null ? d.memory_total : Math.min(least, d.memory_total),
         null
       );
       if (memory !== gpuMemory) {
@@ -141,13 +147,19 @@ const plugin: JupyterFrontEndPlugin<void> = {
     let kernelSlice: KernelSliceModel | null = null;
     let showStatusItem = true;
     if (statusBar) {
-      kernelSlice = new KernelSliceModel(client, DEFAULT_INTERVAL_S * 1000, line);
+      kernelSlice = new KernelSliceModel(
+        client,
+        DEFAULT_INTERVAL_S * 1000,
+        line
+      );
       const item = new GPUStatusItem(kernelSlice, () =>
         app.commands.execute(CommandIDs.show)
       );
       const follow = () => {
         if (kernelSlice) {
-          kernelSlice.sessionContext = sessionContextOf(app.shell.currentWidget);
+          kernelSlice.sessionContext = sessionContextOf(
+            app.shell.currentWidget
+          );
         }
       };
       app.shell.currentChanged?.connect(follow);
@@ -166,7 +178,9 @@ const plugin: JupyterFrontEndPlugin<void> = {
     if (settingRegistry) {
       const apply = (settings: ISettingRegistry.ISettings) => {
         const seconds = Number(settings.get('refreshInterval').composite);
-        const ms = Math.max(0.5, isFinite(seconds) ? seconds : DEFAULT_INTERVAL_S) * 1000;
+        const ms =
+          Math.max(0.5, isFinite(seconds) ? seconds : DEFAULT_INTERVAL_S) *
+          1000;
         model.interval = ms;
         showStatusItem = settings.get('showStatusBarItem').composite !== false;
         if (kernelSlice) {

@@ -84,7 +84,9 @@ export function sliceSize(
 }
 
 /** The provisioner's config of a sliced kernelspec, or null for any other kernelspec. */
-function sliceConfig(spec: KernelSpec.ISpecModel | undefined): { [key: string]: unknown } | null {
+function sliceConfig(
+  spec: KernelSpec.ISpecModel | undefined
+): { [key: string]: unknown } | null {
   const provisioner = (spec?.metadata as any)?.kernel_provisioner;
   if (!provisioner || provisioner.provisioner_name !== 'vgpu-provisioner') {
     return null;

@@ -78,35 +78,41 @@ export class LauncherOrder {
     if (sizes.size < 2) {
       return;
     }
-    launcher.querySelectorAll<HTMLElement>('.jp-Launcher-cardContainer').forEach(container => {
-      const cards = Array.from(container.children) as HTMLElement[];
-      const slots: number[] = [];
-      const sliced: { card: HTMLElement; size: [number, number]; index: number }[] = [];
-      cards.forEach((card, index) => {
-        const size = card.classList.contains('jp-LauncherCard')
-          ? sizes.get(card.getAttribute('title') ?? '')
-          : undefined;
-        if (size) {
-          slots.push(index);
-          sliced.push({ card, size, index });
+    launcher
+      .querySelectorAll<HTMLElement>('.jp-Launcher-cardContainer')
+      .forEach(container => {
+        const cards = Array.from(container.children) as HTMLElement[];
+        const slots: number[] = [];
+        const sliced: {
+          card: HTMLElement;
+          size: [number, number];
+          index: number;
+        }[] = [];
+        cards.forEach((card, index) => {
+          const size = card.classList.contains('jp-LauncherCard')
+            ? sizes.get(card.getAttribute('title') ?? '')
+            : undefined;
+          if (size) {
+            slots.push(index);
+            sliced.push({ card, size, index });
+          }
+        });
+        if (sliced.length < 2) {
+          return;
         }
-      });
-      if (sliced.length < 2) {
-        return;
-      }
-      // Stable: equal sizes keep JupyterLab's order among themselves.
-      sliced.sort((a, b) => compare(a.size, b.size) || a.index - b.index);
-      const wanted = cards.slice();
-      slots.forEach((slot, i) => (wanted[slot] = sliced[i].card));
-      if (wanted.every((card, i) => card === cards[i])) {
-        return;
-      }
-      wanted.forEach((card, i) => {
-        if (container.children[i] !== card) {
-          container.insertBefore(card, container.children[i] ?? null);
+        // Stable: equal sizes keep JupyterLab's order among themselves.
+        sliced.sort((a, b) => compare(a.size, b.size) || a.index - b.index);
+        const wanted = cards.slice();
+        slots.forEach((slot, i) => (wanted[slot] = sliced[i].card));
+        if (wanted.every((card, i) => card === cards[i])) {
+          return;
         }
+        wanted.forEach((card, i) => {
+          if (container.children[i] !== card) {
+            container.insertBefore(card, container.children[i] ?? null);
+          }
+        });
       });
-    });
   }
 
   private _gpuMemory: () => number | null;

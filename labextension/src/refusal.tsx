@@ -12,7 +12,9 @@ const MAX_SUGGESTIONS = 3;
 
 function Holders(props: { gpu: IRefusal['gpus'][number] }): JSX.Element {
   const { gpu } = props;
-  const holders = [...(gpu.holders ?? [])].sort((a, b) => b.reserved - a.reserved);
+  const holders = [...(gpu.holders ?? [])].sort(
+    (a, b) => b.reserved - a.reserved
+  );
   return (
     <ul className="jp-vgpu-Refusal-holders">
       {holders.map((h, i) => (
@@ -20,19 +22,29 @@ function Holders(props: { gpu: IRefusal['gpus'][number] }): JSX.Element {
           <span className="jp-vgpu-Refusal-holderName" title={h.label}>
             {pathLabel(h.label)}
           </span>
-          <span className="jp-vgpu-Refusal-holderSize">{formatBytes(h.reserved)}</span>
-          <span className="jp-vgpu-Refusal-holderOwner">{h.yours ? 'yours' : h.owner}</span>
+          <span className="jp-vgpu-Refusal-holderSize">
+            {formatBytes(h.reserved)}
+          </span>
+          <span className="jp-vgpu-Refusal-holderOwner">
+            {h.yours ? 'yours' : h.owner}
+          </span>
         </li>
       ))}
       {gpu.foreign > 0 && (
         <li className="jp-vgpu-Refusal-holder jp-vgpu-mod-foreign">
-          <span className="jp-vgpu-Refusal-holderName">other processes (no slice)</span>
-          <span className="jp-vgpu-Refusal-holderSize">{formatBytes(gpu.foreign)}</span>
+          <span className="jp-vgpu-Refusal-holderName">
+            other processes (no slice)
+          </span>
+          <span className="jp-vgpu-Refusal-holderSize">
+            {formatBytes(gpu.foreign)}
+          </span>
           <span className="jp-vgpu-Refusal-holderOwner" />
         </li>
       )}
       {holders.length === 0 && gpu.foreign <= 0 && (
-        <li className="jp-vgpu-Refusal-holder jp-vgpu-mod-empty">no slice on this GPU</li>
+        <li className="jp-vgpu-Refusal-holder jp-vgpu-mod-empty">
+          no slice on this GPU
+        </li>
       )}
     </ul>
   );
@@ -56,10 +68,15 @@ export function RefusalView(props: {
       <h3 className="jp-vgpu-Refusal-summary">{summary}</h3>
       {(r.asked || notebook) && (
         <p className="jp-vgpu-Refusal-asked">
-          {notebook ? <strong title={r.path ?? undefined}>{notebook}</strong> : 'The kernel'}
+          {notebook ? (
+            <strong title={r.path ?? undefined}>{notebook}</strong>
+          ) : (
+            'The kernel'
+          )}
           {r.asked ? (
             <>
-              {' '}asked for <strong>{r.asked}</strong>
+              {' '}
+              asked for <strong>{r.asked}</strong>
             </>
           ) : (
             ' did not start'
@@ -69,13 +86,19 @@ export function RefusalView(props: {
             <> after waiting {formatDuration(r.waited)} in line</>
           ) : null}
           .
-          {fits && !summary.includes(fits) ? <> The most that fits now: {fits}.</> : null}
+          {fits && !summary.includes(fits) ? (
+            <> The most that fits now: {fits}.</>
+          ) : null}
         </p>
       )}
       {(r.gpus ?? []).length > 0 && (
         <ul className="jp-vgpu-Refusal-gpus" aria-label="Who holds the GPUs">
           {r.gpus.map(gpu => (
-            <li key={gpu.index} className="jp-vgpu-Refusal-gpu" data-gpu-index={gpu.index}>
+            <li
+              key={gpu.index}
+              className="jp-vgpu-Refusal-gpu"
+              data-gpu-index={gpu.index}
+            >
               <div className="jp-vgpu-Refusal-gpuHeader">
                 <span className="jp-vgpu-Refusal-gpuName">
                   GPU {gpu.index}
@@ -116,7 +139,8 @@ export function RefusalView(props: {
               title={`Start “${waiting.display_name}”: it waits in line for ${r.asked}, first come, first served`}
               onClick={() => onStart(waiting.name)}
             >
-              {r.reason === 'timed_out' ? 'Wait longer' : 'Wait in line'} ({waiting.display_name})
+              {r.reason === 'timed_out' ? 'Wait longer' : 'Wait in line'} (
+              {waiting.display_name})
             </button>
           )}
         </div>
@@ -130,14 +154,20 @@ export function RefusalView(props: {
 }
 
 /** The short note that replaces the error after a request stopped waiting in line. */
-export function StoppedWaitingView(props: { message: string; byYou: boolean }): JSX.Element {
+export function StoppedWaitingView(props: {
+  message: string;
+  byYou: boolean;
+}): JSX.Element {
   return (
     <div className="jp-vgpu-Refusal jp-vgpu-mod-cancelled">
       <h3 className="jp-vgpu-Refusal-summary">
-        {props.byYou ? 'Cancelled: no longer waiting for a GPU slice.' : 'No longer waiting for a GPU slice.'}
+        {props.byYou
+          ? 'Cancelled: no longer waiting for a GPU slice.'
+          : 'No longer waiting for a GPU slice.'}
       </h3>
       <p className="jp-vgpu-Refusal-asked">
-        The kernel did not start. Pick a kernel (or start this one again) to get back in line.
+        The kernel did not start. Pick a kernel (or start this one again) to get
+        back in line.
       </p>
       <details className="jp-vgpu-Refusal-raw">
         <summary>The server's message</summary>

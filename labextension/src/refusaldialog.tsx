@@ -39,7 +39,11 @@ const LOOKUP_TIMEOUT_MS = 2500;
 const FOLLOW_UP_MS = 800;
 
 /** Resolve with `check()`'s first truthy value as `node`'s subtree changes, or null after `ms`. */
-function whenReady<T>(node: Node, check: () => T | null, ms: number): Promise<T | null> {
+function whenReady<T>(
+  node: Node,
+  check: () => T | null,
+  ms: number
+): Promise<T | null> {
   const now = check();
   if (now) {
     return Promise.resolve(now);
@@ -57,7 +61,11 @@ function whenReady<T>(node: Node, check: () => T | null, ms: number): Promise<T 
       window.clearTimeout(timer);
       resolve(value);
     };
-    observer.observe(node, { childList: true, subtree: true, characterData: true });
+    observer.observe(node, {
+      childList: true,
+      subtree: true,
+      characterData: true
+    });
   });
 }
 
@@ -68,8 +76,9 @@ function normalise(text: string): string {
 /** Press the dialog's own accept button (OK), which closes it the way a user would. */
 function closeDialog(dialog: HTMLElement): void {
   const button =
-    dialog.querySelector<HTMLButtonElement>('.jp-Dialog-footer .jp-mod-accept') ??
-    dialog.querySelector<HTMLButtonElement>('.jp-Dialog-footer button');
+    dialog.querySelector<HTMLButtonElement>(
+      '.jp-Dialog-footer .jp-mod-accept'
+    ) ?? dialog.querySelector<HTMLButtonElement>('.jp-Dialog-footer button');
   button?.click();
 }
 
@@ -83,14 +92,20 @@ async function kernelSelector(
     () => dialog.querySelector<HTMLSelectElement>('.jp-Dialog-body select'),
     1000
   );
-  if (!select || (path && !(dialog.textContent ?? '').includes(PathExt.basename(path)))) {
+  if (
+    !select ||
+    (path && !(dialog.textContent ?? '').includes(PathExt.basename(path)))
+  ) {
     return null;
   }
   return select;
 }
 
 /** The option of a kernel selector that starts this kernelspec. */
-function optionFor(select: HTMLSelectElement, name: string): HTMLOptionElement | null {
+function optionFor(
+  select: HTMLSelectElement,
+  name: string
+): HTMLOptionElement | null {
   for (const option of Array.from(select.options)) {
     try {
       if (JSON.parse(option.value)?.name === name) {
@@ -116,7 +131,10 @@ export class RefusalDialogs {
     this._observer = new MutationObserver(records => {
       for (const record of records) {
         record.addedNodes.forEach(node => {
-          if (node instanceof HTMLElement && node.classList.contains('jp-Dialog')) {
+          if (
+            node instanceof HTMLElement &&
+            node.classList.contains('jp-Dialog')
+          ) {
             const waiting = this._nextDialog.splice(0);
             waiting.forEach(resolve => resolve(node));
             void this._handle(node).catch(error =>
@@ -155,7 +173,9 @@ export class RefusalDialogs {
       return;
     }
     const text = found.pre.textContent ?? '';
-    const isKernelError = KERNEL_ERROR_TITLE.test(found.header.textContent ?? '');
+    const isKernelError = KERNEL_ERROR_TITLE.test(
+      found.header.textContent ?? ''
+    );
     const path = this._options.currentPath();
     if (STOPPED_WAITING.test(text)) {
       if (!isKernelError) {
@@ -171,7 +191,11 @@ export class RefusalDialogs {
         const follow = await next;
         if (follow && (await kernelSelector(follow, path))) {
           follow.classList.add('jp-vgpu-mod-closing');
-          follow.querySelector<HTMLButtonElement>('.jp-Dialog-footer .jp-mod-reject')?.click();
+          follow
+            .querySelector<HTMLButtonElement>(
+              '.jp-Dialog-footer .jp-mod-reject'
+            )
+            ?.click();
         }
         return;
       }
@@ -183,7 +207,9 @@ export class RefusalDialogs {
     try {
       refusal = await Promise.race([
         this._find(text, isKernelError ? path : null),
-        new Promise<null>(resolve => window.setTimeout(() => resolve(null), LOOKUP_TIMEOUT_MS))
+        new Promise<null>(resolve =>
+          window.setTimeout(() => resolve(null), LOOKUP_TIMEOUT_MS)
+        )
       ]);
     } finally {
       dialog.classList.remove('jp-vgpu-mod-pending');
@@ -207,13 +233,18 @@ export class RefusalDialogs {
    * error dialog) the newest of this notebook within the last half minute. Asks twice, in
    * case the dialog was quicker than the record.
    */
-  private async _find(text: string, path: string | null): Promise<IRefusal | null> {
+  private async _find(
+    text: string,
+    path: string | null
+  ): Promise<IRefusal | null> {
     const wanted = normalise(text);
     for (let attempt = 0; attempt < 2; attempt++) {
       const now = this._options.serverNow();
       let refusals: IRefusal[];
       try {
-        refusals = await this._options.client.refusals(now - 2 * SAME_NOTEBOOK_WINDOW_S);
+        refusals = await this._options.client.refusals(
+          now - 2 * SAME_NOTEBOOK_WINDOW_S
+        );
       } catch {
         return null; // an older server without the route: leave the dialog as it is
       }
@@ -243,7 +274,11 @@ export class RefusalDialogs {
     }
     const widget = ReactWidget.create(view);
     widget.addClass('jp-vgpu-DialogBody');
-    Widget.attach(widget, content, footer && footer.parentElement === content ? footer : null);
+    Widget.attach(
+      widget,
+      content,
+      footer && footer.parentElement === content ? footer : null
+    );
     dialog.classList.add('jp-vgpu-mod-replaced');
     this._mounted.set(dialog, widget);
   }
@@ -253,9 +288,15 @@ export class RefusalDialogs {
    * "Select Kernel" dialog when it follows (a notebook's first start failed), else through the
    * notebook's session context.
    */
-  private async _startKernel(dialog: HTMLElement, refusal: IRefusal, name: string): Promise<void> {
+  private async _startKernel(
+    dialog: HTMLElement,
+    refusal: IRefusal,
+    name: string
+  ): Promise<void> {
     const path = refusal.path ?? this._options.currentPath();
-    const context = this._options.contextFor(path) ?? this._options.contextFor(this._options.currentPath());
+    const context =
+      this._options.contextFor(path) ??
+      this._options.contextFor(this._options.currentPath());
     const next = this._next(FOLLOW_UP_MS);
     closeDialog(dialog);
     const follow = await next;
@@ -264,7 +305,9 @@ export class RefusalDialogs {
     if (follow && select && option) {
       select.value = option.value;
       select.dispatchEvent(new Event('change', { bubbles: true }));
-      follow.querySelector<HTMLButtonElement>('.jp-Dialog-footer .jp-mod-accept')?.click();
+      follow
+        .querySelector<HTMLButtonElement>('.jp-Dialog-footer .jp-mod-accept')
+        ?.click();
       return;
     }
     if (context) {
@@ -305,6 +348,8 @@ export namespace RefusalDialogs {
     /** Whether this browser cancelled the request of this notebook lately. */
     wasCancelled: (path: string | null) => boolean;
     /** An installed kernelspec that asks for what was refused but waits in line for it. */
-    waitingKernel: (refusal: IRefusal) => { name: string; display_name: string } | null;
+    waitingKernel: (
+      refusal: IRefusal
+    ) => { name: string; display_name: string } | null;
   }
 }

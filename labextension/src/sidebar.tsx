@@ -8,11 +8,7 @@ import {
   showDialog
 } from '@jupyterlab/apputils';
 import { ServiceManager } from '@jupyterlab/services';
-import {
-  ReactWidget,
-  refreshIcon,
-  UseSignal
-} from '@jupyterlab/ui-components';
+import { ReactWidget, refreshIcon, UseSignal } from '@jupyterlab/ui-components';
 import { CommandRegistry } from '@lumino/commands';
 import * as React from 'react';
 
@@ -83,7 +79,10 @@ function Body(props: {
       <p className="jp-vgpu-Message-detail">{error.message}</p>
       <p className="jp-vgpu-Message-detail">
         Retrying less often until it answers.{' '}
-        <button className="jp-vgpu-mod-link" onClick={() => void model.refresh()}>
+        <button
+          className="jp-vgpu-mod-link"
+          onClick={() => void model.refresh()}
+        >
           Retry now
         </button>
       </p>
@@ -102,8 +101,8 @@ function Body(props: {
             <p className="jp-vgpu-Message-detail">{devices.message}</p>
           )}
           <p className="jp-vgpu-Message-detail">
-            Kernels run on the CPU. To try jupyter-vgpu anyway, start the server with
-            JUPYTER_VGPU_SIMULATE=2x16GiB.
+            Kernels run on the CPU. To try jupyter-vgpu anyway, start the server
+            with JUPYTER_VGPU_SIMULATE=2x16GiB.
           </p>
         </Message>
       </>
@@ -116,8 +115,9 @@ function Body(props: {
       {slices.slices.length === 0 && (slices.waiting ?? []).length === 0 && (
         <Message kind="empty" title="No kernel holds a GPU slice.">
           <p className="jp-vgpu-Message-detail">
-            Start a sliced kernel such as “Python 3 (1/4 GPU)” from the launcher, or run
-            a command with <code>jupyter vgpu run -p 0.25 -- python train.py</code>.
+            Start a sliced kernel such as “Python 3 (1/4 GPU)” from the
+            launcher, or run a command with{' '}
+            <code>jupyter vgpu run -p 0.25 -- python train.py</code>.
           </p>
         </Message>
       )}
@@ -126,7 +126,9 @@ function Body(props: {
           key={device.uuid}
           device={device}
           slices={byCreation.filter(
-            s => s.gpu_indices.includes(device.index) || s.gpus.includes(device.uuid)
+            s =>
+              s.gpu_indices.includes(device.index) ||
+              s.gpus.includes(device.uuid)
           )}
           colour={id => model.colour(id)}
           actions={actions}
@@ -219,7 +221,10 @@ export class GPUSidebar extends ReactWidget {
     const result = await showDialog({
       title: 'Shut down kernel?',
       body: `Shut down the kernel of ${holderLabel(slice)} (${this._actions.kernelDisplayName(slice)})? Its GPU slice is released and unsaved variables are lost.`,
-      buttons: [Dialog.cancelButton(), Dialog.warnButton({ label: 'Shut Down' })]
+      buttons: [
+        Dialog.cancelButton(),
+        Dialog.warnButton({ label: 'Shut Down' })
+      ]
     });
     if (!result.button.accept) {
       return;

@@ -42,10 +42,7 @@ export interface ISliceActions {
   copySliceId(slice: ISlice): void;
 }
 
-function Holder(props: {
-  slice: ISlice;
-  actions: ISliceActions;
-}): JSX.Element {
+function Holder(props: { slice: ISlice; actions: ISliceActions }): JSX.Element {
   const { slice, actions } = props;
   const label = holderLabel(slice);
   // Only notebooks open by path; a console's session path is not a file.
@@ -80,12 +77,16 @@ function details(slice: ISlice): string {
       ` (${formatBytes(slice.context_allowance)} is kept for the CUDA context)`
   ];
   if (slice.usage_source === 'reported') {
-    lines.push('Usage reported by the kernel itself (NVML cannot see its processes).');
+    lines.push(
+      'Usage reported by the kernel itself (NVML cannot see its processes).'
+    );
   } else if (slice.usage_source === 'none') {
     lines.push('Usage unknown: neither NVML nor the kernel reports it.');
   }
   if (slice.pid) {
-    lines.push(`pid ${slice.pid}${slice.owner ? `, owner ${slice.owner}` : ''}`);
+    lines.push(
+      `pid ${slice.pid}${slice.owner ? `, owner ${slice.owner}` : ''}`
+    );
   }
   for (const [name, fw] of Object.entries(slice.frameworks ?? {})) {
     lines.push(`${name}: ${fw.status}${fw.detail ? ` (${fw.detail})` : ''}`);
@@ -151,10 +152,14 @@ export function SliceRow(props: {
             {canAct && (
               <button
                 className={`jp-Button jp-mod-minimal ${isKernel ? 'jp-vgpu-action-shutdown' : 'jp-vgpu-action-release'}`}
-                title={isKernel ? 'Shut down this kernel' : 'Release this slice'}
+                title={
+                  isKernel ? 'Shut down this kernel' : 'Release this slice'
+                }
                 aria-label={isKernel ? 'Shut down kernel' : 'Release slice'}
                 onClick={() =>
-                  isKernel ? actions.shutdownKernel(slice) : actions.releaseSlice(slice)
+                  isKernel
+                    ? actions.shutdownKernel(slice)
+                    : actions.releaseSlice(slice)
                 }
               >
                 <closeIcon.react tag="span" elementSize="small" />
@@ -163,8 +168,15 @@ export function SliceRow(props: {
           </span>
         </div>
         <div className="jp-vgpu-SliceRow-line jp-vgpu-SliceRow-sub">
-          <KindIcon.react tag="span" elementSize="small" className="jp-vgpu-SliceRow-kind" />
-          <span className="jp-vgpu-SliceRow-kernel" title={shareSentence(slice)}>
+          <KindIcon.react
+            tag="span"
+            elementSize="small"
+            className="jp-vgpu-SliceRow-kind"
+          />
+          <span
+            className="jp-vgpu-SliceRow-kernel"
+            title={shareSentence(slice)}
+          >
             {isKernel
               ? actions.kernelDisplayName(slice)
               : `jupyter vgpu run, ${slice.request_text}`}

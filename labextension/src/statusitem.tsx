@@ -148,7 +148,9 @@ export class KernelSliceModel {
 }
 
 /** Whether a widget has a kernel session (notebooks and consoles do). */
-export function sessionContextOf(widget: Widget | null): ISessionContext | null {
+export function sessionContextOf(
+  widget: Widget | null
+): ISessionContext | null {
   const context = (widget as { sessionContext?: ISessionContext } | null)
     ?.sessionContext;
   return context && typeof context.kernelChanged?.connect === 'function'
@@ -171,7 +173,11 @@ function Waiting(props: {
       title={`${name} waits in line for ${w.request_text}: place ${w.position}, waiting ${waited}.\nClick to show the GPUs panel (Cancel is there).`}
       onClick={onClick}
     >
-      <gpuIcon.react tag="span" elementSize="small" className="jp-vgpu-StatusItem-icon" />
+      <gpuIcon.react
+        tag="span"
+        elementSize="small"
+        className="jp-vgpu-StatusItem-icon"
+      />
       <span className="jp-vgpu-StatusItem-text">
         GPU: waiting #{w.position} ({w.request_text})
       </span>
@@ -200,7 +206,11 @@ export class GPUStatusItem extends ReactWidget {
           const waiter = this.model.waiter;
           if (!slice && waiter) {
             return (
-              <Waiting waiter={waiter} age={this.model.waiterAge} onClick={this._onClick} />
+              <Waiting
+                waiter={waiter}
+                age={this.model.waiterAge}
+                onClick={this._onClick}
+              />
             );
           }
           if (!slice) {
@@ -214,7 +224,11 @@ export class GPUStatusItem extends ReactWidget {
               title={`${slice.request_text}, slice ${slice.id} (${slice.tier})${warning ? `\n${warning}` : ''}\nClick to show the GPUs panel.`}
               onClick={this._onClick}
             >
-              <gpuIcon.react tag="span" elementSize="small" className="jp-vgpu-StatusItem-icon" />
+              <gpuIcon.react
+                tag="span"
+                elementSize="small"
+                className="jp-vgpu-StatusItem-icon"
+              />
               <span className="jp-vgpu-StatusItem-text">{text}</span>
             </span>
           );

@@ -6,19 +6,7 @@ import { kernelIcon, terminalIcon } from '@jupyterlab/ui-components';
 import * as React from 'react';
 
 import { IWaiting } from './api';
-import { formatDuration, pathLabel } from './format';
-
-/** What a user calls a waiting request: its notebook's name, or the command. */
-export function waiterLabel(w: IWaiting): string {
-  if (w.holder_kind === 'kernel') {
-    if (w.path) {
-      return pathLabel(w.path);
-    }
-    const id = w.kernel_id ?? w.holder;
-    return id ? `kernel ${id.slice(0, 8)}` : `request ${w.ticket}`;
-  }
-  return w.holder || `request ${w.ticket}`;
-}
+import { formatDuration, waiterLabel } from './format';
 
 /** What one waiting row can ask the application to do. */
 export interface IWaitingActions {
@@ -80,9 +68,15 @@ function WaitingRow(props: {
           )}
         </div>
         <div className="jp-vgpu-SliceRow-line jp-vgpu-SliceRow-sub">
-          <KindIcon.react tag="span" elementSize="small" className="jp-vgpu-SliceRow-kind" />
+          <KindIcon.react
+            tag="span"
+            elementSize="small"
+            className="jp-vgpu-SliceRow-kind"
+          />
           <span className="jp-vgpu-Waiting-kernel">
-            {isKernel ? (w.kernel_display_name ?? 'kernel') : 'jupyter vgpu run'}
+            {isKernel
+              ? (w.kernel_display_name ?? 'kernel')
+              : 'jupyter vgpu run'}
             {!mine && w.owner ? `, ${w.owner}` : ''}
           </span>
           <span className="jp-vgpu-Waiting-time" title="Time waited so far">
@@ -110,7 +104,8 @@ export function WaitingList(props: {
   return (
     <section className="jp-vgpu-Waiting" aria-label="Waiting for a slice">
       <h3 className="jp-vgpu-Waiting-title">
-        Waiting for a slice <span className="jp-vgpu-Waiting-count">{waiting.length}</span>
+        Waiting for a slice{' '}
+        <span className="jp-vgpu-Waiting-count">{waiting.length}</span>
       </h3>
       <ol className="jp-vgpu-Waiting-list">
         {inLine.map(w => (

@@ -7,9 +7,8 @@ import { Notification } from '@jupyterlab/apputils';
 import { ISignal, Signal } from '@lumino/signaling';
 
 import { ISlice, IWaiting } from './api';
-import { formatDuration } from './format';
+import { formatDuration, waiterLabel } from './format';
 import { GPUModel } from './model';
-import { waiterLabel } from './waiting';
 
 /** Refreshes a waiter may be missing from the line before it counts as gone (its slice may
  * show a refresh later than it leaves the line). */
@@ -62,7 +61,11 @@ export class WaitWatcher {
   /** Take a request out of the line (its kernel start then fails: "Stopped waiting"). */
   async cancel(w: IWaiting): Promise<void> {
     const label = waiterLabel(w);
-    this._cancelled.push({ ticket: w.ticket, path: w.path ?? null, at: Date.now() });
+    this._cancelled.push({
+      ticket: w.ticket,
+      path: w.path ?? null,
+      at: Date.now()
+    });
     try {
       await this._model.client.cancelWaiting(w.ticket);
       Notification.info(
@@ -82,7 +85,9 @@ export class WaitWatcher {
   /** Whether this browser cancelled a request (of this notebook, when a path is given) lately. */
   wasCancelled(path: string | null): boolean {
     const now = Date.now();
-    this._cancelled = this._cancelled.filter(c => now - c.at < CANCEL_MEMORY_MS);
+    this._cancelled = this._cancelled.filter(
+      c => now - c.at < CANCEL_MEMORY_MS
+    );
     return this._cancelled.some(c => !path || !c.path || c.path === path);
   }
 
@@ -102,9 +107,17 @@ export class WaitWatcher {
     for (const w of waiting) {
       inLine.add(w.ticket);
       const ours =
-        w.holder_kind === 'kernel' && w.yours !== false && !!w.path && open.has(w.path);
+        w.holder_kind === 'kernel' &&
+        w.yours !== false &&
+        !!w.path &&
+        open.has(w.path);
       if (ours || this._tracked.has(w.ticket)) {
-        this._tracked.set(w.ticket, { waiter: w, seen: snapshot.taken, missing: 0, gone: null });
+        this._tracked.set(w.ticket, {
+          waiter: w,
+          seen: snapshot.taken,
+          missing: 0,
+          gone: null
+        });
       }
     }
     for (const [ticket, entry] of Array.from(this._tracked)) {
@@ -126,7 +139,9 @@ export class WaitWatcher {
           `${waiterLabel(w)} got its GPU slice (${w.request_text}) after waiting ${waited}.`,
           {
             autoClose: 8000,
-            actions: [{ label: 'Show GPUs', callback: () => this._showSidebar() }]
+            actions: [
+              { label: 'Show GPUs', callback: () => this._showSidebar() }
+            ]
           }
         );
         continue;
@@ -150,7 +165,8 @@ export class WaitWatcher {
     this._changed.emit();
   }
 
-  private _cancelled: { ticket: number; path: string | null; at: number }[] = [];
+  private _cancelled: { ticket: number; path: string | null; at: number }[] =
+    [];
   private _changed = new Signal<this, void>(this);
   private _model: GPUModel;
   private _openPaths: () => Set<string>;
@@ -164,7 +180,10 @@ function grantedSlice(w: IWaiting, slices: ISlice[]): ISlice | undefined {
     s =>
       s.holder_kind === 'kernel' &&
       ((w.kernel_id && s.kernel_id === w.kernel_id) ||
-        (!w.kernel_id && w.path && s.path === w.path && s.created >= (w.created ?? 0) - 1))
+        (!w.kernel_id &&
+          w.path &&
+          s.path === w.path &&
+          s.created >= (w.created ?? 0) - 1))
   );
 }
 

@@ -29,7 +29,10 @@ function eventKey(e: IWatchdogEvent): string {
 }
 
 /** "train.ipynb uses 5.0 GiB of its 4.0 GiB GPU slice 3f2a9c01b7de: the admin's policy interrupted it." */
-export function eventText(e: IWatchdogEvent, slice: ISlice | undefined): string {
+export function eventText(
+  e: IWatchdogEvent,
+  slice: ISlice | undefined
+): string {
   const name =
     pathLabel(e.path ?? slice?.path) ||
     (e.kernel_id ? `kernel ${e.kernel_id.slice(0, 8)}` : `slice ${e.slice_id}`);
