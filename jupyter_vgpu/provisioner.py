@@ -22,7 +22,6 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from collections.abc import Callable
 from typing import Any
 
 from jupyter_client.provisioning.local_provisioner import LocalProvisioner
@@ -59,6 +58,30 @@ from .slices.reports import remove_report
 from .units import parse_bytes, parse_fraction
 
 EXTENSION_ARG = "--ext=jupyter_vgpu"
+
+
+class _LineLog:
+    """What the server log says of a kernel start waiting in line: one line as it joins (with why
+    it waits), one as it leaves, never a line per attempt (four a second flooded the log)."""
+
+    def __init__(self, log: Any, kernel_id: str, asked: str) -> None:
+        self.log = log
+        self.kernel_id = kernel_id
+        self.asked = asked
+        self.joined: float | None = None
+
+    def __call__(self, ticket: Ticket) -> None:
+        if self.joined is not None:
+            return
+        self.joined = time.monotonic()
+        why = (ticket.last_reason or "").splitlines()[0] if ticket.last_reason else "the GPUs are full"
+        self.log.info("Kernel %s waits in line for %s (place %s): %s", self.kernel_id, self.asked, ticket.number, why)
+
+    def left(self, how: str) -> None:
+        if self.joined is not None:
+            waited = time.monotonic() - self.joined
+            self.log.info("Kernel %s left the line after %.0f s, %s.", self.kernel_id, waited, how)
+            self.joined = None
 
 
 class VGPUProvisioner(LocalProvisioner):  # type: ignore[misc]
@@ -198,12 +221,8 @@ class VGPUProvisioner(LocalProvisioner):  # type: ignore[misc]
         restarts = bool(getattr(self.parent, "autorestart", False)) and hasattr(self.parent, "restarter_class")
         return os.getpid() if restarts else None
 
-    def _waiting(self, request: SliceRequest) -> Callable[[Ticket], None]:
-        def say(ticket: Ticket) -> None:
-            if ticket.last_reason:
-                self.log.info("Kernel %s waits in line for %s: %s", self.kernel_id, request.describe(), ticket.last_reason)
-
-        return say
+    def _waiting(self, request: SliceRequest) -> _LineLog:
+        return _LineLog(self.log, str(self.kernel_id), request.describe())
 
     async def _release(self) -> None:
         if not self.slice_id:
@@ -355,17 +374,21 @@ class VGPUProvisioner(LocalProvisioner):  # type: ignore[misc]
                 self.log.warning("Slice %s of kernel %s was reclaimed; reserving anew.", self.slice_id, self.kernel_id)
                 self.slice_id = None
         holder = Holder.kernel(str(self.kernel_id), pid=os.getpid(), labels=self._start_labels, keeper=self._keeper())
+        line = self._waiting(request)
         try:
-            slice_ = await ledger.reserve_async(
-                request, holder, wait=float(self.wait_timeout or 0), waiting=self._waiting(request)
-            )
+            slice_ = await ledger.reserve_async(request, holder, wait=float(self.wait_timeout or 0), waiting=line)
         except NoGPU as error:
+            line.left("without a slice: no GPU")
             if self.no_gpu == "fail":
                 raise NoGPU(f"Kernel '{self._display_name()}' needs a GPU: {error}") from None
             reason = f"{error} This kernel runs on the CPU."
             self.log.warning("Kernel %s: %s", self.kernel_id, reason)
             env.update(cpu_environment(logical_devices=request.logical_devices, reason=reason))
             return None
+        except BaseException as error:
+            line.left(f"without a slice ({type(error).__name__})")
+            raise
+        line.left(f"with slice {slice_.id}")
         return slice_
 
     async def post_launch(self, **kwargs: Any) -> None:

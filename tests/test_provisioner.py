@@ -118,7 +118,12 @@ async def test_eight_kernels_asking_for_a_quarter_of_one_gpu_exactly_four_start(
     assert all([await km.is_alive() for km in started if km.has_kernel])
 
 
-async def test_kernels_that_wait_in_line_start_as_others_shut_down(kernels_dir: Path, started: list[AsyncKernelManager]) -> None:
+async def test_kernels_that_wait_in_line_start_as_others_shut_down(
+    kernels_dir: Path, started: list[AsyncKernelManager], caplog: pytest.LogCaptureFixture
+) -> None:
+    import logging
+
+    caplog.set_level(logging.INFO)
     half = make_spec(kernels_dir, "half", {"gpu_fraction": 0.5, "wait_timeout": 60})
     first = await asyncio.gather(start(half, started), start(half, started))
     waiting = asyncio.ensure_future(start(half, started))
@@ -126,11 +131,17 @@ async def test_kernels_that_wait_in_line_start_as_others_shut_down(kernels_dir: 
     while not open_ledger().waiting() and time.monotonic() < deadline:
         await asyncio.sleep(0.1)
     assert [w.holder_kind for w in open_ledger().waiting()] == ["kernel"]
+    await asyncio.sleep(2)  # several attempts in line (the ledger polls about four times a second)
     assert not waiting.done()
     await first[0].shutdown_kernel()
     third = await asyncio.wait_for(waiting, 60)
     assert await third.is_alive()
     assert len(open_ledger().slices()) == 2
+    # Issue 25: one line as it joins the line, one as it leaves (it logged every attempt, 4 lines each).
+    lines = [r.getMessage() for r in caplog.records if third.kernel_id in r.getMessage() and "line" in r.getMessage()]
+    assert len(lines) == 2, lines
+    assert "waits in line for 1/2 GPU" in lines[0] and "\n" not in lines[0]
+    assert "left the line after" in lines[1] and "with slice" in lines[1]
 
 
 async def test_a_kernel_killed_with_sigkill_frees_its_slice(kernels_dir: Path, started: list[AsyncKernelManager]) -> None:
