@@ -35,6 +35,11 @@ class NoGPU(SliceUnavailable):
     """There is no GPU to reserve on at all (no driver, no device): kernels may start on the CPU."""
 
 
+class NeverFits(SliceUnavailable):
+    """The request can never be placed on these GPUs (more than any GPU holds, more GPUs than the
+    machine has): waiting or trying again cannot help, so ``jupyter vgpu run`` exits 69, not 75."""
+
+
 class LeftLine(SliceUnavailable):
     """A place in line that is gone before it was granted: cancelled, or its process ended."""
 

@@ -177,13 +177,18 @@ def test_release_frees_a_slice_and_unknown_ids_are_one_sentence(vgpu_env: dict[s
         (["run", "--", "no-such-command-xyz"], "command not found: 'no-such-command-xyz'"),
         (["run", "-p", "0.5", "-m", "1GiB", "--", "true"], "not allowed with argument"),
         (["run", "-m", "40GiB", "--", "true"], "more than the largest GPU here (16.0 GiB)"),
+        (["run", "-n", "2", "--wait", "30", "--", "true"], "needs 2 GPUs but this machine has 1"),
     ],
 )
 def test_bad_arguments_get_one_clear_sentence_and_leave_nothing_behind(
     vgpu_env: dict[str, str], args: list[str], message: str
 ) -> None:
     result = vgpu(*args)
-    assert result.returncode == (127 if "not found" in message else 75 if "largest GPU" in message else 2)
+    # A request that can never fit exits 69 (EX_UNAVAILABLE), not 75 ("trying later can work"),
+    # so a retry loop does not spin for ever (issue 25), and says waiting cannot help.
+    never = "largest GPU" in message or "this machine has" in message
+    assert result.returncode == (127 if "not found" in message else 69 if never else 2)
+    assert not never or ("Waiting cannot help: ask for less." in result.stderr and "Waited" not in result.stderr)
     assert message in result.stderr
     assert "Traceback" not in result.stderr
     assert open_ledger().slices() == []
@@ -346,3 +351,24 @@ def test_a_refusal_is_folded_to_the_terminal_width(vgpu_env: dict[str, str]) -> 
     finally:
         holder.terminate()
         holder.wait(10)
+
+
+def test_small_edges_of_the_command_line(vgpu_env: dict[str, str]) -> None:
+    # Issue 25: `release 36a8` said only "No slice"; a bad id is a usage mistake (exit 2).
+    short = vgpu("release", "36a8")
+    assert short.returncode == 2 and "give at least 6 of them ('36a8' has 4)" in short.stderr, short.stderr
+    unknown = vgpu("release", "0123456789ab")
+    assert unknown.returncode == 2 and "No slice '0123456789ab'" in unknown.stderr
+    # `status --json | head`: the reader goes away; no BrokenPipeError traceback. (A pipe whose
+    # reading end is closed before the command writes: what head does, without the race.)
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        piped = subprocess.run([*JUPYTER_VGPU, "status", "--json"], stdout=write, stderr=subprocess.PIPE, text=True, timeout=60)
+    finally:
+        os.close(write)
+    assert "Traceback" not in piped.stderr and "BrokenPipe" not in piped.stderr, piped.stderr
+    assert piped.returncode == 141
+    # The `run` line says the GPUs are simulated.
+    ran = vgpu("run", "-p", "1/4", "--", "true")
+    assert ran.returncode == 0 and "[SIMULATED GPUs, not real hardware]" in ran.stderr, ran.stderr

@@ -12,13 +12,14 @@ import textwrap
 from collections.abc import Sequence
 
 from .._version import __version__
-from ..errors import InvalidRequest, LedgerBusy, NotPermitted, SliceUnavailable, VGPUError
+from ..errors import InvalidRequest, LedgerBusy, NeverFits, NotPermitted, SliceUnavailable, VGPUError
 
 #: Exit codes (README.md, "Exit codes"). ``jupyter vgpu run`` passes its command's own code through,
 #: so the codes of its refusals are the sysexits(3) ones a command rarely uses.
 EXIT_ERROR = 1  # the ledger or a setting cannot be used
 EXIT_USAGE = 2  # a mistake in the command line or a request
 EXIT_UNAVAILABLE = 75  # EX_TEMPFAIL: no room now (or a wait timed out, or the ledger is busy): try again later
+EXIT_NEVER_FITS = 69  # EX_UNAVAILABLE: the request can never fit on these GPUs: trying again cannot help
 EXIT_REFUSED = 77  # EX_NOPERM: a policy refuses it, or it is another user's
 
 
@@ -60,9 +61,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         return exit_code(error)
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        # `jupyter vgpu status --json | head`: the reader has gone; no traceback, and no second
+        # error as Python flushes stdout at exit (the Python docs' recipe for SIGPIPE).
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141  # 128 + SIGPIPE, what a shell reports for a killed pipe writer
 
 
 def exit_code(error: VGPUError) -> int:
+    if isinstance(error, NeverFits):
+        return EXIT_NEVER_FITS
     if isinstance(error, (SliceUnavailable, LedgerBusy)):
         return EXIT_UNAVAILABLE
     if isinstance(error, NotPermitted):

@@ -79,7 +79,8 @@ def run(args: argparse.Namespace) -> int:
         )  # fmt: skip
         fit_installed_frameworks(env)  # for the frameworks of this Python
         if not args.quiet:
-            print(f"jupyter vgpu: {summary(slice_)}", file=sys.stderr)
+            simulated = " [SIMULATED GPUs, not real hardware]" if settings.resolved_simulate else ""
+            print(f"jupyter vgpu: {summary(slice_)}{simulated}", file=sys.stderr)
         return _run_child(command, env, lambda pid: ledger.attach(slice_.id, pid))
     finally:
         try:

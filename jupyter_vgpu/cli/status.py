@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ..config import VGPU, load_settings
-from ..errors import InvalidRequest, NotPermitted
+from ..errors import InvalidRequest, NotPermitted, SliceNotFound
 from ..slices import Ledger, Slice, occupancy_of, open_ledger
 from ..slices.holders import attribute
 from ..slices.records import Tier, share_note
@@ -21,7 +21,7 @@ from ..slices.remote import ENV_BROKER
 from ..slices.reports import configured_processes
 from ..slices.store import LedgerFile
 from ..slices.usage import REPORTED, ReportCache, slice_usage
-from ..units import format_bytes
+from ..units import format_bytes, shorten
 
 BAR_WIDTH = 40
 _KEEP = "\u00a0"  # a space the box never breaks a line at
@@ -231,9 +231,22 @@ def _tier_lines(gpu: dict[str, Any]) -> list[str]:
     return [f"Slices here reserve {share_note(Tier.COOPERATIVE)} (tier: cooperative)"]
 
 
+#: The shortest id prefix ``release`` takes (the ledger matches a prefix of 6 characters or more).
+MIN_ID_PREFIX = 6
+
+
 def release(args: argparse.Namespace) -> int:
+    given = str(args.slice_id).strip()
+    if len(given) < MIN_ID_PREFIX:
+        raise InvalidRequest(
+            f"A slice id has 12 characters; give at least {MIN_ID_PREFIX} of them ({shorten(given)} has {len(given)}). "
+            "`jupyter vgpu status` lists them."
+        )
     ledger = open_ledger(load_settings())
-    freed: Slice = ledger.release(args.slice_id)
+    try:
+        freed: Slice = ledger.release(given)
+    except SliceNotFound as error:
+        raise InvalidRequest(str(error)) from None  # a mistake in the command line: exit 2
     note = ""
     if freed.holder_kind == "kernel":
         note = " The kernel keeps running; its GPU memory now counts as used outside slices."

@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..errors import LeftLine, SliceUnavailable
+from ..errors import LeftLine, NeverFits, SliceUnavailable
 from .records import Holder, Slice, Ticket, Waiter
 from .request import SliceRequest
 
@@ -179,6 +179,8 @@ class Ledger(ABC):
             raise LeftLine(
                 f"Stopped waiting in line for {request.describe()} after {waited:.0f} s: the place in line was cancelled."
             ) from None
+        except NeverFits:
+            raise  # no wait could help: said as it is, without "Waited 0 s in line"
         except SliceUnavailable as error:
             # what it waited: the whole wait, or less when the line ended it sooner (a broker's max_wait)
             waited = wait if loop.time() >= deadline else round(wait - (deadline - loop.time()), 1)

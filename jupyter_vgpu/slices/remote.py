@@ -52,6 +52,7 @@ WIRE_ERRORS: dict[str, type[VGPUError]] = {
         errors.InvalidConfig,
         errors.SliceUnavailable,
         errors.NoGPU,
+        errors.NeverFits,
         errors.LeftLine,
         errors.SliceNotFound,
         errors.NotPermitted,

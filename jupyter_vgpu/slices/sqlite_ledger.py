@@ -17,7 +17,7 @@ from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Any
 
-from ..errors import InvalidRequest, LeftLine, NoGPU, NotPermitted, SliceNotFound, SliceUnavailable
+from ..errors import InvalidRequest, LeftLine, NeverFits, NoGPU, NotPermitted, SliceNotFound, SliceUnavailable
 from ..gpus import Inventory, Snapshot
 from ..gpus.context import context_allowance
 from ..units import format_bytes, shorten
@@ -308,7 +308,7 @@ class SQLiteLedger(Ledger):
         gpus = self._occupancy(db, snapshot, live).gpus
         placement = place(request, gpus, allowance=self.allowance_for, allowed=self.allowed_gpus)
         if placement.permanent:
-            raise SliceUnavailable(f"Cannot reserve {request.describe()}: {placement.reason}")
+            raise NeverFits(f"Cannot reserve {request.describe()}: {placement.reason} Waiting cannot help: ask for less.")
         ahead = len(earlier)
         if earlier and placement:
             placement, ahead = self._backfill(request, earlier, gpus, placement)
