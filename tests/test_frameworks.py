@@ -32,6 +32,7 @@ def test_each_framework_sets_only_the_variables_it_declares(framework: Framework
     assert set(changes) <= declared_or_users, changes
     assert set(framework.variables) <= set(VARIABLES), "a slice would inherit a stale value of these"
     assert framework.for_installed(env, "0.187", lambda _: None) == {}  # not installed: nothing to change
+    assert framework.would_give(3 << 30, "0.187", 2), "%vgpu on simulated GPUs shows what a real GPU would give"
 
 
 def test_a_slices_environment_is_the_core_variables_plus_each_frameworks(tmp_path: object) -> None:

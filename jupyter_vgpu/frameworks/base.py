@@ -62,6 +62,11 @@ class Framework(ABC):
         installed here (``versions(distribution)``, None when not installed)."""
         return {}
 
+    def would_give(self, limit: int, fraction: str, logical_devices: int) -> str:
+        """The limit this framework gets from a slice on a real GPU, in words (``%vgpu`` shows it
+        on simulated GPUs, where the framework sees no GPU to limit)."""
+        return ""
+
     # -- the import half ---------------------------------------------------------------------
 
     @abstractmethod

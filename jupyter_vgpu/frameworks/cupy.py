@@ -23,6 +23,9 @@ class CuPy(Framework):
     module = "cupy"
     variables = ("CUPY_GPU_MEMORY_LIMIT",)
 
+    def would_give(self, limit: int, fraction: str, logical_devices: int) -> str:
+        return f"memory pool limit {format_bytes(limit)} per GPU"
+
     def environment(self, limit: int, fraction: str) -> dict[str, str]:
         return {"CUPY_GPU_MEMORY_LIMIT": str(limit)}  # bytes; read whenever CuPy makes a device's pool
 

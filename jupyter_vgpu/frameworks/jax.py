@@ -44,6 +44,9 @@ class JAX(Framework):
     module = "jax"
     variables = _VARIABLES
 
+    def would_give(self, limit: int, fraction: str, logical_devices: int) -> str:
+        return f"memory fraction {fraction} of the GPU, no preallocation"
+
     def environment(self, limit: int, fraction: str) -> dict[str, str]:
         # The limit as a share of the device, rounded down so it stays inside the slice; no preallocation.
         return {"XLA_PYTHON_CLIENT_MEM_FRACTION": fraction, "XLA_PYTHON_CLIENT_PREALLOCATE": "false"}

@@ -39,6 +39,9 @@ class PyTorch(Framework):
     title = "PyTorch"
     module = "torch"
 
+    def would_give(self, limit: int, fraction: str, logical_devices: int) -> str:
+        return f"at most {format_bytes(limit)} per GPU (set_per_process_memory_fraction, at its first CUDA use)"
+
     def for_installed(self, env: Mapping[str, str], fraction: str, versions: Callable[[str], str | None]) -> dict[str, str | None]:
         """The limit in the allocator's settings, so child processes (``!python train.py``, DataLoader
         workers) are held to it too. The user's own options stay; in 2.10 PYTORCH_CUDA_ALLOC_CONF wins

@@ -39,6 +39,11 @@ class TensorFlow(Framework):
     title = "TensorFlow"
     module = "tensorflow"
 
+    def would_give(self, limit: int, fraction: str, logical_devices: int) -> str:
+        count = max(1, logical_devices)
+        each = max(1, limit // MiB // count) * MiB
+        return f"{_plural(count, 'logical GPU')} of {format_bytes(each)} on each GPU"
+
     def configure(self, tf: Any, state: ProcessState) -> FrameworkRecord:
         facts = state.facts
         count = max(1, facts.logical_devices)

@@ -134,6 +134,8 @@ def framework_limits_text(state: KernelState) -> str:
     limited = [f"{r.title} ({r.status})" for r in state.records.values() if r.status in (APPLIED, PENDING, RECORDED)]
     if limited:
         return f"{', '.join(limited)}; user code can undo them"
+    if state.records:  # imported, and nothing to limit (a CPU build, simulated GPUs): say so, not "none yet"
+        return "none: " + "; ".join(f"{r.title} {r.status}, {r.detail}" for r in state.records.values())
     titles = [f.title for f in FRAMEWORKS]
     return f"none yet: set when {', '.join(titles[:-1])} or {titles[-1]} is imported"
 
@@ -167,6 +169,20 @@ def framework_rows(state: KernelState) -> list[tuple[str, str]]:
             rows.append((framework.title, "not imported"))
         else:
             rows.append((framework.title, f"{record.status}: {record.detail}"))
+    return rows
+
+
+def would_give_rows(state: KernelState) -> list[tuple[str, str]]:
+    """What each framework gets from this slice on a real GPU: on simulated GPUs the frameworks
+    see none and skip it, and this is what the demo can show of the headline."""
+    facts = state.facts
+    limit = facts.memory_limit or 0
+    fraction = os.environ.get("JUPYTER_VGPU_MEMORY_FRACTION", "")
+    rows = []
+    for framework in FRAMEWORKS:
+        words = framework.would_give(limit, fraction, facts.logical_devices)
+        if words:
+            rows.append((framework.title, words))
     return rows
 
 
@@ -214,6 +230,8 @@ def status_sheet(state: KernelState, usage: Usage) -> Sheet:
         if facts.logical_devices > 1:
             machine.add("logical devices", f"TensorFlow splits the CPU into {facts.logical_devices} devices")
     sheet.section("Frameworks").rows.extend(framework_rows(state))
+    if facts.sliced and (usage.simulated or facts.simulate):
+        sheet.section("On a real GPU, this slice gives (simulated here)").rows.extend(would_give_rows(state))
     if others := process_rows(state):
         sheet.section("Other processes of this slice").rows.extend(others)
     sheet.notes.append("`%vgpu help` lists the other commands.")

@@ -175,3 +175,16 @@ def test_tensorflow_imported_before_the_extension_is_fitted_at_its_import(worksp
     [bundle] = kernel.run("%vgpu").displays
     assert re.search(r"\n  TensorFlow +applied: 2 logical GPUs|\n  TensorFlow +applied: no GPU visible", bundle["text/plain"]), bundle
     assert kernel.eval("len(__import__('tensorflow').config.list_logical_devices('CPU'))") == 2
+
+
+def test_on_simulated_gpus_vgpu_shows_what_a_real_gpu_would_give(workspace: Workspace, start) -> None:
+    # Issue 25: on the demo's simulated GPUs %vgpu said "skipped: TensorFlow sees no GPU" beside
+    # "none yet: set when TensorFlow ... is imported"; it now says what the slice gives on a real GPU.
+    kernel = start(workspace.slice_env(workspace.reserve(0.25)))
+    assert kernel.run("import tensorflow").ok
+    [bundle] = kernel.run("%vgpu").displays
+    text = ANSI.sub("", bundle["text/plain"])
+    assert "On a real GPU, this slice gives (simulated here)" in text, text
+    assert re.search(r"\n  TensorFlow +1 logical GPU of 3\.\d GiB on each GPU\n", text), text
+    assert re.search(r"\n  JAX +memory fraction 0\.2\d\d of the GPU", text), text
+    assert "none yet" not in text and re.search(r"\n  TensorFlow +skipped: ", text), text
