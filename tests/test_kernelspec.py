@@ -88,7 +88,12 @@ def test_a_sliced_spec_keeps_the_source_spec_and_names_the_provisioner(jupyter_d
             "Python 3 (1/2 GPU, 2 devices)",
             {"gpu_fraction": 0.5, "logical_devices": 2},
         ),
-        (["-p", "25%", "--wait", "30"], "python3-vgpu-1-4", "Python 3 (1/4 GPU)", {"gpu_fraction": 0.25, "wait_timeout": 30.0}),
+        (
+            ["-p", "25%", "--wait", "30"],
+            "python3-vgpu-1-4-wait30",  # beside the default "Python 3 (1/4 GPU)", never over it (issue 25)
+            "Python 3 (1/4 GPU, waits 30 s)",
+            {"gpu_fraction": 0.25, "wait_timeout": 30.0},
+        ),
     ],
 )
 def test_names_and_display_names_read_well_in_the_picker(
@@ -207,3 +212,21 @@ def _number(text: str) -> float | None:
         return float(text) if text.isascii() else None
     except ValueError:
         return None
+
+
+def test_an_existing_kernelspec_is_never_replaced_without_saying_so(jupyter_dirs: Path) -> None:
+    # Issue 25: `install -p 1/2 --wait 60 --name python3-vgpu-1-2` silently replaced the default
+    # "Python 3 (1/2 GPU)", and ./scripts/lab's `install --defaults` silently undid it at its next start.
+    assert vgpu("install", "--defaults", "--user").returncode == 0
+    changed = vgpu("install", "-p", "1/2", "--wait", "60", "--name", "python3-vgpu-1-2", "--user")
+    assert changed.returncode == 2 and "A kernelspec named python3-vgpu-1-2 is already installed" in changed.stderr
+    assert "add --replace to replace it, or --name to install beside it" in changed.stderr
+    config = lambda: spec(jupyter_dirs, "python3-vgpu-1-2")["metadata"]["kernel_provisioner"]["config"]  # type: ignore[index]  # noqa: E731
+    assert config() == {"gpu_fraction": 0.5}  # untouched
+    replaced = vgpu("install", "-p", "1/2", "--wait", "60", "--name", "python3-vgpu-1-2", "--user", "--replace")
+    assert replaced.returncode == 0 and replaced.stdout.startswith("Replaced kernelspec python3-vgpu-1-2"), replaced.stdout
+    assert config() == {"gpu_fraction": 0.5, "wait_timeout": 60.0}
+    again = vgpu("install", "--defaults", "--user")  # what ./scripts/lab runs at every start
+    assert again.returncode == 0 and "Kept your kernelspec python3-vgpu-1-2" in again.stdout, again.stdout
+    assert "is already installed" in again.stdout  # the two it did not change
+    assert config() == {"gpu_fraction": 0.5, "wait_timeout": 60.0}

@@ -46,6 +46,7 @@ def add_parser(commands: Any) -> None:
     install.add_argument("--source", default="python3", metavar="KERNEL", help="kernelspec to copy (default python3)")
     install.add_argument("--name", help="kernelspec name (default derived, e.g. python3-vgpu-1-4)")
     install.add_argument("--display-name", help='name in the kernel picker (default e.g. "Python 3 (1/4 GPU)")')
+    install.add_argument("--replace", action="store_true", help="replace a kernelspec of the same name that differs")
     where = install.add_mutually_exclusive_group()
     where.add_argument("--user", action="store_true", help="install for the current user")
     where.add_argument("--sys-prefix", action="store_true", help="install into this Python environment")
@@ -68,8 +69,8 @@ def _base_display(display_name: str) -> str:
     return re.sub(r"\s*\([^)]*\)\s*$", "", display_name).strip() or display_name
 
 
-def describe_slice(request: SliceRequest) -> str:
-    """What the picker shows in parentheses: ``1/4 GPU``, ``8 GiB GPU``, ``2 GPUs``."""
+def describe_slice(request: SliceRequest, wait: float = 0.0) -> str:
+    """What the picker shows in parentheses: ``1/4 GPU``, ``8 GiB GPU``, ``2 GPUs``, ``1/2 GPU, waits 60 s``."""
     if request.memory is not None:
         share = f"{format_bytes(request.memory, precision=0 if request.memory % (1 << 30) == 0 else 1)} GPU"
     else:
@@ -81,10 +82,12 @@ def describe_slice(request: SliceRequest) -> str:
         share = f"{request.gpus} GPUs" if request.fraction == 1 else f"{request.gpus} × {share}"
     if request.logical_devices > 1:
         share += f", {request.logical_devices} devices"
+    if wait:
+        share += f", waits {wait:g} s"
     return share
 
 
-def default_name(source: str, request: SliceRequest) -> str:
+def default_name(source: str, request: SliceRequest, wait: float = 0.0) -> str:
     if request.memory is not None:
         part = format_bytes(request.memory, precision=1).replace(" ", "").replace(".0", "").replace(".", "_").lower()
     else:
@@ -96,6 +99,8 @@ def default_name(source: str, request: SliceRequest) -> str:
         name += f"-x{request.gpus}"
     if request.logical_devices > 1:
         name += f"-ld{request.logical_devices}"
+    if wait:
+        name += f"-wait{wait:g}".replace(".", "_")
     return name
 
 
@@ -109,8 +114,13 @@ def install(
     user: bool = False,
     prefix: str | None = None,
     manager: KernelSpecManager | None = None,
-) -> tuple[str, str, str]:
-    """Install one sliced kernelspec; returns (name, display name, path)."""
+    replace: bool = False,
+    keep: bool = False,
+) -> tuple[str, str, str, str]:
+    """Install one sliced kernelspec; returns (name, display name, path, what happened:
+    ``installed``, ``replaced``, ``unchanged`` or ``kept``). An existing kernelspec of the same
+    name that differs is replaced only with ``replace``; with ``keep`` it stays (``--defaults``,
+    which ``scripts/lab`` runs at every start); otherwise the install is refused, saying so."""
     manager = manager or KernelSpecManager()
     try:
         spec = manager.get_kernel_spec(source)
@@ -135,12 +145,31 @@ def install(
         config["wait_timeout"] = wait
     metadata = dict(data.get("metadata") or {})
     metadata["kernel_provisioner"] = {"provisioner_name": PROVISIONER, "config": config}
-    metadata["jupyter_vgpu"] = {"slice": describe_slice(request), "source": source}
+    metadata["jupyter_vgpu"] = {"slice": describe_slice(request, wait), "source": source}
     data["metadata"] = metadata
-    data["display_name"] = display_name or f"{_base_display(str(data.get('display_name') or source))} ({describe_slice(request)})"
-    kernel_name = name or default_name(source, request)
+    data["display_name"] = display_name or f"{_base_display(str(data.get('display_name') or source))} ({describe_slice(request, wait)})"
+    kernel_name = name or default_name(source, request, wait)
     if not re.fullmatch(r"[a-zA-Z0-9._-]+", kernel_name):
         raise InvalidRequest(f"Kernelspec name {shorten(kernel_name)} may use only letters, digits, '.', '_' and '-'.")
+    action = "installed"
+    existing = _installed_at(manager, kernel_name, user=user, prefix=prefix)
+    if existing is not None:
+        try:
+            before = json.loads((Path(existing) / "kernel.json").read_text())
+        except (OSError, ValueError):
+            before = None
+        if before == json.loads(json.dumps(data)):
+            return kernel_name, str(data["display_name"]), existing, "unchanged"
+        if keep:
+            return kernel_name, str((before or {}).get("display_name") or kernel_name), existing, "kept"
+        if not replace:
+            config_before = ((before or {}).get("metadata") or {}).get("kernel_provisioner", {}).get("config")
+            raise InvalidRequest(
+                f"A kernelspec named {kernel_name} is already installed in {existing}"
+                + (f" ({json.dumps(config_before)})" if config_before else "")
+                + "; add --replace to replace it, or --name to install beside it."
+            )
+        action = "replaced"
     with tempfile.TemporaryDirectory() as tmp:
         staged = Path(tmp) / kernel_name
         shutil.copytree(source_dir, staged)
@@ -151,7 +180,18 @@ def install(
             raise InvalidRequest(
                 f"Cannot write the kernelspec to {error.filename}: permission denied; use --user or --sys-prefix."
             ) from None
-    return kernel_name, str(data["display_name"]), path
+    return kernel_name, str(data["display_name"]), path, action
+
+
+def _installed_at(manager: KernelSpecManager, kernel_name: str, *, user: bool, prefix: str | None) -> str | None:
+    """The folder of a kernelspec of this name where this install would write it, if there is one
+    (one of the same name elsewhere is not replaced: it is another installation's)."""
+    try:
+        target = Path(manager._get_destination_dir(kernel_name, user=user, prefix=prefix))
+    except Exception:  # jupyter_client's own helper, private: fall back to where Jupyter finds it
+        found = manager.find_kernel_specs().get(kernel_name)
+        return str(found) if found else None
+    return str(target) if (target / "kernel.json").is_file() else None
 
 
 def sliced_specs(manager: KernelSpecManager | None = None) -> dict[str, dict[str, Any]]:
@@ -184,7 +224,7 @@ def install_command(args: argparse.Namespace) -> int:
             )
         ]
     for request in requests:
-        name, display, path = install(
+        name, display, path, action = install(
             request,
             source=args.source,
             name=args.name,
@@ -192,8 +232,15 @@ def install_command(args: argparse.Namespace) -> int:
             wait=seconds,
             user=args.user,
             prefix=prefix,
+            replace=args.replace,
+            keep=args.defaults and not args.replace,
         )
-        print(f"Installed kernelspec {name} ({display!r}) in {path}")
+        if action == "kept":
+            print(f"Kept your kernelspec {name} ({display!r}) in {path}; --replace installs the default over it.")
+        elif action == "unchanged":
+            print(f"Kernelspec {name} ({display!r}) is already installed in {path}.")
+        else:
+            print(f"{action.capitalize()} kernelspec {name} ({display!r}) in {path}")
     return 0
 
 

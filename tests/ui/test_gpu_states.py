@@ -51,6 +51,7 @@ SIZES = {
     "Python 3 (1/4 GPU)": 0.25,
     "Python 3 (1/3 GPU)": 1 / 3,
     "Python 3 (1/2 GPU)": 0.5,
+    "Python 3 (1/2 GPU, 2 devices)": 0.5,  # what ./scripts/lab installs for examples/mirrored-strategy.ipynb
     "Python 3 (8 GiB GPU)": 0.5,  # 8 of 16 GiB
     "Python 3 (1 GPU)": 1,
     "Python 3 (1 GPU, waits)": 1,
