@@ -237,9 +237,7 @@ class _Connection:
         half-made ledger: two processes on a file still in rollback-journal mode raced on deleting
         its journal as one switched it to WAL (SQLITE_IOERR_DELETE_NOENT, "disk I/O error")."""
         temporary = self.path.with_name(f".{self.path.name}.new-{os.getpid()}")
-        for suffix in ("", "-journal", "-wal", "-shm"):
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(f"{temporary}{suffix}")  # left by a process of this pid that died here
+        _remove_with_logs(temporary)  # left by a process of this pid that died here
         try:
             os.close(os.open(temporary, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600))
             db = sqlite3.connect(_uri(temporary, "rw"), uri=True, timeout=self.timeout, isolation_level=None)
@@ -262,9 +260,7 @@ class _Connection:
         except OSError as error:
             raise LedgerError(f"Cannot create the ledger {self.path}: {error.strerror or error}.") from None
         finally:
-            for suffix in ("", "-wal", "-shm"):
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(f"{temporary}{suffix}")
+            _remove_with_logs(temporary)
 
     def _open(self) -> sqlite3.Connection:
         for attempt in range(_OPEN_ATTEMPTS):
@@ -296,32 +292,26 @@ class _Connection:
         reads)."""
         before = None if in_turn else self._existing()
         if before is not None:
-            db: sqlite3.Connection | None = None
+            probe: sqlite3.Connection | None = None
             try:
-                db = self._connect()
-                if self._check(db) and self._ready(db) and _identity(self.path) == before:
+                probe = self._connect()
+                if self._check(probe) and self._ready(probe) and _identity(self.path) == before:
                     self.identity = before
-                    return db
+                    ready, probe = probe, None
+                    return ready
             except sqlite3.OperationalError as error:
-                if db is not None:
-                    _close_without_checkpoint(db)
                 if _locked(error):
                     raise
-                db = None  # gone or caught mid-change by another process: again in the turn
+                # gone or caught mid-change by another process: again in the turn
             except sqlite3.DatabaseError:
-                if db is not None:
-                    _close_without_checkpoint(db)
                 if _identity(self.path) == before:
                     raise  # damaged where it stands
-                db = None  # moved aside while this process read it: again in the turn
-            except BaseException:
-                if db is not None:
-                    _close_without_checkpoint(db)
-                raise
-            if db is not None:
-                # Never a checkpoint on this close: if the file was moved aside meanwhile, SQLite
-                # would delete <ledger>-wal by name, which is now the new file's log.
-                _close_without_checkpoint(db)
+                # moved aside while this process read it: again in the turn
+            finally:
+                if probe is not None:
+                    # Never a checkpoint on this close: if the file was moved aside meanwhile,
+                    # SQLite would delete <ledger>-wal by name, which is now the new file's log.
+                    _close_without_checkpoint(probe)
         with self.writer_turn(True):
             if self._existing() is None:
                 self._create()
@@ -714,6 +704,13 @@ def _held_slices(path: Path) -> list[str]:
         for sid, holder, pid, start, stamp, keeper, keeper_start, keeper_stamp in rows
         if process_alive(pid, start, stamp) or (keeper is not None and process_alive(keeper, keeper_start, keeper_stamp))
     ]
+
+
+def _remove_with_logs(path: Path) -> None:
+    """Remove a database file that no connection uses any more, and its journal and logs."""
+    for suffix in ("", "-journal", "-wal", "-shm"):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(f"{path}{suffix}")
 
 
 def _uri(path: str | Path, mode: str) -> str:
