@@ -115,18 +115,24 @@ def share_number(value: object) -> float:
     grammar of a share (a request's ``gpu_fraction``, a policy's limits); callers apply their
     bounds. Raises ``ValueError`` for what is not a share, ``ZeroDivisionError`` for ``"1/0"``;
     only ASCII digits count (``float("٣")`` is 3)."""
+    if isinstance(value, str) and len(value) <= _MAX_TEXT:
+        if m := _RATIO.match(value):
+            return float(Fraction(m.group(1)) / Fraction(m.group(2)))
+        if m := _PERCENT.match(value):
+            return float(Fraction(m.group(1)) / 100)
+    return _plain_number(value)
+
+
+def _plain_number(value: object) -> float:
+    """A number from an int, a float or short ASCII text, else ``ValueError``: ``float("٣")`` is 3,
+    so other scripts' digits are refused, and an int too large for a float reads as infinite
+    (``float()`` of 400 digits overflows). Callers apply their bounds."""
     if isinstance(value, bool) or not isinstance(value, (int, float, str)):
         raise ValueError(value)
     if isinstance(value, int):
-        return float(value) if abs(value) <= 2**53 else math.copysign(math.inf, value)  # float() of 400 digits overflows
-    if isinstance(value, float):
-        return value
-    if len(value) > _MAX_TEXT or not value.isascii():
+        return float(value) if abs(value) <= 2**53 else math.copysign(math.inf, value)
+    if isinstance(value, str) and (len(value) > _MAX_TEXT or not value.isascii()):
         raise ValueError(value)
-    if m := _RATIO.match(value):
-        return float(Fraction(m.group(1)) / Fraction(m.group(2)))
-    if m := _PERCENT.match(value):
-        return float(Fraction(m.group(1)) / 100)
     return float(value)
 
 
@@ -162,16 +168,10 @@ ALLOWED_WAITS = f"a number of seconds from 0 to {MAX_WAIT_SECONDS} (366 days)"
 def parse_seconds(value: object, *, what: str = "wait_timeout") -> float:
     """A wait in seconds, ``0 <= seconds <= MAX_WAIT_SECONDS``, from a number or ASCII text: the
     one parser every entry point uses, so a value one accepts, all accept."""
-    seconds = -1.0
-    if not isinstance(value, bool) and isinstance(value, (int, float, str)):
-        try:
-            if isinstance(value, int) and abs(value) > 2 * MAX_WAIT_SECONDS:
-                raise ValueError(value)  # float() of a 400-digit int overflows
-            if isinstance(value, str) and (not value.isascii() or len(value) > _MAX_TEXT):
-                raise ValueError(value)  # float() reads other scripts' digits: "٣" would be 3
-            seconds = float(value)
-        except (ValueError, OverflowError):
-            seconds = -1.0
+    try:
+        seconds = _plain_number(value)
+    except ValueError:
+        seconds = -1.0
     if not (math.isfinite(seconds) and 0 <= seconds <= MAX_WAIT_SECONDS):
         raise InvalidRequest(f"{what} {shorten(value)} is not allowed; use {ALLOWED_WAITS}.")
     return seconds

@@ -49,10 +49,6 @@ def add_parser(commands: Any) -> None:
     parser.set_defaults(handler=run)
 
 
-def _wait_seconds(text: str) -> float:
-    return parse_seconds(text, what="--wait")
-
-
 def run(args: argparse.Namespace) -> int:
     command = list(args.command)
     if command and command[0] == "--":
@@ -68,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
         placement=args.placement,
         names=CLI_NAMES,
     )
-    wait = _wait_seconds(args.wait)
+    wait = parse_seconds(args.wait, what="--wait")
     settings = load_settings()
     ledger = open_ledger(settings)
     slice_ = ledger.reserve(request, Holder.command(shlex.join(command)), wait=wait)

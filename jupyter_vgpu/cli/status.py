@@ -13,12 +13,12 @@ from pathlib import Path
 from typing import Any
 
 from ..config import VGPU, load_settings
+from ..enforcement import Tier, by_tier
 from ..errors import InvalidRequest, NotPermitted, SliceNotFound
 from ..slices import Ledger, Slice, occupancy_of, open_ledger
 from ..slices.holders import attribute
-from ..slices.records import Tier, share_note
 from ..slices.remote import ENV_BROKER
-from ..slices.reports import configured_processes
+from ..slices.reports import configured_processes, frameworks_text
 from ..slices.store import LedgerFile
 from ..slices.usage import REPORTED, ReportCache, slice_usage
 from ..units import format_bytes, shorten
@@ -206,12 +206,8 @@ def configured_lines(processes: list[dict[str, Any]]) -> list[str]:
     lines = []
     for process in processes:
         who = "the kernel" if process["kernel"] else (process["command"] or "a process")
-        frameworks = "; ".join(
-            f"{name} {record.get('status', '?')}" + (f" ({record['detail']})" if record.get("detail") else "")
-            for name, record in process["frameworks"].items()
-            if isinstance(record, dict)
-        )
-        lines.append(f"configured in pid {process['pid']} ({who}): {frameworks or 'no framework imported yet'}")
+        frameworks = frameworks_text(process["frameworks"], details=True, separator="; ")
+        lines.append(f"configured in pid {process['pid']} ({who}): {frameworks}")
     return lines
 
 
@@ -228,7 +224,7 @@ def _tier_lines(gpu: dict[str, Any]) -> list[str]:
         return lines
     if gpu.get("mps"):
         return ["MPS: an MPS daemon serves this GPU; slices get a hard memory limit and their share of the SMs"]
-    return [f"Slices here reserve {share_note(Tier.COOPERATIVE)} (tier: cooperative)"]
+    return [f"Slices here reserve {by_tier(Tier.COOPERATIVE).share_note()} (tier: cooperative)"]
 
 
 #: The shortest id prefix ``release`` takes (the ledger matches a prefix of 6 characters or more).

@@ -347,10 +347,9 @@ class Broker:
             return caller.pid
         if isinstance(pid, bool) or not isinstance(pid, int) or pid <= 0:
             raise InvalidRequest(f"pid {shorten(pid)} is not a process id.")
-        try:
-            owner = psutil.Process(pid).uids().real
-        except psutil.NoSuchProcess:
-            raise InvalidRequest(f"No process {pid} runs (in the broker's view of the node).") from None
+        owner = _process_uid(pid)
+        if owner is None:
+            raise InvalidRequest(f"No process {pid} runs (in the broker's view of the node).")
         if caller.uid != 0 and owner != caller.uid:
             raise NotPermitted(f"Process {pid} belongs to {user_name(owner)}; a slice can be held only by your own processes.")
         return pid

@@ -189,9 +189,7 @@ def would_give_rows(state: KernelState) -> list[tuple[str, str]]:
 def process_rows(state: KernelState) -> list[tuple[str, str]]:
     """The slice's other processes that configured a framework (``!python train.py``, workers,
     commands): each is fitted to this same slice at its import (see :mod:`.startup`)."""
-    import os
-
-    from ..slices.reports import configured_processes
+    from ..slices.reports import configured_processes, frameworks_text
 
     facts = state.facts
     if not facts.slice_id or not facts.ledger_path:
@@ -200,8 +198,7 @@ def process_rows(state: KernelState) -> list[tuple[str, str]]:
     for process in configured_processes(facts.ledger_path, facts.slice_id):
         if process["pid"] == os.getpid():
             continue
-        done = ", ".join(f"{name} {record.get('status', '?')}" for name, record in process["frameworks"].items() if isinstance(record, dict))
-        rows.append((f"pid {process['pid']}", f"{process['command'] or 'a process'}: {done or 'no framework imported yet'}"))
+        rows.append((f"pid {process['pid']}", f"{process['command'] or 'a process'}: {frameworks_text(process['frameworks'])}"))
     return rows
 
 

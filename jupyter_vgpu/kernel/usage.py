@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from ..errors import VGPUError
-from ..slices.holders import tree_pids
+from ..slices.holders import Attribution, tree_pids
 from .state import KernelState
 
 if TYPE_CHECKING:
@@ -69,14 +69,19 @@ def measure(state: KernelState, *, with_occupancy: bool = False) -> Usage:
     pids = tree_pids(os.getpid())
     used: dict[str, int] = {}
     utilization: dict[str, int | None] = {}
+    tree = Attribution()  # the kernel's process tree as the server attributes it, from this one walk
     for gpu in snapshot.gpus:
         processes = [p for p in gpu.processes if p.pid in pids]
         used[gpu.uuid] = sum(p.used or 0 for p in processes)
         busy = [p.utilization for p in processes if p.utilization is not None]
         utilization[gpu.uuid] = max(busy) if busy else None
+        if processes:
+            tree.used.setdefault("", {})[gpu.uuid] = used[gpu.uuid]
+        if others := sum(1 for p in gpu.processes if p.pid not in pids and not p.mps_server):
+            tree.foreign_pids[gpu.uuid] = others
     source = slice_used = None
-    if state.facts.sliced and state.facts.slice_id:
-        source, slice_used = _slice_figure(state, snapshot, mine)
+    if state.facts.sliced:
+        source, slice_used = _slice_figure(state, snapshot, mine, tree)
     usage = Usage(
         gpus=snapshot.gpus,
         mine=mine,
@@ -94,18 +99,16 @@ def measure(state: KernelState, *, with_occupancy: bool = False) -> Usage:
     return usage
 
 
-def _slice_figure(state: KernelState, snapshot: Snapshot, mine: tuple[GPU, ...]) -> tuple[str, int | None]:
-    """What this kernel's slice uses, by the rule the server and ``status`` apply: NVML's figure
-    for the kernel's process tree, else what its frameworks say they hold (a container)."""
+def _slice_figure(state: KernelState, snapshot: Snapshot, mine: tuple[GPU, ...], tree: Attribution) -> tuple[str, int | None]:
+    """What this kernel's slice uses, by the rule the server and ``status`` apply
+    (:func:`jupyter_vgpu.slices.usage.usage_of`): NVML's figure for the kernel's process tree
+    (``tree``, under the key ""), else what its frameworks say they hold (a container)."""
     from ..frameworks import framework_memory
-    from ..slices.holders import attribute
     from ..slices.usage import usage_of
 
-    assert state.facts.slice_id is not None
-    attribution = attribute(snapshot, {state.facts.slice_id: os.getpid()})
-    reported, _ = framework_memory(state)
+    reported = None if tree.used else framework_memory(state)[0]  # asked only when NVML matched nothing
     gpus = tuple(gpu.uuid for gpu in mine)
-    _, total, _, source = usage_of(state.facts.slice_id, gpus, sum(g.memory_total for g in mine), attribution, snapshot, reported)
+    _, total, _, source = usage_of("", gpus, sum(g.memory_total for g in mine), tree, snapshot, reported)
     return source, total
 
 

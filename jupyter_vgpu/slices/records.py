@@ -10,7 +10,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from ..enforcement import Tier as Tier  # stored with each slice; defined with the tiers' plug-ins
-from ..enforcement import by_tier, thread_percentage
+from ..enforcement import by_tier
 from ..errors import InvalidRequest
 from ..units import format_bytes, shorten
 from .request import SliceRequest
@@ -181,8 +181,8 @@ class Slice:
 
     @property
     def share_note(self) -> str:
-        """What the slice reserves, in words (:func:`share_note`)."""
-        return share_note(self.tier, mps_thread_percentage(self.fraction) if self.tier is Tier.MPS else None)
+        """What the slice reserves, in words (its tier's plug-in says it)."""
+        return by_tier(self.tier).share_note(self.fraction)
 
     @property
     def memory_per_gpu(self) -> int:
@@ -303,13 +303,3 @@ def summary(slice_: Slice) -> str:
     """``slice 1a2b3c4d5e6f: 4.0 GiB on GPU 0 (1/4 GPU)``."""
     gpus = ", ".join(str(i) for i in slice_.gpu_indices)
     return f"slice {slice_.id}: {format_bytes(slice_.memory_per_gpu)} on GPU {gpus} ({slice_.request.describe()})"
-
-
-def mps_thread_percentage(fraction: float) -> int:
-    """The share of the SMs an MPS client gets for a slice (:func:`jupyter_vgpu.enforcement.thread_percentage`)."""
-    return thread_percentage(fraction)
-
-
-def share_note(tier: Tier, thread_percentage: int | None = None) -> str:
-    """What a slice of this tier reserves, in words every view uses (the tier's plug-in says it)."""
-    return by_tier(tier).share_note(percentage=thread_percentage)

@@ -148,6 +148,14 @@ def remove_process_report(ledger_path: str | Path, slice_id: str, pid: int) -> N
     process_report_path(ledger_path, slice_id, pid).unlink(missing_ok=True)
 
 
+def _process_report_paths(ledger_path: str | Path, slice_id: str) -> list[Path]:
+    """The slice's process reports, by name ([] when the folder cannot be read)."""
+    try:
+        return sorted(report_dir(ledger_path).glob(f"{slice_id}.p*.json"))
+    except OSError:
+        return []
+
+
 #: Most process reports read per slice (a DataLoader with many workers writes one each).
 MAX_PROCESS_REPORTS = 64
 
@@ -163,11 +171,7 @@ def configured_processes(ledger_path: str | Path, slice_id: str) -> list[dict[st
     if kernel is not None and kernel.get("frameworks"):
         found.append({"pid": kernel.get("pid"), "kernel": True, "command": None, "frameworks": kernel["frameworks"]})
     kernel_pid = kernel.get("pid") if kernel else None
-    try:
-        paths = sorted(report_dir(ledger_path).glob(f"{slice_id}.p*.json"))[:MAX_PROCESS_REPORTS]
-    except OSError:
-        return found
-    for path in paths:
+    for path in _process_report_paths(ledger_path, slice_id)[:MAX_PROCESS_REPORTS]:
         data = _read_own(path)
         if not isinstance(data, dict) or data.get("slice_id") != slice_id:
             continue
@@ -186,6 +190,17 @@ def configured_processes(ledger_path: str | Path, slice_id: str) -> list[dict[st
             "frameworks": frameworks if isinstance(frameworks, dict) else {},
         })  # fmt: skip
     return sorted(found, key=lambda p: (not p["kernel"], p["pid"] if isinstance(p["pid"], int) else 0))
+
+
+def frameworks_text(frameworks: dict[str, Any], *, details: bool = False, separator: str = ", ") -> str:
+    """A configured process's frameworks in words: ``tensorflow applied`` (``details``: with what
+    was applied), or "no framework imported yet"."""
+    words = [
+        f"{name} {record.get('status', '?')}" + (f" ({record['detail']})" if details and record.get("detail") else "")
+        for name, record in frameworks.items()
+        if isinstance(record, dict)
+    ]
+    return separator.join(words) or "no framework imported yet"
 
 
 def report_bytes(value: object) -> int | None:
@@ -215,8 +230,5 @@ def remove_report(ledger_path: str | Path, slice_id: str) -> None:
     """Remove the slice's report and notices (the slice has ended)."""
     report_path(ledger_path, slice_id).unlink(missing_ok=True)
     notices_path(ledger_path, slice_id).unlink(missing_ok=True)
-    try:
-        for path in report_dir(ledger_path).glob(f"{slice_id}.p*.json"):
-            path.unlink(missing_ok=True)
-    except OSError:
-        pass
+    for path in _process_report_paths(ledger_path, slice_id):
+        path.unlink(missing_ok=True)
