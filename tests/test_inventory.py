@@ -94,3 +94,21 @@ def test_no_driver_is_a_clear_no_gpu_state() -> None:
     assert not snapshot.simulated
     assert snapshot.gpus == ()
     assert "GPU" in (snapshot.message or "")
+
+
+def test_telemetry_is_read_only_when_asked_and_follows_the_load(tmp_path: Path) -> None:
+    """Power, temperature and PCIe throughput (the dashboard's series): the simulated board
+    draws more and runs hotter as its utilisation rises, within its datasheet limit."""
+    spec = tmp_path / "gpus.json"
+    spec.write_text(json.dumps({"devices": [{"name": "NVIDIA A100-SXM4-40GB", "memory": "40GiB", "utilization": 0}]}))
+    inventory = Inventory(str(spec))
+    plain = inventory.snapshot().gpus[0]
+    assert (plain.power_draw, plain.temperature, plain.pcie_rx) == (None, None, None)  # not asked: not read
+    idle = inventory.snapshot(telemetry=True).gpus[0]
+    spec.write_text(json.dumps({"devices": [{"name": "NVIDIA A100-SXM4-40GB", "memory": "40GiB", "utilization": 90}]}))
+    busy = Inventory(str(spec)).snapshot(telemetry=True).gpus[0]
+    assert idle.power_limit == busy.power_limit == 400.0
+    assert idle.power_draw is not None and busy.power_draw is not None
+    assert 0 < idle.power_draw < 100 < busy.power_draw <= 400
+    assert idle.temperature is not None and busy.temperature is not None and idle.temperature + 30 < busy.temperature
+    assert idle.pcie_rx is not None and busy.pcie_rx is not None and busy.pcie_rx > 100 * idle.pcie_rx

@@ -79,6 +79,13 @@ class GPU:
     #: What the driver keeps for itself (NVML's ``reserved``): no process can have it.
     memory_reserved_by_driver: int = 0
     compute_capability: tuple[int, int] | None = None
+    #: Telemetry, read only when a snapshot asks for it (the dashboard's monitor), else None;
+    #: also None where NVML has no answer (MIG mode, a board without the sensor).
+    power_draw: float | None = None  # W
+    power_limit: float | None = None  # W (the enforced limit)
+    temperature: int | None = None  # °C, the GPU die
+    pcie_tx: int | None = None  # bytes/s over the last 20 ms NVML samples
+    pcie_rx: int | None = None  # bytes/s
 
     def __post_init__(self) -> None:
         # Accept the plain dicts and lists of a JSON round trip (the broker's wire).
@@ -193,8 +200,10 @@ class Inventory:
                 self._nvml = None
             return self._nvml
 
-    def snapshot(self) -> Snapshot:
-        """Every GPU with memory, utilisation, MIG mode and per-process memory."""
+    def snapshot(self, *, telemetry: bool = False) -> Snapshot:
+        """Every GPU with memory, utilisation, MIG mode and per-process memory; with
+        ``telemetry``, power, temperature and PCIe throughput too (NVML samples PCIe for 20 ms
+        per direction and GPU, so only the server's monitor asks for them)."""
         try:
             nvml = self._init()
         except InvalidConfig:
@@ -203,7 +212,7 @@ class Inventory:
             return Snapshot(gpus=(), simulated=False, available=False, message=self._error)
         count = _safe(nvml.nvmlDeviceGetCount) or 0
         mps = self.mps.status().active
-        gpus = tuple(g for g in (self._read_gpu(nvml, i, mps) for i in range(count)) if g is not None)
+        gpus = tuple(g for g in (self._read_gpu(nvml, i, mps, telemetry) for i in range(count)) if g is not None)
         self._forget_names({p.pid for g in gpus for p in g.processes})
         message = None if gpus else "NVML reports no GPU on this machine."
         return Snapshot(
@@ -214,7 +223,7 @@ class Inventory:
             message=message,
         )
 
-    def _read_gpu(self, nvml: Any, index: int, mps: bool) -> GPU | None:
+    def _read_gpu(self, nvml: Any, index: int, mps: bool, telemetry: bool = False) -> GPU | None:
         handle = _safe(lambda: nvml.nvmlDeviceGetHandleByIndex(index))
         if handle is None:
             return None
@@ -286,6 +295,7 @@ class Inventory:
             mps=mps and not mig_mode,
             memory_reserved_by_driver=reserved,
             compute_capability=(int(capability[0]), int(capability[1])) if capability else None,
+            **(_telemetry(nvml, handle) if telemetry else {}),
         )
 
     def _process_utilization(self, nvml: Any, handle: Any, index: int) -> dict[int, int] | None:
@@ -393,6 +403,30 @@ def _memory(nvml: Any, handle: Any) -> tuple[int, int | None, int] | None:
     if info is None:
         return None
     return int(info.total), int(info.used) if info.used is not None else None, 0
+
+
+#: NVML's constants (nvml.h), the same in every driver: the GPU die's sensor, and the two PCIe
+#: directions of nvmlDeviceGetPcieThroughput.
+NVML_TEMPERATURE_GPU = 0
+NVML_PCIE_UTIL_TX_BYTES = 0
+NVML_PCIE_UTIL_RX_BYTES = 1
+
+
+def _telemetry(nvml: Any, handle: Any) -> dict[str, Any]:
+    """Power (mW -> W), temperature (°C) and PCIe throughput (KB/s -> bytes/s); None for each
+    query NVML refuses."""
+    power = _ask(nvml.nvmlDeviceGetPowerUsage, handle)
+    limit = _ask(nvml.nvmlDeviceGetEnforcedPowerLimit, handle)
+    temperature = _ask(nvml.nvmlDeviceGetTemperature, handle, NVML_TEMPERATURE_GPU)
+    tx = _ask(nvml.nvmlDeviceGetPcieThroughput, handle, NVML_PCIE_UTIL_TX_BYTES)
+    rx = _ask(nvml.nvmlDeviceGetPcieThroughput, handle, NVML_PCIE_UTIL_RX_BYTES)
+    return {
+        "power_draw": None if power is None else round(int(power) / 1000, 1),
+        "power_limit": None if limit is None else round(int(limit) / 1000, 1),
+        "temperature": None if temperature is None else int(temperature),
+        "pcie_tx": None if tx is None else int(tx) * 1024,
+        "pcie_rx": None if rx is None else int(rx) * 1024,
+    }
 
 
 def _text(value: Any) -> str:

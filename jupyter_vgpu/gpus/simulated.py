@@ -8,8 +8,10 @@ What the GPUs are is :mod:`.simulation` (``JUPYTER_VGPU_SIMULATE``).
 
 from __future__ import annotations
 
+import math
 import threading
 import time
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -38,6 +40,22 @@ class NVMLError(Exception):
             NVML_ERROR_NO_PERMISSION: "Insufficient Permissions",
             NVML_ERROR_NOT_FOUND: "Not Found",
         }.get(self.value, f"NVML error {self.value}")
+
+
+def _power_limit(name: str) -> float:
+    """The board power limit (W) of the GPUs simulations name: NVIDIA's datasheets."""
+    for model, watts in (("H100", 700.0), ("H200", 700.0), ("A100", 400.0), ("L40S", 350.0), ("T4", 70.0)):
+        if model in name:
+            return watts
+    return 300.0
+
+
+def _wobble(uuid: str, series: int) -> float:
+    """A slow, smooth drift in [-1, 1], the same in every process at the same moment (the
+    server and a command read the same simulated GPU)."""
+    phase = (zlib.crc32(f"{uuid}/{series}".encode()) % 1000) / 1000 * 2 * math.pi
+    t = time.time()
+    return 0.6 * math.sin(t / 47 + phase) + 0.4 * math.sin(t / 13 + 2 * phase)
 
 
 @dataclass
@@ -209,6 +227,38 @@ class SimulatedNVML:
             raise NVMLError(NVML_ERROR_NOT_SUPPORTED)  # as on real GPUs in MIG mode
         util = device.utilization or min(100, sum(p.utilization for p in device.processes))
         return _Utilization(gpu=util, memory=0)
+
+    # -- telemetry: plausible figures that follow the device's load ----------------------------
+    def _load(self, handle: Any) -> tuple[SimulatedDevice, float, float]:
+        """(device, utilisation 0..1, memory in use 0..1) of a whole GPU."""
+        device = self._device(handle)
+        util = device.utilization or min(100, sum(p.utilization for p in device.processes))
+        used = device.base_used + sum(p.used or 0 for p in device.processes)
+        return device, util / 100, min(1.0, used / device.memory_total) if device.memory_total else 0.0
+
+    def nvmlDeviceGetEnforcedPowerLimit(self, handle: Any) -> int:
+        return int(_power_limit(self._device(handle).name) * 1000)  # mW
+
+    def nvmlDeviceGetPowerUsage(self, handle: Any) -> int:
+        """mW: about 12% of the limit idle, rising with utilisation and a little with memory."""
+        device, util, memory = self._load(handle)
+        limit = _power_limit(device.name)
+        watts = limit * (0.12 + 0.72 * util + 0.04 * memory) + limit * 0.015 * _wobble(device.uuid, 1)
+        return int(max(0.0, min(limit, watts)) * 1000)
+
+    def nvmlDeviceGetTemperature(self, handle: Any, sensor: int) -> int:
+        if sensor != 0:  # NVML_TEMPERATURE_GPU is the only sensor
+            raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
+        device, util, _ = self._load(handle)
+        return round(31 + 48 * util + 1.2 * _wobble(device.uuid, 2))
+
+    def nvmlDeviceGetPcieThroughput(self, handle: Any, counter: int) -> int:
+        """KB/s, as NVML: a trickle idle, tens of MB/s to a busy GPU (RX: host to device)."""
+        if counter not in (0, 1):
+            raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
+        device, util, _ = self._load(handle)
+        rx = 40 + util * 900_000 * (0.75 + 0.25 * _wobble(device.uuid, 3))
+        return int(rx if counter == 1 else rx * 0.35)
 
     def nvmlDeviceGetMigMode(self, handle: int) -> list[int]:
         mode = int(self._device(handle).mig is not None)

@@ -172,7 +172,8 @@ class Broker:
             if op == "info":
                 return {"ok": True, "result": self.info(caller)}
             if op == "snapshot":
-                return {"ok": True, "result": snapshot_to_wire(self.snapshot_for(caller))}
+                telemetry = args.get("telemetry") is True
+                return {"ok": True, "result": snapshot_to_wire(self.snapshot_for(caller, telemetry=telemetry))}
             if not isinstance(op, str) or op not in OPERATIONS:
                 raise InvalidRequest(f"The broker does not know the request {shorten(op)}; upgrade the client or the broker.")
             return {"ok": True, "result": self.serve(caller, op, _arguments(op, args, caller))}
@@ -307,12 +308,12 @@ class Broker:
         return found
 
     # -- helpers -----------------------------------------------------------------------------
-    def snapshot_for(self, caller: Caller) -> Snapshot:
+    def snapshot_for(self, caller: Caller, *, telemetry: bool = False) -> Snapshot:
         """The GPUs as ``caller`` may see them: each process names the slice it counts against
         (only the broker knows every slice's holder), and another user's process comes without
         its pid (0) unless the caller is an admin. Memory and utilisation stay: they are the
         GPU's, and every view must add up to the same figures."""
-        snapshot = self.ledger.inventory.snapshot()
+        snapshot = self.ledger.inventory.snapshot(telemetry=telemetry)
         slices = self.ledger.slices()
         with self._owners_lock:
             owners = self._owners.owners(snapshot, {s.id: s.pid for s in slices})

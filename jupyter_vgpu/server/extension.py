@@ -21,8 +21,9 @@ from ..launch.workarounds import check_provisioner_configs, forget_failed_starts
 from ..slices import Ledger, open_ledger
 from ..units import shorten
 from . import handlers
+from .dashboard import DashboardHistory
 from .metrics import collector
-from .monitor import UsageMonitor
+from .monitor import Sample, UsageMonitor
 from .watchdog import ACTIONS, Watchdog
 
 
@@ -54,6 +55,19 @@ class VGPUServer(ExtensionApp):
         the monitor keeps one point every history_seconds / history_points seconds (never more
         often than monitor_interval). Every point goes into every poll of every open sidebar,
         so more points cost the server CPU and the network bandwidth.""",
+    ).tag(config=True)
+
+    dashboard_seconds = Float(
+        3600.0,
+        help="""How many seconds of history the GPU dashboard shows (per GPU: memory, reservations,
+        utilisation, power, temperature, PCIe throughput; per live slice: memory and
+        utilisation). Kept in memory only; 0 keeps none.""",
+    ).tag(config=True)
+
+    dashboard_step = Float(
+        10.0,
+        help="""Seconds between two points of the GPU dashboard's history. A point sums up the
+        samples of its step (memory: the most seen; the rest: the mean), so no spike is lost.""",
     ).tag(config=True)
 
     reap_interval = Float(
@@ -111,9 +125,16 @@ class VGPUServer(ExtensionApp):
         return value
 
     #: The largest value of each number of seconds (or share) that still makes sense.
-    _LIMITS = {"history_seconds": 7 * 86400.0, "reap_interval": 3600.0, "over_limit_tolerance": 10.0, "over_limit_grace": 86400.0}
+    _LIMITS = {
+        "history_seconds": 7 * 86400.0,
+        "dashboard_seconds": 7 * 86400.0,
+        "dashboard_step": 3600.0,
+        "reap_interval": 3600.0,
+        "over_limit_tolerance": 10.0,
+        "over_limit_grace": 86400.0,
+    }
 
-    @validate("history_seconds", "reap_interval", "over_limit_tolerance", "over_limit_grace")
+    @validate("history_seconds", "dashboard_seconds", "dashboard_step", "reap_interval", "over_limit_tolerance", "over_limit_grace")
     def _check_not_negative(self, proposal: Any) -> float:
         name = proposal["trait"].name
         value = float(proposal["value"])
@@ -194,7 +215,14 @@ class VGPUServer(ExtensionApp):
             ledger_path=ledger.path if ledger is not None else None,
         )
         self.monitor.listeners.append(self.watchdog.check)
+        self.dashboard = DashboardHistory(self.dashboard_seconds, max(self.dashboard_step, self.monitor_interval))
+
+        async def record(sample: Sample) -> None:
+            self.dashboard.add(sample)
+
+        self.monitor.listeners.append(record)
         self.settings[handlers.MONITOR] = self.monitor
+        self.settings[handlers.DASHBOARD] = self.dashboard
         self.settings[handlers.WATCHDOG] = self.watchdog
         where = f"ledger {ledger.path}, {ledger.inventory.describe()}" if ledger is not None else "no ledger"
         self.log.info(

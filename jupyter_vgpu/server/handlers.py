@@ -20,11 +20,13 @@ from ..launch.refusals import refusals_of
 from ..slices import Slice, Ticket
 from ..slices.records import Waiter
 from ..units import shorten
+from .dashboard import DashboardHistory
 from .monitor import UsageMonitor
-from .views import KernelInfo, devices_view, slice_view, slices_view
+from .views import KernelInfo, devices_view, history_view, host_view, slice_view, slices_view
 from .watchdog import Watchdog
 
 MONITOR = "jupyter_vgpu_monitor"
+DASHBOARD = "jupyter_vgpu_dashboard"
 WATCHDOG = "jupyter_vgpu_watchdog"
 
 
@@ -60,6 +62,14 @@ class VGPUHandler(APIHandler):
                 continue
             result[kernel_id] = KernelInfo(name=name or None, path=paths.get(kernel_id))
         return result
+
+    def kernel_pid(self, kernel_id: str) -> int | None:
+        """The pid of this server's kernel ``kernel_id`` (None: not ours, or no process yet)."""
+        try:
+            pid = getattr(self.kernel_manager.get_kernel(kernel_id).provisioner, "pid", None)
+        except KeyError:
+            return None
+        return pid if isinstance(pid, int) and pid > 0 else None
 
     def since(self) -> float:
         """``?since=<seconds since the epoch>``: only history points taken after it (a poller
@@ -158,7 +168,21 @@ class KernelHandler(VGPUHandler):
                 404, f"No kernel {shorten(kernel_id)} runs on this server, and no GPU slice is held for that kernel id."
             )
         view = slice_view(usage, self.monitor, self.watchdog, kernels, self.since()) if usage is not None else None
-        self.write_json({"kernel_id": kernel_id, "slice": view})
+        pid = self.kernel_pid(kernel_id)
+        host = await self.monitor.call(host_view, pid) if pid is not None else None
+        self.write_json({"kernel_id": kernel_id, "slice": view, "host": host})
+
+
+class HistoryHandler(VGPUHandler):
+    """``GET /api/vgpu/history?since=<time>``: the GPU dashboard's hour of history per GPU and
+    per live slice (points after ``since`` only)."""
+
+    @web.authenticated
+    @authorized
+    async def get(self) -> None:
+        sample = await self.monitor.current()
+        dashboard: DashboardHistory = self.settings[DASHBOARD]
+        self.write_json(history_view(sample, self.monitor, dashboard, await self.kernels(), self.since()))
 
 
 class RefusalsHandler(VGPUHandler):
@@ -206,6 +230,7 @@ def routes() -> list[tuple[str, type[VGPUHandler]]]:
         (r"/api/vgpu/slices", SlicesHandler),
         (r"/api/vgpu/slices/([^/]+)", SliceHandler),
         (r"/api/vgpu/kernels/([^/]+)", KernelHandler),
+        (r"/api/vgpu/history", HistoryHandler),
         (r"/api/vgpu/refusals", RefusalsHandler),
         (r"/api/vgpu/waiting/([^/]+)", WaitingHandler),
     ]

@@ -115,7 +115,7 @@ class UsageMonitor:
             return _empty(now, self.problem or "The jupyter-vgpu ledger is not available.", simulated=self.simulated)
         try:
             self.ledger.check_split()  # says so in the log and reopens if this process lost the one book
-            snapshot = self.ledger.inventory.snapshot()
+            snapshot = self.ledger.inventory.snapshot(telemetry=True)
             if self._reap_due():
                 for dead in self.ledger.reap():
                     self.log.info(

@@ -6,12 +6,17 @@ notebook path of each kernel (session manager) and the kernel's name (kernel man
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..slices.records import Waiter
+import psutil
+
+from ..slices.records import Slice, Waiter
 from ..slices.usage import MEASURED, NO_USAGE, SliceUsage
+from .dashboard import GPU_FIELDS, SLICE_FIELDS, DashboardHistory, points
 from .monitor import Point, Sample, UsageMonitor
 from .watchdog import Watchdog
 
@@ -44,20 +49,12 @@ def slice_view(
     """One slice (``SLICE`` in docs/rest.md): the shared slice fields, then live use; history
     only after ``since``."""
     s = usage.slice
-    is_kernel = s.holder_kind == "kernel"
-    kernel = kernels.get(s.holder) if is_kernel else None
     report = usage.report or {}
     frameworks = report.get("frameworks")
     view = s.to_dict()
     view.update(
         {
-            "kernel_id": s.holder if is_kernel else None,
-            "kernel_name": (s.labels.get("kernel_name") or (kernel.name if kernel else None)) if is_kernel else None,
-            "kernel_display_name": s.labels.get("kernel_display_name") if is_kernel else None,
-            "path": ((kernel.path if kernel else None) or s.labels.get("path")) if is_kernel else None,
-            "command": None if is_kernel else s.holder,
-            "running_here": kernel is not None,
-            "yours": s.uid == monitor.uid,
+            **_holder(s, monitor, kernels),
             "pid": usage.pid,
             "memory_used": usage.memory_used,
             "memory_used_by_gpu": dict(usage.used_by_gpu) if usage.source == MEASURED else None,
@@ -66,6 +63,7 @@ def slice_view(
             "watched": watched(usage, watchdog),
             "memory_peak": monitor.slice_peak.get(s.id),
             "state": usage.state,
+            "usage_note": usage.note,
             "frameworks": frameworks if isinstance(frameworks, dict) else {},
             "history": _points(monitor.slice_history.get(s.id, ()), since),
             "watchdog": {"action": watchdog.action, "events": [e.to_dict() for e in watchdog.events(s.id)]},
@@ -73,6 +71,21 @@ def slice_view(
     )
     del view["holder"], view["uid"]  # said by kernel_id / command, and yours
     return view
+
+
+def _holder(s: Slice, monitor: UsageMonitor, kernels: Mapping[str, KernelInfo]) -> dict[str, Any]:
+    """Who holds a slice, as the views name it: the kernel (and its notebook) or the command."""
+    is_kernel = s.holder_kind == "kernel"
+    kernel = kernels.get(s.holder) if is_kernel else None
+    return {
+        "kernel_id": s.holder if is_kernel else None,
+        "kernel_name": (s.labels.get("kernel_name") or (kernel.name if kernel else None)) if is_kernel else None,
+        "kernel_display_name": s.labels.get("kernel_display_name") if is_kernel else None,
+        "path": ((kernel.path if kernel else None) or s.labels.get("path")) if is_kernel else None,
+        "command": None if is_kernel else s.holder,
+        "running_here": kernel is not None,
+        "yours": s.uid == monitor.uid,
+    }
 
 
 def waiting_view(waiter: Waiter, monitor: UsageMonitor) -> dict[str, Any]:
@@ -134,3 +147,97 @@ def devices_view(sample: Sample, monitor: UsageMonitor, watchdog: Watchdog, sinc
         "taken_at": sample.taken_at,
         "devices": devices,
     }
+
+
+def history_view(
+    sample: Sample, monitor: UsageMonitor, dashboard: DashboardHistory, kernels: Mapping[str, KernelInfo], since: float = 0.0
+) -> dict[str, Any]:
+    """The GPU dashboard's series (``GET /api/vgpu/history`` in docs/rest.md): per GPU and per
+    live slice, the points after ``since``."""
+    gpus = []
+    for entry in sample.occupancy.gpus:
+        gpu = entry.gpu
+        gpus.append(
+            {
+                "uuid": gpu.uuid,
+                "index": gpu.index,
+                "name": gpu.name,
+                "memory_total": gpu.memory_total,
+                "power_limit": gpu.power_limit,
+                "points": points(dashboard.gpus.get(gpu.uuid), GPU_FIELDS, since),
+            }
+        )
+    slices = []
+    for usage in sample.slices:
+        s = usage.slice
+        slices.append(
+            {
+                "id": s.id,
+                "holder_kind": s.holder_kind,
+                **_holder(s, monitor, kernels),
+                "request_text": s.request.describe(),
+                "gpus": list(s.gpus),
+                "gpu_indices": list(s.gpu_indices),
+                "memory_reserved_total": sum(s.memory),
+                "points": points(dashboard.slices.get(s.id), SLICE_FIELDS, since),
+            }
+        )
+    return {
+        "simulated": sample.snapshot.simulated,
+        "available": sample.snapshot.available,
+        "message": sample.message,
+        "taken_at": sample.taken_at,
+        "step": dashboard.step,
+        "seconds": dashboard.seconds,
+        "gpus": gpus,
+        "slices": slices,
+    }
+
+
+class HostMeter:
+    """A kernel's host CPU and memory, the way jupyter-resource-usage shows them: its process and
+    every descendant (``!python train.py`` counts), CPU as per cent of one core since the
+    previous reading of that kernel (like ``top``), resident memory summed."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._last: dict[int, tuple[float, float]] = {}  # kernel pid -> (monotonic time, CPU seconds)
+
+    def read(self, pid: int) -> dict[str, Any] | None:
+        try:
+            root = psutil.Process(pid)
+            tree = [root, *root.children(recursive=True)]
+        except psutil.Error:
+            return None
+        cpu = rss = 0.0
+        for proc in tree:
+            try:
+                times = proc.cpu_times()
+                cpu += times.user + times.system
+                rss += proc.memory_info().rss
+            except psutil.Error:
+                continue  # ended while we looked
+        now = time.monotonic()
+        with self._lock:
+            before = self._last.get(pid)
+            self._last[pid] = (now, cpu)
+            for gone in [p for p in self._last if p != pid and not psutil.pid_exists(p)]:
+                del self._last[gone]
+        percent = None
+        if before is not None and now - before[0] > 0.05:
+            percent = round(max(0.0, cpu - before[1]) / (now - before[0]) * 100, 1)
+        return {
+            "cpu_percent": percent,
+            "memory_rss": int(rss),
+            "memory_total": psutil.virtual_memory().total,
+            "cpu_count": psutil.cpu_count(),
+        }
+
+
+_HOST = HostMeter()
+
+
+def host_view(pid: int) -> dict[str, Any] | None:
+    """The kernel's host CPU and RAM (``host`` of ``GET /api/vgpu/kernels/<id>``); None when its
+    process cannot be read. Blocking (psutil): run it on the monitor's worker thread."""
+    return _HOST.read(pid)

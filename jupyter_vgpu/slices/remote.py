@@ -143,8 +143,12 @@ def snapshot_to_wire(snapshot: Snapshot) -> dict[str, Any]:
 
 def snapshot_from_wire(data: dict[str, Any]) -> Snapshot:
     known = {f.name for f in fields(GPUProcess)}  # a newer broker may send more
+    gpu_fields = {f.name for f in fields(GPU)}
     gpus = tuple(
-        GPU(**{**g, "processes": tuple(GPUProcess(**{k: v for k, v in p.items() if k in known}) for p in g.get("processes", ()))})
+        GPU(
+            **{k: v for k, v in g.items() if k in gpu_fields and k != "processes"},
+            processes=tuple(GPUProcess(**{k: v for k, v in p.items() if k in known}) for p in g.get("processes", ())),
+        )
         for g in data.get("gpus", ())
     )
     return Snapshot(
@@ -309,8 +313,8 @@ class RemoteInventory(Inventory):
     def describe(self) -> str:
         return f"{self._source} via the broker at {self._client.socket_path}"
 
-    def snapshot(self) -> Snapshot:
-        return snapshot_from_wire(self._client.call("snapshot"))
+    def snapshot(self, *, telemetry: bool = False) -> Snapshot:
+        return snapshot_from_wire(self._client.call("snapshot", **({"telemetry": True} if telemetry else {})))
 
 
 class BrokerLedger(Ledger):

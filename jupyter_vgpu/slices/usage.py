@@ -70,6 +70,8 @@ class SliceUsage:
     utilization: int | None
     source: str  # MEASURED | REPORTED | NO_USAGE
     report: dict[str, Any] | None
+    #: Where the figure comes from or, when it is unknown, why (one sentence for the views).
+    note: str = ""
 
     @property
     def memory_reserved_total(self) -> int:
@@ -111,7 +113,35 @@ def slice_usage(
     """Combine NVML's attribution and the kernel's report into one figure for ``slice_``."""
     reported = report_bytes(report.get("memory_used")) if report else None
     used, total, util, source = usage_of(slice_.id, slice_.gpus, sum(slice_.memory_total), attribution, snapshot, reported)
-    return SliceUsage(slice_, pid, used, total, util, source, report)
+    note = usage_note(slice_, source, attribution, snapshot)
+    return SliceUsage(slice_, pid, used, total, util, source, report, note)
+
+
+def usage_note(slice_: Slice, source: str, attribution: Attribution, snapshot: Snapshot) -> str:
+    """One sentence: how the slice's figure was found, or why there is none (the state
+    ``unknown`` is never shown without its reason)."""
+    holder = "kernel" if slice_.holder_kind == "kernel" else "command"
+    if source == MEASURED:
+        if attribution.used.get(slice_.id):
+            return f"Measured by NVML: the memory of this {holder}'s GPU processes."
+        return f"Measured by NVML: no process on its GPUs is this {holder}'s, so it uses none."
+    if source == REPORTED:
+        return (
+            f"Reported by this {holder}'s frameworks: NVML's process ids do not match it "
+            "(a container has its own), so the figure is what the frameworks say they hold."
+        )
+    if not snapshot.available:
+        return f"Not known: {snapshot.message or 'NVML cannot be read'}"
+    on = snapshot.by_uuid()
+    unclaimed = sum(attribution.foreign_pids.get(g, 0) for g in slice_.gpus)
+    where = ", ".join(str(on[g].index) for g in slice_.gpus if g in on) or "?"
+    if unclaimed:
+        return (
+            f"Not known yet: NVML shows {unclaimed} process{'es' if unclaimed > 1 else ''} on GPU {where} "
+            f"that no slice claims, which may be this {holder}'s under process ids NVML cannot match "
+            "(a container); its use shows once its frameworks report it."
+        )
+    return f"Not known: GPU {where} of this slice is not in NVML's list now."
 
 
 def usage_of(

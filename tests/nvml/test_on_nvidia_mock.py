@@ -129,6 +129,22 @@ def test_a_sliced_kernel_on_the_mock_is_measured_watched_and_exported(h100: Node
     server.api("DELETE", f"api/kernels/{kernel['id']}")
 
 
+def test_the_dashboard_reads_power_temperature_and_pcie_through_nvml(h100: Node, server: JupyterProcess) -> None:
+    """The H100 profile's board: 95 W of a 700 W limit, 34 °C, an idle PCIe link."""
+
+    def history() -> dict[str, Any] | None:
+        code, reply = server.api("GET", "api/vgpu/history")
+        return reply if code == 200 and reply["gpus"] and reply["gpus"][0]["points"] else None
+
+    reply = wait_for(history, "the dashboard's first point")
+    assert reply["simulated"] is False and len(reply["gpus"]) == 8
+    gpu = reply["gpus"][0]
+    assert gpu["name"] == "NVIDIA H100 80GB HBM3" and gpu["power_limit"] == 700.0
+    point = gpu["points"][-1]
+    assert (point["power"], point["temp"], point["pcie_tx"], point["pcie_rx"]) == (95, 34, 0, 0)
+    assert point["used"] == 0 and point["reserved"] == 0
+
+
 def _metrics(server: JupyterProcess) -> dict[str, float]:
     """The server's ``/metrics``: each sample line's name and labels -> its value."""
     import urllib.request

@@ -71,6 +71,7 @@ def jp_server_config(simulation_file: Any, vgpu_kernelspec: str, vgpu_action: st
                 "monitor_interval": INTERVAL,
                 "history_seconds": 60 * INTERVAL,
                 "history_points": 60,
+                "dashboard_step": 2 * INTERVAL,
                 "reap_interval": 2 * INTERVAL,
                 "over_limit_action": vgpu_action,
                 "over_limit_grace": vgpu_grace,

@@ -27,7 +27,7 @@ def every_route() -> list[tuple[str, tuple[str, ...]]]:
 
 
 ROUTES = every_route()
-assert len(ROUTES) == 7  # devices, slices, a slice (GET, DELETE), a kernel, refusals, a place in line
+assert len(ROUTES) == 8  # devices, slices, a slice (GET, DELETE), a kernel, history, refusals, a place in line
 
 
 @pytest.mark.parametrize(("method", "parts"), ROUTES)
@@ -94,7 +94,8 @@ async def test_a_kernel_started_through_the_server_appears_with_its_slice(jp_fet
 async def test_a_kernel_without_a_slice_answers_with_slice_null(jp_fetch: Any, start_kernel: Any) -> None:
     kernel = await start_kernel(name="python3")
     data = await get_json(jp_fetch, "api", "vgpu", "kernels", kernel.id)
-    assert data == {"kernel_id": kernel.id, "slice": None}
+    assert data["kernel_id"] == kernel.id and data["slice"] is None
+    assert data["host"]["memory_rss"] > 0  # its host CPU and RAM are still known
 
 
 async def test_an_unknown_kernel_is_404_with_a_message(jp_fetch: Any, vgpu_server: Any) -> None:
