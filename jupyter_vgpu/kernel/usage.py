@@ -36,6 +36,7 @@ class Usage:
     #: applies (:func:`jupyter_vgpu.slices.usage.usage_of`); None without a slice.
     source: str | None = None
     slice_used: int | None = None
+    slice_utilization: int | None = None  # by the same rule, so %vgpu and the sidebar agree
 
     @property
     def total_used(self) -> int | None:
@@ -48,6 +49,10 @@ class Usage:
 
     @property
     def top_utilization(self) -> int | None:
+        """The slice's utilisation as every view computes it; without a slice, the busiest GPU's
+        figure for this kernel's processes."""
+        if self.source is not None:
+            return self.slice_utilization
         values = [u for gpu in self.mine if (u := self.utilization.get(gpu.uuid)) is not None]
         return max(values) if values else None
 
@@ -77,11 +82,13 @@ def measure(state: KernelState, *, with_occupancy: bool = False) -> Usage:
         utilization[gpu.uuid] = max(busy) if busy else None
         if processes:
             tree.used.setdefault("", {})[gpu.uuid] = used[gpu.uuid]
+            if busy:  # summed per GPU, as ProcessOwners.attribute does for the server
+                tree.utilization.setdefault("", {})[gpu.uuid] = min(100, sum(busy))
         if others := sum(1 for p in gpu.processes if p.pid not in pids and not p.mps_server):
             tree.foreign_pids[gpu.uuid] = others
-    source = slice_used = None
+    source = slice_used = slice_util = None
     if state.facts.sliced:
-        source, slice_used = _slice_figure(state, snapshot, mine, tree)
+        source, slice_used, slice_util = _slice_figure(state, snapshot, mine, tree)
     usage = Usage(
         gpus=snapshot.gpus,
         mine=mine,
@@ -93,13 +100,16 @@ def measure(state: KernelState, *, with_occupancy: bool = False) -> Usage:
         occupancy=_occupancy(snapshot) if with_occupancy else None,
         source=source,
         slice_used=slice_used,
+        slice_utilization=slice_util,
     )
     if state.facts.sliced:
         state.observe(usage.total_used)
     return usage
 
 
-def _slice_figure(state: KernelState, snapshot: Snapshot, mine: tuple[GPU, ...], tree: Attribution) -> tuple[str, int | None]:
+def _slice_figure(
+    state: KernelState, snapshot: Snapshot, mine: tuple[GPU, ...], tree: Attribution
+) -> tuple[str, int | None, int | None]:
     """What this kernel's slice uses, by the rule the server and ``status`` apply
     (:func:`jupyter_vgpu.slices.usage.usage_of`): NVML's figure for the kernel's process tree
     (``tree``, under the key ""), else what its frameworks say they hold (a container)."""
@@ -108,8 +118,8 @@ def _slice_figure(state: KernelState, snapshot: Snapshot, mine: tuple[GPU, ...],
 
     reported = None if tree.used else framework_memory(state)[0]  # asked only when NVML matched nothing
     gpus = tuple(gpu.uuid for gpu in mine)
-    _, total, _, source = usage_of("", gpus, sum(g.memory_total for g in mine), tree, snapshot, reported)
-    return source, total
+    _, total, util, source = usage_of("", gpus, sum(g.memory_total for g in mine), tree, snapshot, reported)
+    return source, total, util
 
 
 def _occupancy(snapshot: Snapshot) -> Occupancy | None:

@@ -60,6 +60,16 @@ def test_status_shows_current_use_and_utilisation(kernel: Kernel) -> None:
     assert row(text, "utilisation") == "30%"
 
 
+def test_an_idle_slice_reads_0_percent_as_the_sidebar_does(sliced: tuple[Workspace, Slice, Kernel]) -> None:
+    """No GPU process on the slice's GPU: the server counts the slice's use as 0 bytes at 0%
+    (slices.usage.usage_of), so %vgpu says 0%, not "n/a" beside a sidebar reading 0%."""
+    workspace, _, kernel = sliced
+    workspace.set_usage([])
+    text = status(kernel)["text/plain"]
+    assert row(text, "used now").startswith("0 B of 4.0 GiB, 0%")
+    assert row(text, "utilisation") == "0%"
+
+
 def test_peak_use_stays_after_use_falls(sliced: tuple[Workspace, Slice, Kernel], kernel: Kernel) -> None:
     workspace, _, _ = sliced
     pid = kernel.pid
