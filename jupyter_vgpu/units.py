@@ -150,13 +150,16 @@ def parse_fraction(value: str | int | float, *, what: str = "gpu_fraction") -> f
 
 
 def describe_fraction(fraction: float) -> str:
-    """``0.25`` -> ``1/4``, ``0.5`` -> ``1/2``, ``1.0`` -> ``1``; otherwise a percentage."""
+    """A share of a GPU in the one style every view uses, a fraction: ``0.25`` -> ``1/4``,
+    ``0.2`` -> ``1/5``, ``0.33`` -> ``33/100`` (what was asked, not "about 1/3"), ``1.0`` -> ``1``.
+    The smallest denominator that gives the share exactly (to a millionth of a GPU)."""
     if fraction >= 1:
         return "1"
-    approx = Fraction(fraction).limit_denominator(16)
-    if abs(float(approx) - fraction) < 1e-6 and approx.numerator > 0:
-        return f"{approx.numerator}/{approx.denominator}"
-    return f"{fraction * 100:.0f}%"
+    for limit in (16, 100, 1000, 1_000_000):
+        approx = Fraction(fraction).limit_denominator(limit)
+        if approx.numerator > 0 and abs(float(approx) - fraction) <= 1e-6 * fraction:
+            return f"{approx.numerator}/{approx.denominator}"
+    return f"{fraction:.6g}"
 
 
 #: The longest wait in line anything accepts (a kernelspec's wait_timeout, ``run --wait``,

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from jupyter_vgpu.errors import InvalidRequest
 from jupyter_vgpu.slices import SliceRequest, parse_share
 from jupyter_vgpu.slices.request import CLI_NAMES
-from jupyter_vgpu.units import GiB, MiB, format_bytes, parse_bytes, parse_fraction
+from jupyter_vgpu.units import GiB, MiB, describe_fraction, format_bytes, parse_bytes, parse_fraction
 
 
 @pytest.mark.parametrize(
@@ -102,3 +104,19 @@ def test_parse_share_tells_fractions_from_sizes(share: str, fraction: float | No
 )
 def test_requests_describe_themselves(kwargs: dict[str, object], text: str) -> None:
     assert SliceRequest.parse(**kwargs).describe() == text  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("share", "text"),
+    [("0.33", "33/100 GPU"), ("0.2", "1/5 GPU"), ("20%", "1/5 GPU"), ("1/3", "1/3 GPU"), ("12.5%", "1/8 GPU"), ("0.001", "1/1000 GPU")],
+)
+def test_every_share_reads_in_one_style(share: str, text: str) -> None:
+    """One style for every share (issue 25 found "33% GPU" beside "1/5 GPU" in one table)."""
+    assert parse_share(share).describe() == text
+
+
+@given(st.floats(min_value=1e-6, max_value=1.0, allow_nan=False))
+def test_a_described_share_reads_back_as_the_same_share(fraction: float) -> None:
+    text = describe_fraction(fraction)
+    assert "%" not in text
+    assert parse_fraction(text) == pytest.approx(fraction, rel=1e-5)
