@@ -13,6 +13,8 @@ import shutil
 import signal
 import subprocess
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -24,19 +26,26 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture
-def lab(tmp_path: Path) -> JupyterProcess:
-    env = isolated_env(tmp_path)
+def lab(tmp_path: Path) -> Iterator[JupyterProcess]:
+    root = tmp_path / "root"
+    root.mkdir()
+    with start_lab(tmp_path, [f"--ServerApp.root_dir={root}"], root) as server:
+        yield server
+
+
+@contextmanager
+def start_lab(tmp_path: Path, arguments: list[str], root: Path, **variables: str) -> Iterator[JupyterProcess]:
+    """``./scripts/lab`` with ``arguments`` (root: the folder it will serve), until the test ends."""
+    env = isolated_env(tmp_path, **variables)
     env.pop("JUPYTER_VGPU_SIMULATE", None)
     if shutil.which("nvidia-smi"):
         pytest.skip("this machine has nvidia-smi: scripts/lab would use its GPUs, not simulated ones")
     port = free_port()
-    root = tmp_path / "root"
-    root.mkdir()
     log = tmp_path / "lab.log"
     with log.open("w") as out:
         process = subprocess.Popen(
             [str(REPO / "scripts" / "lab"), "--no-browser", f"--ServerApp.port={port}", "--ServerApp.port_retries=0",
-             f"--IdentityProvider.token={TOKEN}", "--ServerApp.base_url=/lab-test/", f"--ServerApp.root_dir={root}"],
+             f"--IdentityProvider.token={TOKEN}", "--ServerApp.base_url=/lab-test/", *arguments],
             cwd=tmp_path, env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             start_new_session=True,
         )  # fmt: skip
@@ -61,6 +70,23 @@ def test_scripts_lab_says_the_gpus_are_simulated(lab: JupyterProcess) -> None:
     assert "SIMULATED GPUs, not real hardware" in log  # `jupyter vgpu status` before the lab starts
     status, devices = lab.api("GET", "api/vgpu/devices")
     assert status == 200 and devices["simulated"] is True and len(devices["devices"]) == 2
+
+
+def test_scripts_lab_serves_a_demo_folder_with_the_examples_not_the_checkout(tmp_path: Path) -> None:
+    """New notebooks must not land in the git tree (issue 25); the examples are there to open, and
+    a user's edit to one survives the next start."""
+    demo = tmp_path / "demo"
+    demo.mkdir()
+    (demo / "train.py").write_text("# my own edit\n")
+    with start_lab(tmp_path, [], demo, JUPYTER_VGPU_DEMO_DIR=str(demo)) as server:
+        status, listing = server.api("GET", "api/contents")
+        assert status == 200, listing
+        names = {item["name"] for item in listing["content"]}
+        assert {"mirrored-strategy.ipynb", "two-notebooks-one-gpu", "vgpu-run-from-a-terminal.md", "train.py"} <= names
+        assert "pyproject.toml" not in names and "jupyter_vgpu" not in names  # not the checkout
+        status, created = server.api("POST", "api/contents", {"type": "notebook"})
+        assert status == 201 and (demo / created["path"]).is_file()
+    assert (demo / "train.py").read_text() == "# my own edit\n"
 
 
 def test_a_terminal_in_scripts_lab_runs_jupyter_vgpu(lab: JupyterProcess) -> None:
