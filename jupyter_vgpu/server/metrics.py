@@ -58,6 +58,20 @@ class VGPUCollector(Collector):
         gpu_util = GaugeMetricFamily(
             f"{_PREFIX}_gpu_utilization_percent", "GPU utilisation (NVML), percent.", labels=gpu_labels
         )
+        # Telemetry as DCGM's exporter names it, for dashboards that have no DCGM (absent where
+        # NVML has no answer).
+        telemetry = {
+            "power_draw": GaugeMetricFamily(f"{_PREFIX}_gpu_power_watts", "GPU board power draw (NVML), W.", labels=gpu_labels),
+            "temperature": GaugeMetricFamily(
+                f"{_PREFIX}_gpu_temperature_celsius", "GPU die temperature (NVML), °C.", labels=gpu_labels
+            ),
+            "pcie_tx": GaugeMetricFamily(
+                f"{_PREFIX}_gpu_pcie_tx_bytes_per_second", "PCIe throughput from the GPU (NVML), bytes/s.", labels=gpu_labels
+            ),
+            "pcie_rx": GaugeMetricFamily(
+                f"{_PREFIX}_gpu_pcie_rx_bytes_per_second", "PCIe throughput to the GPU (NVML), bytes/s.", labels=gpu_labels
+            ),
+        }
         slice_reserved = GaugeMetricFamily(
             f"{_PREFIX}_slice_memory_reserved_bytes",
             "GPU memory a slice reserves, all its GPUs, context allowance included.",
@@ -86,6 +100,9 @@ class VGPUCollector(Collector):
                     gpu_used.add_metric(labels, entry.gpu.memory_used)
                 if entry.gpu.utilization is not None:
                     gpu_util.add_metric(labels, entry.gpu.utilization)
+                for name, family in telemetry.items():
+                    if (value := getattr(entry.gpu, name)) is not None:
+                        family.add_metric(labels, value)
             for usage in sample.slices:
                 kernel_id = usage.slice.holder if usage.slice.holder_kind == "kernel" else ""
                 labels = [usage.slice.id, kernel_id]
@@ -94,7 +111,8 @@ class VGPUCollector(Collector):
                     slice_used.add_metric(labels, usage.memory_used)
                 if usage.utilization is not None:
                     slice_util.add_metric(labels, usage.utilization)
-        yield from (gpu_total, gpu_used, gpu_reserved, gpu_foreign, gpu_free, gpu_util, slice_reserved, slice_used, slice_util)
+        yield from (gpu_total, gpu_used, gpu_reserved, gpu_foreign, gpu_free, gpu_util, *telemetry.values())
+        yield from (slice_reserved, slice_used, slice_util)
 
 
 _collector: VGPUCollector | None = None

@@ -143,6 +143,11 @@ def test_the_dashboard_reads_power_temperature_and_pcie_through_nvml(h100: Node,
     point = gpu["points"][-1]
     assert (point["power"], point["temp"], point["pcie_tx"], point["pcie_rx"]) == (95, 34, 0, 0)
     assert point["used"] == 0 and point["reserved"] == 0
+    metrics = _metrics(server)
+    gpu0 = 'gpu="0",uuid="GPU-01000100-0000-0000-0000-000000000000"'
+    assert metrics[f"jupyter_vgpu_gpu_power_watts{{{gpu0}}}"] == 95.0
+    assert metrics[f"jupyter_vgpu_gpu_temperature_celsius{{{gpu0}}}"] == 34.0
+    assert metrics[f"jupyter_vgpu_gpu_pcie_rx_bytes_per_second{{{gpu0}}}"] == 0.0
 
 
 def _metrics(server: JupyterProcess) -> dict[str, float]:
