@@ -106,6 +106,7 @@ class JupyterProcess:
     env: dict[str, str]
     log: Path
     stopped_in: float | None = field(default=None)
+    token: str = TOKEN  # what api() sends
 
     def api(self, method: str, path: str, body: Any = None, *, timeout: float = 30) -> tuple[int, Any]:
         """Call the REST API with the token; returns (status, parsed JSON, or text, or None)."""
@@ -114,7 +115,7 @@ class JupyterProcess:
             self.url + path.lstrip("/"),
             data=data,
             method=method,
-            headers={"Authorization": f"token {TOKEN}", "Content-Type": "application/json"},
+            headers={"Authorization": f"token {self.token}", "Content-Type": "application/json"},
         )
         try:
             with urllib.request.urlopen(request, timeout=timeout) as response:

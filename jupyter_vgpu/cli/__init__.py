@@ -30,7 +30,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from . import broker, kernelspec, run, status
+    from . import broker, gateway, kernelspec, run, status
 
     parser = _Parser(
         prog="jupyter vgpu",
@@ -44,6 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
     status.add_gc_parser(commands)
     kernelspec.add_parser(commands)
     broker.add_parser(commands)
+    gateway.add_parser(commands)
     return parser
 
 

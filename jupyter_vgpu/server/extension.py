@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from jupyter_server.extension.application import ExtensionApp
-from traitlets import Enum, Float, Int, TraitError, validate
+from traitlets import Bool, Enum, Float, Int, TraitError, validate
 from traitlets.config.loader import DeferredConfig
 
 from .. import __version__
@@ -20,7 +20,7 @@ from ..errors import VGPUError
 from ..launch.workarounds import check_provisioner_configs, forget_failed_starts
 from ..slices import Ledger, open_ledger
 from ..units import shorten
-from . import handlers
+from . import gateway, handlers
 from .dashboard import DashboardHistory
 from .metrics import collector
 from .monitor import Sample, UsageMonitor
@@ -68,6 +68,14 @@ class VGPUServer(ExtensionApp):
         10.0,
         help="""Seconds between two points of the GPU dashboard's history. A point sums up the
         samples of its step (memory: the most seen; the rest: the mean), so no spike is lost.""",
+    ).tag(config=True)
+
+    accept_kernel_env = Bool(
+        False,
+        help="""Keep the environment a gateway client sends with a kernel start (the KERNEL_*
+        variables and JPY_SESSION_NAME, the notebook's path), as Kernel Gateway does: set on a
+        GPU node that remote JupyterLabs use through --gateway-url (`jupyter vgpu gateway` sets
+        it). A plain jupyter server ignores that environment.""",
     ).tag(config=True)
 
     reap_interval = Float(
@@ -177,6 +185,13 @@ class VGPUServer(ExtensionApp):
         (a bad number, an unusable ledger, a bad simulation spec) leaves the API answering
         ``available: false`` with the one-sentence reason, and the server running."""
         assert self.serverapp is not None
+        self.gateway_url: str | None = None
+        if self.serverapp.gateway_config.gateway_enabled:
+            # Kernels run on the GPU node behind the gateway: so does every slice. No ledger here.
+            self.gateway_url = str(self.serverapp.gateway_config.url)
+            gateway.allow_session_name()
+            self.log.info("jupyter-vgpu: the GPU API answers from the GPU node at %s (gateway mode).", self.gateway_url)
+            return
         ledger: Ledger | None = None
         problem = None
         simulated = False
@@ -233,7 +248,13 @@ class VGPUServer(ExtensionApp):
         )
 
     def initialize_handlers(self) -> None:
+        if self.gateway_url is not None:
+            self.handlers.extend((pattern, gateway.GatewayProxyHandler) for pattern, _ in handlers.routes())
+            self.handlers += [(r"/api/sessions", gateway.GatewaySessionsHandler), (r"/api/kernels", gateway.GatewayKernelsHandler)]
+            return
         self.handlers.extend(handlers.routes())
+        if self.accept_kernel_env:
+            self.handlers.append((r"/api/kernels", gateway.KernelStartHandler))
 
     async def _start_jupyter_server_extension(self, serverapp: Any) -> None:
         monitor: UsageMonitor | None = getattr(self, "monitor", None)

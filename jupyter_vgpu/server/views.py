@@ -6,6 +6,7 @@ notebook path of each kernel (session manager) and the kernel's name (kernel man
 
 from __future__ import annotations
 
+import socket
 import threading
 import time
 from collections.abc import Iterable, Mapping
@@ -19,6 +20,9 @@ from ..slices.usage import MEASURED, NO_USAGE, SliceUsage
 from .dashboard import GPU_FIELDS, SLICE_FIELDS, DashboardHistory, points
 from .monitor import Point, Sample, UsageMonitor
 from .watchdog import Watchdog
+
+#: This machine's name, in every reply (a CPU-only JupyterLab shows which GPU node answers).
+NODE = socket.gethostname()
 
 
 @dataclass(frozen=True)
@@ -111,6 +115,7 @@ def slices_view(
     since: float = 0.0,
 ) -> dict[str, Any]:
     return {
+        "node": NODE,
         "simulated": sample.snapshot.simulated,
         "available": sample.snapshot.available,
         "message": sample.message,
@@ -138,6 +143,7 @@ def devices_view(sample: Sample, monitor: UsageMonitor, watchdog: Watchdog, sinc
         device["history"] = _points(history, since)
         devices.append(device)
     return {
+        "node": NODE,
         "simulated": sample.snapshot.simulated,
         "available": sample.snapshot.available,
         "message": sample.message,
@@ -183,6 +189,7 @@ def history_view(
             }
         )
     return {
+        "node": NODE,
         "simulated": sample.snapshot.simulated,
         "available": sample.snapshot.available,
         "message": sample.message,
