@@ -5,6 +5,8 @@ notebook paths, refusals as sentences, the line works, and the node's own views 
 from __future__ import annotations
 
 import signal
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -130,3 +132,26 @@ def test_the_gateway_serves_kernels_and_nothing_else(node: JupyterProcess) -> No
     assert node.api("GET", "api/sessions")[0] == 403
     unauthenticated = JupyterProcess(node.process, node.url, node.root, node.env, node.log, token="wrong")
     assert unauthenticated.api("GET", "api/kernels")[0] in (401, 403)
+
+
+@pytest.mark.parametrize(
+    ("args", "sentence"),
+    [
+        (["--token="], "An empty token is not allowed: anyone who reaches port 8890 could run code on this GPU node."),
+        (["--certfile=cert.pem"], "--certfile and --keyfile go together"),
+        (["--certfile=nope.pem", "--keyfile=nope.key"], "'nope.pem' is not a file"),
+        (["--", "--ServerApp.authorizer_class=x"], "cannot be given to `jupyter vgpu gateway`: it sets that option itself."),
+        (["--port=70000"], "--port '70000' is not a port number from 1 to 65535"),
+    ],
+)
+def test_a_gateway_that_would_be_open_or_broken_is_refused_in_one_sentence(tmp_path: Path, args: list[str], sentence: str) -> None:
+    from jupyter_process import isolated_env
+
+    env = isolated_env(tmp_path, JUPYTER_VGPU_SIMULATE="1x16GiB")
+    done = subprocess.run(
+        [sys.executable, "-m", "jupyter_vgpu.cli", "gateway", "--no-kernelspecs", *args],
+        env=env, cwd=tmp_path, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    assert sentence in done.stderr and "Traceback" not in done.stderr
+    assert not (tmp_path / "data" / "kernels").exists()  # nothing installed
