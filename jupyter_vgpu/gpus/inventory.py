@@ -11,13 +11,14 @@ import os
 import re
 import threading
 import time
-from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, TypeVar
 
 from ..errors import InvalidConfig
 from ..units import shorten
 from .mps import SERVER_PROCESS, MPSDetector
+from .podshare import PodShare, pod_share
 from .simulated import SimulatedNVML
 from .simulation import describe
 
@@ -87,6 +88,12 @@ class GPU:
     temperature: int | None = None  # °C, the GPU die
     pcie_tx: int | None = None  # bytes/s over the last 20 ms NVML samples
     pcie_rx: int | None = None  # bytes/s
+    #: In a pod a scheduler placed on a shared GPU (gpus.podshare): what it gave the pod, in
+    #: words ("this pod's share: 4.0 GiB of 16.0 GiB (HAMi)"), the card's own memory, and the
+    #: share of the SMs. ``memory_total`` is then the pod's share.
+    pod_share: str | None = None
+    card_memory: int | None = None
+    sm_limit: int | None = None
 
     def __post_init__(self) -> None:
         # Accept the plain dicts and lists of a JSON round trip (the broker's wire).
@@ -157,8 +164,9 @@ class Inventory:
     remembered as the "no GPU" state rather than retried on every call.
     """
 
-    def __init__(self, simulate: str = "", nvml: Any = None) -> None:
+    def __init__(self, simulate: str = "", nvml: Any = None, env: Mapping[str, str] | None = None) -> None:
         self.simulate = simulate.strip()
+        self._env = env  # where a scheduler's pod share is read (None: this process's environment)
         self._lock = threading.Lock()
         self._nvml: Any = nvml
         self._error: str | None = None
@@ -214,7 +222,10 @@ class Inventory:
             return Snapshot(gpus=(), simulated=False, available=False, message=self._error)
         count = _safe(nvml.nvmlDeviceGetCount) or 0
         mps = self.mps.status().active
+        share = pod_share(os.environ if self._env is None else self._env)  # InvalidConfig: a user's mistake
         gpus = tuple(g for g in (self._read_gpu(nvml, i, mps, telemetry) for i in range(count)) if g is not None)
+        if share is not None:
+            gpus = tuple(_in_pod(g, share) for g in gpus)
         self._forget_names({p.pid for g in gpus for p in g.processes})
         message = None if gpus else "NVML reports no GPU on this machine."
         return Snapshot(
@@ -438,6 +449,25 @@ NVML_PCIE_UTIL_RX_BYTES = 1
 #: Seconds between two PCIe readings of a GPU: the driver samples 20 ms per direction and call,
 #: so 8 GPUs read every 2 s tick would keep the monitor's thread busy a sixth of the time.
 PCIE_EVERY = 10.0
+
+
+def _in_pod(gpu: GPU, share: PodShare) -> GPU:
+    """The GPU as this pod has it: capacity is the scheduler's share, and memory outside the pod
+    (other pods' processes, which NVML lists on the card with pids this pod cannot map) is not
+    counted against it; the pod's own use is what its kernels' frameworks report."""
+    limit = share.limit_for(gpu.index, gpu.memory_total)
+    if gpu.mig_mode or limit is None:
+        return replace(gpu, sm_limit=share.sm_limit)
+    return replace(
+        gpu,
+        memory_total=min(gpu.memory_usable, limit),
+        memory_used=None,
+        memory_reserved_by_driver=0,
+        processes=(),
+        pod_share=share.describe(gpu.index, gpu.memory_usable),
+        card_memory=gpu.memory_total,
+        sm_limit=share.sm_limit,
+    )
 
 
 def _text(value: Any) -> str:

@@ -11,9 +11,11 @@ an MPS slice gets the MPS server's pinned memory limit and thread share).
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Callable, Mapping, MutableMapping
 
 from ..enforcement import TIERS, by_tier
+from ..errors import VGPUError
 from ..frameworks import FRAMEWORKS
 from .records import Slice, Tier
 
@@ -62,13 +64,28 @@ def with_slice(
 DEVICE_NAMES = ("uuid", "index")
 
 
+def _kai_portion() -> float | None:
+    from ..gpus.podshare import pod_share
+
+    try:
+        share = pod_share(os.environ)
+    except VGPUError:
+        return None  # said where the GPUs are read; the slice's own size is still right
+    return share.portion if share is not None else None
+
+
 def slice_environment(
     slice_: Slice, *, ledger_path: str, simulate: str = "", device_names: str = "uuid"
 ) -> dict[str, str]:
     """The variables of a process that holds ``slice_`` (README.md, "Kernel environment")."""
     limit = slice_.memory_limit
     # What CUDA reports as the device's total: the MIG device itself on a MIG slice.
-    smallest_total = min(slice_.device_memory)
+    smallest_total: float = min(slice_.device_memory)
+    if slice_.tier is not Tier.MIG and (portion := _kai_portion()) is not None:
+        # In a KAI-Scheduler pod the slice's GPU is the pod's portion of the card, but CUDA (and so
+        # every framework's fraction) still sees the whole card; HAMi-core, which HAMi preloads,
+        # makes CUDA report the pod's share itself.
+        smallest_total = smallest_total / portion
     fraction = f"{math.floor(limit / smallest_total * 1000) / 1000:.3f}"
     env = {
         # NVML ignores CUDA_VISIBLE_DEVICES and indices can differ from CUDA's order: UUIDs are unambiguous.

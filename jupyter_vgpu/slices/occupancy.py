@@ -188,6 +188,16 @@ class GPUOccupancy:
             "compute_capability": ".".join(map(str, gpu.compute_capability)) if gpu.compute_capability else None,
             "tier": self.tier,
             "slices": [s.slice.id for s in self.shares],
+            # telemetry (null unless the monitor read it, or where NVML has no answer)
+            "power_draw": gpu.power_draw,
+            "power_limit": gpu.power_limit,
+            "temperature": gpu.temperature,
+            "pcie_tx": gpu.pcie_tx,
+            "pcie_rx": gpu.pcie_rx,
+            # a scheduler's share of the card in a pod (gpus.podshare), else null
+            "pod_share": gpu.pod_share,
+            "card_memory": gpu.card_memory,
+            "sm_limit": gpu.sm_limit,
         }
 
 
