@@ -90,3 +90,68 @@ def test_a_quarter_gpu_in_hami_is_a_quarter_of_the_cores() -> None:
         "nvidia.com/gpu": "1", "nvidia.com/gpucores": "25", "nvidia.com/gpumem-percentage": "25",
     }
     assert resources(Policy().quota("x", []).get("max_total")[0], mode="gpu") == {}
+
+
+async def pod(spawner: Any) -> Any:
+    return await spawner.get_pod_manifest()
+
+
+def spawner_for(name: str, groups: list[str]) -> Any:
+    spawner = kubespawner.KubeSpawner(_mock=True)
+    spawner.user = SimpleNamespace(name=name, id=1, url="/user/x/", groups=[SimpleNamespace(name=g) for g in groups])
+    return spawner
+
+
+async def test_kai_gives_a_fraction_annotation_its_scheduler_and_the_groups_queue(policy_file: Path) -> None:
+    """KAI-Scheduler's names (docs/gpu-sharing/README.md): schedulerName kai-scheduler, annotation
+    gpu-fraction or gpu-memory (MiB), label kai.scheduler/queue; whole GPUs stay nvidia.com/gpu."""
+    spawner = spawner_for("ann", ["students"])
+    spawner.pre_spawn_hook = pre_spawn_hook(policy_file, mode="kai")
+    spawner.run_pre_spawn_hook()
+    manifest = await pod(spawner)
+    assert manifest.spec.scheduler_name == "kai-scheduler"
+    assert manifest.metadata.annotations["gpu-fraction"] == "0.5"
+    assert manifest.metadata.labels["kai.scheduler/queue"] == "students"
+    assert not {k for k in (manifest.spec.containers[0].resources.limits or {}) if k.startswith("nvidia.com/")}
+    staff = spawner_for("sam", ["staff", "unknown-group"])
+    staff.pre_spawn_hook = pre_spawn_hook(policy_file, mode="kai")
+    staff.run_pre_spawn_hook()
+    manifest = await pod(staff)
+    assert manifest.spec.containers[0].resources.limits["nvidia.com/gpu"] == "2"
+    assert manifest.metadata.labels["kai.scheduler/queue"] == "staff"
+    memo = spawner_for("memo", [])
+    memo.pre_spawn_hook = pre_spawn_hook(policy_file, mode="kai", queue="research")
+    memo.run_pre_spawn_hook()
+    manifest = await pod(memo)
+    assert manifest.metadata.annotations["gpu-memory"] == "10240"
+    assert manifest.metadata.labels["kai.scheduler/queue"] == "research"
+
+
+async def test_the_profile_list_offers_each_user_the_shares_their_budget_holds(policy_file: Path) -> None:
+    from jupyter_vgpu.hub.kubernetes import profile_list
+
+    profiles = profile_list(policy_file, mode="hami", gpu_memory="40GiB")
+    student = spawner_for("ann", ["students"])  # max_total 1/2
+    shown = profiles(student)
+    assert [p["display_name"] for p in shown] == ["1/2 GPU", "1/4 GPU", "No GPU"]
+    assert shown[0]["default"] is True
+    assert [p["display_name"] for p in profiles(spawner_for("sam", ["staff"]))] == ["1 GPU", "1/2 GPU", "1/4 GPU", "No GPU"]
+    assert [p["display_name"] for p in profiles(spawner_for("mallory", []))] == ["No GPU"]
+    # KubeSpawner applies the picked profile: the pod carries HAMi's share of that size
+    student.profile_list = profiles
+    student.pre_spawn_hook = pre_spawn_hook(policy_file, mode="hami", gpu_memory="40GiB")
+    student.user_options = {"profile": shown[1]["slug"]}
+    await student.load_user_options()
+    student.run_pre_spawn_hook()  # a picked share stays what was picked
+    limits = (await pod(student)).spec.containers[0].resources.limits
+    assert {k: v for k, v in limits.items() if k.startswith("nvidia.com/")} == {
+        "nvidia.com/gpu": "1", "nvidia.com/gpumem": str(10 * 1024), "nvidia.com/gpucores": "25",
+    }  # fmt: skip
+
+
+def test_a_kai_queue_that_is_no_label_is_refused_in_one_sentence() -> None:
+    from jupyter_vgpu.errors import InvalidConfig
+    from jupyter_vgpu.hub.kubernetes import kai_settings
+
+    with pytest.raises(InvalidConfig, match=r"^queue 'my queue!' is not a Kubernetes label value"):
+        kai_settings(Share(gpus=0.5), queue="my queue!")
