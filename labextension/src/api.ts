@@ -108,6 +108,11 @@ export interface ISlice {
   /** What the share reserves, in words ("memory only; compute is shared with the GPU's other users"). */
   share_note?: string | null;
   state: SliceState;
+  /**
+   * Why the slice's use is not known yet, or how it is measured, in a sentence ("No GPU process
+   * of this kernel seen yet: its use shows once it allocates GPU memory."); absent on older servers.
+   */
+  usage_note?: string | null;
   frameworks?: { [name: string]: { status: string; detail?: string } };
   /** Points taken after the `since` of the request (all of them without one). */
   history?: IHistoryPoint[];
@@ -217,9 +222,23 @@ export interface IRefusalsReply {
   refusals: IRefusal[];
 }
 
+/** What a kernel's process tree uses of the host (psutil); null where it cannot be read. */
+export interface IHostUsage {
+  /** CPU time of the process tree, percent of one core (may exceed 100 on several cores). */
+  cpu_percent: number | null;
+  /** Resident memory of the process tree (bytes). */
+  memory_rss: number | null;
+  /** The host's memory (bytes). */
+  memory_total: number | null;
+  /** The host's CPU cores. */
+  cpu_count: number | null;
+}
+
 export interface IKernelReply {
   kernel_id: string;
   slice: ISlice | null;
+  /** The kernel's use of the host; absent on older servers, null when unknown. */
+  host?: IHostUsage | null;
 }
 
 /**
@@ -330,13 +349,20 @@ export class VGPUClient {
    * Without its history: a `since` after any point the server has (the status bar draws none).
    */
   async kernelSlice(kernelId: string): Promise<ISlice | null> {
+    return (await this.kernel(kernelId))?.slice ?? null;
+  }
+
+  /**
+   * What the server knows of a kernel: its slice and its use of the host; null for a kernel
+   * the server does not know. Without the slice's history, as `kernelSlice`.
+   */
+  async kernel(kernelId: string): Promise<IKernelReply | null> {
     try {
-      const reply = await requestAPI<IKernelReply>(
+      return await requestAPI<IKernelReply>(
         withSince(`kernels/${encodeURIComponent(kernelId)}`, NO_HISTORY),
         {},
         this.serverSettings
       );
-      return reply.slice;
     } catch (error) {
       if (error instanceof VGPUApiError && error.status === 404) {
         return null;

@@ -4,15 +4,16 @@
 import * as React from 'react';
 
 import { IDevice, ISlice } from './api';
-import { formatBytes, holderLabel, share } from './format';
+import {
+  formatBytes,
+  formatUsage,
+  holderLabel,
+  share,
+  usedOfReserved,
+  usedPerGPU
+} from './format';
 
-/** The memory one slice uses on one of its GPUs (the server sums over all of them). */
-export function usedPerGPU(slice: ISlice): number | null {
-  if (slice.memory_used === null || slice.memory_used === undefined) {
-    return null;
-  }
-  return slice.memory_used / Math.max(1, slice.gpus.length);
-}
+export { usedPerGPU };
 
 /** The memory one slice uses on this GPU: measured per GPU when the server can, else an even share. */
 export function usedOn(slice: ISlice, uuid: string): number | null {
@@ -69,27 +70,85 @@ export function DeviceBar(props: {
   );
 }
 
-/** A slice's own bar: used against reserved, coloured like its segment in the GPU bar. */
+/**
+ * A slice's own bar: used against reserved, coloured like its segment in the GPU bar. The
+ * outlined track is the reservation, empty until the slice uses memory; the solid fill is what
+ * it uses; use beyond the reservation grows the bar with a hatched part in the error colour.
+ */
 export function SliceBar(props: {
   slice: ISlice;
   colour: number;
 }): JSX.Element {
   const { slice, colour } = props;
   const used = usedPerGPU(slice);
+  const parts = usedOfReserved(used, slice.memory_reserved);
+  const over = parts.over > 0;
+  const text =
+    used === null
+      ? `use unknown of ${formatBytes(slice.memory_reserved)} reserved`
+      : `${formatUsage(used, slice.memory_reserved)} used of reserved` +
+        (over
+          ? `, ${formatBytes(used - slice.memory_reserved)} over the reservation`
+          : '');
   return (
     <div
-      className={`jp-vgpu-SliceBar jp-vgpu-colour-${colour} jp-vgpu-mod-${slice.state}`}
+      className={`jp-vgpu-SliceBar jp-vgpu-colour-${colour} jp-vgpu-mod-${slice.state}${over ? ' jp-vgpu-mod-overflow' : ''}`}
       role="meter"
       aria-valuemin={0}
       aria-valuemax={slice.memory_reserved}
       aria-valuenow={used ?? undefined}
+      aria-valuetext={text}
       aria-label="GPU memory used of reserved"
     >
       <div
         className="jp-vgpu-SliceBar-used"
-        style={{ width: percent(share(used, slice.memory_reserved)) }}
+        style={{ width: percent(parts.used / 100) }}
       />
+      {over && (
+        <div
+          className="jp-vgpu-SliceBar-over"
+          style={{ width: percent(parts.over / 100) }}
+        />
+      )}
     </div>
+  );
+}
+
+/**
+ * How to read the bars, once at the top of the panel: used (solid), reserved (pale), other
+ * processes (hatched), free (empty).
+ */
+export function BarLegend(): JSX.Element {
+  const items: [string, string, string][] = [
+    [
+      'used',
+      'used',
+      "Memory a slice's processes use: solid, in the kernel's colour"
+    ],
+    ['reserved', 'reserved', 'Memory a slice reserves but does not use: pale'],
+    [
+      'foreign',
+      'other processes',
+      'Memory used by processes without a slice: hatched'
+    ],
+    ['free', 'free', 'Memory neither reserved nor used: empty']
+  ];
+  return (
+    <ul className="jp-vgpu-Legend" aria-label="How to read the memory bars">
+      {items.map(([kind, label, title]) => (
+        <li
+          key={kind}
+          className={`jp-vgpu-Legend-item jp-vgpu-mod-${kind}`}
+          title={title}
+        >
+          <span
+            className={`jp-vgpu-Legend-swatch jp-vgpu-mod-${kind}`}
+            aria-hidden="true"
+          />
+          {label}
+        </li>
+      ))}
+    </ul>
   );
 }
 

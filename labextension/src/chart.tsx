@@ -1,46 +1,38 @@
 /**
- * A small history chart, hand-written SVG: memory used over the last minutes (a line over a
- * pale area), the reservation as a dashed horizontal line, utilisation (0-100 %) as a second,
- * thinner line on its own scale.
+ * A small history chart (a `TimeSeries`): memory used over the last minutes (a line over a
+ * pale area, its values on the left axis), the reservation as a dashed horizontal line,
+ * utilisation (0-100 %, right axis) as a second, thinner line; a hover readout and axis values.
  */
 import * as React from 'react';
 
 import { IHistoryPoint } from './api';
 import { formatBytes, formatPercent } from './format';
 import { HISTORY_SECONDS } from './model';
+import { AXES, ISeries, TimeSeries } from './timeseries';
 
-const WIDTH = 240;
-const HEIGHT = 56;
-/** Leave a pixel above and below so the lines are never clipped. */
-const PAD = 1.5;
+/** The chart's height in pixels, its axes included. */
+const HEIGHT = 96;
 /** The shortest time axis, in seconds. */
 const MIN_WINDOW = 60;
 
-/** Runs of consecutive known values as SVG point lists ("x,y x,y ..."): an unknown value breaks the line. */
-function runs(
-  points: IHistoryPoint[],
-  value: (p: IHistoryPoint) => number | null,
-  x: (t: number) => number,
-  y: (v: number) => number
-): string[] {
-  const out: string[] = [];
-  let current: string[] = [];
-  for (const p of points) {
-    const v = value(p);
-    if (v === null || v === undefined || !isFinite(v)) {
-      if (current.length > 0) {
-        out.push(current.join(' '));
-      }
-      current = [];
-      continue;
-    }
-    current.push(`${x(p.t).toFixed(1)},${y(v).toFixed(1)}`);
+const SERIES: ISeries<IHistoryPoint>[] = [
+  {
+    id: 'used',
+    label: 'used',
+    value: p => p.used,
+    format: formatBytes,
+    className: 'jp-vgpu-Chart-used',
+    areaClassName: 'jp-vgpu-Chart-area'
+  },
+  {
+    id: 'util',
+    label: 'util',
+    value: p => p.util,
+    format: formatPercent,
+    className: 'jp-vgpu-Chart-util',
+    axis: 'right'
   }
-  if (current.length > 0) {
-    out.push(current.join(' '));
-  }
-  return out;
-}
+];
 
 /** "5 min", "90 s". */
 function spanText(seconds: number): string {
@@ -62,11 +54,16 @@ export interface IHistoryChartProps {
   colourClass?: string;
   /** What the chart is of ("train.ipynb", "GPU 0"). */
   subject: string;
+  /**
+   * The latest figures (what the card or row beside the chart shows), for the legend; without
+   * them (or for a figure left undefined) the legend shows the last history point.
+   */
+  current?: { used?: number | null; util?: number | null };
 }
 
 /** Memory used and utilisation of one slice or GPU over the last `HISTORY_SECONDS`. */
 export function HistoryChart(props: IHistoryChartProps): JSX.Element {
-  const { points, reserved, total, subject } = props;
+  const { points, reserved, total, subject, current } = props;
   const now = Math.max(
     props.now,
     points.length ? points[points.length - 1].t : 0
@@ -78,80 +75,43 @@ export function HistoryChart(props: IHistoryChartProps): JSX.Element {
     HISTORY_SECONDS,
     Math.max(MIN_WINDOW, kept.length ? now - kept[0].t : 0)
   );
-  const start = now - window;
-  const shown = kept;
-  const used = shown
-    .map(p => p.used)
-    .filter((v): v is number => typeof v === 'number');
-  const top = Math.max(
-    total ?? 0,
-    (reserved ?? 0) * 1.15,
-    used.length ? Math.max(...used) * 1.1 : 0,
-    1
-  );
-  const x = (t: number) => ((t - start) / window) * WIDTH;
-  const yMemory = (v: number) => HEIGHT - PAD - (v / top) * (HEIGHT - 2 * PAD);
-  const yUtil = (v: number) =>
-    HEIGHT - PAD - (Math.min(100, Math.max(0, v)) / 100) * (HEIGHT - 2 * PAD);
-  const memoryRuns = runs(shown, p => p.used, x, yMemory);
-  const utilRuns = runs(shown, p => p.util, x, yUtil);
-  const last = shown.length ? shown[shown.length - 1] : null;
-  const label =
-    shown.length === 0
-      ? `${subject}: no history yet`
-      : `${subject} over the last ${spanText(window)}: memory used ` +
-        `${used.length ? `${formatBytes(Math.min(...used))} to ${formatBytes(Math.max(...used))}` : 'unknown'}` +
-        `${reserved ? `, reserved ${formatBytes(reserved)}` : ''}` +
-        `, utilisation now ${formatPercent(last?.util)}`;
+  const last = kept.length ? kept[kept.length - 1] : null;
+  const used = current?.used !== undefined ? current.used : last?.used;
+  const util = current?.util !== undefined ? current.util : last?.util;
   return (
-    <figure className="jp-vgpu-Chart" aria-label={label}>
-      <svg
-        className={`jp-vgpu-Chart-plot ${props.colourClass ?? ''}`}
-        viewBox={`0 0 ${WIDTH} ${HEIGHT}`}
-        preserveAspectRatio="none"
-        role="img"
-        aria-label={label}
-        data-points={used.length}
-      >
-        <title>{label}</title>
-        {memoryRuns.map((run, i) => {
-          const first = run.split(' ')[0].split(',')[0];
-          const final = run.split(' ').slice(-1)[0].split(',')[0];
-          return (
-            <polygon
-              key={`area-${i}`}
-              className="jp-vgpu-Chart-area"
-              points={`${first},${HEIGHT} ${run} ${final},${HEIGHT}`}
-            />
-          );
-        })}
-        {reserved ? (
-          <line
-            className="jp-vgpu-Chart-reserved"
-            x1={0}
-            x2={WIDTH}
-            y1={yMemory(reserved)}
-            y2={yMemory(reserved)}
-          />
-        ) : null}
-        {utilRuns.map((run, i) => (
-          <polyline
-            key={`util-${i}`}
-            className="jp-vgpu-Chart-util"
-            points={run}
-          />
-        ))}
-        {memoryRuns.map((run, i) => (
-          <polyline
-            key={`used-${i}`}
-            className="jp-vgpu-Chart-used"
-            points={run}
-          />
-        ))}
-      </svg>
+    <figure
+      className={`jp-vgpu-Chart ${props.colourClass ?? ''}`}
+      aria-label={`${subject}: memory and utilisation over the last ${spanText(window)}`}
+    >
+      <TimeSeries
+        points={kept}
+        series={SERIES}
+        references={
+          reserved
+            ? [
+                {
+                  id: 'reserved',
+                  label: 'reserved',
+                  value: reserved,
+                  format: formatBytes,
+                  className: 'jp-vgpu-Chart-reserved'
+                }
+              ]
+            : []
+        }
+        start={now - window}
+        end={now}
+        left={AXES.bytes(total ?? null)}
+        right={AXES.percent()}
+        subject={subject}
+        height={HEIGHT}
+        width={240}
+        className="jp-vgpu-Chart-series"
+        plotClassName={`jp-vgpu-Chart-plot ${props.colourClass ?? ''}`}
+      />
       <figcaption className="jp-vgpu-Chart-legend">
         <span className="jp-vgpu-Chart-key jp-vgpu-mod-used">
-          used {formatBytes(last?.used)}
+          used {formatBytes(used)}
         </span>
         {reserved ? (
           <span className="jp-vgpu-Chart-key jp-vgpu-mod-reserved">
@@ -159,10 +119,10 @@ export function HistoryChart(props: IHistoryChartProps): JSX.Element {
           </span>
         ) : null}
         <span className="jp-vgpu-Chart-key jp-vgpu-mod-util">
-          util {formatPercent(last?.util)}
+          util {formatPercent(util)}
         </span>
         <span className="jp-vgpu-Chart-span">
-          {shown.length > 1 ? `last ${spanText(window)}` : 'collecting…'}
+          {kept.length > 1 ? `last ${spanText(window)}` : 'collecting…'}
         </span>
       </figcaption>
     </figure>

@@ -37,21 +37,26 @@ export function DeviceCard(props: {
       aria-label={`GPU ${device.index}`}
     >
       <header className="jp-vgpu-DeviceCard-header">
-        <Disclosure
-          expanded={expanded}
-          onToggle={() => setExpanded(!expanded)}
-          controls={detailsId}
-          label={`History of GPU ${device.index}`}
-        />
-        <span className="jp-vgpu-DeviceCard-index">GPU {device.index}</span>
-        <span
+        <div className="jp-vgpu-DeviceCard-title">
+          <Disclosure
+            expanded={expanded}
+            onToggle={() => setExpanded(!expanded)}
+            controls={detailsId}
+            label={`History of GPU ${device.index}`}
+          />
+          <span className="jp-vgpu-DeviceCard-index">GPU {device.index}</span>
+          <span className="jp-vgpu-DeviceCard-chips">
+            {device.mig_mode && <span className="jp-vgpu-Chip">MIG</span>}
+            {device.watched && <WatchedChip what="the slices on this GPU" />}
+          </span>
+        </div>
+        {/* On a line of its own, wrapped when the panel is narrow: never cut. */}
+        <div
           className="jp-vgpu-DeviceCard-name"
           title={`${device.name}\n${device.uuid}\nEnforcement available: ${device.tier}`}
         >
           {device.name}
-        </span>
-        {device.mig_mode && <span className="jp-vgpu-Chip">MIG</span>}
-        {device.watched && <WatchedChip what="the slices on this GPU" />}
+        </div>
       </header>
       <DeviceBar device={device} slices={slices} colour={colour} />
       <div className="jp-vgpu-DeviceCard-stats">

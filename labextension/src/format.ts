@@ -3,7 +3,7 @@
  */
 import { PathExt } from '@jupyterlab/coreutils';
 
-import { HolderKind, ISlice, IWaiting } from './api';
+import { HolderKind, IHostUsage, ISlice, IWaiting } from './api';
 import vocabulary from './vocabulary.json';
 
 const MiB = 1024 ** 2;
@@ -99,6 +99,14 @@ export function formatUsage(
 /** "63%", or "–" when NVML cannot say. */
 export function formatPercent(value: number | null | undefined): string {
   return value === null || value === undefined ? '–' : `${Math.round(value)}%`;
+}
+
+/** The memory one slice uses on one of its GPUs (the server sums over all of them). */
+export function usedPerGPU(slice: ISlice): number | null {
+  if (slice.memory_used === null || slice.memory_used === undefined) {
+    return null;
+  }
+  return slice.memory_used / Math.max(1, slice.gpus.length);
 }
 
 /** A share in [0, 1] of `total`, clamped so bars never overflow. */
@@ -249,4 +257,103 @@ export function pathLabel(path: string | null | undefined): string {
     return '';
   }
   return path.endsWith('.ipynb') ? PathExt.basename(path) : path;
+}
+
+/**
+ * A slice's own bar, used against reserved, as three widths in percent of the bar: `used` (the
+ * part of the reservation in use), `over` (use beyond the reservation) and `limit` (where the
+ * reservation ends). While the slice stays within its reservation the bar is the reservation
+ * (`limit` 100); over it, the bar grows to what is used and the reservation ends at `limit`.
+ * Unknown or no use leaves the bar empty.
+ */
+export function usedOfReserved(
+  used: number | null | undefined,
+  reserved: number
+): { used: number; over: number; limit: number } {
+  if (!used || used <= 0 || !isFinite(used) || !(reserved > 0)) {
+    return { used: 0, over: 0, limit: 100 };
+  }
+  if (used <= reserved) {
+    return { used: (used / reserved) * 100, over: 0, limit: 100 };
+  }
+  const limit = (reserved / used) * 100;
+  return { used: limit, over: 100 - limit, limit };
+}
+
+/**
+ * Why a slice's use is not known, or how it is measured, in a sentence: the server's
+ * `usage_note`; without one (older servers), a sentence of ours while the use is unknown.
+ */
+export function usageNote(slice: ISlice): string | null {
+  const note = slice.usage_note?.trim();
+  if (note) {
+    return note;
+  }
+  if (slice.state !== 'unknown') {
+    return null;
+  }
+  const holder = slice.holder_kind === 'command' ? 'command' : 'kernel';
+  return `No GPU process of this ${holder} seen yet, and it reports no use: its use shows once it allocates GPU memory.`;
+}
+
+/** "CPU 12 % · RAM 310 MiB of 23.4 GiB": a kernel's use of the host; null when nothing is known. */
+export function formatHost(host: IHostUsage | null | undefined): string | null {
+  if (!host) {
+    return null;
+  }
+  const parts: string[] = [];
+  const cpu = host.cpu_percent;
+  if (typeof cpu === 'number' && isFinite(cpu)) {
+    const cores =
+      cpu > 100 && host.cpu_count ? ` of ${host.cpu_count} cores` : '';
+    parts.push(`CPU ${Math.round(cpu)} %${cores}`);
+  }
+  const rss = host.memory_rss;
+  if (typeof rss === 'number' && isFinite(rss)) {
+    const total = host.memory_total;
+    parts.push(
+      `RAM ${formatBytes(rss)}${typeof total === 'number' && total > 0 ? ` of ${formatBytes(total)}` : ''}`
+    );
+  }
+  return parts.length ? parts.join(' · ') : null;
+}
+
+/** What the status bar item says of a kernel's slice: "GPU 2.1 / 4.0 GiB". */
+export function statusText(slice: ISlice): string {
+  return `GPU ${formatUsage(usedPerGPU(slice), slice.memory_reserved)}`;
+}
+
+/** The words on simulated GPUs, wherever the UI says so. */
+export const SIMULATED_NOTE =
+  'The GPUs are simulated (JUPYTER_VGPU_SIMULATE): no real GPU is used.';
+
+/**
+ * The status bar item's tooltip: the GPU use and the slice, the kernel's use of the host beside
+ * it, a warning, whether the GPUs are simulated.
+ */
+export function statusTitle(
+  slice: ISlice,
+  host: IHostUsage | null | undefined,
+  simulated: boolean
+): string {
+  const lines = [
+    `${statusText(slice)} used of reserved: ${slice.request_text}, slice ${slice.id} (${slice.tier})`
+  ];
+  const hostText = formatHost(host);
+  if (hostText) {
+    lines.push(hostText);
+  }
+  const note = usageNote(slice);
+  if (note) {
+    lines.push(note);
+  }
+  const warning = stateText(slice);
+  if (warning) {
+    lines.push(warning);
+  }
+  if (simulated) {
+    lines.push(SIMULATED_NOTE);
+  }
+  lines.push('Click to show the GPUs panel.');
+  return lines.join('\n');
 }

@@ -8,7 +8,11 @@ import {
   JupyterFrontEnd,
   JupyterFrontEndPlugin
 } from '@jupyterlab/application';
-import { ICommandPalette, ISessionContext } from '@jupyterlab/apputils';
+import {
+  ICommandPalette,
+  ISessionContext,
+  Notification
+} from '@jupyterlab/apputils';
 import { ISettingRegistry } from '@jupyterlab/settingregistry';
 import { IStatusBar } from '@jupyterlab/statusbar';
 
@@ -17,7 +21,9 @@ import { gpuIcon } from './icons';
 import { waitingAlternative } from './kernelspecs';
 import { LauncherOrder } from './launcherorder';
 import { GPUModel } from './model';
+import { pathLabel } from './format';
 import { RefusalDialogs } from './refusaldialog';
+import { ShutDownNotebooks } from './shutdownmemory';
 import { GPUSidebar } from './sidebar';
 import {
   GPUStatusItem,
@@ -104,6 +110,12 @@ const plugin: JupyterFrontEndPlugin<void> = {
     });
     const scanLaunchers = () => launchers.scan();
     model.changed.connect(() => {
+      const snapshot = model.snapshot;
+      if (snapshot) {
+        launchers.simulated = !!(
+          snapshot.slices.simulated || snapshot.devices.simulated
+        );
+      }
       const memory = (model.snapshot?.devices.devices ?? []).reduce<
         number | null
       >(
@@ -120,11 +132,24 @@ const plugin: JupyterFrontEndPlugin<void> = {
     labShell?.layoutModified.connect(scanLaunchers);
     app.restored.then(scanLaunchers).catch(console.error);
 
+    // Notebooks whose kernel was shut down from the panel open without one after a reload.
+    const shutDownNotebooks = new ShutDownNotebooks({
+      storage: localStorageOrNull(),
+      key: `jupyter-vgpu:shut-down:${app.serviceManager.serverSettings.baseUrl}`,
+      onHeldBack: path =>
+        Notification.info(
+          `${pathLabel(path)}: no kernel was started, because its kernel was shut down from the GPUs panel. Pick a kernel to start one.`,
+          { autoClose: 8000 }
+        )
+    });
+    shutDownNotebooks.follow(app.docRegistry);
+
     const sidebar = new GPUSidebar({
       model,
       commands: app.commands,
       serviceManager: app.serviceManager,
-      cancelWaiting: w => line.cancel(w)
+      cancelWaiting: w => line.cancel(w),
+      shutDownNotebooks
     });
     sidebar.title.caption = 'GPUs';
     app.shell.add(sidebar, 'left', { rank: 750, type: 'GPUs' });
@@ -150,7 +175,12 @@ const plugin: JupyterFrontEndPlugin<void> = {
       kernelSlice = new KernelSliceModel(
         client,
         DEFAULT_INTERVAL_S * 1000,
-        line
+        line,
+        () =>
+          !!(
+            model.snapshot?.slices.simulated ||
+            model.snapshot?.devices.simulated
+          )
       );
       const item = new GPUStatusItem(kernelSlice, () =>
         app.commands.execute(CommandIDs.show)
@@ -200,5 +230,14 @@ const plugin: JupyterFrontEndPlugin<void> = {
     }
   }
 };
+
+/** The browser's localStorage, or null where it is refused (a sandboxed frame, privacy settings). */
+function localStorageOrNull(): Storage | null {
+  try {
+    return window.localStorage;
+  } catch {
+    return null;
+  }
+}
 
 export default plugin;

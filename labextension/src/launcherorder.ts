@@ -8,6 +8,10 @@
  * look), so keyboard and screen readers follow the same order. A MutationObserver per launcher
  * puts the order back whenever the launcher renders again; it moves nothing when the order is
  * already right, so its own moves do not feed it.
+ *
+ * On simulated GPUs each launcher carries `data-jp-vgpu-simulated="true"` (on the launcher's own
+ * node, which JupyterLab's React rendering leaves alone), and the stylesheet's "GPU" badge of a
+ * sliced card reads "simulated GPU".
  */
 import { KernelSpec } from '@jupyterlab/services';
 
@@ -33,6 +37,7 @@ export class LauncherOrder {
       const observer = new MutationObserver(() => this._sort(node));
       observer.observe(node, { childList: true, subtree: true });
       this._watched.set(node, observer);
+      this._mark(node);
       this._sort(node);
     });
     // Forget launchers that were closed.
@@ -41,6 +46,17 @@ export class LauncherOrder {
         observer.disconnect();
         this._watched.delete(node);
       }
+    }
+  }
+
+  /** Whether the GPUs are simulated: the sliced cards' badge says so. */
+  get simulated(): boolean {
+    return this._simulated;
+  }
+  set simulated(value: boolean) {
+    if (value !== this._simulated) {
+      this._simulated = value;
+      this._watched.forEach((_, node) => this._mark(node));
     }
   }
 
@@ -53,6 +69,14 @@ export class LauncherOrder {
     this._watched.forEach(observer => observer.disconnect());
     this._watched.clear();
     this._kernelspecs.specsChanged.disconnect(this._sortAll, this);
+  }
+
+  private _mark(launcher: HTMLElement): void {
+    if (this._simulated) {
+      launcher.dataset.jpVgpuSimulated = 'true';
+    } else {
+      delete launcher.dataset.jpVgpuSimulated;
+    }
   }
 
   private _sortAll(): void {
@@ -117,6 +141,7 @@ export class LauncherOrder {
 
   private _gpuMemory: () => number | null;
   private _kernelspecs: KernelSpec.IManager;
+  private _simulated = false;
   private _watched = new Map<HTMLElement, MutationObserver>();
 }
 

@@ -7,6 +7,14 @@ import * as React from 'react';
 import { IRefusal } from './api';
 import { formatBytes, formatDuration, pathLabel } from './format';
 
+/** An opened "The server's message" scrolls into view (within the view's scrolling part). */
+function showOpened(event: React.SyntheticEvent<HTMLDetailsElement>): void {
+  const details = event.currentTarget;
+  if (details.open) {
+    details.scrollIntoView({ block: 'nearest' });
+  }
+}
+
 /** At most this many "Start ..." buttons (the server lists the largest that fits first). */
 const MAX_SUGGESTIONS = 3;
 
@@ -66,60 +74,69 @@ export function RefusalView(props: {
   return (
     <div className="jp-vgpu-Refusal" data-status={r.status}>
       <h3 className="jp-vgpu-Refusal-summary">{summary}</h3>
-      {(r.asked || notebook) && (
-        <p className="jp-vgpu-Refusal-asked">
-          {notebook ? (
-            <strong title={r.path ?? undefined}>{notebook}</strong>
-          ) : (
-            'The kernel'
-          )}
-          {r.asked ? (
-            <>
-              {' '}
-              asked for <strong>{r.asked}</strong>
-            </>
-          ) : (
-            ' did not start'
-          )}
-          {r.kernel_display_name ? <> with “{r.kernel_display_name}”</> : null}
-          {r.waited && !/wait/i.test(summary) ? (
-            <> after waiting {formatDuration(r.waited)} in line</>
-          ) : null}
-          .
-          {fits && !summary.includes(fits) ? (
-            <> The most that fits now: {fits}.</>
-          ) : null}
-        </p>
-      )}
-      {(r.gpus ?? []).length > 0 && (
-        <ul className="jp-vgpu-Refusal-gpus" aria-label="Who holds the GPUs">
-          {r.gpus.map(gpu => (
-            <li
-              key={gpu.index}
-              className="jp-vgpu-Refusal-gpu"
-              data-gpu-index={gpu.index}
-            >
-              <div className="jp-vgpu-Refusal-gpuHeader">
-                <span className="jp-vgpu-Refusal-gpuName">
-                  GPU {gpu.index}
-                  {gpu.name ? ` ${gpu.name}` : ''}
-                </span>
-                <span className="jp-vgpu-Refusal-gpuFree">
-                  {formatBytes(gpu.free)} free of {formatBytes(gpu.total)}
-                </span>
-              </div>
-              <Holders gpu={gpu} />
-            </li>
-          ))}
-        </ul>
-      )}
-      {(r.advice ?? []).length > 0 && (
-        <ul className="jp-vgpu-Refusal-advice" aria-label="What you can do">
-          {r.advice.map((a, i) => (
-            <li key={i}>{a}</li>
-          ))}
-        </ul>
-      )}
+      {/* The heading above and the buttons below stay in view: only this part scrolls. */}
+      <div className="jp-vgpu-Refusal-scroll">
+        {(r.asked || notebook) && (
+          <p className="jp-vgpu-Refusal-asked">
+            {notebook ? (
+              <strong title={r.path ?? undefined}>{notebook}</strong>
+            ) : (
+              'The kernel'
+            )}
+            {r.asked ? (
+              <>
+                {' '}
+                asked for <strong>{r.asked}</strong>
+              </>
+            ) : (
+              ' did not start'
+            )}
+            {r.kernel_display_name ? (
+              <> with “{r.kernel_display_name}”</>
+            ) : null}
+            {r.waited && !/wait/i.test(summary) ? (
+              <> after waiting {formatDuration(r.waited)} in line</>
+            ) : null}
+            .
+            {fits && !summary.includes(fits) ? (
+              <> The most that fits now: {fits}.</>
+            ) : null}
+          </p>
+        )}
+        {(r.gpus ?? []).length > 0 && (
+          <ul className="jp-vgpu-Refusal-gpus" aria-label="Who holds the GPUs">
+            {r.gpus.map(gpu => (
+              <li
+                key={gpu.index}
+                className="jp-vgpu-Refusal-gpu"
+                data-gpu-index={gpu.index}
+              >
+                <div className="jp-vgpu-Refusal-gpuHeader">
+                  <span className="jp-vgpu-Refusal-gpuName">
+                    GPU {gpu.index}
+                    {gpu.name ? ` ${gpu.name}` : ''}
+                  </span>
+                  <span className="jp-vgpu-Refusal-gpuFree">
+                    {formatBytes(gpu.free)} free of {formatBytes(gpu.total)}
+                  </span>
+                </div>
+                <Holders gpu={gpu} />
+              </li>
+            ))}
+          </ul>
+        )}
+        {(r.advice ?? []).length > 0 && (
+          <ul className="jp-vgpu-Refusal-advice" aria-label="What you can do">
+            {r.advice.map((a, i) => (
+              <li key={i}>{a}</li>
+            ))}
+          </ul>
+        )}
+        <details className="jp-vgpu-Refusal-raw" onToggle={showOpened}>
+          <summary>The server's message</summary>
+          <pre>{r.message}</pre>
+        </details>
+      </div>
       {(suggestions.length > 0 || waiting) && (
         <div className="jp-vgpu-Refusal-actions">
           {suggestions.map((k, i) => (
@@ -145,10 +162,6 @@ export function RefusalView(props: {
           )}
         </div>
       )}
-      <details className="jp-vgpu-Refusal-raw">
-        <summary>The server's message</summary>
-        <pre>{r.message}</pre>
-      </details>
     </div>
   );
 }
@@ -165,14 +178,16 @@ export function StoppedWaitingView(props: {
           ? 'Cancelled: no longer waiting for a GPU slice.'
           : 'No longer waiting for a GPU slice.'}
       </h3>
-      <p className="jp-vgpu-Refusal-asked">
-        The kernel did not start. Pick a kernel (or start this one again) to get
-        back in line.
-      </p>
-      <details className="jp-vgpu-Refusal-raw">
-        <summary>The server's message</summary>
-        <pre>{props.message}</pre>
-      </details>
+      <div className="jp-vgpu-Refusal-scroll">
+        <p className="jp-vgpu-Refusal-asked">
+          The kernel did not start. Pick a kernel (or start this one again) to
+          get back in line.
+        </p>
+        <details className="jp-vgpu-Refusal-raw" onToggle={showOpened}>
+          <summary>The server's message</summary>
+          <pre>{props.message}</pre>
+        </details>
+      </div>
     </div>
   );
 }

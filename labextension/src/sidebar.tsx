@@ -13,10 +13,12 @@ import { CommandRegistry } from '@lumino/commands';
 import * as React from 'react';
 
 import { ISlice, IWaiting } from './api';
+import { BarLegend } from './bars';
 import { DeviceCard } from './devicecard';
 import { holderLabel } from './format';
 import { gpuIcon } from './icons';
 import { GPUModel } from './model';
+import { ShutDownNotebooks } from './shutdownmemory';
 import { IHistorySource, ISliceActions } from './slicerow';
 import { IWaitingActions, WaitingList } from './waiting';
 
@@ -121,6 +123,7 @@ function Body(props: {
           </p>
         </Message>
       )}
+      {devices.devices.length > 0 && <BarLegend />}
       {devices.devices.map(device => (
         <DeviceCard
           key={device.uuid}
@@ -154,6 +157,7 @@ export class GPUSidebar extends ReactWidget {
     this.model = options.model;
     this._commands = options.commands;
     this._services = options.serviceManager;
+    this._shutDown = options.shutDownNotebooks ?? null;
     this._history = {
       slice: id => this.model.sliceHistory(id),
       device: uuid => this.model.deviceHistory(uuid),
@@ -229,10 +233,14 @@ export class GPUSidebar extends ReactWidget {
     if (!result.button.accept) {
       return;
     }
+    // A page reload must not start this notebook's kernel again on its own.
+    const path = slice.path?.endsWith('.ipynb') ? slice.path : null;
+    this._shutDown?.mark(path);
     try {
       // The kernels service tells every session and notebook using this kernel.
       await this._services.kernels.shutdown(kernelId);
     } catch (error) {
+      this._shutDown?.forget(path);
       await showDialog({
         title: 'Could not shut down the kernel',
         body: String(error),
@@ -267,6 +275,7 @@ export class GPUSidebar extends ReactWidget {
   private _commands: CommandRegistry;
   private _history: IHistorySource;
   private _services: ServiceManager.IManager;
+  private _shutDown: ShutDownNotebooks | null;
   private _waitingActions: IWaitingActions;
 }
 
@@ -277,5 +286,7 @@ export namespace GPUSidebar {
     serviceManager: ServiceManager.IManager;
     /** Take a request out of the line. */
     cancelWaiting: (w: IWaiting) => Promise<void>;
+    /** Where kernels shut down from the panel are remembered (so a reload does not restart them). */
+    shutDownNotebooks?: ShutDownNotebooks;
   }
 }

@@ -21,7 +21,8 @@ import {
   formatUsage,
   holderLabel,
   shareSentence,
-  stateText
+  stateText,
+  usageNote
 } from './format';
 
 /** What a row needs to draw its history. */
@@ -76,7 +77,10 @@ function details(slice: ISlice): string {
     `Frameworks may allocate ${formatBytes(slice.memory_limit)} per GPU` +
       ` (${formatBytes(slice.context_allowance)} is kept for the CUDA context)`
   ];
-  if (slice.usage_source === 'reported') {
+  const note = usageNote(slice);
+  if (note) {
+    lines.push(note);
+  } else if (slice.usage_source === 'reported') {
     lines.push(
       'Usage reported by the kernel itself (NVML cannot see its processes).'
     );
@@ -110,6 +114,8 @@ export function SliceRow(props: {
   const KindIcon = isKernel ? kernelIcon : terminalIcon;
   // Only this server's kernels can be shut down from here, and only your own commands released.
   const canAct = isKernel ? slice.running_here : slice.yours;
+  // Why the use is unknown, under the row (the tooltip always has the server's note).
+  const note = slice.state === 'unknown' ? usageNote(slice) : null;
   return (
     <li
       className={`jp-vgpu-SliceRow jp-vgpu-mod-${slice.state}`}
@@ -130,16 +136,6 @@ export function SliceRow(props: {
             label={`History of ${label}`}
           />
           <Holder slice={slice} actions={actions} />
-          {warning && (
-            <span
-              className="jp-vgpu-SliceRow-warning"
-              role="status"
-              title={warning}
-              aria-label={warning}
-            >
-              ⚠
-            </span>
-          )}
           <span className="jp-vgpu-SliceRow-actions">
             <button
               className="jp-Button jp-mod-minimal jp-vgpu-action-copy"
@@ -190,6 +186,17 @@ export function SliceRow(props: {
         </div>
         <div className="jp-vgpu-SliceRow-line">
           <SliceBar slice={slice} colour={colour} />
+          {/* Beside the figure it is about, so the name above keeps its room. */}
+          {warning && (
+            <span
+              className="jp-vgpu-SliceRow-warning"
+              role="status"
+              title={warning}
+              aria-label={warning}
+            >
+              ⚠
+            </span>
+          )}
           <span className="jp-vgpu-SliceRow-memory">
             {formatUsage(usedPerGPU(slice), slice.memory_reserved)}
           </span>
@@ -197,6 +204,7 @@ export function SliceRow(props: {
             {formatPercent(slice.utilization)}
           </span>
         </div>
+        {note && <p className="jp-vgpu-SliceRow-note">{note}</p>}
         {expanded && (
           <div className="jp-vgpu-SliceRow-details" id={detailsId}>
             <HistoryChart

@@ -9,9 +9,14 @@ import { ISignal, Signal } from '@lumino/signaling';
 import { Widget } from '@lumino/widgets';
 import * as React from 'react';
 
-import { ISlice, IWaiting, VGPUClient } from './api';
-import { usedPerGPU } from './bars';
-import { formatDuration, formatUsage, pathLabel, stateText } from './format';
+import { IHostUsage, ISlice, IWaiting, VGPUClient } from './api';
+import {
+  formatDuration,
+  pathLabel,
+  SIMULATED_NOTE,
+  statusText,
+  statusTitle
+} from './format';
 import { gpuIcon } from './icons';
 
 /** Where the item learns about the line (the sidebar's model, through a WaitWatcher). */
@@ -28,9 +33,15 @@ export interface ILineSource {
  * source, `waiter` is the notebook's request while its kernel waits in line for a slice.
  */
 export class KernelSliceModel {
-  constructor(client: VGPUClient, interval: number, line?: ILineSource) {
+  constructor(
+    client: VGPUClient,
+    interval: number,
+    line?: ILineSource,
+    simulated?: () => boolean
+  ) {
     this._client = client;
     this._line = line ?? null;
+    this._simulated = simulated ?? (() => false);
     this._line?.changed.connect(this._onLine, this);
     this._poll = new Poll({
       auto: true,
@@ -47,6 +58,16 @@ export class KernelSliceModel {
 
   get slice(): ISlice | null {
     return this._slice;
+  }
+
+  /** What the slice's kernel uses of the host (null: unknown, or an older server). */
+  get host(): IHostUsage | null {
+    return this._slice ? this._host : null;
+  }
+
+  /** Whether the server's GPUs are simulated. */
+  get simulated(): boolean {
+    return this._simulated();
   }
 
   /** The request of this notebook waiting in line, while it has no slice. */
@@ -102,6 +123,7 @@ export class KernelSliceModel {
     const id = this._kernelId();
     if (id !== this._lastKernelId) {
       this._lastKernelId = id;
+      this._host = null;
       this._set(null); // never show the previous kernel's slice for this one
     }
     void this._poll.refresh();
@@ -114,9 +136,10 @@ export class KernelSliceModel {
       return;
     }
     try {
-      const slice = await this._client.kernelSlice(id);
+      const reply = await this._client.kernel(id);
       if (id === this._kernelId()) {
-        this._set(slice);
+        this._host = reply?.host ?? null;
+        this._set(reply?.slice ?? null);
       }
     } catch (error) {
       this._set(null);
@@ -143,6 +166,8 @@ export class KernelSliceModel {
   private _lastKernelId: string | null = null;
   private _line: ILineSource | null;
   private _poll: Poll;
+  private _host: IHostUsage | null = null;
+  private _simulated: () => boolean;
   private _slice: ISlice | null = null;
   private _waiter: IWaiting | null = null;
 }
@@ -162,15 +187,16 @@ export function sessionContextOf(
 function Waiting(props: {
   waiter: IWaiting;
   age: number;
+  simulated: boolean;
   onClick: () => void;
 }): JSX.Element {
-  const { waiter: w, age, onClick } = props;
+  const { waiter: w, age, simulated, onClick } = props;
   const waited = formatDuration(w.waiting_seconds + age);
   const name = pathLabel(w.path) || 'This kernel';
   return (
     <button
       className="jp-vgpu-StatusItem-content jp-vgpu-mod-waiting"
-      title={`${name} waits in line for ${w.request_text}: place ${w.position}, waiting ${waited}.\nClick to show the GPUs panel (Cancel is there).`}
+      title={`${name} waits in line for ${w.request_text}: place ${w.position}, waiting ${waited}.${simulated ? `\n${SIMULATED_NOTE}` : ''}\nClick to show the GPUs panel (Cancel is there).`}
       onClick={onClick}
     >
       <gpuIcon.react
@@ -186,7 +212,10 @@ function Waiting(props: {
   );
 }
 
-/** "GPU 2.1 / 4.0 GiB", coloured when near or over the slice; a click opens the sidebar. */
+/**
+ * "GPU 2.1 / 4.0 GiB" ("GPU 2.1 / 4.0 GiB · simulated" on simulated GPUs), coloured when near or
+ * over the slice; its tooltip adds the kernel's CPU and RAM. A click opens the sidebar.
+ */
 export class GPUStatusItem extends ReactWidget {
   constructor(model: KernelSliceModel, onClick: () => void) {
     super();
@@ -209,6 +238,7 @@ export class GPUStatusItem extends ReactWidget {
               <Waiting
                 waiter={waiter}
                 age={this.model.waiterAge}
+                simulated={this.model.simulated}
                 onClick={this._onClick}
               />
             );
@@ -216,12 +246,11 @@ export class GPUStatusItem extends ReactWidget {
           if (!slice) {
             return <span />;
           }
-          const warning = stateText(slice);
-          const text = `GPU ${formatUsage(usedPerGPU(slice), slice.memory_reserved)}`;
+          const simulated = this.model.simulated;
           return (
             <span
               className={`jp-vgpu-StatusItem-content jp-vgpu-mod-${slice.state}`}
-              title={`${slice.request_text}, slice ${slice.id} (${slice.tier})${warning ? `\n${warning}` : ''}\nClick to show the GPUs panel.`}
+              title={statusTitle(slice, this.model.host, simulated)}
               onClick={this._onClick}
             >
               <gpuIcon.react
@@ -229,7 +258,14 @@ export class GPUStatusItem extends ReactWidget {
                 elementSize="small"
                 className="jp-vgpu-StatusItem-icon"
               />
-              <span className="jp-vgpu-StatusItem-text">{text}</span>
+              <span className="jp-vgpu-StatusItem-text">
+                {statusText(slice)}
+              </span>
+              {simulated && (
+                <span className="jp-vgpu-StatusItem-simulated">
+                  {' · simulated'}
+                </span>
+              )}
             </span>
           );
         }}

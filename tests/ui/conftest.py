@@ -115,7 +115,8 @@ def lab(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 
     A test module may add to it: ``EXTRA_KERNELSPECS`` ({name: (display name, provisioner
     config)}), ``SERVER_CONFIG`` (written to jupyter_server_config.json, e.g. a faster
-    watchdog) and ``LAB_ARGS`` (more command-line arguments)."""
+    watchdog), ``LAB_ARGS`` (more command-line arguments) and ``DEVICES`` (the simulated GPUs,
+    instead of one 16 GiB GPU)."""
     tmp = tmp_path_factory.mktemp("lab")
     (tmp / "root" / "work").mkdir(parents=True)
     (tmp / "root" / "work" / "train.ipynb").write_text(notebook_json(KERNEL_NAME, KERNEL_DISPLAY_NAME))
@@ -127,7 +128,10 @@ def lab(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
     if server_config:
         (tmp / "config" / "jupyter_server_config.json").write_text(json.dumps(server_config))
     simulation = tmp / "gpus.json"
-    devices = [{"name": "NVIDIA A100-SXM4-16GB (simulated)", "memory": "16GiB", "utilization": 35}]
+    devices = list(
+        getattr(request.module, "DEVICES", None)
+        or [{"name": "NVIDIA A100-SXM4-16GB (simulated)", "memory": "16GiB", "utilization": 35}]
+    )
     simulation.write_text(json.dumps({"devices": devices, "processes": []}))
     started = start_jupyter(
         tmp,

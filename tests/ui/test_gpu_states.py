@@ -137,7 +137,8 @@ def test_launcher_lists_sliced_kernels_by_size_and_keeps_that_order(lab: Lab, pa
     assert titles()[0] == "Python 3 (ipykernel)", titles()  # the default kernel keeps its place
     for card in cards.all():  # the badges are intact
         badge = card.evaluate("card => getComputedStyle(card, '::after').content")
-        assert (badge == '"GPU"') == (" GPU" in (card.get_attribute("title") or "")), card.get_attribute("title")
+        is_sliced = " GPU" in (card.get_attribute("title") or "")
+        assert (badge == '"simulated GPU"') == is_sliced, card.get_attribute("title")  # simulated GPUs here
 
     # A kernelspec appears: JupyterLab renders the launcher again with one more card.
     write_sliced_kernelspec(
@@ -337,4 +338,4 @@ def test_a_granted_waiter_is_announced(lab: Lab, page: Any, opened: dict) -> Non
     expect(toast).to_contain_text("got its GPU slice (1 GPU)")
     granted = wait_for("wait.ipynb's slice", lambda: kernel_slice(lab, "work/wait.ipynb"))
     assert granted["kernel_name"] == WAITS
-    expect(page.locator(".jp-vgpu-StatusItem")).to_have_text(re.compile(r"^GPU .* / 16\.0 GiB$"))
+    expect(page.locator(".jp-vgpu-StatusItem")).to_have_text(re.compile(r"^GPU .* / 16\.0 GiB · simulated$"))

@@ -79,7 +79,7 @@ def test_status_bar_shows_the_active_notebooks_slice(lab: Lab, page: Any, opened
     page.locator(".jp-NotebookPanel .jp-Cell").first.click()
     item = page.locator(".jp-vgpu-StatusItem")
     expect(item).to_be_visible()
-    expect(item).to_have_text("GPU 1.5 / 4.0 GiB")
+    expect(item).to_have_text("GPU 1.5 / 4.0 GiB · simulated")
 
 
 def test_status_bar_hides_for_a_kernel_without_a_slice(lab: Lab, page: Any, opened: dict) -> None:
@@ -93,7 +93,7 @@ def test_status_bar_hides_for_a_kernel_without_a_slice(lab: Lab, page: Any, open
     expect(page.locator(".jp-vgpu-StatusItem")).to_be_hidden()
     assert all(s["holder_kind"] != "kernel" or s["id"] == opened["id"] for s in lab.slices())
     page.locator(".lm-DockPanel-tabBar .lm-TabBar-tab", has_text="train.ipynb").click()
-    expect(page.locator(".jp-vgpu-StatusItem")).to_have_text("GPU 1.5 / 4.0 GiB")
+    expect(page.locator(".jp-vgpu-StatusItem")).to_have_text("GPU 1.5 / 4.0 GiB · simulated")
 
 
 def test_refresh_interval_is_a_user_setting(lab: Lab) -> None:
@@ -161,7 +161,7 @@ def test_launcher_marks_sliced_kernelspecs(lab: Lab, page: Any, opened: dict) ->
     card = page.locator(f'.jp-LauncherCard[title="{KERNEL_DISPLAY_NAME}"]').first
     expect(card).to_be_visible()
     badge = card.evaluate("card => getComputedStyle(card, '::after').content")
-    assert badge == '"GPU"'
+    assert badge == '"simulated GPU"'  # the GPUs of this lab are simulated
     plain = page.locator('.jp-LauncherCard[title="Python 3 (ipykernel)"]').first
     assert plain.evaluate("card => getComputedStyle(card, '::after').content") in ("none", "normal")
     page.locator(".jp-Launcher").screenshot(path=str(ARTIFACTS / "launcher.png"))

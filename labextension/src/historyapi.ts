@@ -1,0 +1,216 @@
+/**
+ * The GPU dashboard's data: `GET /api/vgpu/history` (docs/rest.md), typed, and the history it
+ * builds up in the browser reply by reply (`?since=` the previous reply's `taken_at`).
+ */
+import { ServerConnection } from '@jupyterlab/services';
+
+import { HolderKind, requestAPI } from './api';
+
+/** One sample of a GPU, every `step` seconds. */
+export interface IGPUHistoryPoint {
+  t: number;
+  /** Memory used by all processes (bytes). */
+  used: number | null;
+  /** Memory the slices on this GPU reserve (bytes). */
+  reserved: number;
+  /** Utilisation (%). */
+  util: number | null;
+  /** Power draw (W). */
+  power: number | null;
+  /** Temperature (°C). */
+  temp: number | null;
+  /** PCIe throughput (bytes/s), sent and received. */
+  pcie_tx: number | null;
+  pcie_rx: number | null;
+}
+
+/** One GPU and its samples (those after the request's `since`). */
+export interface IGPUHistory {
+  uuid: string;
+  index: number;
+  name: string;
+  memory_total: number;
+  /** The board's power limit (W), when NVML says. */
+  power_limit: number | null;
+  points: IGPUHistoryPoint[];
+}
+
+/** One sample of a slice. */
+export interface ISliceHistoryPoint {
+  t: number;
+  used: number | null;
+  util: number | null;
+}
+
+/** A live slice and its samples (those after the request's `since`). */
+export interface ISliceHistory {
+  id: string;
+  holder_kind: HolderKind;
+  kernel_id: string | null;
+  path: string | null;
+  command: string | string[] | null;
+  kernel_display_name: string | null;
+  request_text: string;
+  gpus: string[];
+  gpu_indices: number[];
+  /** What the slice reserves on all its GPUs (bytes). */
+  memory_reserved_total: number;
+  yours: boolean;
+  points: ISliceHistoryPoint[];
+}
+
+/** `GET /api/vgpu/history`. */
+export interface IHistoryReply {
+  simulated: boolean;
+  available: boolean;
+  message: string | null;
+  /** When the reply's latest sample was taken (the server's clock): the next `since`. */
+  taken_at: number;
+  /** Seconds between two points. */
+  step: number;
+  /** How much history the server keeps (seconds). */
+  seconds: number;
+  gpus: IGPUHistory[];
+  slices: ISliceHistory[];
+}
+
+/** The default of the server's `step`, until it has said. */
+export const DEFAULT_STEP = 10;
+/** The default of the server's `seconds`, until it has said. */
+export const DEFAULT_SECONDS = 3600;
+
+/** `history`, or `history?since=<time>`. */
+export function historyRoute(since?: number | null): string {
+  return since === undefined || since === null || !isFinite(since)
+    ? 'history'
+    : `history?since=${encodeURIComponent(String(since))}`;
+}
+
+/** The calls of the dashboard, bound to one server's settings. */
+export class HistoryClient {
+  constructor(
+    readonly serverSettings: ServerConnection.ISettings = ServerConnection.makeSettings()
+  ) {}
+
+  /** The GPUs' and live slices' history; with `since`, only the points taken after it. */
+  history(since?: number | null): Promise<IHistoryReply> {
+    return requestAPI<IHistoryReply>(
+      historyRoute(since),
+      {},
+      this.serverSettings
+    );
+  }
+}
+
+/**
+ * `kept` and then the points of `fresh` later than its last one, less what is more than
+ * `seconds` older than the newest point. Returns a new array.
+ */
+export function appendPoints<P extends { t: number }>(
+  kept: P[] | undefined,
+  fresh: P[] | undefined,
+  seconds: number
+): P[] {
+  const out = kept ? kept.slice() : [];
+  let last = out.length > 0 ? out[out.length - 1].t : -Infinity;
+  for (const point of Array.isArray(fresh) ? fresh : []) {
+    if (point && typeof point.t === 'number' && point.t > last) {
+      out.push(point);
+      last = point.t;
+    }
+  }
+  if (out.length === 0 || !(seconds > 0)) {
+    return out;
+  }
+  const oldest = last - seconds;
+  let start = 0;
+  while (start < out.length && out[start].t < oldest) {
+    start++;
+  }
+  return start > 0 ? out.slice(start) : out;
+}
+
+/**
+ * The history the browser holds: each reply's points appended to what came before (up to the
+ * server's `seconds`), GPUs and slices the reply no longer lists dropped.
+ */
+export class HistoryStore {
+  /** The `since` for the next request: the last reply's `taken_at` (null before the first). */
+  get since(): number | null {
+    return this._since;
+  }
+
+  /** The last reply, its points as sent (null before the first). */
+  get latest(): IHistoryReply | null {
+    return this._latest;
+  }
+
+  /** The GPUs in index order, each with all the points kept. */
+  get gpus(): IGPUHistory[] {
+    return Array.from(this._gpus.values()).sort((a, b) => a.index - b.index);
+  }
+
+  /** The live slices, in the server's order, each with all the points kept. */
+  get slices(): ISliceHistory[] {
+    return Array.from(this._slices.values());
+  }
+
+  /** Seconds between two points (the server's `step`). */
+  get step(): number {
+    const step = this._latest?.step;
+    return typeof step === 'number' && step > 0 ? step : DEFAULT_STEP;
+  }
+
+  /** How much history is kept (the server's `seconds`). */
+  get seconds(): number {
+    const seconds = this._latest?.seconds;
+    return typeof seconds === 'number' && seconds > 0
+      ? seconds
+      : DEFAULT_SECONDS;
+  }
+
+  /** The slices on the GPU `uuid`. */
+  slicesOn(gpu: IGPUHistory): ISliceHistory[] {
+    return this.slices.filter(s =>
+      (s.gpus ?? []).length > 0
+        ? s.gpus.includes(gpu.uuid)
+        : (s.gpu_indices ?? []).includes(gpu.index)
+    );
+  }
+
+  /** Take in a reply: append its points, forget what it no longer lists. */
+  apply(reply: IHistoryReply): void {
+    // Without a `taken_at` the server cannot be asked for what follows: take the reply whole.
+    const incremental =
+      typeof reply.taken_at === 'number' && isFinite(reply.taken_at);
+    const seconds =
+      typeof reply.seconds === 'number' && reply.seconds > 0
+        ? reply.seconds
+        : DEFAULT_SECONDS;
+    const gpus = new Map<string, IGPUHistory>();
+    for (const gpu of Array.isArray(reply.gpus) ? reply.gpus : []) {
+      const kept = incremental ? this._gpus.get(gpu.uuid)?.points : undefined;
+      gpus.set(gpu.uuid, {
+        ...gpu,
+        points: appendPoints(kept, gpu.points, seconds)
+      });
+    }
+    const slices = new Map<string, ISliceHistory>();
+    for (const slice of Array.isArray(reply.slices) ? reply.slices : []) {
+      const kept = incremental ? this._slices.get(slice.id)?.points : undefined;
+      slices.set(slice.id, {
+        ...slice,
+        points: appendPoints(kept, slice.points, seconds)
+      });
+    }
+    this._gpus = gpus;
+    this._slices = slices;
+    this._latest = reply;
+    this._since = incremental ? reply.taken_at : null;
+  }
+
+  private _gpus = new Map<string, IGPUHistory>();
+  private _latest: IHistoryReply | null = null;
+  private _since: number | null = null;
+  private _slices = new Map<string, ISliceHistory>();
+}
