@@ -100,3 +100,20 @@ def test_a_value_a_pod_gets_wrong_is_one_sentence_and_nothing_is_reserved(
     run = vgpu(pod, "run", "-p", "1/4", "--", "true")
     assert run.returncode == 1 and sentence in run.stderr and "Traceback" not in run.stderr, run.stderr
     assert json.loads(vgpu({k: v for k, v in pod.items() if k != name}, "status", "--json").stdout)["slices"] == []
+
+
+def test_vgpu_devices_in_a_pods_sliced_kernel_says_the_share(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from kernel.harness import Workspace, start  # type: ignore[import-not-found]
+
+    monkeypatch.setenv("CUDA_DEVICE_MEMORY_LIMIT_0", "4096m")  # the reserving process is in the pod too
+    workspace = Workspace(tmp_path)
+    held = workspace.reserve(0.5)
+    assert held.memory_per_gpu == 2 * GiB
+    kernel = start({**workspace.slice_env(held), "CUDA_DEVICE_MEMORY_LIMIT_0": "4096m"})
+    try:
+        outcome = kernel.run("%vgpu devices")
+        [bundle] = outcome.displays
+        assert "this pod's share: 4.0 GiB of 16.0 GiB (HAMi)" in bundle["text/plain"]
+        assert "4.0 GiB total" in bundle["text/plain"]
+    finally:
+        kernel.stop()
