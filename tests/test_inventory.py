@@ -112,3 +112,15 @@ def test_telemetry_is_read_only_when_asked_and_follows_the_load(tmp_path: Path) 
     assert 0 < idle.power_draw < 100 < busy.power_draw <= 400
     assert idle.temperature is not None and busy.temperature is not None and idle.temperature + 30 < busy.temperature
     assert idle.pcie_rx is not None and busy.pcie_rx is not None and busy.pcie_rx > 100 * idle.pcie_rx
+
+
+def test_a_simulation_file_caught_half_written_is_read_again_at_the_next_snapshot(tmp_path: Path) -> None:
+    """A server that started while the file was being written kept 'no GPU' for ever."""
+    spec = tmp_path / "gpus.json"
+    spec.write_text('{"devices": [')  # half-written
+    inventory = Inventory(str(spec))
+    with pytest.raises(InvalidConfig):
+        inventory.snapshot()
+    spec.write_text(json.dumps({"devices": [{"name": "Simulated T4", "memory": "4GiB"}]}))
+    snapshot = inventory.snapshot()
+    assert snapshot.available and snapshot.gpus[0].memory_total == 4 * GiB

@@ -193,16 +193,17 @@ class Inventory:
         with self._lock:
             if self._initialised:
                 return self._nvml
+            if self._nvml is None and self.simulated:
+                # InvalidConfig propagates (a user's mistake, or a file caught half-written) and
+                # the next snapshot tries again: only a working NVML is remembered.
+                self._nvml = SimulatedNVML(self.simulate)
             self._initialised = True
             if self._nvml is None:
-                if self.simulated:
-                    self._nvml = SimulatedNVML(self.simulate)  # InvalidConfig propagates: user mistake
-                else:
-                    try:
-                        self._nvml = _load_pynvml()
-                    except ImportError:
-                        self._error = "nvidia-ml-py is not installed, so no GPU can be seen."
-                        return None
+                try:
+                    self._nvml = _load_pynvml()
+                except ImportError:
+                    self._error = "nvidia-ml-py is not installed, so no GPU can be seen."
+                    return None
             try:
                 self._nvml.nvmlInit()
             except Exception as error:  # NVMLError_LibraryNotFound, DriverNotLoaded...
