@@ -178,3 +178,11 @@ def parse_seconds(value: object, *, what: str = "wait_timeout") -> float:
     if not (math.isfinite(seconds) and 0 <= seconds <= MAX_WAIT_SECONDS):
         raise InvalidRequest(f"{what} {shorten(value)} is not allowed; use {ALLOWED_WAITS}.")
     return seconds
+
+
+def format_duration(seconds: float) -> str:
+    """``45 s``, ``42 min``, ``3 h 5 min``: how long, for people (idle times, waits)."""
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    minutes = round(seconds / 60)
+    return f"{minutes} min" if minutes < 60 else f"{minutes // 60} h {minutes % 60} min"

@@ -18,10 +18,10 @@ from ..errors import InvalidRequest, NotPermitted, SliceNotFound
 from ..slices import Ledger, Slice, occupancy_of, open_ledger
 from ..slices.holders import attribute
 from ..slices.remote import ENV_BROKER
-from ..slices.reports import configured_processes, frameworks_text
+from ..slices.reports import configured_processes, frameworks_text, read_idle
 from ..slices.store import LedgerFile
 from ..slices.usage import REPORTED, ReportCache, slice_usage
-from ..units import format_bytes, shorten
+from ..units import format_bytes, format_duration, shorten
 
 BAR_WIDTH = 40
 _KEEP = "\u00a0"  # a space the box never breaks a line at
@@ -72,6 +72,7 @@ def collect(ledger: Ledger) -> dict[str, Any]:
         row["usage_source"] = usage.source
         row["holder_text"] = s.describe_holder()
         row["configured"] = [] if s.hidden else configured_processes(ledger.path, s.id)
+        row["idle_seconds"] = None if s.hidden else read_idle(ledger.path, s.id)  # as its server judges it
         slice_rows.append(row)
     return {
         "simulated": snapshot.simulated,
@@ -191,6 +192,7 @@ def _slice_table(rows: list[dict[str, Any]], uuid: str | None) -> list[str]:
             f"  {row['id']:<13}{row['owner'][:9]:<10}{format_bytes(reserved):>10}"
             f"{_used(row):>11}{format_bytes(row['context_allowance']):>10}"
             f"  {row['tier']:<20}{row['holder_text']} [{row['request_text']}{where}]"
+            + (f" idle {format_duration(row['idle_seconds'])}" if row.get("idle_seconds") is not None else "")
         )
         lines += [f"{'':15}{line}" for line in configured_lines(row.get("configured") or [])]
     if any(row.get("usage_source") == REPORTED for row in rows):

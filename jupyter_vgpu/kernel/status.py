@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 from ..enforcement import Tier, by_tier
 from ..frameworks import FRAMEWORKS, framework_memory, imported
 from ..frameworks.records import APPLIED, PENDING, RECORDED
-from ..units import describe_fraction, format_bytes
+from ..units import describe_fraction, format_bytes, format_duration
 from .sheet import Sheet
 from .state import KernelState
 from .usage import Usage
@@ -108,7 +108,22 @@ def use_rows(state: KernelState, usage: Usage) -> list[tuple[str, str]]:
         rows.append(("frameworks hold", f"{format_bytes(now)} (peak {format_bytes(most)})"))
     util = usage.top_utilization
     rows.append(("utilisation", f"{util}%" if util is not None else "n/a"))
+    idle = _idle_before(state)
+    if idle is not None:
+        rows.append(("idle", f"{format_duration(idle)} before this cell (no cell ran, no GPU use), as the server counts it"))
     return rows
+
+
+def _idle_before(state: KernelState) -> float | None:
+    """How long the slice had been idle when this cell started, from the server's idle reclaim
+    (None: no server judges it, or under a few seconds)."""
+    from ..slices.reports import read_idle
+
+    facts = state.facts
+    if not (facts.ledger_path and facts.slice_id):
+        return None
+    idle = read_idle(facts.ledger_path, facts.slice_id)
+    return idle if idle is not None and idle >= 5 else None
 
 
 def tier_name(state: KernelState) -> str:

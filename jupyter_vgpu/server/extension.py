@@ -17,13 +17,15 @@ from traitlets.config.loader import DeferredConfig
 from .. import __version__
 from ..config import load_settings
 from ..errors import VGPUError
+from ..launch.refusals import refusals_of
 from ..launch.workarounds import check_provisioner_configs, forget_failed_starts
 from ..slices import Ledger, open_ledger
-from ..units import shorten
+from ..units import MAX_WAIT_SECONDS, shorten
 from . import gateway, handlers
 from .dashboard import DashboardHistory
 from .metrics import collector
 from .monitor import Sample, UsageMonitor
+from .reclaim import IdleReclaimer
 from .watchdog import ACTIONS, Watchdog
 
 
@@ -68,6 +70,36 @@ class VGPUServer(ExtensionApp):
         10.0,
         help="""Seconds between two points of the GPU dashboard's history. A point sums up the
         samples of its step (memory: the most seen; the rest: the mean), so no spike is lost.""",
+    ).tag(config=True)
+
+    idle_reclaim_after = Float(
+        0.0,
+        help="""Seconds a kernel's GPU slice may stay idle (no cell run, no message from the kernel,
+        GPU utilisation 0) before it is reclaimed for someone who needs the room: its owner gets a
+        notice, then the kernel is shut down (the notebook is kept) and the first request in line
+        gets the memory. 0 (the default) never reclaims. Commands (`jupyter vgpu run`) and
+        kernels of other servers are never reclaimed.""",
+    ).tag(config=True)
+
+    idle_reclaim_notice = Float(
+        300.0,
+        help="""Seconds between the notice to an idle slice's owner (a JupyterLab notification with
+        "Keep it", a line at the notebook's next cell, the status bar counting down) and the
+        shutdown. Running a cell or "Keep it" during the notice cancels it.""",
+    ).tag(config=True)
+
+    idle_reclaim_mode = Enum(
+        ["waiting", "always"],
+        default_value="waiting",
+        help="""When idle slices are reclaimed: "waiting" (the default) only while someone needs
+        the room: a request waits in line, or a kernel start was refused in the last
+        idle_reclaim_demand_seconds; "always": whenever one has been idle idle_reclaim_after.""",
+    ).tag(config=True)
+
+    idle_reclaim_demand_seconds = Float(
+        600.0,
+        help="""With idle_reclaim_mode "waiting": a kernel start refused this many seconds ago or
+        less still counts as someone needing the room.""",
     ).tag(config=True)
 
     accept_kernel_env = Bool(
@@ -140,14 +172,17 @@ class VGPUServer(ExtensionApp):
         "reap_interval": 3600.0,
         "over_limit_tolerance": 10.0,
         "over_limit_grace": 86400.0,
+        "idle_reclaim_after": MAX_WAIT_SECONDS,
+        "idle_reclaim_notice": 86400.0,
+        "idle_reclaim_demand_seconds": 86400.0,
     }
 
-    @validate("history_seconds", "dashboard_seconds", "dashboard_step", "reap_interval", "over_limit_tolerance", "over_limit_grace")
+    @validate(*_LIMITS)
     def _check_not_negative(self, proposal: Any) -> float:
         name = proposal["trait"].name
         value = float(proposal["value"])
         if not 0 <= value <= self._LIMITS[name]:
-            raise TraitError(f"c.VGPUServer.{name} {shorten(value)} is not allowed; use 0 to {self._LIMITS[name]:g}.")
+            raise TraitError(f"c.VGPUServer.{name} {shorten(value)} is not allowed; use 0 to {_plain(self._LIMITS[name])}.")
         return value
 
     def update_config(self, config: Any) -> None:
@@ -230,6 +265,22 @@ class VGPUServer(ExtensionApp):
             ledger_path=ledger.path if ledger is not None else None,
         )
         self.monitor.listeners.append(self.watchdog.check)
+        self.reclaimer = IdleReclaimer(
+            manager,
+            self.watchdog,
+            after=self.idle_reclaim_after,
+            notice=self.idle_reclaim_notice,
+            mode=self.idle_reclaim_mode,
+            demand_seconds=self.idle_reclaim_demand_seconds,
+            refused_since=refusals_of(manager).since,
+            on_reclaim=self.monitor.reap_soon,
+            ledger_path=str(ledger.path) if ledger is not None else None,
+            log=self.log,
+        )
+        self.monitor.listeners.append(self.reclaimer.check)
+        self.monitor.idle_of = self.reclaimer.idle_seconds
+        self.monitor.notice_of = self.reclaimer.notice
+        self.settings[handlers.RECLAIMER] = self.reclaimer
         self.dashboard = DashboardHistory(self.dashboard_seconds, max(self.dashboard_step, self.monitor_interval))
 
         async def record(sample: Sample) -> None:
@@ -241,10 +292,13 @@ class VGPUServer(ExtensionApp):
         self.settings[handlers.WATCHDOG] = self.watchdog
         where = f"ledger {ledger.path}, {ledger.inventory.describe()}" if ledger is not None else "no ledger"
         self.log.info(
-            "jupyter-vgpu: monitoring every %.3g s (%s); over-limit action: %s.",
+            "jupyter-vgpu: monitoring every %.3g s (%s); over-limit action: %s; idle reclaim: %s.",
             self.monitor_interval,
             where,
             self.over_limit_action,
+            f"after {self.idle_reclaim_after:g} s idle, {self.idle_reclaim_notice:g} s notice, {self.idle_reclaim_mode}"
+            if self.idle_reclaim_after
+            else "off",
         )
 
     def initialize_handlers(self) -> None:
@@ -274,9 +328,17 @@ class VGPUServer(ExtensionApp):
         monitor: UsageMonitor | None = getattr(self, "monitor", None)
         if watchdog is not None:
             await watchdog.stop()
+        reclaimer: IdleReclaimer | None = getattr(self, "reclaimer", None)
+        if reclaimer is not None:
+            await reclaimer.stop()
         if monitor is not None:
             collector().remove(monitor)
             await monitor.stop()
+
+
+def _plain(value: float) -> str:
+    """``31622400``, not ``3.16224e+07``."""
+    return str(int(value)) if float(value).is_integer() else f"{value:g}"
 
 
 def kernel_pids(manager: Any) -> dict[str, int | None]:

@@ -77,6 +77,11 @@ class GatewayProxyHandler(APIHandler):
     async def delete(self, *_: str) -> None:
         await self._forward("DELETE")
 
+    @web.authenticated
+    @authorized
+    async def post(self, *_: str) -> None:
+        await self._forward("POST")
+
     async def _forward(self, method: str) -> None:
         client = gateway_client()
         route = self.request.path[len(url_path_join(self.base_url, "api", "vgpu")) :].lstrip("/")
@@ -111,6 +116,8 @@ class GatewayProxyHandler(APIHandler):
     async def _fetch(self, client: Any, method: str, url: str) -> tuple[int, bytes]:
         """(status, body) from the node; an unreachable node is a 503 with a sentence."""
         kwargs = client.load_connection_args(method=method)  # token, headers, TLS, cookies
+        if method == "POST":
+            kwargs["body"] = self.request.body or b"{}"
         kwargs["connect_timeout"] = min(float(kwargs.get("connect_timeout") or CONNECT_TIMEOUT), CONNECT_TIMEOUT)
         kwargs["request_timeout"] = min(float(kwargs.get("request_timeout") or REQUEST_TIMEOUT), REQUEST_TIMEOUT)
         try:

@@ -22,11 +22,13 @@ from ..slices.records import Waiter
 from ..units import shorten
 from .dashboard import DashboardHistory
 from .monitor import UsageMonitor
+from .reclaim import IdleReclaimer
 from .views import KernelInfo, devices_view, history_view, host_view, slice_view, slices_view
 from .watchdog import Watchdog
 
 MONITOR = "jupyter_vgpu_monitor"
 DASHBOARD = "jupyter_vgpu_dashboard"
+RECLAIMER = "jupyter_vgpu_reclaimer"
 WATCHDOG = "jupyter_vgpu_watchdog"
 
 
@@ -154,6 +156,24 @@ class SliceHandler(VGPUHandler):
         self.finish()
 
 
+class KeepHandler(VGPUHandler):
+    """``POST /api/vgpu/slices/<slice_id>/keep``: the owner's "Keep it" for an idle slice: counts
+    as activity, and cancels a reclaim notice."""
+
+    @web.authenticated
+    @authorized
+    async def post(self, slice_id: str) -> None:
+        sample = await self.monitor.current()
+        usage = sample.find(slice_id)
+        if usage is None:
+            return self.fail(404, f"No slice {shorten(slice_id)}; GET /api/vgpu/slices lists them.")
+        if usage.slice.uid != self.monitor.uid:
+            return self.fail(403, f"Slice {slice_id} is another user's; only its owner can keep it.")
+        reclaimer: IdleReclaimer = self.settings[RECLAIMER]
+        cancelled = reclaimer.keep(slice_id)
+        self.write_json({"slice_id": slice_id, "kept": True, "notice_cancelled": cancelled})
+
+
 class KernelHandler(VGPUHandler):
     """``GET /api/vgpu/kernels/<kernel_id>``: one kernel's slice and usage."""
 
@@ -229,6 +249,7 @@ def routes() -> list[tuple[str, type[VGPUHandler]]]:
         (r"/api/vgpu/devices", DevicesHandler),
         (r"/api/vgpu/slices", SlicesHandler),
         (r"/api/vgpu/slices/([^/]+)", SliceHandler),
+        (r"/api/vgpu/slices/([^/]+)/keep", KeepHandler),
         (r"/api/vgpu/kernels/([^/]+)", KernelHandler),
         (r"/api/vgpu/history", HistoryHandler),
         (r"/api/vgpu/refusals", RefusalsHandler),

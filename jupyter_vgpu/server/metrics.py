@@ -82,14 +82,20 @@ class VGPUCollector(Collector):
             "GPU memory a slice's processes use, all its GPUs (absent when unknown).",
             labels=slice_labels,
         )
+        slice_idle = GaugeMetricFamily(
+            f"{_PREFIX}_slice_idle_seconds",
+            "Seconds a kernel's slice has run nothing and used no GPU (absent for commands and other servers' kernels).",
+            labels=slice_labels,
+        )
         slice_util = GaugeMetricFamily(
             f"{_PREFIX}_slice_utilization_percent",
             "GPU utilisation of a slice's processes, percent (absent when unknown).",
             labels=slice_labels,
         )
         with self._lock:
-            samples = [m.latest for m in self._monitors if m.latest is not None]
-        for sample in samples:
+            samples = [(m, m.latest) for m in self._monitors if m.latest is not None]
+        for monitor, sample in samples:
+            assert sample is not None
             for entry in sample.occupancy.gpus:
                 labels = [str(entry.gpu.index), entry.gpu.uuid]
                 gpu_total.add_metric(labels, entry.gpu.memory_total)
@@ -111,8 +117,10 @@ class VGPUCollector(Collector):
                     slice_used.add_metric(labels, usage.memory_used)
                 if usage.utilization is not None:
                     slice_util.add_metric(labels, usage.utilization)
+                if (idle := monitor.idle_of(usage.slice.id)) is not None:
+                    slice_idle.add_metric(labels, idle)
         yield from (gpu_total, gpu_used, gpu_reserved, gpu_foreign, gpu_free, gpu_util, *telemetry.values())
-        yield from (slice_reserved, slice_used, slice_util)
+        yield from (slice_reserved, slice_used, slice_util, slice_idle)
 
 
 _collector: VGPUCollector | None = None

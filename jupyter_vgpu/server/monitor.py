@@ -95,6 +95,10 @@ class UsageMonitor:
         self.gpu_history: dict[str, deque[Point]] = {}
         self.slice_peak: dict[str, int] = {}  # the most memory each live slice was seen using
         self.listeners: list[Listener] = []
+        #: How long a slice has been idle (the server's idle reclaim says; None: not judged).
+        self.idle_of: Callable[[str], float | None] = lambda slice_id: None
+        #: The idle reclaim's notice to a slice's owner ({"deadline", "seconds_left", "for"}), if any.
+        self.notice_of: Callable[[str], dict[str, Any] | None] = lambda slice_id: None
         self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="jupyter-vgpu-monitor")
         self._owners = ProcessOwners()
         self._reports = ReportCache(ledger.path) if ledger is not None else None

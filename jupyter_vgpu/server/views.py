@@ -68,6 +68,8 @@ def slice_view(
             "memory_peak": monitor.slice_peak.get(s.id),
             "state": usage.state,
             "usage_note": usage.note,
+            "idle_seconds": monitor.idle_of(s.id),
+            "idle_notice": monitor.notice_of(s.id),
             "frameworks": frameworks if isinstance(frameworks, dict) else {},
             "history": _points(monitor.slice_history.get(s.id, ()), since),
             "watchdog": {"action": watchdog.action, "events": [e.to_dict() for e in watchdog.events(s.id)]},

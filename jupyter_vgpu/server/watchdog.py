@@ -45,7 +45,7 @@ class WatchdogEvent:
     t: float
     slice_id: str
     kernel_id: str | None
-    action: str  # what was done: warn | interrupt | restart | shutdown
+    action: str  # what was done: warn | interrupt | restart | shutdown | idle (reclaimed while idle)
     ok: bool
     message: str
     path: str | None = None  # the notebook, for a kernel started from one
@@ -106,6 +106,11 @@ class Watchdog:
     def recent_events(self) -> list[WatchdogEvent]:
         """The last 100 events of any slice, including slices that have since ended."""
         return list(self._recent)
+
+    def record(self, event: WatchdogEvent) -> None:
+        """Keep an event of this watchdog's or of another actor's (an idle reclaim)."""
+        self._events.setdefault(event.slice_id, deque(maxlen=self._max_events)).append(event)
+        self._recent.append(event)
 
     async def check(self, sample: Sample) -> None:
         """Compare each slice with its limit and start the configured action where due."""
@@ -174,8 +179,7 @@ class Watchdog:
             path=slice_.labels.get("path") if kernel_id else None,
             memory_used=usage.memory_used, memory_reserved=usage.memory_reserved_total,
         )  # fmt: skip
-        self._events.setdefault(slice_.id, deque(maxlen=self._max_events)).append(event)
-        self._recent.append(event)
+        self.record(event)
         (self.log.warning if ok else self.log.error)("jupyter-vgpu watchdog: %s", message)
         if action in ("warn", "interrupt"):  # the kernel is still there to hear it
             await self._notify(usage, action, "done", message)

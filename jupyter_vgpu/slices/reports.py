@@ -54,6 +54,34 @@ def notices_path(ledger_path: str | Path, slice_id: str) -> Path:
     return report_dir(ledger_path) / f"{slice_id}.notices.json"
 
 
+def idle_path(ledger_path: str | Path, slice_id: str) -> Path:
+    return report_dir(ledger_path) / f"{slice_id}.idle.json"
+
+
+def write_idle(ledger_path: str | Path, slice_id: str, since: float) -> None:
+    """Since when the slice's kernel has done nothing (the server's idle reclaim judges it; the
+    CLI and %vgpu read it here)."""
+    _write_json(idle_path(ledger_path, slice_id), slice_id, {"slice_id": slice_id, "idle_since": since, "updated": time.time()})
+
+
+#: An idle time the server has not confirmed for this long is stale (the server has gone).
+IDLE_STALE_SECONDS = 120.0
+
+
+def read_idle(ledger_path: str | Path, slice_id: str, now: float | None = None) -> float | None:
+    """Seconds the slice has been idle, as its server last judged; None when unknown or stale."""
+    data = _read_own(idle_path(ledger_path, slice_id))
+    if not isinstance(data, dict) or data.get("slice_id") != slice_id:
+        return None
+    since, updated = data.get("idle_since"), data.get("updated")
+    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (since, updated)):
+        return None
+    now = time.time() if now is None else now
+    if now - float(updated) > IDLE_STALE_SECONDS:  # type: ignore[arg-type]
+        return None
+    return max(0.0, now - float(since))  # type: ignore[arg-type]
+
+
 def _write_json(target: Path, slice_id: str, data: dict[str, Any]) -> None:
     target.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{slice_id}.", suffix=".tmp")
@@ -227,8 +255,9 @@ def read_report(ledger_path: str | Path, slice_id: str) -> dict[str, Any] | None
 
 
 def remove_report(ledger_path: str | Path, slice_id: str) -> None:
-    """Remove the slice's report and notices (the slice has ended)."""
+    """Remove the slice's report, notices and idle time (the slice has ended)."""
     report_path(ledger_path, slice_id).unlink(missing_ok=True)
     notices_path(ledger_path, slice_id).unlink(missing_ok=True)
+    idle_path(ledger_path, slice_id).unlink(missing_ok=True)
     for path in _process_report_paths(ledger_path, slice_id):
         path.unlink(missing_ok=True)

@@ -63,7 +63,15 @@ def vgpu_kernelspec(jp_data_dir: Path) -> str:
 
 
 @pytest.fixture
-def jp_server_config(simulation_file: Any, vgpu_kernelspec: str, vgpu_action: str, vgpu_grace: float) -> Config:
+def vgpu_options() -> dict[str, Any]:
+    """More ``c.VGPUServer`` options for the test's server (override in a module)."""
+    return {}
+
+
+@pytest.fixture
+def jp_server_config(
+    simulation_file: Any, vgpu_kernelspec: str, vgpu_action: str, vgpu_grace: float, vgpu_options: dict[str, Any]
+) -> Config:
     return Config(
         {
             "ServerApp": {"jpserver_extensions": {"jupyter_vgpu": True}},
@@ -75,6 +83,7 @@ def jp_server_config(simulation_file: Any, vgpu_kernelspec: str, vgpu_action: st
                 "reap_interval": 2 * INTERVAL,
                 "over_limit_action": vgpu_action,
                 "over_limit_grace": vgpu_grace,
+                **vgpu_options,
             },
         }
     )

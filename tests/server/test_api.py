@@ -27,7 +27,7 @@ def every_route() -> list[tuple[str, tuple[str, ...]]]:
 
 
 ROUTES = every_route()
-assert len(ROUTES) == 8  # devices, slices, a slice (GET, DELETE), a kernel, history, refusals, a place in line
+assert len(ROUTES) == 9  # devices, slices, a slice (GET, DELETE), keep a slice, a kernel, history, refusals, a place in line
 
 
 @pytest.mark.parametrize(("method", "parts"), ROUTES)
@@ -35,7 +35,7 @@ async def test_every_route_refuses_requests_without_a_token(
     jp_fetch: Any, vgpu_server: Any, method: str, parts: tuple[str, ...]
 ) -> None:
     with pytest.raises(HTTPClientError) as refused:
-        await jp_fetch(*parts, method=method, headers={"Authorization": ""})
+        await jp_fetch(*parts, method=method, headers={"Authorization": ""}, **({"body": "{}"} if method in ("POST", "PUT", "PATCH") else {}))
     assert refused.value.code in (401, 403)
 
 
@@ -52,7 +52,7 @@ async def test_every_route_asks_the_authorizer_for_resource_vgpu(
 ) -> None:
     vgpu_server.web_app.settings["authorizer"] = NoGPUForAnyone(parent=vgpu_server)
     with pytest.raises(HTTPClientError) as refused:
-        await jp_fetch(*parts, method=method)
+        await jp_fetch(*parts, method=method, **({"body": "{}"} if method in ("POST", "PUT", "PATCH") else {}))
     assert refused.value.code == 403
 
 

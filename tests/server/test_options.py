@@ -20,6 +20,10 @@ from jupyter_vgpu.server.extension import VGPUServer
         ("history_points", 0, "use 1 to 10000"),
         ("watchdog_events", -1, "use 1 to 10000"),
         ("reap_interval", float("inf"), "use 0 to 3600"),
+        ("idle_reclaim_after", -60.0, "use 0 to 31622400"),
+        ("idle_reclaim_notice", 1e9, "use 0 to 86400"),
+        ("idle_reclaim_demand_seconds", float("nan"), "use 0 to 86400"),
+        ("dashboard_step", -1.0, "use 0 to 3600"),
     ],
 )
 def test_a_value_that_cannot_work_is_refused_with_its_name(option: str, value: float, words: str) -> None:
@@ -32,6 +36,12 @@ def test_an_unknown_action_is_refused() -> None:
     with pytest.raises(TraitError) as refused:
         VGPUServer(over_limit_action="kill")
     assert "over_limit_action" in str(refused.value) and "'kill'" in str(refused.value)
+
+
+def test_an_unknown_idle_reclaim_mode_is_refused() -> None:
+    with pytest.raises(TraitError) as refused:
+        VGPUServer(idle_reclaim_mode="sometimes")
+    assert "idle_reclaim_mode" in str(refused.value) and "'sometimes'" in str(refused.value)
 
 
 def test_one_bad_option_falls_back_alone_and_never_weakens_the_watchdog() -> None:

@@ -1,0 +1,152 @@
+"""Idle slices go back to people who wait (issue 23), on a real server with real kernels and
+short settings: a notice, then the shutdown and the waiter's slice; kept when nobody waits, when
+the kernel is busy, when its owner says "Keep it" or runs a cell during the notice."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+
+from .conftest import get_json, until
+
+pytestmark = pytest.mark.slow
+
+AFTER, NOTICE = 1.0, 2.0
+
+
+@pytest.fixture
+def vgpu_options() -> dict[str, Any]:
+    return {"idle_reclaim_after": AFTER, "idle_reclaim_notice": NOTICE}
+
+
+@pytest.fixture
+def small_gpu(simulation_file: Any) -> None:
+    """A 4 GiB GPU: a 1/4 GPU kernel holds 1 GiB, and a 0.9 request must wait for it."""
+    simulation_file(devices=[{"name": "Simulated T4", "memory": "4GiB"}])
+
+
+async def slice_of(jp_fetch: Any, kernel_id: str) -> dict[str, Any] | None:
+    data = await get_json(jp_fetch, "api", "vgpu", "slices")
+    return next((s for s in data["slices"] if s["kernel_id"] == kernel_id), None)
+
+
+def waiter(vgpu_env: dict[str, str], seconds: int = 60) -> subprocess.Popen[str]:
+    """A terminal command that waits in line for 0.9 of the GPU, then prints and exits."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "jupyter_vgpu.cli", "run", "-p", "0.9", "--wait", str(seconds), "--", sys.executable, "-c", "print('GRANTED')"],
+        env={**__import__("os").environ, **vgpu_env}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+
+
+async def test_an_idle_kernel_gets_a_notice_then_gives_its_slice_to_the_waiter(
+    jp_fetch: Any, start_kernel: Any, small_gpu: None, vgpu_env: dict[str, str]
+) -> None:
+    kernel = await start_kernel(path="forgotten.ipynb")
+    await until(lambda: slice_of(jp_fetch, kernel.id), what="the kernel's slice")
+    command = waiter(vgpu_env)
+    try:
+
+        async def noticed() -> Any:
+            view = await slice_of(jp_fetch, kernel.id)
+            return view if view and view["idle_notice"] else None
+
+        view = await until(noticed, what="the idle notice")
+        assert view["idle_seconds"] >= AFTER and 0 < view["idle_notice"]["seconds_left"] <= NOTICE
+        assert view["idle_notice"]["for"].startswith("1 waiting in line (first: ")
+
+        async def reclaimed() -> Any:
+            data = await get_json(jp_fetch, "api", "vgpu", "slices")
+            events = [e for e in data["watchdog"]["events"] if e["action"] == "idle"]
+            return events if events and not any(s["kernel_id"] == kernel.id for s in data["slices"]) else None
+
+        (event,) = await until(reclaimed, timeout=30, what="the reclaim")
+        assert event["ok"] and event["kernel_id"] == kernel.id and event["path"] == "forgotten.ipynb"
+        assert "was idle for" in event["message"] and "shut down to free its GPU slice" in event["message"]
+        out, err = await asyncio.to_thread(command.communicate, timeout=60)
+        assert command.returncode == 0 and "GRANTED" in out, err
+        assert kernel.id not in [k["id"] for k in await get_json(jp_fetch, "api", "kernels")]
+        sessions = await get_json(jp_fetch, "api", "sessions")
+        assert not [s for s in sessions if s["path"] == "forgotten.ipynb" and s.get("kernel")]
+    finally:
+        command.kill()
+
+
+async def test_an_idle_kernel_nobody_waits_for_is_kept_and_its_idle_time_shown(
+    jp_fetch: Any, start_kernel: Any, vgpu_env: dict[str, str]
+) -> None:
+    kernel = await start_kernel()
+    await asyncio.sleep(AFTER + NOTICE + 1.5)
+    view = await slice_of(jp_fetch, kernel.id)
+    assert view is not None and view["idle_notice"] is None and view["idle_seconds"] >= AFTER + NOTICE
+    assert kernel.alive
+    status = subprocess.run([sys.executable, "-m", "jupyter_vgpu.cli", "status", "--json"], capture_output=True, text=True, env={**__import__("os").environ, **vgpu_env})
+    (row,) = json.loads(status.stdout)["slices"]
+    assert row["idle_seconds"] >= AFTER + NOTICE
+    text = subprocess.run([sys.executable, "-m", "jupyter_vgpu.cli", "status"], capture_output=True, text=True, env={**__import__("os").environ, **vgpu_env, "COLUMNS": "200"}).stdout
+    assert " idle " in next(line for line in text.splitlines() if row["id"] in line)
+    metrics = (await jp_fetch("metrics")).body.decode()
+    assert f'jupyter_vgpu_slice_idle_seconds{{kernel_id="{kernel.id}",slice="{row["id"]}"}}' in metrics
+
+
+async def test_a_busy_kernel_is_never_reclaimed(
+    jp_fetch: Any, start_kernel: Any, small_gpu: None, vgpu_env: dict[str, str]
+) -> None:
+    kernel = await start_kernel()
+    await until(lambda: slice_of(jp_fetch, kernel.id), what="the kernel's slice")
+    running = asyncio.ensure_future(kernel.run("import time; time.sleep(8)", timeout=60))
+    await asyncio.sleep(0.5)
+    command = waiter(vgpu_env, seconds=6)
+    try:
+        for _ in range(20):
+            view = await slice_of(jp_fetch, kernel.id)
+            assert view is not None and view["idle_notice"] is None
+            await asyncio.sleep(0.25)
+        assert kernel.alive
+    finally:
+        command.kill()
+        await running
+
+
+@pytest.mark.parametrize("how", ["keep", "cell"])
+async def test_keep_it_or_a_cell_during_the_notice_keeps_the_kernel(
+    jp_fetch: Any, start_kernel: Any, small_gpu: None, vgpu_env: dict[str, str], how: str
+) -> None:
+    kernel = await start_kernel()
+    await until(lambda: slice_of(jp_fetch, kernel.id), what="the kernel's slice")
+    command = waiter(vgpu_env, seconds=20)
+    try:
+
+        async def noticed() -> Any:
+            view = await slice_of(jp_fetch, kernel.id)
+            return view if view and view["idle_notice"] else None
+
+        view = await until(noticed, what="the idle notice")
+        deadline = view["idle_notice"]["deadline"]
+        if how == "keep":
+            response = await jp_fetch("api", "vgpu", "slices", view["id"], "keep", method="POST", body="{}")
+            assert json.loads(response.body) == {"slice_id": view["id"], "kept": True, "notice_cancelled": True}
+        else:
+            driver = await kernel.driver()
+            outcome = await asyncio.to_thread(driver.run, "print('still here')", 60)
+            assert outcome.ok and "still here" in outcome.stdout
+            # the notice, printed at the notebook's next cell: this one
+            assert "jupyter-vgpu: " in outcome.stderr and "has been idle for" in outcome.stderr, outcome.stderr
+        await asyncio.sleep(max(0.0, deadline - __import__("time").time()) + 0.6)
+        assert kernel.alive
+        data = await get_json(jp_fetch, "api", "vgpu", "slices")
+        assert not [e for e in data["watchdog"]["events"] if e["action"] == "idle"]
+    finally:
+        command.kill()
+
+
+async def test_another_users_slice_cannot_be_kept(jp_fetch: Any, vgpu_server: Any) -> None:
+    from tornado.httpclient import HTTPClientError
+
+    with pytest.raises(HTTPClientError) as refused:
+        await jp_fetch("api", "vgpu", "slices", "nosuchslice", "keep", method="POST", body="{}")
+    assert refused.value.code == 404
