@@ -227,6 +227,8 @@ class Broker:
             "user": caller.user,
             "admin": caller.admin,
             "policy": source.source,
+            # the user's server applies it (it alone knows its kernels' activity)
+            "idle_reclaim_after": self.quota(caller).get("idle_reclaim_after")[0],
         }
 
     # -- the policy around reserving -----------------------------------------------------------

@@ -34,7 +34,7 @@ from traitlets.config.loader import PyFileConfigLoader
 from ..errors import InvalidConfig, InvalidRequest
 from ..units import ALLOWED_WAITS, describe_fraction, format_bytes, parse_bytes, parse_seconds, share_number, shorten
 
-LIMITS = ("max_per_kernel", "max_total", "max_slices", "gpus", "max_wait", "max_waiting")
+LIMITS = ("max_per_kernel", "max_total", "max_slices", "gpus", "max_wait", "max_waiting", "idle_reclaim_after")
 
 #: Limits that apply where the policy sets none (the policy can raise or lower them).
 BROKER_DEFAULTS: dict[str, Any] = {"max_wait": 3600.0, "max_waiting": 8}
@@ -106,6 +106,9 @@ class Limits:
     gpus: tuple[str, ...] | None = None
     max_wait: float | None = None
     max_waiting: int | None = None
+    #: Seconds a kernel's slice may stay idle before the user's server reclaims it for someone
+    #: who waits (0: never); the server takes the smaller of its own setting and this.
+    idle_reclaim_after: float | None = None
 
     @classmethod
     def parse(cls, data: Any, *, where: str) -> Limits:
@@ -131,12 +134,14 @@ class Limits:
             if not isinstance(gpus, list) or any(isinstance(g, bool) or not isinstance(g, (str, int)) for g in gpus):
                 raise InvalidConfig(f"{where}.gpus {shorten(data['gpus'])} is not allowed; use a list of GPU indices or UUIDs.")
             values["gpus"] = tuple(str(g).strip() for g in gpus)
-        if data.get("max_wait") is not None:
-            wait = data["max_wait"]
-            if isinstance(wait, str):
-                raise InvalidConfig(f"{where}.max_wait {shorten(wait)} is not allowed; use {ALLOWED_WAITS} (a number, not text).")
+        for key in ("max_wait", "idle_reclaim_after"):
+            if data.get(key) is None:
+                continue
+            seconds = data[key]
+            if isinstance(seconds, str):
+                raise InvalidConfig(f"{where}.{key} {shorten(seconds)} is not allowed; use {ALLOWED_WAITS} (a number, not text).")
             try:
-                values["max_wait"] = parse_seconds(wait, what=f"{where}.max_wait")
+                values[key] = parse_seconds(seconds, what=f"{where}.{key}")
             except InvalidRequest as error:
                 raise InvalidConfig(str(error)) from None
         return cls(**values)
@@ -160,6 +165,8 @@ def _generosity(name: str, value: Any) -> tuple[float, ...]:
         return (1.0, float(share.memory)) if share.memory is not None else (0.0, float(share.gpus or 0.0))
     if name == "gpus":
         return (float(len(value)),)
+    if name == "idle_reclaim_after":  # longer is more generous, and 0 (never) the most
+        return (math.inf if value == 0 else float(value),)
     return (float(value),)
 
 

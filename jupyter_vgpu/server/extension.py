@@ -268,7 +268,7 @@ class VGPUServer(ExtensionApp):
         self.reclaimer = IdleReclaimer(
             manager,
             self.watchdog,
-            after=self.idle_reclaim_after,
+            after=effective_idle_reclaim(self.idle_reclaim_after, ledger),
             notice=self.idle_reclaim_notice,
             mode=self.idle_reclaim_mode,
             demand_seconds=self.idle_reclaim_demand_seconds,
@@ -334,6 +334,16 @@ class VGPUServer(ExtensionApp):
         if monitor is not None:
             collector().remove(monitor)
             await monitor.stop()
+
+
+def effective_idle_reclaim(own: float, ledger: Ledger | None) -> float:
+    """The server's idle_reclaim_after, or the hub policy's for this user (through the node
+    broker) where that is set and stricter: 0 means never."""
+    info = getattr(ledger, "info", None)
+    policy = info.get("idle_reclaim_after") if isinstance(info, dict) else None
+    if not isinstance(policy, (int, float)) or isinstance(policy, bool) or policy <= 0:
+        return own
+    return float(policy) if own <= 0 else min(own, float(policy))
 
 
 def _plain(value: float) -> str:

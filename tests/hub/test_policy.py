@@ -68,3 +68,42 @@ def test_the_broker_bounds_waiting_where_the_policy_does_not() -> None:
     with pytest.raises(NotPermitted, match=r"alice: at most 1 place in line at once \(user alice\); already waits for 1"):
         check_request(mine, quarter, [], [quarter], queueing=True)
     assert Policy.parse({}, source="p").quota("root", []).unlimited
+
+
+def test_idle_reclaim_comes_from_the_policy_through_the_broker_and_the_stricter_wins(tmp_path: Path) -> None:
+    """Per group idle reclaim (issue 23): the broker tells each user's server the user's value
+    (the most generous of their groups; 0 = never is the most generous), and the server takes
+    the stricter of it and its own c.VGPUServer.idle_reclaim_after."""
+    import json
+    from types import SimpleNamespace
+
+    from jupyter_vgpu.gpus import Inventory
+    from jupyter_vgpu.hub.broker import Broker, Caller, PolicySource
+    from jupyter_vgpu.server.extension import effective_idle_reclaim
+    from jupyter_vgpu.slices.sqlite_ledger import SQLiteLedger
+
+    data = {"default": {"idle_reclaim_after": 3600}, "groups": {"students": {"idle_reclaim_after": 600}, "staff": {"idle_reclaim_after": 0}}}
+    policy = Policy.parse(data, source="test")
+    assert policy.quota("sue", ["students"]).get("idle_reclaim_after") == (600.0, "group students")
+    assert policy.quota("tom", ["students", "staff"]).get("idle_reclaim_after") == (0.0, "group staff")
+    assert policy.quota("ann", []).get("idle_reclaim_after") == (3600.0, "default")
+    path = tmp_path / "policy.json"
+    path.write_text(json.dumps(data))
+    ledger = SQLiteLedger(tmp_path / "ledger.sqlite", Inventory("1x16GiB"))
+    try:
+        broker = Broker(ledger, PolicySource(path))
+        info = broker.info(Caller(pid=1, uid=1000, gid=1000, user="sue", groups=("students",), admin=False))
+    finally:
+        ledger.close()
+    assert info["idle_reclaim_after"] == 600.0
+    told = SimpleNamespace(info=info)
+    assert effective_idle_reclaim(0.0, told) == 600.0  # the server set none: the policy applies
+    assert effective_idle_reclaim(300.0, told) == 300.0  # the server's own is stricter
+    assert effective_idle_reclaim(900.0, told) == 600.0
+    assert effective_idle_reclaim(900.0, SimpleNamespace(info={"idle_reclaim_after": 0.0})) == 900.0
+    assert effective_idle_reclaim(900.0, None) == 900.0
+
+
+def test_a_bad_idle_reclaim_in_the_policy_is_named() -> None:
+    with pytest.raises(InvalidConfig, match=r"groups\.students\.idle_reclaim_after 'soon' is not allowed"):
+        Policy.parse({"groups": {"students": {"idle_reclaim_after": "soon"}}}, source="test")
