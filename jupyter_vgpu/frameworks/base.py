@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, MutableMapping
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
@@ -35,6 +35,25 @@ class ProcessState(Protocol):
     def imported(self, module_name: str) -> Any: ...
 
 
+#: What the allocator guard unset in this process or a parent ("TF_GPU_ALLOCATOR=cuda_malloc_async,..."),
+#: so %vgpu and the reports can say so.
+GUARDED = "JUPYTER_VGPU_GUARDED"
+
+
+def guard_now(framework: Framework, env: MutableMapping[str, str]) -> str:
+    """Unset in ``env`` the allocator settings that would make ``framework``'s limit a mere
+    threshold, add them to :data:`GUARDED`, and say so (empty when there was none)."""
+    removed = []
+    for name, value in framework.bypassing(env).items():
+        env.pop(name, None)
+        removed.append(f"{name}={value}")
+    if not removed:
+        return ""
+    seen = [item for item in env.get(GUARDED, "").split(",") if item]
+    env[GUARDED] = ",".join(dict.fromkeys([*seen, *removed]))
+    return f"{', '.join(removed)} unset: {framework.bypass_reason}"
+
+
 class Framework(ABC):
     """How jupyter-vgpu fits one framework into the kernel's slice.
 
@@ -48,6 +67,15 @@ class Framework(ABC):
     #: The environment variables :meth:`environment` and :meth:`for_installed` may set: a process
     #: that gets a slice starts without any inherited one (``slices.environment.without_slice``).
     variables: tuple[str, ...] = ()
+    #: Allocator settings under which this framework's limit is no longer a cap (variable ->
+    #: values, lower case); a slice's processes run without them (the allocator guard).
+    bypasses: Mapping[str, frozenset[str]] = {}
+    #: Why, in words, for %vgpu.
+    bypass_reason = ""
+
+    def bypassing(self, env: Mapping[str, str]) -> dict[str, str]:
+        """The settings of ``env`` that :attr:`bypasses` names, with their values."""
+        return {name: env[name] for name, values in self.bypasses.items() if env.get(name, "").strip().lower() in values}
 
     # -- the environment half: read before the framework starts (also by child processes) ----
     def environment(self, limit: int, fraction: str) -> dict[str, str]:

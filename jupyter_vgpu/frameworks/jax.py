@@ -10,9 +10,10 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from .base import Framework, release
+from .base import Framework, guard_now, release
 from .records import APPLIED, RECORDED, SKIPPED, FrameworkRecord
 
 if TYPE_CHECKING:
@@ -44,6 +45,9 @@ class JAX(Framework):
     module = "jax"
     variables = _VARIABLES
 
+    bypasses = {"XLA_PYTHON_CLIENT_ALLOCATOR": frozenset({"cuda_async", "platform"})}
+    bypass_reason = "JAX's memory fraction applies to its default (BFC) allocator only."
+
     def would_give(self, limit: int, fraction: str, logical_devices: int) -> str:
         return f"memory fraction {fraction} of the GPU, no preallocation"
 
@@ -57,6 +61,11 @@ class JAX(Framework):
         return {"XLA_CLIENT_MEM_FRACTION": fraction, "XLA_PYTHON_CLIENT_MEM_FRACTION": None}  # both set: jaxlib refuses the GPU backend
 
     def configure(self, jax: Any, state: ProcessState) -> FrameworkRecord:
+        record = self._configure(jax, state)
+        guarded = guard_now(self, os.environ) if state.facts.sliced else ""  # read when JAX starts its GPU backend
+        return replace(record, detail=f"{record.detail}; {guarded}") if guarded else record
+
+    def _configure(self, jax: Any, state: ProcessState) -> FrameworkRecord:
         settings = [f"{name}={os.environ[name]}" for name in _VARIABLES if os.environ.get(name)]
         if not state.facts.sliced:
             return FrameworkRecord(self.title, SKIPPED, "no slice in this kernel: JAX uses its defaults")

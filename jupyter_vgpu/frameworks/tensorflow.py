@@ -8,11 +8,13 @@ it; with no GPU the CPU is split the same way.
 
 from __future__ import annotations
 
+import os
 import sys
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from ..units import MiB, format_bytes
-from .base import Framework
+from .base import Framework, guard_now
 from .records import APPLIED, SKIPPED, TOO_LATE, FrameworkRecord
 
 if TYPE_CHECKING:
@@ -39,12 +41,20 @@ class TensorFlow(Framework):
     title = "TensorFlow"
     module = "tensorflow"
 
+    bypasses = {"TF_GPU_ALLOCATOR": frozenset({"cuda_malloc_async"})}
+    bypass_reason = "with the CUDA async allocator TensorFlow's memory_limit is only a release threshold, not a cap."
+
     def would_give(self, limit: int, fraction: str, logical_devices: int) -> str:
         count = max(1, logical_devices)
         each = max(1, limit // MiB // count) * MiB
         return f"{_plural(count, 'logical GPU')} of {format_bytes(each)} on each GPU"
 
     def configure(self, tf: Any, state: ProcessState) -> FrameworkRecord:
+        record = self._configure(tf, state)
+        guarded = guard_now(self, os.environ) if state.facts.sliced else ""  # read when TF creates its GPU devices
+        return replace(record, detail=f"{record.detail}; {guarded}") if guarded else record
+
+    def _configure(self, tf: Any, state: ProcessState) -> FrameworkRecord:
         facts = state.facts
         count = max(1, facts.logical_devices)
         try:

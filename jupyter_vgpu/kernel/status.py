@@ -87,6 +87,8 @@ def slice_rows(state: KernelState, usage: Usage) -> list[tuple[str, str]]:
     rows.append(("context allowance", f"{format_bytes(facts.context_allowance)} per GPU for the CUDA context"))
     if facts.logical_devices > 1:
         rows.append(("logical devices", f"{facts.logical_devices} TensorFlow devices per GPU"))
+    if guarded := os.environ.get("JUPYTER_VGPU_GUARDED"):  # frameworks.base.GUARDED
+        rows.append(("allocator guard", f"unset {guarded.replace(',', ', ')}: with it a framework's limit is no cap"))
     return rows
 
 

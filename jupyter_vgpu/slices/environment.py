@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping, MutableMapping
 from ..enforcement import TIERS, by_tier
 from ..errors import VGPUError
 from ..frameworks import FRAMEWORKS
+from ..frameworks.base import GUARDED
 from .records import Slice, Tier
 
 #: Every variable :func:`slice_environment` or :func:`cpu_environment` may set. A process that
@@ -37,6 +38,7 @@ VARIABLES = (
     "JUPYTER_VGPU_GPUS",
     "JUPYTER_VGPU_TIER",
     "JUPYTER_VGPU_MIG_PROFILES",
+    GUARDED,
     *(name for framework in FRAMEWORKS for name in framework.variables),
     *(name for tier in TIERS for name in tier.variables),
 )
@@ -148,6 +150,12 @@ def for_installed_frameworks(
     changes: dict[str, str | None] = {}
     for framework in FRAMEWORKS:
         changes.update(framework.for_installed(env, fraction, versions))
+    # The allocator guard: settings under which a framework's limit is no cap are unset.
+    removed = [f"{name}={value}" for framework in FRAMEWORKS for name, value in framework.bypassing(env).items()]
+    if removed:
+        changes.update(dict.fromkeys([item.split("=", 1)[0] for item in removed]))
+        seen = [item for item in env.get(GUARDED, "").split(",") if item]
+        changes[GUARDED] = ",".join(dict.fromkeys([*seen, *removed]))
     return changes
 
 
