@@ -24,6 +24,7 @@ from .units import format_bytes, parse_bytes
 ENV_LEDGER = "JUPYTER_VGPU_LEDGER"
 ENV_SIMULATE = "JUPYTER_VGPU_SIMULATE"
 ENV_CONTEXT = "JUPYTER_VGPU_CONTEXT_ALLOWANCE"
+ENV_HAMI = "JUPYTER_VGPU_HAMI_CORE"
 
 #: The context allowance chosen per GPU from its compute capability (jupyter_vgpu.gpus.context).
 AUTO = "auto"
@@ -53,6 +54,14 @@ class VGPU(Configurable):
         allowance per GPU by its compute capability, from published context sizes (docs/gpu.md),
         {format_bytes(UNKNOWN_ALLOWANCE)} where that is unknown. Environment variable {ENV_CONTEXT}
         overrides it.""",
+    ).tag(config=True)
+
+    hami_core_library = Unicode(
+        "",
+        help=f"""Path of HAMi-core's libvgpu.so (built with its build.sh): slices on GPUs without
+        MIG get the "enforced (HAMi-core)" tier, a memory limit their processes cannot lift.
+        A library that is missing or not a shared library is named in one sentence and slices stay
+        cooperative. Environment variable {ENV_HAMI} overrides it.""",
     ).tag(config=True)
 
     poll_interval = Float(
@@ -126,4 +135,8 @@ def load_settings(config: Config | None = None) -> VGPU:
     merged = file_config()
     if config is not None:
         merged.merge(config)
-    return VGPU(config=merged)
+    settings = VGPU(config=merged)
+    if settings.hami_core_library and not os.environ.get(ENV_HAMI):
+        # where the tiers (enforcement.hamicore) and every child process look for it
+        os.environ[ENV_HAMI] = settings.hami_core_library
+    return settings

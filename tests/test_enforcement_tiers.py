@@ -29,7 +29,7 @@ def test_each_tier_describes_itself_and_sets_only_its_declared_variables(tier: E
     assert tier.describe() and tier.describe(("1g.10gb",)) and tier.share_note(0.25) and tier.offered()
     assert tier.tier.describe() == tier.describe()  # the stored value says it through its plug-in
     env = tier.environment((4 << 30, 4 << 30), 0.25)
-    assert all(isinstance(v, str) for v in env.values()) and set(env) <= set(tier.variables)
+    assert all(isinstance(v, str) for v in env.values()) and set(env) <= set(tier.variables) | tier.set_here(env)
     assert set(tier.variables) <= set(VARIABLES), "a slice would inherit a stale value of these"
     assert (tier.inside(("GPU-x",), 4 << 30, env) is not None) == tier.hard  # %vgpu says how hardware holds it
 

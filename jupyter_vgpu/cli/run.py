@@ -21,6 +21,7 @@ from ..config import load_settings
 from ..errors import InvalidRequest, SliceNotFound
 from ..slices import Holder, SliceRequest, open_ledger, summary
 from ..slices.environment import DEVICE_NAMES, fit_installed_frameworks, with_slice
+from ..slices.reports import remove_report
 from ..slices.request import CLI_NAMES
 from ..units import parse_seconds, shorten
 
@@ -83,6 +84,7 @@ def run(args: argparse.Namespace) -> int:
             ledger.release(slice_.id)
         except SliceNotFound:
             pass
+        remove_report(ledger.path, slice_.id)  # its processes' reports, notices, HAMi-core budget file
 
 
 #: As shells report a command they cannot start.

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ..config import VGPU, load_settings
-from ..enforcement import Tier, by_tier
+from ..enforcement import TIERS, Tier, by_tier
 from ..errors import InvalidRequest, NotPermitted, SliceNotFound
 from ..slices import Ledger, Slice, occupancy_of, open_ledger
 from ..slices.holders import attribute
@@ -226,9 +226,10 @@ def _tier_lines(gpu: dict[str, Any]) -> list[str]:
             who = f"slice {d['slice']}" if d.get("slice") else "in use without a slice" if d.get("in_use_without_slice") else "free"
             lines.append(f"  MIG {d['profile']:<10} {format_bytes(d['memory_total']):>10}  {who}  {d['uuid']}")
         return lines
-    if gpu.get("mps"):
+    offered = next((t for t in TIERS if t.offered() == gpu.get("tier")), by_tier(Tier.COOPERATIVE))
+    if offered.tier is Tier.MPS:
         return ["MPS: an MPS daemon serves this GPU; slices get a hard memory limit and their share of the SMs"]
-    return [f"Slices here reserve {by_tier(Tier.COOPERATIVE).share_note()} (tier: cooperative)"]
+    return [f"Slices here reserve {offered.share_note()} (tier: {offered.describe()})"]
 
 
 #: The shortest id prefix ``release`` takes (the ledger matches a prefix of 6 characters or more).

@@ -18,11 +18,12 @@ from __future__ import annotations
 
 from .base import Enforcement, PlacedGPU, Tier, thread_percentage
 from .cooperative import Cooperative
+from .hamicore import HAMiCore
 from .mig import MIG
 from .mps import MPS
 
 #: Every tier, strongest first: a slice gets the first that applies to where it was placed.
-TIERS: tuple[Enforcement, ...] = (MIG(), MPS(), Cooperative())
+TIERS: tuple[Enforcement, ...] = (MIG(), HAMiCore(), MPS(), Cooperative())
 
 
 def by_tier(tier: Tier) -> Enforcement:

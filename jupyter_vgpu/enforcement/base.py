@@ -18,6 +18,7 @@ class Tier(str, Enum):
     COOPERATIVE = "cooperative"  # framework limits set at import; user code can undo them
     MPS = "mps"  # the MPS server's pinned memory limit and thread share
     MIG = "mig"  # a MIG device of its own
+    HAMI_CORE = "hami-core"  # HAMi-core's preloaded limit on every CUDA allocation
 
     def describe(self, mig_profiles: tuple[str, ...] = ()) -> str:
         """``hard (MIG 1g.10gb)``, ``hard (MPS)`` or ``cooperative``: how every view names it."""
@@ -55,10 +56,17 @@ class Enforcement(ABC):
         """Whether a slice placed on ``gpus`` (``mig_devices`` of them as MIG devices) gets this
         tier. The registry asks the tiers strongest first."""
 
-    def environment(self, memory: tuple[int, ...], fraction: float) -> dict[str, str]:
+    def environment(self, memory: tuple[int, ...], fraction: float, *, slice_id: str = "", ledger_path: str = "") -> dict[str, str]:
         """The variables of a process holding a slice of this tier (``memory``: bytes reserved on
-        each GPU, in the order the process sees them)."""
+        each GPU, in the order the process sees them; ``slice_id`` and ``ledger_path`` for a
+        tier that keeps a file per slice)."""
         return {}
+
+    def set_here(self, env: Mapping[str, str]) -> set[str]:
+        """Variables of ``env`` this tier set beyond :attr:`variables`: names others use too
+        (``LD_PRELOAD``, HAMi's limits in a pod), so a slice's process drops them only when a
+        mark says this tier set them."""
+        return set()
 
     @abstractmethod
     def describe(self, mig_profiles: tuple[str, ...] = ()) -> str:

@@ -132,7 +132,13 @@ def tier_name(state: KernelState) -> str:
     """The tier as recorded with the slice, in the words every view uses: ``cooperative``,
     ``hard (MPS)`` or ``hard (MIG 1g.10gb)``."""
     facts = state.facts
-    return (facts.tier or Tier.COOPERATIVE).describe(facts.mig_profiles)
+    tier = facts.tier or Tier.COOPERATIVE
+    if tier is Tier.HAMI_CORE:
+        from ..enforcement.hamicore import library, loaded_in_this_process
+
+        if not loaded_in_this_process(library() or os.environ.get("LD_PRELOAD", "")):
+            return "cooperative here: HAMi-core did not load in this kernel (the slice was placed as enforced)"
+    return tier.describe(facts.mig_profiles)
 
 
 def shares_text(state: KernelState) -> str:

@@ -16,6 +16,7 @@ from traitlets.config.loader import DeferredConfig
 
 from .. import __version__
 from ..config import load_settings
+from ..enforcement.hamicore import library, library_problem
 from ..errors import VGPUError
 from ..launch.refusals import refusals_of
 from ..launch.workarounds import check_provisioner_configs, forget_failed_starts
@@ -241,6 +242,8 @@ class VGPUServer(ExtensionApp):
             self.log.exception("jupyter-vgpu: opening the ledger failed")
         if problem:
             self.log.error("jupyter-vgpu: %s The GPU API answers with this message until it is fixed.", problem)
+        if hami := library_problem(library()):
+            self.log.error("jupyter-vgpu: %s", hami)
         check_provisioner_configs()
         manager = self.serverapp.kernel_manager
         self.monitor = UsageMonitor(

@@ -45,8 +45,10 @@ VARIABLES = (
 
 
 def without_slice(env: Mapping[str, str]) -> dict[str, str]:
-    """``env`` without any variable a slice sets (see :data:`VARIABLES`)."""
-    return {key: value for key, value in env.items() if key not in VARIABLES}
+    """``env`` without any variable a slice sets (see :data:`VARIABLES`, and what a tier marks as
+    its own: :meth:`~jupyter_vgpu.enforcement.base.Enforcement.set_here`)."""
+    dropped = set(VARIABLES).union(*(tier.set_here(env) for tier in TIERS))
+    return {key: value for key, value in env.items() if key not in dropped}
 
 
 def with_slice(
@@ -111,7 +113,7 @@ def slice_environment(
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in slice_.gpu_indices)
     if slice_.mig_profiles:
         env["JUPYTER_VGPU_MIG_PROFILES"] = ",".join(slice_.mig_profiles)
-    env.update(by_tier(slice_.tier).environment(slice_.memory, slice_.fraction))  # the tier's own (jupyter_vgpu/enforcement/)
+    env.update(by_tier(slice_.tier).environment(slice_.memory, slice_.fraction, slice_id=slice_.id, ledger_path=ledger_path))  # the tier's own (jupyter_vgpu/enforcement/)
     if simulate:
         env["JUPYTER_VGPU_SIMULATE"] = simulate
     return env

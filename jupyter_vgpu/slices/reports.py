@@ -259,5 +259,7 @@ def remove_report(ledger_path: str | Path, slice_id: str) -> None:
     report_path(ledger_path, slice_id).unlink(missing_ok=True)
     notices_path(ledger_path, slice_id).unlink(missing_ok=True)
     idle_path(ledger_path, slice_id).unlink(missing_ok=True)
+    for cache in report_dir(ledger_path).glob(f"{slice_id}.*.hami.cache"):  # enforcement.hamicore
+        cache.unlink(missing_ok=True)
     for path in _process_report_paths(ledger_path, slice_id):
         path.unlink(missing_ok=True)
