@@ -25,6 +25,9 @@ if TYPE_CHECKING:
 #: The first PyTorch whose allocator takes per_process_memory_fraction in PYTORCH_CUDA_ALLOC_CONF
 #: (earlier releases refuse the unknown option; docs/gpu.md cites the source).
 TORCH_FRACTION_OPTION = (2, 10)
+#: The first PyTorch whose allocator takes throw_on_cudamalloc_oom (the 2.12.0 wheels' c10 sources):
+#: a cudaMalloc the driver refuses (HAMi-core, MPS) raises at once instead of being retried.
+TORCH_THROW_OPTION = (2, 12)
 
 
 def cuda_initialised(torch: Any) -> bool:
@@ -49,8 +52,13 @@ class PyTorch(Framework):
         if release(versions("torch")) < TORCH_FRACTION_OPTION:
             return {}
         name = "PYTORCH_ALLOC_CONF" if env.get("PYTORCH_ALLOC_CONF") and not env.get("PYTORCH_CUDA_ALLOC_CONF") else "PYTORCH_CUDA_ALLOC_CONF"
-        options = [o for o in env.get(name, "").split(",") if o.strip() and not o.strip().startswith("per_process_memory_fraction")]
-        return {name: ",".join([*options, f"per_process_memory_fraction:{fraction}"])}
+        ours = ["per_process_memory_fraction"]
+        added = [f"per_process_memory_fraction:{fraction}"]
+        if release(versions("torch")) >= TORCH_THROW_OPTION:
+            ours.append("throw_on_cudamalloc_oom")
+            added.append("throw_on_cudamalloc_oom:True")
+        options = [o for o in env.get(name, "").split(",") if o.strip() and not o.strip().startswith(tuple(ours))]
+        return {name: ",".join([*options, *added])}
 
     def configure(self, torch: Any, state: ProcessState) -> FrameworkRecord:
         if getattr(torch.version, "cuda", None) is None and getattr(torch.version, "hip", None) is None:

@@ -65,6 +65,11 @@ def _path_env() -> dict[str, str]:
             {"PYTORCH_ALLOC_CONF": "expandable_segments:True"},
             {"PYTORCH_ALLOC_CONF": "expandable_segments:True,per_process_memory_fraction:0.231"},
         ),
+        (  # 2.12 also raises at once where the driver refuses a cudaMalloc (HAMi-core, MPS)
+            {"torch": "2.12.0"},
+            {"PYTORCH_CUDA_ALLOC_CONF": "throw_on_cudamalloc_oom:False"},
+            {"PYTORCH_CUDA_ALLOC_CONF": "per_process_memory_fraction:0.231,throw_on_cudamalloc_oom:True"},
+        ),
         ({"jaxlib": "0.4.31"}, {}, {}),
         ({"jaxlib": "0.4.33"}, {}, {"XLA_CLIENT_MEM_FRACTION": "0.231", "XLA_PYTHON_CLIENT_MEM_FRACTION": None}),
     ],
