@@ -64,6 +64,14 @@ class VGPU(Configurable):
         cooperative. Environment variable {ENV_HAMI} overrides it.""",
     ).tag(config=True)
 
+    tiers = Unicode(
+        "",
+        help="""The enforcement tiers slices may get, comma-separated, from "mig", "hami-core",
+        "mps", "cooperative" (e.g. "mig,cooperative" to keep MPS out of the way); the strongest of
+        them that applies on a slice's GPUs is used, cooperative where none does. Empty: all.
+        Environment variable JUPYTER_VGPU_TIERS overrides it.""",
+    ).tag(config=True)
+
     poll_interval = Float(
         0.25,
         help="Seconds between attempts of a request that waits in line for a slice.",
@@ -136,6 +144,8 @@ def load_settings(config: Config | None = None) -> VGPU:
     if config is not None:
         merged.merge(config)
     settings = VGPU(config=merged)
+    if settings.tiers and not os.environ.get("JUPYTER_VGPU_TIERS"):
+        os.environ["JUPYTER_VGPU_TIERS"] = settings.tiers  # enforcement.allowed_tiers, here and in children
     if settings.hami_core_library and not os.environ.get(ENV_HAMI):
         # where the tiers (enforcement.hamicore) and every child process look for it
         os.environ[ENV_HAMI] = settings.hami_core_library

@@ -4,7 +4,12 @@ saying what it does in the vocabulary every view shares."""
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
@@ -44,3 +49,26 @@ def test_placement_gets_the_strongest_tier_that_applies() -> None:
         "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": "0=4096M",
         "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "25",
     }
+
+
+def test_the_admin_chooses_which_tiers_slices_may_get(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """One place decides (MIG > HAMi-core > MPS > cooperative); c.VGPU.tiers / JUPYTER_VGPU_TIERS
+    keeps some out, and a name that is no tier is one sentence, nothing reserved."""
+    from jupyter_vgpu.errors import InvalidConfig
+
+    monkeypatch.setenv("JUPYTER_VGPU_TIERS", "cooperative")
+    assert tier_of([GPU(mps=True)], 0) is Tier.COOPERATIVE
+    assert offered_by(GPU(mps=True)) == "cooperative"
+    monkeypatch.setenv("JUPYTER_VGPU_TIERS", "mig, mps")
+    assert tier_of([GPU(mps=True)], 0) is Tier.MPS
+    assert tier_of([GPU(mig_mode=True)], 1) is Tier.MIG
+    monkeypatch.setenv("JUPYTER_VGPU_TIERS", "mps,turbo")
+    with pytest.raises(InvalidConfig, match=r"^JUPYTER_VGPU_TIERS / c.VGPU.tiers names 'turbo', which is no tier; use some of: mig, hami-core, mps, cooperative\.$"):
+        tier_of([GPU()], 0)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("JUPYTER_VGPU_")}
+    env.update(JUPYTER_VGPU_SIMULATE="1x16GiB", JUPYTER_VGPU_LEDGER=str(tmp_path / "ledger.sqlite"), JUPYTER_VGPU_TIERS="turbo")
+    run = subprocess.run([sys.executable, "-m", "jupyter_vgpu.cli", "run", "-p", "1/4", "--", "true"], env=env, capture_output=True, text=True)
+    assert run.returncode == 1 and "names 'turbo', which is no tier" in run.stderr and "Traceback" not in run.stderr
+    del env["JUPYTER_VGPU_TIERS"]
+    status = subprocess.run([sys.executable, "-m", "jupyter_vgpu.cli", "status", "--json"], env=env, capture_output=True, text=True)
+    assert json.loads(status.stdout)["slices"] == []

@@ -16,6 +16,11 @@ Adding a tier (e.g. HAMi-core's in-process limit, or MPS memory partitioning):
 
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping
+
+from ..errors import InvalidConfig
+from ..units import shorten
 from .base import Enforcement, PlacedGPU, Tier, thread_percentage
 from .cooperative import Cooperative
 from .hamicore import HAMiCore
@@ -34,14 +39,42 @@ def by_tier(tier: Tier) -> Enforcement:
     raise KeyError(tier)
 
 
+#: The admin's choice of tiers (``c.VGPU.tiers``): a comma-separated list of tier values; the
+#: strongest of them that applies is used, cooperative where none does. Unset: every tier.
+ENV_TIERS = "JUPYTER_VGPU_TIERS"
+
+
+def allowed_tiers(env: Mapping[str, str] | None = None) -> tuple[Enforcement, ...]:
+    """:data:`TIERS` the admin allows, strongest first (cooperative always)."""
+    text = (os.environ if env is None else env).get(ENV_TIERS, "").strip()
+    if not text:
+        return TIERS
+    names = [n.strip().lower() for n in text.split(",") if n.strip()]
+    known = {t.tier.value for t in TIERS}
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise InvalidConfig(
+            f"{ENV_TIERS} / c.VGPU.tiers names {shorten(unknown[0])}, which is no tier; use some of: {', '.join(t.tier.value for t in TIERS)}."
+        )
+    return tuple(t for t in TIERS if t.tier.value in names or t.tier is Tier.COOPERATIVE)
+
+
 def tier_of(gpus: list[PlacedGPU], mig_devices: int) -> Tier:
-    """The tier a slice placed on ``gpus`` (``mig_devices`` of them as MIG devices) gets."""
-    return next(t.tier for t in TIERS if t.applies(gpus, mig_devices))
+    """The tier a slice placed on ``gpus`` (``mig_devices`` of them as MIG devices) gets: the
+    strongest the admin allows that applies there (MIG > HAMi-core > MPS > cooperative)."""
+    if mig_devices:  # a MIG device is what the slice is: no other tier can place it
+        return Tier.MIG
+    return next(t.tier for t in allowed_tiers() if t.applies(gpus, mig_devices))
 
 
 def offered_by(gpu: PlacedGPU) -> str:
     """The strongest tier ``gpu`` offers a new slice, in words."""
-    return next(t.offered() for t in TIERS if t.applies([gpu], 1 if gpu.mig_mode else 0))
+    mig = 1 if gpu.mig_mode else 0
+    try:
+        tiers = allowed_tiers()
+    except InvalidConfig:
+        tiers = TIERS  # the views still show the GPU; reserving says what is wrong
+    return next(t.offered() for t in (TIERS if mig else tiers) if t.applies([gpu], mig))
 
 
-__all__ = ["TIERS", "Enforcement", "PlacedGPU", "Tier", "by_tier", "offered_by", "thread_percentage", "tier_of"]
+__all__ = ["ENV_TIERS", "TIERS", "Enforcement", "PlacedGPU", "Tier", "allowed_tiers", "by_tier", "offered_by", "thread_percentage", "tier_of"]
