@@ -32,8 +32,6 @@ from jupyter_server.utils import url_path_join
 from tornado import web
 from tornado.httpclient import AsyncHTTPClient, HTTPClientError
 
-from ..units import shorten
-
 #: The variable that carries a kernel's notebook path (jupyter_server's session manager sets it).
 SESSION_VARIABLE = "JPY_SESSION_NAME"
 #: Seconds a node's answer to one GET is reused (several browser tabs polling at once).
@@ -185,7 +183,8 @@ def _has_message(body: bytes | None) -> bool:
 
 
 def _unreachable(url: str, error: object) -> bytes:
-    reason = shorten(error) if error else "no answer"
+    reason = " ".join(str(getattr(error, "strerror", None) or error or "no answer").split())
+    reason = reason if len(reason) <= 120 else reason[:117] + "..."
     message = f"GPU node {url} unreachable: {reason}. The GPU views come back when it answers again."
     return json.dumps({"message": message}).encode()
 

@@ -114,6 +114,9 @@ def test_an_unreachable_node_is_said_and_the_views_come_back(laptop: JupyterProc
     node.stop(signal.SIGTERM, timeout=20)
     status, reply = laptop.api("GET", "api/vgpu/slices")
     assert status == 503 and reply["message"].startswith(f"GPU node http://127.0.0.1:{port}/node unreachable"), reply
+    assert reply["message"] == (
+        f"GPU node http://127.0.0.1:{port}/node unreachable: Connection refused. The GPU views come back when it answers again."
+    )
     status, reply = laptop.api("GET", "api/vgpu/devices")
     assert status == 503
     again = start_node(tmp_path / "gpu-node", port)
