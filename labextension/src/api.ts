@@ -55,6 +55,15 @@ export interface IHistoryPoint {
   util: number | null;
 }
 
+/**
+ * The GPU node a CPU-only server answers from (`jupyter lab --gateway-url=...`, docs/remote.md):
+ * its URL and the node's host name (null when the node does not say).
+ */
+export interface IGateway {
+  url: string;
+  node: string | null;
+}
+
 export interface IDevicesReply {
   simulated: boolean;
   available: boolean;
@@ -65,6 +74,10 @@ export interface IDevicesReply {
   /** When the server's sample was taken (seconds since the epoch, the server's clock). */
   taken_at?: number;
   devices: IDevice[];
+  /** The host name of the server that sampled the GPUs. */
+  node?: string;
+  /** Present when the server answers from a GPU node behind `--gateway-url`. */
+  gateway?: IGateway;
 }
 
 /** The state of a slice's usage against its reservation, decided by the server. */
@@ -162,6 +175,10 @@ export interface ISlicesReply {
   taken_at?: number;
   slices: ISlice[];
   waiting: IWaiting[];
+  /** The host name of the server that holds the slices. */
+  node?: string;
+  /** Present when the server answers from a GPU node behind `--gateway-url`. */
+  gateway?: IGateway;
   watchdog?: {
     action: string;
     tolerance?: number;

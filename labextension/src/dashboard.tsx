@@ -12,7 +12,7 @@ import { ISignal, Signal } from '@lumino/signaling';
 import * as React from 'react';
 
 import { ISlice, VGPUApiError } from './api';
-import { formatBytes, formatPercent, holderLabel } from './format';
+import { formatBytes, formatPercent, gatewayText, holderLabel } from './format';
 import {
   HistoryClient,
   HistoryStore,
@@ -22,7 +22,7 @@ import {
   ISliceHistory,
   ISliceHistoryPoint
 } from './historyapi';
-import { gpuIcon } from './icons';
+import { dashboardIcon } from './icons';
 import {
   AXES,
   clockTime,
@@ -664,6 +664,11 @@ export function DashboardView(props: IDashboardViewProps): JSX.Element {
     <div className="jp-vgpu-Dashboard">
       <div className="jp-vgpu-Dashboard-toolbar">
         <h1 className="jp-vgpu-Dashboard-title">GPU dashboard</h1>
+        {latest?.gateway && (
+          <span className="jp-vgpu-Dashboard-node">
+            {gatewayText(latest.gateway)}
+          </span>
+        )}
         <div
           className="jp-vgpu-Dashboard-ranges"
           role="group"
@@ -801,7 +806,7 @@ export class GPUDashboard extends ReactWidget {
     this.title.label = 'GPU dashboard';
     this.title.caption =
       'GPU memory, utilisation, power, temperature and PCIe throughput over time';
-    this.title.icon = gpuIcon;
+    this.title.icon = dashboardIcon;
     this.model =
       options.model ??
       new DashboardModel({

@@ -11,7 +11,7 @@ import {
 import { ServerConnection } from '@jupyterlab/services';
 
 import { createDashboard, DASHBOARD_ID, GPUDashboard } from './dashboard';
-import { gpuIcon } from './icons';
+import { dashboardIcon } from './icons';
 
 /** The command that opens (or shows) the dashboard. */
 export const OPEN_DASHBOARD = 'vgpu:open-dashboard';
@@ -46,7 +46,7 @@ export function addDashboard(
     label: 'Open GPU dashboard',
     caption:
       'GPU memory, utilisation, power, temperature and PCIe throughput per GPU and per slice, over the last hour',
-    icon: gpuIcon,
+    icon: dashboardIcon,
     execute: args => {
       let widget = tracker.find(w => w.id === DASHBOARD_ID && !w.isDisposed);
       if (!widget) {

@@ -85,6 +85,7 @@ export function DeviceCard(props: {
             total={device.memory_total}
             now={history.now()}
             subject={`GPU ${device.index}`}
+            current={{ used, util: device.utilization }}
           />
         </div>
       )}

@@ -3,7 +3,7 @@
  */
 import { PathExt } from '@jupyterlab/coreutils';
 
-import { HolderKind, IHostUsage, ISlice, IWaiting } from './api';
+import { HolderKind, IGateway, IHostUsage, ISlice, IWaiting } from './api';
 import vocabulary from './vocabulary.json';
 
 const MiB = 1024 ** 2;
@@ -356,4 +356,14 @@ export function statusTitle(
   }
   lines.push('Click to show the GPUs panel.');
   return lines.join('\n');
+}
+
+/**
+ * The GPU node a CPU-only server answers from (`--gateway-url`): "GPU node gpu01
+ * (http://gpu01:8890/node)", or "GPU node <url>" when the node does not name itself.
+ */
+export function gatewayText(gateway: IGateway): string {
+  return gateway.node
+    ? `GPU node ${gateway.node} (${gateway.url})`
+    : `GPU node ${gateway.url}`;
 }

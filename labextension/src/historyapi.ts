@@ -4,7 +4,7 @@
  */
 import { ServerConnection } from '@jupyterlab/services';
 
-import { HolderKind, requestAPI } from './api';
+import { HolderKind, IGateway, requestAPI } from './api';
 
 /** One sample of a GPU, every `step` seconds. */
 export interface IGPUHistoryPoint {
@@ -72,6 +72,8 @@ export interface IHistoryReply {
   seconds: number;
   gpus: IGPUHistory[];
   slices: ISliceHistory[];
+  /** Present when the server answers from a GPU node behind `--gateway-url`. */
+  gateway?: IGateway;
 }
 
 /** The default of the server's `step`, until it has said. */

@@ -1,6 +1,6 @@
 /**
- * jupyter-vgpu in JupyterLab: the "GPUs" sidebar, the status bar item and their settings;
- * notifications for the line and the watchdog; readable refusals; launcher order.
+ * jupyter-vgpu in JupyterLab: the "GPUs" sidebar, the GPU dashboard, the status bar item and
+ * their settings; notifications for the line and the watchdog; readable refusals; launcher order.
  */
 import {
   ILabShell,
@@ -17,6 +17,7 @@ import { ISettingRegistry } from '@jupyterlab/settingregistry';
 import { IStatusBar } from '@jupyterlab/statusbar';
 
 import { VGPUClient } from './api';
+import { addDashboard } from './dashboardplugin';
 import { gpuIcon } from './icons';
 import { waitingAlternative } from './kernelspecs';
 import { LauncherOrder } from './launcherorder';
@@ -144,12 +145,20 @@ const plugin: JupyterFrontEndPlugin<void> = {
     });
     shutDownNotebooks.follow(app.docRegistry);
 
+    // The GPU dashboard (main area): the command palette and the panel's header open it.
+    const openDashboard = addDashboard(app, {
+      serverSettings: app.serviceManager.serverSettings,
+      palette,
+      restorer
+    });
+
     const sidebar = new GPUSidebar({
       model,
       commands: app.commands,
       serviceManager: app.serviceManager,
       cancelWaiting: w => line.cancel(w),
-      shutDownNotebooks
+      shutDownNotebooks,
+      openDashboard
     });
     sidebar.title.caption = 'GPUs';
     app.shell.add(sidebar, 'left', { rank: 750, type: 'GPUs' });

@@ -12,20 +12,29 @@ import { ReactWidget, refreshIcon, UseSignal } from '@jupyterlab/ui-components';
 import { CommandRegistry } from '@lumino/commands';
 import * as React from 'react';
 
-import { ISlice, IWaiting } from './api';
+import { IGateway, ISlice, IWaiting } from './api';
 import { BarLegend } from './bars';
 import { DeviceCard } from './devicecard';
-import { holderLabel } from './format';
-import { gpuIcon } from './icons';
+import { gatewayText, holderLabel } from './format';
+import { dashboardIcon, gpuIcon } from './icons';
 import { GPUModel } from './model';
 import { ShutDownNotebooks } from './shutdownmemory';
 import { IHistorySource, ISliceActions } from './slicerow';
 import { IWaitingActions, WaitingList } from './waiting';
 
-function Header(props: { model: GPUModel }): JSX.Element {
-  const { model } = props;
+/** The GPU node the server uses through `--gateway-url`, as the latest replies name it. */
+function gatewayOf(snapshot: GPUModel['snapshot']): IGateway | null {
+  return snapshot?.slices.gateway ?? snapshot?.devices.gateway ?? null;
+}
+
+function Header(props: {
+  model: GPUModel;
+  openDashboard: (() => void) | null;
+}): JSX.Element {
+  const { model, openDashboard } = props;
   const snapshot = model.snapshot;
   const count = snapshot?.devices.devices.length ?? 0;
+  const gateway = gatewayOf(snapshot);
   return (
     <div className="jp-vgpu-Header">
       <h2 className="jp-vgpu-Header-title">GPUs</h2>
@@ -42,14 +51,34 @@ function Header(props: { model: GPUModel }): JSX.Element {
           {count === 1 ? '1 GPU' : `${count} GPUs`}
         </span>
       )}
-      <button
-        className="jp-Button jp-mod-minimal jp-vgpu-Header-refresh"
-        title="Refresh"
-        aria-label="Refresh"
-        onClick={() => void model.refresh()}
-      >
-        <refreshIcon.react tag="span" elementSize="normal" />
-      </button>
+      <span className="jp-vgpu-Header-buttons">
+        {openDashboard && (
+          <button
+            className="jp-Button jp-mod-minimal jp-vgpu-Header-dashboard"
+            title="Open GPU dashboard: memory, utilisation, power, temperature and PCIe over the last hour"
+            aria-label="Open GPU dashboard"
+            onClick={openDashboard}
+          >
+            <dashboardIcon.react tag="span" elementSize="normal" />
+          </button>
+        )}
+        <button
+          className="jp-Button jp-mod-minimal jp-vgpu-Header-refresh"
+          title="Refresh"
+          aria-label="Refresh"
+          onClick={() => void model.refresh()}
+        >
+          <refreshIcon.react tag="span" elementSize="normal" />
+        </button>
+      </span>
+      {gateway && (
+        <div
+          className="jp-vgpu-Header-node"
+          title={`Kernels and GPUs are on the GPU node behind --gateway-url=${gateway.url}`}
+        >
+          {gatewayText(gateway)}
+        </div>
+      )}
     </div>
   );
 }
@@ -76,8 +105,18 @@ function Body(props: {
   const { model, actions, waitingActions, history } = props;
   const snapshot = model.snapshot;
   const error = model.error;
+  // A CPU-only server using a GPU node (`--gateway-url`): the node is what does not answer.
+  const remote =
+    gatewayOf(snapshot) !== null || /^GPU node /.test(error?.message ?? '');
   const banner = error && (
-    <Message kind="error" title="The GPU server extension does not answer.">
+    <Message
+      kind="error"
+      title={
+        remote
+          ? 'The GPU node does not answer.'
+          : 'The GPU server extension does not answer.'
+      }
+    >
       <p className="jp-vgpu-Message-detail">{error.message}</p>
       <p className="jp-vgpu-Message-detail">
         Retrying less often until it answers.{' '}
@@ -158,6 +197,10 @@ export class GPUSidebar extends ReactWidget {
     this._commands = options.commands;
     this._services = options.serviceManager;
     this._shutDown = options.shutDownNotebooks ?? null;
+    const dashboard = options.openDashboard;
+    this._openDashboard = dashboard
+      ? () => void this._commands.execute(dashboard)
+      : null;
     this._history = {
       slice: id => this.model.sliceHistory(id),
       device: uuid => this.model.deviceHistory(uuid),
@@ -202,7 +245,7 @@ export class GPUSidebar extends ReactWidget {
       <UseSignal signal={this.model.changed}>
         {() => (
           <div className="jp-vgpu-Sidebar-content">
-            <Header model={this.model} />
+            <Header model={this.model} openDashboard={this._openDashboard} />
             <div className="jp-vgpu-Sidebar-body">
               <Body
                 model={this.model}
@@ -274,6 +317,7 @@ export class GPUSidebar extends ReactWidget {
   private _actions: ISliceActions;
   private _commands: CommandRegistry;
   private _history: IHistorySource;
+  private _openDashboard: (() => void) | null;
   private _services: ServiceManager.IManager;
   private _shutDown: ShutDownNotebooks | null;
   private _waitingActions: IWaitingActions;
@@ -288,5 +332,7 @@ export namespace GPUSidebar {
     cancelWaiting: (w: IWaiting) => Promise<void>;
     /** Where kernels shut down from the panel are remembered (so a reload does not restart them). */
     shutDownNotebooks?: ShutDownNotebooks;
+    /** The command that opens the GPU dashboard (a header button runs it), if any. */
+    openDashboard?: string;
   }
 }

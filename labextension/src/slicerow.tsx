@@ -216,6 +216,7 @@ export function SliceRow(props: {
               now={history.now()}
               colourClass={`jp-vgpu-colour-${colour}`}
               subject={label}
+              current={{ used: slice.memory_used, util: slice.utilization }}
             />
             <p className="jp-vgpu-SliceRow-share">{shareSentence(slice)}</p>
           </div>

@@ -107,6 +107,8 @@ const MARGIN_BOTTOM = 16;
 export const MIN_DRAG_PX = 5;
 /** Steps of the nice tick values, per power of ten. */
 const NICE_STEPS = [1, 2, 2.5, 4, 5, 10];
+/** The steps below one unit of a binary axis (KiB, MiB, GiB), as parts of it. */
+const BINARY_PARTS = [0.125, 0.25, 0.5, 1];
 /** Steps of the time axis, in seconds. */
 const TIME_STEPS = [
   5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600
@@ -214,14 +216,20 @@ export function valueScale(
       ? 1024 ** Math.floor(Math.log(top0) / Math.log(1024))
       : 1;
   const intervals = Math.max(1, Math.round(count));
-  let step = niceStep(top0 / unit / intervals) * unit;
+  // On a binary axis a step below one unit is a power-of-two part of it (256 KiB, not the
+  // 204.8 KiB that 0.2 MiB reads as).
+  const stepIn = (raw: number): number =>
+    axis.binary && unit > 1 && raw < 1
+      ? (BINARY_PARTS.find(p => p >= raw * (1 - 1e-9)) ?? 1)
+      : niceStep(raw);
+  let step = stepIn(top0 / unit / intervals) * unit;
   if (fixed !== null) {
     // 0, 25, 50, 75, 100 rather than 0, 40, 80 when 100 is the top.
     for (const c of [intervals, intervals + 1, intervals - 1, intervals + 2]) {
       if (c < 1) {
         continue;
       }
-      const s = niceStep(top0 / unit / c) * unit;
+      const s = stepIn(top0 / unit / c) * unit;
       const n = top0 / s;
       if (Math.abs(n - Math.round(n)) < 1e-6) {
         step = s;

@@ -23,7 +23,7 @@ jest.mock('@jupyterlab/ui-components', () => ({
   refreshIcon: { react: () => null }
 }));
 jest.mock('@jupyterlab/apputils', () => ({ MainAreaWidget: class {} }));
-jest.mock('../icons', () => ({ gpuIcon: {} }));
+jest.mock('../icons', () => ({ dashboardIcon: {}, gpuIcon: {} }));
 
 const T0 = 1700000000;
 

@@ -10,6 +10,7 @@ import {
   formatDuration,
   formatPercent,
   formatUsage,
+  gatewayText,
   holderLabel,
   kernelLabel,
   pathLabel,
@@ -363,6 +364,17 @@ describe('VOCABULARY', () => {
     );
     expect(vocabulary.tiers.mig.share_note_quarter).toBe(
       vocabulary.tiers.mig.share_note
+    );
+  });
+});
+
+describe('gatewayText', () => {
+  it('names the GPU node and its URL', () => {
+    expect(gatewayText({ url: 'http://gpu01:8890/node', node: 'gpu01' })).toBe(
+      'GPU node gpu01 (http://gpu01:8890/node)'
+    );
+    expect(gatewayText({ url: 'http://gpu01:8890', node: null })).toBe(
+      'GPU node http://gpu01:8890'
     );
   });
 });

@@ -107,6 +107,17 @@ describe('value scales', () => {
     });
   });
 
+  it('step by power-of-two parts of a unit on a binary axis', () => {
+    const scale = valueScale(0, 5, AXES.rate());
+    expect(scale.ticks.map(v => AXES.rate().tick(v))).toEqual([
+      '0 B/s',
+      '256 KiB/s',
+      '512 KiB/s',
+      '768 KiB/s',
+      '1 MiB/s'
+    ]);
+  });
+
   it('end at the first tick above the values otherwise', () => {
     const scale = valueScale(3.3 * GiB, 4, { binary: true });
     expect(scale.top).toBeGreaterThanOrEqual(3.3 * GiB);
