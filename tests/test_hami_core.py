@@ -125,7 +125,55 @@ def test_a_kernel_where_the_preload_did_not_take_says_it_is_cooperative(tmp_path
     kernel = start(workspace.slice_env(held))
     try:
         text = kernel.run("%vgpu").displays[0]["text/plain"]
-        assert "cooperative here: HAMi-core did not load in this kernel" in text
+        assert f"cooperative here: HAMi-core ({broken}) did not load in this kernel" in text
         assert "did not load in this kernel, so the slice is cooperative here" in text
+    finally:
+        kernel.stop()
+
+
+FAKE_DRIVER = r"""
+/* The three driver calls the HAMi-core self-check makes, answering as a driver under HAMi-core
+   would (FAKE_CUDA_TOTAL_MIB: what cuDeviceTotalMem reports; HAMi-core reports its limit). */
+#include <stdlib.h>
+#include <stddef.h>
+int cuInit(unsigned int flags) { return 0; }
+int cuDeviceGet(int *device, int ordinal) { *device = ordinal; return 0; }
+int cuDeviceTotalMem_v2(size_t *bytes, int device) {
+    const char *mib = getenv("FAKE_CUDA_TOTAL_MIB");
+    *bytes = (size_t)(mib ? atol(mib) : 16384) * 1024 * 1024;
+    return 0;
+}
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("reported_mib", "took"), [(4096, True), (16384, False)])
+def test_the_kernel_checks_at_start_that_the_limit_took(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, reported_mib: int, took: bool) -> None:
+    """A fake CUDA driver (compiled here) answers cuDeviceTotalMem: with HAMi-core's limit in
+    force it is the slice's limit (4096 MiB of a 1/4 slice of 16 GiB); where it is the card's, the
+    limit did not take and the kernel says it is cooperative."""
+    import shutil
+
+    if shutil.which("cc") is None:
+        pytest.skip("no C compiler (cc) to build the fake CUDA driver")
+    from kernel.harness import Workspace, start  # type: ignore[import-not-found]
+
+    driver = tmp_path / "driver"
+    driver.mkdir()
+    (driver / "fake_cuda.c").write_text(FAKE_DRIVER)
+    subprocess.run(["cc", "-shared", "-fPIC", "-o", str(driver / "libcuda.so.1"), str(driver / "fake_cuda.c")], check=True)
+    monkeypatch.setenv("JUPYTER_VGPU_HAMI_CORE", a_shared_library())
+    workspace = Workspace(tmp_path)
+    held = workspace.reserve(0.25)
+    assert held.tier is Tier.HAMI_CORE
+    env = {**workspace.slice_env(held), "LD_LIBRARY_PATH": str(driver), "FAKE_CUDA_TOTAL_MIB": str(reported_mib)}
+    assert env["CUDA_DEVICE_MEMORY_LIMIT_0"] == "4096m"
+    kernel = start(env)
+    try:
+        text = kernel.run("%vgpu").displays[0]["text/plain"]
+        if took:
+            assert "enforced (HAMi-core)" in text and "HAMi-core refuses CUDA allocations past 4.0 GiB per GPU" in text
+        else:
+            assert "cooperative here: HAMi-core's limit did not take: CUDA reports 16.0 GiB on the slice's first GPU" in text
     finally:
         kernel.stop()

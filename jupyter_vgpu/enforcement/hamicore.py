@@ -21,7 +21,7 @@ import re
 from collections.abc import Mapping
 from pathlib import Path
 
-from ..units import MiB, format_bytes, shorten
+from ..units import MiB, format_bytes
 from .base import Enforcement, PlacedGPU, Tier
 
 ENV_LIBRARY = "JUPYTER_VGPU_HAMI_CORE"
@@ -38,7 +38,7 @@ def library_problem(path: str) -> str | None:
     """Why ``path`` cannot be preloaded, in one sentence; None when it can be tried."""
     if not path:
         return None
-    where = f"{ENV_LIBRARY} / c.VGPU.hami_core_library {shorten(path)}"
+    where = f"{ENV_LIBRARY} / c.VGPU.hami_core_library {path}"  # the admin's own setting: shown whole
     try:
         with open(path, "rb") as handle:
             magic = handle.read(4)
@@ -66,6 +66,49 @@ def loaded_in_this_process(path: str) -> bool:
             return any(line.rstrip().endswith((path, real)) for line in maps)
     except OSError:
         return False
+
+
+_checked: list[str | None] = []  # this process's self-check, once
+
+
+def self_check(env: Mapping[str, str] | None = None) -> str | None:
+    """Why HAMi-core's limit did not take in this process (None: it did, or it cannot be told
+    here because no CUDA driver is installed). Asks the driver as a process of the slice sees it:
+    ``cuDeviceTotalMem`` of its first GPU (no CUDA context is created) must be the limit, which
+    HAMi-core reports in place of the card's memory. Done once per process."""
+    if _checked:
+        return _checked[0]
+    env = os.environ if env is None else env
+    result = _check(env)
+    _checked.append(result)
+    return result
+
+
+def _check(env: Mapping[str, str]) -> str | None:
+    import ctypes
+
+    path = library() or env.get("LD_PRELOAD", "")
+    if not loaded_in_this_process(path):
+        return f"HAMi-core ({path}) did not load in this kernel"
+    wanted = env.get("CUDA_DEVICE_MEMORY_LIMIT_0", "")
+    if not (wanted.endswith("m") and wanted[:-1].isdigit()):
+        return None
+    try:
+        cuda = ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return None  # no driver here (simulated GPUs): nothing to ask
+    device, total = ctypes.c_int(0), ctypes.c_size_t(0)
+    if cuda.cuInit(0) != 0 or cuda.cuDeviceGet(ctypes.byref(device), 0) != 0:
+        return None
+    if cuda.cuDeviceTotalMem_v2(ctypes.byref(total), device) != 0:
+        return None
+    limit = int(wanted[:-1]) * MiB
+    if abs(total.value - limit) > MiB:
+        return (
+            f"HAMi-core's limit did not take: CUDA reports {format_bytes(total.value)} on the slice's first GPU "
+            f"where HAMi-core would report its limit, {format_bytes(limit)}"
+        )
+    return None
 
 
 class HAMiCore(Enforcement):
@@ -113,11 +156,11 @@ class HAMiCore(Enforcement):
         return "enforced (HAMi-core)"
 
     def inside(self, devices: tuple[str, ...], memory_reserved: int | None, env: Mapping[str, str]) -> str | None:
-        path = env.get("LD_PRELOAD", "")
-        if not loaded_in_this_process(library() or path):
+        problem = self_check(env)
+        if problem:
             return (
-                f"nothing: HAMi-core ({shorten(library() or path)}) did not load in this kernel, so the slice is "
-                "cooperative here (framework limits only); restart the kernel, and ask the admin to check the library"
+                f"nothing: {problem}, so the slice is cooperative here (framework limits only); "
+                "restart the kernel, and ask the admin to check the library"
             )
         return (
             f"HAMi-core refuses CUDA allocations past {format_bytes(memory_reserved)} per GPU "

@@ -38,8 +38,20 @@ def load_ipython_extension(ipython: Any) -> None:
     ipython.register_magics(VGPUMagics)
     if state.problem:
         print(f"jupyter-vgpu: {state.problem} Frameworks are not limited in this kernel.", file=sys.stderr)
+    _check_tier(state)
     state.write_report()
     notices.start(ipython, state.facts.ledger_path, state.facts.slice_id)
+
+
+def _check_tier(state: KernelState) -> None:
+    """A hard tier that did not take here is said at start (the slice stays cooperative)."""
+    tier = getattr(state.facts, "tier", None)
+    if tier is None or getattr(tier, "value", None) != "hami-core":
+        return
+    from ..enforcement.hamicore import self_check
+
+    if problem := self_check():
+        print(f"jupyter-vgpu: {problem}; this kernel is held to its slice by framework limits only (cooperative).", file=sys.stderr)
 
 
 def _fit_environment() -> None:

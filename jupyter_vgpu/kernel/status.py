@@ -134,10 +134,10 @@ def tier_name(state: KernelState) -> str:
     facts = state.facts
     tier = facts.tier or Tier.COOPERATIVE
     if tier is Tier.HAMI_CORE:
-        from ..enforcement.hamicore import library, loaded_in_this_process
+        from ..enforcement.hamicore import self_check
 
-        if not loaded_in_this_process(library() or os.environ.get("LD_PRELOAD", "")):
-            return "cooperative here: HAMi-core did not load in this kernel (the slice was placed as enforced)"
+        if problem := self_check():
+            return f"cooperative here: {problem} (the slice was placed as enforced)"
     return tier.describe(facts.mig_profiles)
 
 
