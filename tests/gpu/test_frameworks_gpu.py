@@ -59,12 +59,13 @@ def gpu_kernel(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]
     ledger = open_ledger()
     started: list[GPUKernel] = []
 
-    def start(fraction: float = 0.25, logical_devices: int = 1) -> GPUKernel:
+    def start(fraction: float = 0.25, logical_devices: int = 1, **extra: str) -> GPUKernel:
         request = SliceRequest.parse(fraction=fraction, gpu="0", logical_devices=logical_devices)
         slice_ = ledger.reserve(request, Holder("kernel", "tests/gpu"))
         env = {k: v for k, v in os.environ.items() if not k.startswith(("CUDA_", "XLA_", "CUPY_", "JUPYTER_VGPU_SIM"))}
         env.update(slice_environment(slice_, ledger_path=str(ledger.path)))
         env["TF_CPP_MIN_LOG_LEVEL"] = "3"
+        env.update(extra)  # what the user's environment adds (the slice's guard then applies)
         kernel = GPUKernel(slice_, env)
         started.append(kernel)
         return kernel
@@ -122,6 +123,18 @@ def test_jax_stays_inside_its_memory_fraction(gpu_kernel: Any) -> None:
     allowed = fill(kernel, "jax")
     assert allowed <= kernel.slice.memory_limit
     assert kernel.nvml_used() - context <= kernel.slice.memory_limit * 1.02  # XLA rounds its fraction
+
+
+@needs("jax")
+def test_jax_async_allocator_set_by_the_user_is_guarded_and_the_fraction_holds(gpu_kernel: Any) -> None:
+    """Issue 24: XLA_PYTHON_CLIENT_ALLOCATOR=cuda_async bypasses JAX's memory fraction; in a slice
+    it is unset, so the allocations stop at the slice's limit."""
+    kernel = gpu_kernel(XLA_PYTHON_CLIENT_ALLOCATOR="cuda_async")
+    assert kernel.eval("__import__('os').environ.get('XLA_PYTHON_CLIENT_ALLOCATOR')") is None
+    assert kernel.run("import jax, jax.numpy as jnp; jnp.zeros(1).block_until_ready()").ok
+    context = kernel.nvml_used()
+    fill(kernel, "jax")
+    assert kernel.nvml_used() - context <= kernel.slice.memory_limit * 1.02
 
 
 def test_tensorflow_gpu_gets_logical_devices_with_the_slices_limit(gpu_kernel: Any) -> None:
