@@ -33,11 +33,11 @@ from typing import Any
 
 from jupyter_core.utils import ensure_async
 
-from ..slices.reports import add_notice, write_idle
+from ..slices.reports import write_idle
 from ..slices.usage import SliceUsage
 from ..units import format_duration, shorten
 from .monitor import Sample
-from .watchdog import Watchdog, WatchdogEvent
+from .watchdog import Watchdog, WatchdogEvent, leave_notice
 
 MODES = ("waiting", "always")
 #: jupyter_server's execution states of a kernel that is doing something.
@@ -245,13 +245,7 @@ class IdleReclaimer:
 
     async def _tell(self, usage: SliceUsage, stage: str, message: str) -> None:
         """The kernel prints the notice at its next cell (which also keeps it)."""
-        if self.ledger_path is None:
-            return
-        notice = {"id": f"{time.time():.3f}-idle-{stage}", "t": time.time(), "action": "idle", "stage": stage, "message": message}
-        try:
-            await asyncio.to_thread(add_notice, self.ledger_path, usage.slice.id, notice)
-        except OSError as error:
-            self.log.warning("jupyter-vgpu: could not leave an idle notice for slice %s: %s", usage.slice.id, error)
+        await leave_notice(self.ledger_path, usage, "idle", stage, message, self.log)
 
     def _write_idle(self, slice_id: str, since: float) -> None:
         """Where `jupyter vgpu status` and %vgpu read how long the slice has been idle."""

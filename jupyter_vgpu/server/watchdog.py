@@ -188,23 +188,31 @@ class Watchdog:
 
     async def _notify(self, usage: SliceUsage, action: str, stage: str, message: str) -> None:
         """Tell the slice's holder (its kernel prints it into the running cell)."""
-        if self.ledger_path is None:
-            return
-        notice = {
-            "id": f"{time.time():.3f}-{action}-{stage}",
-            "t": time.time(),
-            "action": action,
-            "stage": stage,
-            "message": message,
-            "memory_used": usage.memory_used,
-            "memory_reserved": usage.memory_reserved_total,
-        }
-        try:
-            await asyncio.to_thread(add_notice, self.ledger_path, usage.slice.id, notice)
-        except OSError as error:
-            self.log.warning("jupyter-vgpu watchdog: could not leave a notice for slice %s: %s", usage.slice.id, error)
+        await leave_notice(self.ledger_path, usage, action, stage, message, self.log)
 
     async def stop(self) -> None:
         """Wait for actions in progress (a restart takes a few seconds)."""
         if self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
+
+
+async def leave_notice(
+    ledger_path: str | Path | None, usage: SliceUsage, action: str, stage: str, message: str, log: logging.Logger
+) -> None:
+    """Leave a notice for a slice's holder (kernel.notices prints it into the running cell, or
+    the next one): the watchdog's actions and the idle reclaim's."""
+    if ledger_path is None:
+        return
+    notice = {
+        "id": f"{time.time():.3f}-{action}-{stage}",
+        "t": time.time(),
+        "action": action,
+        "stage": stage,
+        "message": message,
+        "memory_used": usage.memory_used,
+        "memory_reserved": usage.memory_reserved_total,
+    }
+    try:
+        await asyncio.to_thread(add_notice, ledger_path, usage.slice.id, notice)
+    except OSError as error:
+        log.warning("jupyter-vgpu: could not leave a notice for slice %s: %s", usage.slice.id, error)
