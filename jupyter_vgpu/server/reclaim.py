@@ -25,6 +25,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import shlex
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -191,7 +193,7 @@ class IdleReclaimer:
         """Who needs the room, in words; None when nobody does (mode "waiting")."""
         if sample.waiting:
             first = sample.waiting[0]
-            holder = first.labels.get("path") or (first.holder if first.holder_kind == "command" else "a kernel")
+            holder = first.labels.get("path") or (_program(first.holder) if first.holder_kind == "command" else "a kernel")
             return f"{len(sample.waiting)} waiting in line (first: {holder}, {first.request.describe()})"
         refused = self.refused_since(now - self.demand_seconds)
         if refused:
@@ -262,3 +264,15 @@ class IdleReclaimer:
     async def stop(self) -> None:
         if self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
+
+
+def _program(command: str) -> str:
+    """A waiting command by its program's name (``python train.py`` for a long command line)."""
+    try:
+        words = shlex.split(command)
+    except ValueError:
+        words = command.split()
+    if not words:
+        return "a command"
+    shown = " ".join([os.path.basename(words[0]), *words[1:2]])
+    return f"`{shown}{' ...' if len(words) > 2 else ''}`"

@@ -57,7 +57,7 @@ async def test_an_idle_kernel_gets_a_notice_then_gives_its_slice_to_the_waiter(
 
         view = await until(noticed, what="the idle notice")
         assert view["idle_seconds"] >= AFTER and 0 < view["idle_notice"]["seconds_left"] <= NOTICE
-        assert view["idle_notice"]["for"].startswith("1 waiting in line (first: ")
+        assert view["idle_notice"]["for"] == "1 waiting in line (first: `python -c ...`, 9/10 GPU)"
 
         async def reclaimed() -> Any:
             data = await get_json(jp_fetch, "api", "vgpu", "slices")
