@@ -45,6 +45,16 @@ export interface IDevice {
   tier: string;
   /** The watchdog compares the slices' use here with their reservations. */
   watched?: boolean;
+  /**
+   * In a pod HAMi or KAI-Scheduler placed on a shared GPU, the pod's share in words ("this
+   * pod's share: 4.0 GiB of 16.0 GiB (HAMi)"); `memory_total` is then the share. Null or absent
+   * elsewhere.
+   */
+  pod_share?: string | null;
+  /** The card's own memory when `memory_total` is a pod's share. */
+  card_memory?: number | null;
+  /** The pod's share of the SMs (CUDA_DEVICE_SM_LIMIT), percent. */
+  sm_limit?: number | null;
   slices: string[];
 }
 
@@ -127,6 +137,14 @@ export interface ISlice {
    */
   usage_note?: string | null;
   frameworks?: { [name: string]: { status: string; detail?: string } };
+  /**
+   * Seconds the kernel has run no cell, sent no message and used no GPU (the server's idle
+   * reclaim); null for commands, other servers' kernels and slices of no memory, absent on
+   * older servers.
+   */
+  idle_seconds?: number | null;
+  /** While the server has announced that it reclaims this idle slice; null otherwise. */
+  idle_notice?: IIdleNotice | null;
   /** Points taken after the `since` of the request (all of them without one). */
   history?: IHistoryPoint[];
   watchdog?: {
@@ -136,12 +154,38 @@ export interface ISlice {
   created: number;
 }
 
-/** Something the watchdog did to a slice over its reservation. */
+/**
+ * The server's notice that it shuts an idle kernel down to free its slice for someone who needs
+ * the room (docs/rest.md, "Idle reclaim"), unless the kernel runs something or its owner keeps it.
+ */
+export interface IIdleNotice {
+  /** When the notice was given (server time). */
+  given: number;
+  /** When the kernel is shut down (server time). */
+  deadline: number;
+  /** Seconds to the deadline when the reply was made. */
+  seconds_left: number;
+  /** Who needs the room, in words: "1 waiting in line (first: train.ipynb, 1/2 GPU)". */
+  for: string;
+}
+
+/** The reply of `POST /api/vgpu/slices/<id>/keep`. */
+export interface IKeepReply {
+  slice_id: string;
+  kept: boolean;
+  /** A reclaim notice was cancelled. */
+  notice_cancelled: boolean;
+}
+
+/**
+ * Something the watchdog did to a slice over its reservation, or (action `idle`) the server's
+ * idle reclaim shutting an idle kernel down for someone who waited.
+ */
 export interface IWatchdogEvent {
   t: number;
   slice_id: string;
   kernel_id: string | null;
-  action: 'warn' | 'interrupt' | 'restart' | 'shutdown' | string;
+  action: 'warn' | 'interrupt' | 'restart' | 'shutdown' | 'idle' | string;
   ok: boolean;
   message: string;
   path?: string | null;
@@ -386,6 +430,18 @@ export class VGPUClient {
       }
       throw error;
     }
+  }
+
+  /**
+   * The owner's "Keep it" for an idle slice: counts as activity (its idle time starts again)
+   * and cancels a reclaim notice.
+   */
+  keep(sliceId: string): Promise<IKeepReply> {
+    return requestAPI<IKeepReply>(
+      `slices/${encodeURIComponent(sliceId)}/keep`,
+      { method: 'POST', body: '{}' },
+      this.serverSettings
+    );
   }
 
   /** Release a slice held by a `jupyter vgpu run` command. */

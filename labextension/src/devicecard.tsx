@@ -11,14 +11,30 @@ import { Disclosure, WatchedChip } from './chips';
 import { formatBytes, formatPercent, formatUsage } from './format';
 import { IHistorySource, ISliceActions, SliceRow } from './slicerow';
 
+/** Why a GPU's total is not the card's: the share a Kubernetes scheduler gave this pod. */
+export function podShareTitle(device: IDevice): string {
+  const lines = [
+    `This server runs in a pod that a scheduler placed on a shared GPU: ${formatBytes(device.memory_total)} is the pod's share, and slices are fractions of it.`
+  ];
+  if (typeof device.card_memory === 'number') {
+    lines.push(`The card itself has ${formatBytes(device.card_memory)}.`);
+  }
+  if (typeof device.sm_limit === 'number') {
+    lines.push(`The pod may use ${device.sm_limit}% of the card's SMs.`);
+  }
+  return lines.join('\n');
+}
+
 export function DeviceCard(props: {
   device: IDevice;
   slices: ISlice[];
   colour: (sliceId: string) => number;
   actions: ISliceActions;
   history: IHistorySource;
+  /** When the reply holding `slices` arrived (ms, the browser's clock). */
+  received?: number;
 }): JSX.Element {
-  const { device, slices, colour, actions, history } = props;
+  const { device, slices, colour, actions, history, received } = props;
   const [expanded, setExpanded] = React.useState(false);
   const points = history.device(device.uuid);
   // Servers that send no `history` still send `utilization_history`.
@@ -57,6 +73,14 @@ export function DeviceCard(props: {
         >
           {device.name}
         </div>
+        {device.pod_share && (
+          <div
+            className="jp-vgpu-DeviceCard-podShare"
+            title={podShareTitle(device)}
+          >
+            {device.pod_share}
+          </div>
+        )}
       </header>
       <DeviceBar device={device} slices={slices} colour={colour} />
       <div className="jp-vgpu-DeviceCard-stats">
@@ -98,6 +122,7 @@ export function DeviceCard(props: {
               colour={colour(slice.id)}
               actions={actions}
               history={history}
+              received={received}
             />
           ))}
           {device.memory_foreign > 0 && (

@@ -3,7 +3,14 @@
  */
 import { PathExt } from '@jupyterlab/coreutils';
 
-import { HolderKind, IGateway, IHostUsage, ISlice, IWaiting } from './api';
+import {
+  HolderKind,
+  IGateway,
+  IHostUsage,
+  IIdleNotice,
+  ISlice,
+  IWaiting
+} from './api';
 import vocabulary from './vocabulary.json';
 
 const MiB = 1024 ** 2;
@@ -249,6 +256,139 @@ export function formatDuration(seconds: number | null | undefined): string {
   }
   const minutes = Math.floor((s % 3600) / 60);
   return `${Math.floor(s / 3600)} h${minutes ? ` ${minutes} min` : ''}`;
+}
+
+/**
+ * "45 s", "42 min", "3 h 5 min": how long, rounded as people say it (idle times). The server's
+ * rule (`jupyter_vgpu.units.format_duration`, ties to the even number as Python rounds), so an
+ * idle time reads the same in `jupyter vgpu status`, `%vgpu` and here.
+ */
+export function formatSpan(seconds: number | null | undefined): string {
+  if (seconds === null || seconds === undefined || !isFinite(seconds)) {
+    return '–';
+  }
+  if (seconds < 90) {
+    return `${fixed(seconds, 0)} s`;
+  }
+  const minutes = Number(fixed(seconds / 60, 0));
+  return minutes < 60
+    ? `${minutes} min`
+    : `${Math.floor(minutes / 60)} h ${minutes % 60} min`;
+}
+
+/** The shortest idle time a slice row shows: under a minute idle is not worth a word. */
+export const IDLE_SHOWN_SECONDS = 60;
+
+/** "idle 42 min": how long a slice's kernel has done nothing; null under a minute, or unknown. */
+export function idleText(slice: ISlice): string | null {
+  const idle = slice.idle_seconds;
+  if (
+    typeof idle !== 'number' ||
+    !isFinite(idle) ||
+    idle < IDLE_SHOWN_SECONDS
+  ) {
+    return null;
+  }
+  return `idle ${formatSpan(idle)}`;
+}
+
+/** "4:32", "0:05", "1:02:03": the time left on a countdown, whole seconds rounded up. */
+export function formatCountdown(seconds: number | null | undefined): string {
+  const s =
+    seconds === null || seconds === undefined || !isFinite(seconds)
+      ? 0
+      : Math.max(0, Math.ceil(seconds - 1e-9));
+  const two = (n: number) => String(n).padStart(2, '0');
+  if (s >= 3600) {
+    return `${Math.floor(s / 3600)}:${two(Math.floor((s % 3600) / 60))}:${two(s % 60)}`;
+  }
+  return `${Math.floor(s / 60)}:${two(s % 60)}`;
+}
+
+/** "14:32:05": a moment on the browser's clock (ms since the epoch), local time, 24 h. */
+export function formatClock(ms: number): string {
+  const d = new Date(ms);
+  const two = (n: number) => String(n).padStart(2, '0');
+  return `${two(d.getHours())}:${two(d.getMinutes())}:${two(d.getSeconds())}`;
+}
+
+/**
+ * Seconds left before an idle slice is reclaimed, `age` seconds after the reply that carried the
+ * notice (never below 0).
+ */
+export function noticeSecondsLeft(notice: IIdleNotice, age: number): number {
+  const left = Number(notice.seconds_left);
+  return Math.max(0, (isFinite(left) ? left : 0) - Math.max(0, age));
+}
+
+/**
+ * Why an idle slice is reclaimed, as the end of a sentence: "to free its GPU for 1 waiting in
+ * line" (the server's `for` without its "(first: ...)", which the tooltips keep).
+ */
+export function idleReason(notice: IIdleNotice): string {
+  const text = (notice.for ?? '').trim();
+  const short = text.replace(/\s*\(first: .*\)$/, '');
+  if (!short) {
+    return 'to free its GPU';
+  }
+  // "1 waiting in line", "2 kernel starts refused in the last 10 min"; else the policy's words.
+  return /^\d/.test(short)
+    ? `to free its GPU for ${short}`
+    : `to free its GPU (${short})`;
+}
+
+/** "Shutting down in 4:32 to free its GPU for 1 waiting in line": a slice row's warning. */
+export function idleNoticeText(
+  notice: IIdleNotice,
+  secondsLeft: number
+): string {
+  const when = secondsLeft > 0 ? `in ${formatCountdown(secondsLeft)}` : 'now';
+  return `Shutting down ${when} ${idleReason(notice)}`;
+}
+
+/**
+ * The whole story of an idle notice, for tooltips: how long the kernel has been idle, who needs
+ * the room, when it is shut down (`deadline`: on the browser's clock, ms) and how to keep it.
+ */
+export function idleNoticeDetails(
+  slice: ISlice,
+  notice: IIdleNotice,
+  deadline: number
+): string {
+  const idle =
+    typeof slice.idle_seconds === 'number'
+      ? `idle for ${formatSpan(slice.idle_seconds)}`
+      : 'idle';
+  const who = (notice.for ?? '').trim();
+  return [
+    `This kernel has been ${idle} (no cell run, no GPU use)${who ? ` while the GPU is needed: ${who}` : ''}.`,
+    `The server shuts it down at ${formatClock(deadline)} to free its ${slice.request_text} slice; the notebook is kept.`,
+    'Running a cell keeps it, and so does "Keep it".'
+  ].join('\n');
+}
+
+/**
+ * The notification for an idle notice: "train.ipynb's kernel, idle for 42 min, shuts down at
+ * 14:32:05 to free its GPU for 1 waiting in line, unless you keep it or run a cell." JupyterLab
+ * cuts a notification's text at 140 characters: what matters most comes first.
+ */
+export function idleNotificationText(
+  slice: ISlice,
+  notice: IIdleNotice,
+  deadline: number
+): string {
+  const idle =
+    typeof slice.idle_seconds === 'number'
+      ? `, idle for ${formatSpan(slice.idle_seconds)},`
+      : ', idle,';
+  return `${holderLabel(slice)}'s kernel${idle} shuts down at ${formatClock(deadline)} ${idleReason(notice)}, unless you keep it or run a cell.`;
+}
+
+/** "GPU idle: shutting down in 4:32": the status bar item while its slice has an idle notice. */
+export function statusIdleText(secondsLeft: number): string {
+  return secondsLeft > 0
+    ? `GPU idle: shutting down in ${formatCountdown(secondsLeft)}`
+    : 'GPU idle: shutting down now';
 }
 
 /** A notebook path or a command as a user names it: the notebook's file name, or the command. */

@@ -1,6 +1,7 @@
 /**
  * jupyter-vgpu in JupyterLab: the "GPUs" sidebar, the GPU dashboard, the status bar item and
- * their settings; notifications for the line and the watchdog; readable refusals; launcher order.
+ * their settings; notifications for the line, the watchdog and idle reclaim; readable refusals;
+ * launcher order.
  */
 import {
   ILabShell,
@@ -16,9 +17,10 @@ import {
 import { ISettingRegistry } from '@jupyterlab/settingregistry';
 import { IStatusBar } from '@jupyterlab/statusbar';
 
-import { VGPUClient } from './api';
+import { ISlice, VGPUClient } from './api';
 import { addDashboard } from './dashboardplugin';
 import { gpuIcon } from './icons';
+import { IdleNotifier, keepSlice } from './idlenotes';
 import { waitingAlternative } from './kernelspecs';
 import { LauncherOrder } from './launcherorder';
 import { GPUModel } from './model';
@@ -87,7 +89,23 @@ const plugin: JupyterFrontEndPlugin<void> = {
       openPaths: () => new Set(openContexts().keys()),
       showSidebar
     });
-    new WatchdogNotifier({ model, showSidebar });
+    new WatchdogNotifier({
+      model,
+      showSidebar,
+      // The server shut a kernel down (idle reclaim, or the admin's policy): JupyterLab learns
+      // it now rather than at its next poll of the kernels, so the notebook says "No Kernel".
+      onEvent: e => {
+        if (e.ok && (e.action === 'idle' || e.action === 'shutdown')) {
+          app.serviceManager.kernels.refreshRunning().catch(console.error);
+        }
+      }
+    });
+    // "Keep it" (the notification's, the panel's): the status bar item shows it at once too.
+    const keep = async (slice: ISlice): Promise<void> => {
+      await keepSlice(model, slice);
+      void kernelSlice?.refresh();
+    };
+    new IdleNotifier({ model, keep, showSidebar });
     new RefusalDialogs({
       client,
       serverNow: () => model.serverNow(),
@@ -158,7 +176,8 @@ const plugin: JupyterFrontEndPlugin<void> = {
       serviceManager: app.serviceManager,
       cancelWaiting: w => line.cancel(w),
       shutDownNotebooks,
-      openDashboard
+      openDashboard,
+      keepSlice: keep
     });
     sidebar.title.caption = 'GPUs';
     app.shell.add(sidebar, 'left', { rank: 750, type: 'GPUs' });

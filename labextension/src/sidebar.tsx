@@ -17,6 +17,7 @@ import { BarLegend } from './bars';
 import { DeviceCard } from './devicecard';
 import { gatewayText, holderLabel } from './format';
 import { dashboardIcon, gpuIcon } from './icons';
+import { keepSlice } from './idlenotes';
 import { GPUModel } from './model';
 import { ShutDownNotebooks } from './shutdownmemory';
 import { IHistorySource, ISliceActions } from './slicerow';
@@ -175,6 +176,7 @@ function Body(props: {
           colour={id => model.colour(id)}
           actions={actions}
           history={history}
+          received={snapshot.taken}
         />
       ))}
       <WaitingList
@@ -230,7 +232,11 @@ export class GPUSidebar extends ReactWidget {
       copySliceId: slice => {
         Clipboard.copyToSystem(slice.id);
         Notification.info(`Copied slice id ${slice.id}`, { autoClose: 2000 });
-      }
+      },
+      keepSlice: slice =>
+        void (options.keepSlice
+          ? options.keepSlice(slice)
+          : keepSlice(this.model, slice))
     };
   }
 
@@ -334,5 +340,7 @@ export namespace GPUSidebar {
     shutDownNotebooks?: ShutDownNotebooks;
     /** The command that opens the GPU dashboard (a header button runs it), if any. */
     openDashboard?: string;
+    /** "Keep it" for an idle slice (default: `keepSlice` with this panel's model). */
+    keepSlice?: (slice: ISlice) => Promise<void>;
   }
 }

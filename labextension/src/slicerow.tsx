@@ -14,12 +14,17 @@ import { IHistoryPoint, ISlice } from './api';
 import { SliceBar, usedPerGPU } from './bars';
 import { HistoryChart } from './chart';
 import { Disclosure, WatchedChip } from './chips';
+import { useNoticeCountdown } from './countdown';
 import {
   commandText,
   formatBytes,
   formatPercent,
+  formatSpan,
   formatUsage,
   holderLabel,
+  idleNoticeDetails,
+  idleNoticeText,
+  idleText,
   shareSentence,
   stateText,
   usageNote
@@ -41,6 +46,50 @@ export interface ISliceActions {
   shutdownKernel(slice: ISlice): void;
   releaseSlice(slice: ISlice): void;
   copySliceId(slice: ISlice): void;
+  /** The owner's "Keep it" for an idle slice the server is about to reclaim. */
+  keepSlice(slice: ISlice): void;
+}
+
+/**
+ * The server's notice that it shuts this idle kernel down for someone who needs the room: a
+ * countdown, why, and (for the owner) "Keep it". `received`: when the reply carrying the notice
+ * arrived (ms, the browser's clock).
+ */
+export function IdleNoticeLine(props: {
+  slice: ISlice;
+  received: number;
+  actions: ISliceActions;
+}): JSX.Element | null {
+  const { slice, received, actions } = props;
+  const notice = slice.idle_notice ?? null;
+  const { left, deadline } = useNoticeCountdown(notice, received);
+  if (!notice) {
+    return null;
+  }
+  const label = holderLabel(slice);
+  return (
+    // Not a live region: the countdown changes every second (the notification is the alert).
+    <div
+      className="jp-vgpu-SliceRow-idleNotice"
+      role="group"
+      aria-label={`Idle notice for ${label}`}
+      title={idleNoticeDetails(slice, notice, deadline)}
+    >
+      <span className="jp-vgpu-SliceRow-idleText">
+        {idleNoticeText(notice, left)}
+      </span>
+      {slice.yours !== false && (
+        <button
+          className="jp-Button jp-mod-minimal jp-mod-styled jp-vgpu-action-keep"
+          title={`Keep the kernel of ${label}: it counts as activity, and the server does not shut it down now`}
+          aria-label={`Keep ${label}`}
+          onClick={() => actions.keepSlice(slice)}
+        >
+          Keep it
+        </button>
+      )}
+    </div>
+  );
 }
 
 function Holder(props: { slice: ISlice; actions: ISliceActions }): JSX.Element {
@@ -87,6 +136,11 @@ function details(slice: ISlice): string {
   } else if (slice.usage_source === 'none') {
     lines.push('Usage unknown: neither NVML nor the kernel reports it.');
   }
+  if (typeof slice.idle_seconds === 'number') {
+    lines.push(
+      `Idle for ${formatSpan(slice.idle_seconds)} (no cell run, no message from the kernel, no GPU use)`
+    );
+  }
   if (slice.pid) {
     lines.push(
       `pid ${slice.pid}${slice.owner ? `, owner ${slice.owner}` : ''}`
@@ -104,8 +158,12 @@ export function SliceRow(props: {
   colour: number;
   actions: ISliceActions;
   history: IHistorySource;
+  /** When the reply holding `slice` arrived (ms, the browser's clock); now by default. */
+  received?: number;
 }): JSX.Element {
   const { slice, colour, actions, history } = props;
+  const received = props.received ?? Date.now();
+  const idle = idleText(slice);
   const [expanded, setExpanded] = React.useState(false);
   const warning = stateText(slice);
   const label = holderLabel(slice);
@@ -177,6 +235,14 @@ export function SliceRow(props: {
               ? actions.kernelDisplayName(slice)
               : `jupyter vgpu run, ${slice.request_text}`}
           </span>
+          {idle && (
+            <span
+              className="jp-vgpu-SliceRow-idle"
+              title="No cell run, no message from the kernel and no GPU use for this long"
+            >
+              {idle}
+            </span>
+          )}
           <span className="jp-vgpu-SliceRow-enforcement">
             <span className="jp-vgpu-SliceRow-tier" title="Enforcement tier">
               {slice.tier}
@@ -205,6 +271,7 @@ export function SliceRow(props: {
           </span>
         </div>
         {note && <p className="jp-vgpu-SliceRow-note">{note}</p>}
+        <IdleNoticeLine slice={slice} received={received} actions={actions} />
         {expanded && (
           <div className="jp-vgpu-SliceRow-details" id={detailsId}>
             <HistoryChart

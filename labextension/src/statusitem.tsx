@@ -1,6 +1,7 @@
 /**
  * The status bar item: the slice of the current notebook's (or console's) kernel, or its
- * place in line while its kernel waits for one.
+ * place in line while its kernel waits for one, or the countdown while the server is about to
+ * reclaim its idle slice.
  */
 import { ISessionContext } from '@jupyterlab/apputils';
 import { ReactWidget, UseSignal } from '@jupyterlab/ui-components';
@@ -10,10 +11,13 @@ import { Widget } from '@lumino/widgets';
 import * as React from 'react';
 
 import { IHostUsage, ISlice, IWaiting, VGPUClient } from './api';
+import { useNoticeCountdown } from './countdown';
 import {
   formatDuration,
+  idleNoticeDetails,
   pathLabel,
   SIMULATED_NOTE,
+  statusIdleText,
   statusText,
   statusTitle
 } from './format';
@@ -58,6 +62,11 @@ export class KernelSliceModel {
 
   get slice(): ISlice | null {
     return this._slice;
+  }
+
+  /** When the reply holding `slice` arrived (ms, the browser's clock). */
+  get received(): number {
+    return this._received;
   }
 
   /** What the slice's kernel uses of the host (null: unknown, or an older server). */
@@ -157,6 +166,7 @@ export class KernelSliceModel {
 
   private _set(slice: ISlice | null): void {
     this._slice = slice;
+    this._received = Date.now();
     this._changed.emit();
   }
 
@@ -166,6 +176,7 @@ export class KernelSliceModel {
   private _lastKernelId: string | null = null;
   private _line: ILineSource | null;
   private _poll: Poll;
+  private _received = Date.now();
   private _host: IHostUsage | null = null;
   private _simulated: () => boolean;
   private _slice: ISlice | null = null;
@@ -213,6 +224,37 @@ function Waiting(props: {
 }
 
 /**
+ * "GPU idle: shutting down in 4:32": the server is about to shut the notebook's idle kernel down
+ * for someone who needs the room; the tooltip says why and that running a cell keeps it.
+ */
+export function IdleCountdown(props: {
+  slice: ISlice;
+  received: number;
+  title: string;
+  onClick: () => void;
+}): JSX.Element {
+  const { slice, received, title, onClick } = props;
+  const { left, deadline } = useNoticeCountdown(slice.idle_notice, received);
+  const why = slice.idle_notice
+    ? idleNoticeDetails(slice, slice.idle_notice, deadline)
+    : '';
+  return (
+    <button
+      className="jp-vgpu-StatusItem-content jp-vgpu-mod-idle"
+      title={`${why}\n${title}`}
+      onClick={onClick}
+    >
+      <gpuIcon.react
+        tag="span"
+        elementSize="small"
+        className="jp-vgpu-StatusItem-icon"
+      />
+      <span className="jp-vgpu-StatusItem-text">{statusIdleText(left)}</span>
+    </button>
+  );
+}
+
+/**
  * "GPU 2.1 / 4.0 GiB" ("GPU 2.1 / 4.0 GiB · simulated" on simulated GPUs), coloured when near or
  * over the slice; its tooltip adds the kernel's CPU and RAM. A click opens the sidebar.
  */
@@ -247,6 +289,16 @@ export class GPUStatusItem extends ReactWidget {
             return <span />;
           }
           const simulated = this.model.simulated;
+          if (slice.idle_notice) {
+            return (
+              <IdleCountdown
+                slice={slice}
+                received={this.model.received}
+                title={statusTitle(slice, this.model.host, simulated)}
+                onClick={this._onClick}
+              />
+            );
+          }
           return (
             <span
               className={`jp-vgpu-StatusItem-content jp-vgpu-mod-${slice.state}`}
