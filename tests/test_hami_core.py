@@ -24,6 +24,7 @@ import pytest
 
 from jupyter_vgpu.enforcement import Tier, by_tier, tier_of
 from jupyter_vgpu.enforcement.hamicore import cache_path, library_problem
+from jupyter_vgpu.slices.reports import report_dir
 from jupyter_vgpu.units import GiB, MiB
 
 
@@ -42,6 +43,12 @@ class GPU:
     mig_mode: bool | None = False
 
 
+@dataclass(frozen=True)
+class PodGPU(GPU):
+    pod_share: str | None = None
+    sm_limit: int | None = None
+
+
 def test_the_tier_applies_where_the_library_is_named_and_usable(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.delenv("JUPYTER_VGPU_HAMI_CORE", raising=False)
     assert tier_of([GPU()], 0) is Tier.COOPERATIVE
@@ -50,8 +57,9 @@ def test_the_tier_applies_where_the_library_is_named_and_usable(monkeypatch: pyt
     assert tier_of([GPU(mig_mode=True)], 1) is Tier.MIG  # MIG is stronger
     assert Tier.HAMI_CORE.describe() == "enforced (HAMi-core)"
     assert "except CUDA's async pools" in by_tier(Tier.HAMI_CORE).share_note(0.25)
-    monkeypatch.setenv("CUDA_DEVICE_MEMORY_LIMIT_0", "4096m")  # in a HAMi pod: HAMi already enforces
-    assert tier_of([GPU()], 0) is Tier.COOPERATIVE
+    # in a HAMi pod (the inventory gives each GPU the pod's share): HAMi already enforces
+    assert tier_of([PodGPU(pod_share="this pod's share: 4.0 GiB of 16.0 GiB (HAMi)")], 0) is Tier.COOPERATIVE
+    assert tier_of([PodGPU(sm_limit=30)], 0) is Tier.COOPERATIVE
 
 
 @pytest.mark.parametrize(
@@ -77,13 +85,14 @@ def test_the_environment_limits_each_gpu_in_whole_mib_with_a_private_budget_file
     monkeypatch.setenv("JUPYTER_VGPU_HAMI_CORE", a_shared_library())
     ledger = str(tmp_path / "vgpu" / "ledger.sqlite")
     memory = (5461 * MiB + 123_456, 4 * GiB)  # a third of 16 GiB is not whole MiB: rounded down
-    env = by_tier(Tier.HAMI_CORE).environment(memory, 1 / 3, slice_id="abcdef012345", ledger_path=ledger)
+    folder = str(report_dir(ledger))
+    env = by_tier(Tier.HAMI_CORE).environment(memory, 1 / 3, slice_id="abcdef012345", folder=folder)
     assert env["CUDA_DEVICE_MEMORY_LIMIT_0"] == "5461m" and env["CUDA_DEVICE_MEMORY_LIMIT_1"] == "4096m"
     assert env["LD_PRELOAD"] == a_shared_library() and env["LIBCUDA_LOG_LEVEL"] == "0"
     cache = Path(env["CUDA_DEVICE_MEMORY_SHARED_CACHE"])
-    assert cache == cache_path(ledger, "abcdef012345", memory) and cache.is_file()
+    assert cache == cache_path(folder, "abcdef012345", memory) and cache.is_file()
     assert stat.S_IMODE(cache.stat().st_mode) == 0o600 and stat.S_IMODE(cache.parent.stat().st_mode) == 0o700
-    resized = by_tier(Tier.HAMI_CORE).environment((8 * GiB,), 0.5, slice_id="abcdef012345", ledger_path=ledger)
+    resized = by_tier(Tier.HAMI_CORE).environment((8 * GiB,), 0.5, slice_id="abcdef012345", folder=folder)
     assert resized["CUDA_DEVICE_MEMORY_SHARED_CACHE"] != str(cache)  # a resized slice starts a new budget
     from jupyter_vgpu.slices.reports import remove_report
 

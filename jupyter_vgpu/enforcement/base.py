@@ -35,6 +35,8 @@ class PlacedGPU(Protocol):
     @property
     def mig_mode(self) -> bool | None: ...
 
+    # and, where known, ``pod_share`` / ``sm_limit`` (a scheduler's share of the GPU in a pod)
+
 
 def thread_percentage(fraction: float) -> int:
     """The share of the SMs an MPS client gets for a slice: its fraction, rounded up, 1 to 100."""
@@ -56,10 +58,10 @@ class Enforcement(ABC):
         """Whether a slice placed on ``gpus`` (``mig_devices`` of them as MIG devices) gets this
         tier. The registry asks the tiers strongest first."""
 
-    def environment(self, memory: tuple[int, ...], fraction: float, *, slice_id: str = "", ledger_path: str = "") -> dict[str, str]:
+    def environment(self, memory: tuple[int, ...], fraction: float, *, slice_id: str = "", folder: str = "") -> dict[str, str]:
         """The variables of a process holding a slice of this tier (``memory``: bytes reserved on
-        each GPU, in the order the process sees them; ``slice_id`` and ``ledger_path`` for a
-        tier that keeps a file per slice)."""
+        each GPU, in the order the process sees them; ``slice_id`` and ``folder``, the slice
+        owner's private folder, for a tier that keeps a file per slice)."""
         return {}
 
     def set_here(self, env: Mapping[str, str]) -> set[str]:

@@ -51,11 +51,10 @@ def library_problem(path: str) -> str | None:
     return None
 
 
-def cache_path(ledger_path: str, slice_id: str, memory: tuple[int, ...]) -> Path:
-    """The slice's own budget file (by size: a resized slice starts a new one)."""
-    from ..slices.reports import report_dir
-
-    return report_dir(ledger_path) / f"{slice_id}.{max(memory) // MiB}m.hami.cache"
+def cache_path(folder: str | Path, slice_id: str, memory: tuple[int, ...]) -> Path:
+    """The slice's own budget file in ``folder`` (the slice's private reports folder), by size: a
+    resized slice starts a new one."""
+    return Path(folder) / f"{slice_id}.{max(memory) // MiB}m.hami.cache"
 
 
 def loaded_in_this_process(path: str) -> bool:
@@ -124,17 +123,12 @@ class HAMiCore(Enforcement):
     def applies(self, gpus: list[PlacedGPU], mig_devices: int) -> bool:
         if mig_devices or not gpus or any(g.mig_mode for g in gpus):
             return False
-        from ..gpus.podshare import pod_share
-
-        try:
-            if pod_share(os.environ) is not None:
-                return False  # in a pod HAMi already enforces its own limit with the same library
-        except Exception:
-            return False
+        if any(getattr(g, "pod_share", None) or getattr(g, "sm_limit", None) for g in gpus):
+            return False  # in a HAMi pod: HAMi already enforces the pod's share with the same library
         path = library()
         return bool(path) and library_problem(path) is None
 
-    def environment(self, memory: tuple[int, ...], fraction: float, *, slice_id: str = "", ledger_path: str = "") -> dict[str, str]:
+    def environment(self, memory: tuple[int, ...], fraction: float, *, slice_id: str = "", folder: str = "") -> dict[str, str]:
         env = {
             MARK: "1",
             "LD_PRELOAD": library(),
@@ -142,8 +136,8 @@ class HAMiCore(Enforcement):
             # whole MiB, rounded down, per device ordinal the process sees
             **{f"CUDA_DEVICE_MEMORY_LIMIT_{ordinal}": f"{max(1, amount // MiB)}m" for ordinal, amount in enumerate(memory)},
         }
-        if slice_id and ledger_path:
-            cache = cache_path(ledger_path, slice_id, memory)
+        if slice_id and folder:
+            cache = cache_path(folder, slice_id, memory)
             cache.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
             os.chmod(cache.parent, 0o700)
             fd = os.open(cache, os.O_CREAT | os.O_WRONLY | os.O_NOFOLLOW, 0o600)  # before HAMi-core makes it 0666

@@ -19,6 +19,7 @@ from ..errors import VGPUError
 from ..frameworks import FRAMEWORKS
 from ..frameworks.base import GUARDED
 from .records import Slice, Tier
+from .reports import report_dir
 
 #: Every variable :func:`slice_environment` or :func:`cpu_environment` may set. A process that
 #: gets a slice starts from an environment without any of them (:func:`without_slice`), so a
@@ -113,7 +114,8 @@ def slice_environment(
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in slice_.gpu_indices)
     if slice_.mig_profiles:
         env["JUPYTER_VGPU_MIG_PROFILES"] = ",".join(slice_.mig_profiles)
-    env.update(by_tier(slice_.tier).environment(slice_.memory, slice_.fraction, slice_id=slice_.id, ledger_path=ledger_path))  # the tier's own (jupyter_vgpu/enforcement/)
+    folder = str(report_dir(ledger_path)) if ledger_path else ""  # the owner's private reports folder
+    env.update(by_tier(slice_.tier).environment(slice_.memory, slice_.fraction, slice_id=slice_.id, folder=folder))  # the tier's own (jupyter_vgpu/enforcement/)
     if simulate:
         env["JUPYTER_VGPU_SIMULATE"] = simulate
     return env

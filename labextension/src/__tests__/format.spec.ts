@@ -301,8 +301,8 @@ describe('threadPercentage', () => {
 });
 
 describe('shareNote', () => {
-  it('knows the three tiers the server names', () => {
-    expect(TIER_KINDS.sort()).toEqual(['cooperative', 'mig', 'mps']);
+  it('knows the four tiers the server names', () => {
+    expect(TIER_KINDS.sort()).toEqual(['cooperative', 'hami-core', 'mig', 'mps']);
   });
 
   it.each(TIER_KINDS)(
