@@ -302,7 +302,12 @@ describe('threadPercentage', () => {
 
 describe('shareNote', () => {
   it('knows the four tiers the server names', () => {
-    expect(TIER_KINDS.sort()).toEqual(['cooperative', 'hami-core', 'mig', 'mps']);
+    expect(TIER_KINDS.sort()).toEqual([
+      'cooperative',
+      'hami-core',
+      'mig',
+      'mps'
+    ]);
   });
 
   it.each(TIER_KINDS)(
