@@ -40,6 +40,12 @@ class ProcessState(Protocol):
 GUARDED = "JUPYTER_VGPU_GUARDED"
 
 
+def guarded_after(env: Mapping[str, str], removed: list[str]) -> str:
+    """:data:`GUARDED` once ``removed`` ("NAME=value" items) are added to what ``env`` says."""
+    seen = [item for item in env.get(GUARDED, "").split(",") if item]
+    return ",".join(dict.fromkeys([*seen, *removed]))
+
+
 def guard_now(framework: Framework, env: MutableMapping[str, str]) -> str:
     """Unset in ``env`` the allocator settings that would make ``framework``'s limit a mere
     threshold, add them to :data:`GUARDED`, and say so (empty when there was none)."""
@@ -49,8 +55,7 @@ def guard_now(framework: Framework, env: MutableMapping[str, str]) -> str:
         removed.append(f"{name}={value}")
     if not removed:
         return ""
-    seen = [item for item in env.get(GUARDED, "").split(",") if item]
-    env[GUARDED] = ",".join(dict.fromkeys([*seen, *removed]))
+    env[GUARDED] = guarded_after(env, removed)
     return f"{', '.join(removed)} unset: {framework.bypass_reason}"
 
 

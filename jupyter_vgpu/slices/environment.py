@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping, MutableMapping
 from ..enforcement import TIERS, by_tier
 from ..errors import VGPUError
 from ..frameworks import FRAMEWORKS
-from ..frameworks.base import GUARDED
+from ..frameworks.base import GUARDED, guarded_after
 from .records import Slice, Tier
 from .reports import report_dir
 
@@ -158,8 +158,7 @@ def for_installed_frameworks(
     removed = [f"{name}={value}" for framework in FRAMEWORKS for name, value in framework.bypassing(env).items()]
     if removed:
         changes.update(dict.fromkeys([item.split("=", 1)[0] for item in removed]))
-        seen = [item for item in env.get(GUARDED, "").split(",") if item]
-        changes[GUARDED] = ",".join(dict.fromkeys([*seen, *removed]))
+        changes[GUARDED] = guarded_after(env, removed)
     return changes
 
 
