@@ -25,6 +25,7 @@ ENV_LEDGER = "JUPYTER_VGPU_LEDGER"
 ENV_SIMULATE = "JUPYTER_VGPU_SIMULATE"
 ENV_CONTEXT = "JUPYTER_VGPU_CONTEXT_ALLOWANCE"
 ENV_HAMI = "JUPYTER_VGPU_HAMI_CORE"
+ENV_CGROUP_ROOT = "JUPYTER_VGPU_CGROUP_ROOT"  # gpus.partition
 
 #: The context allowance chosen per GPU from its compute capability (jupyter_vgpu.gpus.context).
 AUTO = "auto"
@@ -64,10 +65,17 @@ class VGPU(Configurable):
         cooperative. Environment variable {ENV_HAMI} overrides it.""",
     ).tag(config=True)
 
+    cgroup_root = Unicode(
+        "",
+        help=f"""Where the cgroup v2 hierarchy is mounted (default /sys/fs/cgroup): the MPS
+        memory-partitioning tier makes one cgroup per slice under its "jupyter-vgpu" cgroup.
+        Environment variable {ENV_CGROUP_ROOT} overrides it.""",
+    ).tag(config=True)
+
     tiers = Unicode(
         "",
-        help="""The enforcement tiers slices may get, comma-separated, from "mig", "hami-core",
-        "mps", "cooperative" (e.g. "mig,cooperative" to keep MPS out of the way); the strongest of
+        help="""The enforcement tiers slices may get, comma-separated, from "mig", "mps-partition",
+        "hami-core", "mps", "cooperative" (e.g. "mig,cooperative" to keep MPS out of the way); the strongest of
         them that applies on a slice's GPUs is used, cooperative where none does. Empty: all.
         Environment variable JUPYTER_VGPU_TIERS overrides it.""",
     ).tag(config=True)
@@ -149,4 +157,6 @@ def load_settings(config: Config | None = None) -> VGPU:
     if settings.hami_core_library and not os.environ.get(ENV_HAMI):
         # where the tiers (enforcement.hamicore) and every child process look for it
         os.environ[ENV_HAMI] = settings.hami_core_library
+    if settings.cgroup_root and not os.environ.get(ENV_CGROUP_ROOT):
+        os.environ[ENV_CGROUP_ROOT] = settings.cgroup_root  # gpus.partition, here and in children
     return settings

@@ -63,7 +63,7 @@ def test_the_admin_chooses_which_tiers_slices_may_get(monkeypatch: pytest.Monkey
     assert tier_of([GPU(mps=True)], 0) is Tier.MPS
     assert tier_of([GPU(mig_mode=True)], 1) is Tier.MIG
     monkeypatch.setenv("JUPYTER_VGPU_TIERS", "mps,turbo")
-    with pytest.raises(InvalidConfig, match=r"^JUPYTER_VGPU_TIERS / c.VGPU.tiers names 'turbo', which is no tier; use some of: mig, hami-core, mps, cooperative\.$"):
+    with pytest.raises(InvalidConfig, match=r"^JUPYTER_VGPU_TIERS / c.VGPU.tiers names 'turbo', which is no tier; use some of: mig, mps-partition, hami-core, mps, cooperative\.$"):
         tier_of([GPU()], 0)
     env = {k: v for k, v in os.environ.items() if not k.startswith("JUPYTER_VGPU_")}
     env.update(JUPYTER_VGPU_SIMULATE="1x16GiB", JUPYTER_VGPU_LEDGER=str(tmp_path / "ledger.sqlite"), JUPYTER_VGPU_TIERS="turbo")

@@ -18,6 +18,8 @@ from types import FrameType
 from typing import Any
 
 from ..config import load_settings
+from ..enforcement import Tier
+from ..enforcement.mpspartition import ENV_JOIN
 from ..errors import InvalidRequest, SliceNotFound
 from ..slices import Holder, SliceRequest, open_ledger, summary
 from ..slices.environment import DEVICE_NAMES, fit_installed_frameworks, with_slice
@@ -75,9 +77,12 @@ def run(args: argparse.Namespace) -> int:
             device_names=args.device_names,
         )  # fmt: skip
         fit_installed_frameworks(env)  # for the frameworks of this Python
+        if env.get(ENV_JOIN):  # a memory partition: the command joins it before it is itself (cli/enter.py)
+            command = [sys.executable, "-m", "jupyter_vgpu.cli.enter", *(["-q"] if args.quiet else []), "--", *command]
         if not args.quiet:
             simulated = " [SIMULATED GPUs, not real hardware]" if settings.resolved_simulate else ""
-            print(f"jupyter vgpu: {summary(slice_)}{simulated}", file=sys.stderr)
+            tier = "" if slice_.tier is Tier.COOPERATIVE else f", {slice_.tier.describe(slice_.mig_profiles)}"
+            print(f"jupyter vgpu: {summary(slice_)}{tier}{simulated}", file=sys.stderr)
         return _run_child(command, env, lambda pid: ledger.attach(slice_.id, pid))
     finally:
         try:
@@ -92,6 +97,15 @@ COMMAND_NOT_FOUND = 127
 COMMAND_NOT_EXECUTABLE = 126
 
 
+def cannot_start(program: str, error: OSError) -> int:
+    """Say why ``program`` did not start, as shells do, and return their exit code for it."""
+    if isinstance(error, FileNotFoundError):
+        print(f"jupyter vgpu: command not found: {shorten(program)}.", file=sys.stderr)
+        return COMMAND_NOT_FOUND
+    print(f"jupyter vgpu: command {shorten(program)} is not executable.", file=sys.stderr)
+    return COMMAND_NOT_EXECUTABLE
+
+
 def _run_child(command: list[str], env: dict[str, str], on_start: Any) -> int:
     # Ctrl-C and Ctrl-\ reach the child from the terminal (same process group): the parent
     # ignores them and waits; SIGTERM and SIGHUP sent to `run` are passed on to the child.
@@ -99,12 +113,8 @@ def _run_child(command: list[str], env: dict[str, str], on_start: Any) -> int:
     try:
         try:
             child = subprocess.Popen(command, env=env)
-        except FileNotFoundError:
-            print(f"jupyter vgpu: command not found: {shorten(command[0])}.", file=sys.stderr)
-            return COMMAND_NOT_FOUND
-        except PermissionError:
-            print(f"jupyter vgpu: command {shorten(command[0])} is not executable.", file=sys.stderr)
-            return COMMAND_NOT_EXECUTABLE
+        except (FileNotFoundError, PermissionError) as error:
+            return cannot_start(command[0], error)
 
         def forward(signum: int, frame: FrameType | None) -> None:
             child.send_signal(signum)

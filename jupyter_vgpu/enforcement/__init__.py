@@ -2,7 +2,7 @@
 first). Placement, a slice's environment, the words of every view and the REST fields ask it;
 nothing else names a tier.
 
-Adding a tier (e.g. HAMi-core's in-process limit, or MPS memory partitioning):
+Adding a tier (as HAMi-core's in-process limit and MPS memory partitioning were added):
 
 1. ``enforcement/<name>.py``: an :class:`~.base.Enforcement` subclass with its :class:`~.base.Tier`
    value (add it to the enum: the ledger stores it), ``hard``, :meth:`~.base.Enforcement.applies`
@@ -26,9 +26,10 @@ from .cooperative import Cooperative
 from .hamicore import HAMiCore
 from .mig import MIG
 from .mps import MPS
+from .mpspartition import MPSPartition
 
 #: Every tier, strongest first: a slice gets the first that applies to where it was placed.
-TIERS: tuple[Enforcement, ...] = (MIG(), HAMiCore(), MPS(), Cooperative())
+TIERS: tuple[Enforcement, ...] = (MIG(), MPSPartition(), HAMiCore(), MPS(), Cooperative())
 
 
 def by_tier(tier: Tier) -> Enforcement:
@@ -61,7 +62,8 @@ def allowed_tiers(env: Mapping[str, str] | None = None) -> tuple[Enforcement, ..
 
 def tier_of(gpus: list[PlacedGPU], mig_devices: int) -> Tier:
     """The tier a slice placed on ``gpus`` (``mig_devices`` of them as MIG devices) gets: the
-    strongest the admin allows that applies there (MIG > HAMi-core > MPS > cooperative)."""
+    strongest the admin allows that applies there (MIG > MPS memory partitioning > HAMi-core > MPS >
+    cooperative)."""
     if mig_devices:  # a MIG device is what the slice is: no other tier can place it
         return Tier.MIG
     return next(t.tier for t in allowed_tiers() if t.applies(gpus, mig_devices))

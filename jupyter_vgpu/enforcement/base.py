@@ -19,6 +19,7 @@ class Tier(str, Enum):
     MPS = "mps"  # the MPS server's pinned memory limit and thread share
     MIG = "mig"  # a MIG device of its own
     HAMI_CORE = "hami-core"  # HAMi-core's preloaded limit on every CUDA allocation
+    MPS_PARTITION = "mps-partition"  # the driver's memory limit for the slice's cgroup (r615)
 
     def describe(self, mig_profiles: tuple[str, ...] = ()) -> str:
         """``hard (MIG 1g.10gb)``, ``hard (MPS)`` or ``cooperative``: how every view names it."""
@@ -80,6 +81,11 @@ class Enforcement(ABC):
 
     def inside(self, devices: tuple[str, ...], memory_reserved: int | None, env: Mapping[str, str]) -> str | None:
         """How the hardware keeps a process of this tier inside its slice, for ``%vgpu`` (None: nothing does)."""
+        return None
+
+    def not_held(self, env: Mapping[str, str]) -> str | None:
+        """Why this tier does not hold the process it runs in (a preload that did not load, a cgroup
+        not joined), in words; None when it does, or when that cannot be told here."""
         return None
 
     def offered(self) -> str:

@@ -149,6 +149,9 @@ class HAMiCore(Enforcement):
     def describe(self, mig_profiles: tuple[str, ...] = ()) -> str:
         return "enforced (HAMi-core)"
 
+    def not_held(self, env: Mapping[str, str]) -> str | None:
+        return self_check(env)
+
     def inside(self, devices: tuple[str, ...], memory_reserved: int | None, env: Mapping[str, str]) -> str | None:
         problem = self_check(env)
         if problem:

@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 
 from ..errors import InvalidConfig
 from ..units import shorten
+from . import partition
 from .mps import SERVER_PROCESS, MPSDetector
 from .podshare import PodShare, pod_share
 from .simulated import SimulatedNVML
@@ -94,6 +95,10 @@ class GPU:
     pod_share: str | None = None
     card_memory: int | None = None
     sm_limit: int | None = None
+    #: Where this process can give a slice a driver-enforced memory limit (MPS memory
+    #: partitioning, gpus.partition): the backend, "dmem" (the kernel's controller) or "driver"
+    #: (the driver's fallback on kernels without it); None where it cannot.
+    memory_partitioning: str | None = None
 
     def __post_init__(self) -> None:
         # Accept the plain dicts and lists of a JSON round trip (the broker's wire).
@@ -172,6 +177,7 @@ class Inventory:
         self._error: str | None = None
         self._initialised = False
         self.mps = MPSDetector()
+        self._partition_regions: dict[str, int] | None = None  # gpus.partition, read per snapshot
         self._names: dict[int, str] = {}  # pid -> process name, for the pids NVML lists
         self._util_seen: dict[int, int] = {}  # GPU index -> newest utilisation sample read (µs)
         self._pcie: dict[int, tuple[float, int | None, int | None]] = {}  # index -> (monotonic, tx, rx)
@@ -224,6 +230,7 @@ class Inventory:
         count = _safe(nvml.nvmlDeviceGetCount) or 0
         mps = self.mps.status().active
         share = pod_share(os.environ if self._env is None else self._env)  # InvalidConfig: a user's mistake
+        self._partition_regions = None if partition.manage_problem() else partition.dmem_regions()
         gpus = tuple(g for g in (self._read_gpu(nvml, i, mps, telemetry) for i in range(count)) if g is not None)
         if share is not None:
             gpus = tuple(_in_pod(g, share) for g in gpus)
@@ -307,10 +314,36 @@ class Inventory:
             processes=tuple(processes),
             mig_devices=tuple(mig_devices),
             mps=mps and not mig_mode,
+            memory_partitioning=None if mig_mode else self._partitioning(nvml, handle),
             memory_reserved_by_driver=reserved,
             compute_capability=(int(capability[0]), int(capability[1])) if capability else None,
             **(self._telemetry(nvml, handle, index) if telemetry else {}),
         )
+
+    def _partitioning(self, nvml: Any, handle: Any) -> str | None:
+        """The memory-partitioning backend this process can use on a GPU (see GPU.memory_partitioning)."""
+        regions = self._partition_regions
+        if regions is None or not partition.supported(nvml, handle):
+            return None
+        pci = _safe(lambda: nvml.nvmlDeviceGetPciInfo(handle))
+        bus_id = _text(getattr(pci, "busId", "") or "") if pci is not None else ""
+        return "dmem" if bus_id and partition.pci_address(bus_id) in regions else "driver"
+
+    def partition_limits(self, amounts: Mapping[str, int]) -> list[tuple[Any, Any, int]]:
+        """(NVML, device handle, bytes) for each GPU UUID of ``amounts``: what
+        :func:`.partition.create` sets."""
+        nvml = self._init()
+        if nvml is None:
+            raise partition.PartitionError(self._error or "No GPU is available here.")
+        limits = []
+        for index in range(_safe(nvml.nvmlDeviceGetCount) or 0):
+            handle = _ask(nvml.nvmlDeviceGetHandleByIndex, index)
+            uuid = _ask(nvml.nvmlDeviceGetUUID, handle) if handle is not None else None
+            if uuid is not None and _text(uuid) in amounts:
+                limits.append((nvml, handle, amounts[_text(uuid)]))
+        if len(limits) != len(amounts):
+            raise partition.PartitionError(f"GPU {', '.join(sorted(amounts))} is no longer present.")
+        return limits
 
     def _telemetry(self, nvml: Any, handle: Any, index: int) -> dict[str, Any]:
         """Power (mW -> W), temperature (°C) and PCIe throughput (KB/s -> bytes/s, read at most

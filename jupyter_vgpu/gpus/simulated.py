@@ -90,6 +90,25 @@ class _ProcessSample:
     decUtil: int = 0
 
 
+@dataclass
+class _PciInfo:
+    busId: str
+
+
+@dataclass
+class _MemoryLimits:
+    """pynvml's c_nvmlSetMemoryLimits_v1_t and c_nvmlGetMemoryLimits_v1_t in one."""
+
+    nameSpace: bytes = b""
+    softLimit: int = 0
+    hardLimit: int = 0
+    currentUsed: int = 0
+
+
+#: No limit, as NVML says it (NVML_DEVICE_MEMORY_LIMIT_MAX).
+MEMORY_LIMIT_MAX = 0xFFFFFFFFFFFFFFFF
+
+
 @dataclass(frozen=True)
 class _MIGHandle:
     device: int
@@ -102,12 +121,15 @@ class SimulatedNVML:
     NVMLError = NVMLError
     NVML_ERROR_NOT_FOUND = NVML_ERROR_NOT_FOUND
     nvmlMemory_v2 = 0x02000028  # the version number pynvml passes for the v2 memory query
+    c_nvmlSetMemoryLimits_v1_t = _MemoryLimits
+    c_nvmlGetMemoryLimits_v1_t = _MemoryLimits
 
     def __init__(self, spec: str) -> None:
         self.spec = spec
         self._lock = threading.Lock()
         self._stamp: tuple[float, int] | None = None
         self._devices = parse_spec(spec)
+        self._limits: dict[tuple[str, bytes], tuple[int, int]] = {}  # (GPU UUID, cgroup) -> (soft, hard)
         self._path = Path(spec).expanduser() if is_file(spec.strip()) else None
         if self._path is not None:
             self._stamp = self._file_stamp()
@@ -214,6 +236,31 @@ class SimulatedNVML:
         return _Memory(
             total=device.memory_total, used=used, free=device.memory_total - used - device.reserved, reserved=device.reserved
         )
+
+    def nvmlDeviceGetPciInfo(self, handle: Any) -> _PciInfo:
+        return _PciInfo(busId=f"00000000:{self._device(handle).index + 1:02X}:00.0")
+
+    # -- MPS memory partitioning (r615): limits per cgroup, kept by this process -----------------
+    def _partitioned(self, handle: Any) -> SimulatedDevice:
+        if isinstance(handle, _MIGHandle):
+            raise NVMLError(NVML_ERROR_NOT_SUPPORTED)  # MIG handles are not supported
+        device = self._device(handle)
+        if not device.memory_partitioning:
+            raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+        return device
+
+    def nvmlDeviceSetMemoryLimits_v1(self, handle: Any, limits: _MemoryLimits) -> None:
+        device = self._partitioned(handle)
+        if not limits.nameSpace or limits.softLimit > limits.hardLimit:
+            raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
+        self._limits[(device.uuid, bytes(limits.nameSpace))] = (int(limits.softLimit), int(limits.hardLimit))
+
+    def nvmlDeviceGetMemoryLimits_v1(self, handle: Any, limits: _MemoryLimits) -> None:
+        device = self._partitioned(handle)
+        limits.softLimit, limits.hardLimit = self._limits.get(
+            (device.uuid, bytes(limits.nameSpace)), (0, MEMORY_LIMIT_MAX)
+        )
+        limits.currentUsed = 0
 
     def nvmlDeviceGetCudaComputeCapability(self, handle: int) -> tuple[int, int]:
         device = self._device(handle)

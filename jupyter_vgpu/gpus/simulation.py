@@ -13,7 +13,9 @@ Per device: ``uuid``, ``name``, ``utilization``, ``used`` (memory in use that no
 accounts for: the driver, another container), ``reserved`` (what the driver keeps for itself, as
 NVML's v2 memory query reports), ``compute_capability`` (``"9.0"``), ``memory_query``
 (``"no-permission"``: the parent's memory query is refused, as in a MIG container) and
-``privileged`` (in MIG mode the whole-GPU process lists answer only to privileged callers).
+``privileged`` (in MIG mode the whole-GPU process lists answer only to privileged callers) and
+``memory_partitioning`` (true: the driver offers MPS memory partitioning, as r615 does; its
+limits live in the process that set them).
 
 A GPU in MIG mode lists its MIG devices, the way ``nvidia-smi -L`` and the MIG tables show them::
 
@@ -86,6 +88,7 @@ class SimulatedDevice:
     compute_capability: tuple[int, int] | None = None
     memory_query_refused: bool = False
     privileged: bool = False
+    memory_partitioning: bool = False
     processes: list[SimulatedProcess] = field(default_factory=list)
     mig: list[SimulatedMIG] | None = None  # None: not in MIG mode
 
@@ -201,6 +204,7 @@ def _device(index: int, entry: Any, where: str) -> SimulatedDevice:
         compute_capability=capability,
         memory_query_refused=entry.get("memory_query") == "no-permission",
         privileged=bool(entry.get("privileged")),
+        memory_partitioning=entry.get("memory_partitioning") is True,
         mig=_load_mig(entry.get("mig"), where=here, parent=uuid, memory=memory),
     )
 

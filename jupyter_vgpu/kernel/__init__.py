@@ -44,14 +44,16 @@ def load_ipython_extension(ipython: Any) -> None:
 
 
 def _check_tier(state: KernelState) -> None:
-    """A hard tier that did not take here is said at start (the slice stays cooperative)."""
-    tier = getattr(state.facts, "tier", None)
-    if tier is None or getattr(tier, "value", None) != "hami-core":
-        return
-    from ..enforcement.hamicore import self_check
+    """A hard tier that does not hold this kernel (a preload that did not load, a cgroup not
+    joined) is said at start."""
+    import os
 
-    if problem := self_check():
-        print(f"jupyter-vgpu: {problem}; this kernel is held to its slice by framework limits only (cooperative).", file=sys.stderr)
+    from ..enforcement import by_tier
+
+    tier = getattr(state.facts, "tier", None)
+    if tier is not None and (problem := by_tier(tier).not_held(os.environ)):
+        weaker = "MPS's pinned limit and framework limits" if tier.value == "mps-partition" else "framework limits"
+        print(f"jupyter-vgpu: {problem}; this kernel is held to its slice by {weaker} only, not {tier.describe()}.", file=sys.stderr)
 
 
 def _fit_environment() -> None:

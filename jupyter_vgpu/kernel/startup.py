@@ -16,6 +16,10 @@ layer. A child inherits its parent's slice variables, so it is fitted to the sam
 more; it writes its own report beside the kernel's, which ``%vgpu`` and ``jupyter vgpu status``
 list as the slice's configured processes.
 
+In a slice with a memory partition (the MPS memory-partitioning tier), the process also joins
+the slice's cgroup here, before any of its code runs (``slices.partition``; its children are
+in it already, and only read /proc/self/cgroup to see so).
+
 Nothing here may break a Python start or an import: every failure is swallowed (and said on
 stderr when ``JUPYTER_VGPU_DEBUG`` is set).
 """
@@ -72,6 +76,10 @@ def activate() -> None:
         if _finder is None:
             _finder = _FirstFrameworkImport()
             sys.meta_path.insert(0, _finder)
+        if os.environ.get("JUPYTER_VGPU_PARTITION"):  # enforcement.mpspartition: join before any CUDA call
+            from ..slices.partition import join_here
+
+            join_here()
     except Exception as error:  # a broken install must not stop every Python program
         _debug(error)
 

@@ -133,11 +133,9 @@ def tier_name(state: KernelState) -> str:
     ``hard (MPS)`` or ``hard (MIG 1g.10gb)``."""
     facts = state.facts
     tier = facts.tier or Tier.COOPERATIVE
-    if tier is Tier.HAMI_CORE:
-        from ..enforcement.hamicore import self_check
-
-        if problem := self_check():
-            return f"cooperative here: {problem} (the slice was placed as enforced)"
+    if problem := by_tier(tier).not_held(os.environ):
+        weaker = "MPS's pinned limit" if tier is Tier.MPS_PARTITION else "cooperative"
+        return f"{weaker} here: {problem} (the slice was placed as {tier.describe()})"
     return tier.describe(facts.mig_profiles)
 
 

@@ -37,6 +37,7 @@ OPERATIONS = (
     "try_grant",
     "leave_queue",
     "attach",
+    "join_partition",
     "update_labels",
     "resize",
     "release",
@@ -110,6 +111,12 @@ class Ledger(ABC):
     @abstractmethod
     def attach(self, slice_id: str, pid: int) -> Slice:
         """Make process ``pid`` the holder whose life keeps the slice (e.g. the kernel, once started)."""
+
+    @abstractmethod
+    def join_partition(self, slice_id: str, pid: int) -> str:
+        """Put process ``pid`` into the slice's own cgroup, made with the slice's memory limit on
+        each of its GPUs where it is not there yet (the MPS memory-partitioning tier,
+        ``gpus.partition``); returns the cgroup's path. Only the slice's owner (root: any)."""
 
     @abstractmethod
     def update_labels(self, slice_id: str, labels: Mapping[str, str | None]) -> Slice:

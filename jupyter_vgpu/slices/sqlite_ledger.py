@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InvalidRequest, LeftLine, NeverFits, NoGPU, NotPermitted, SliceNotFound, SliceUnavailable
-from ..gpus import Inventory, Snapshot
+from ..gpus import Inventory, Snapshot, partition
 from ..gpus.context import context_allowance
 from ..units import format_bytes, shorten
 from .holders import attribute, boot_clock, process_alive, process_start, start_stamp
@@ -449,6 +449,29 @@ class SQLiteLedger(Ledger):
             )
             return self._find(db, found.id)
 
+    def join_partition(self, slice_id: str, pid: int) -> str:
+        with self.file.transaction(write=False) as db:
+            found = self._mine(db, slice_id, "join the memory partition of")
+        if found.tier is not Tier.MPS_PARTITION:
+            raise InvalidRequest(
+                f"Slice {found.id} is {found.tier.describe()}, not a slice with a memory partition to join."
+            )
+        cgroup = partition.slice_cgroup(found.id)
+        if not cgroup.is_dir():
+            self._set_partition(found)
+        partition.move(cgroup, pid)
+        return str(cgroup)
+
+    def _set_partition(self, slice_: Slice) -> None:
+        """The slice's cgroup with its memory on each of its GPUs as the limit."""
+        partition.create(slice_.id, self.inventory.partition_limits(dict(zip(slice_.gpus, slice_.memory))))
+
+    def _partitions_gone(self, ended: list[Slice]) -> None:
+        """Remove the cgroups of slices that ended (one still in use goes at a later reap)."""
+        for s in ended:
+            if s.tier is Tier.MPS_PARTITION:
+                partition.remove(s.id)
+
     def update_labels(self, slice_id: str, labels: Mapping[str, str | None]) -> Slice:
         changes = clean_labels(labels, removable=True)
         with self.file.transaction() as db:
@@ -498,17 +521,26 @@ class SQLiteLedger(Ledger):
                 "UPDATE slices SET request = ?, logical_devices = ? WHERE id = ?",
                 (json.dumps(stored), request.logical_devices, found.id),
             )
-            return self._find(db, found.id)
+            resized = self._find(db, found.id)
+            if resized.tier is Tier.MPS_PARTITION and partition.slice_cgroup(found.id).is_dir():
+                self._set_partition(resized)  # the driver's limit follows (a refusal undoes the resize)
+            return resized
 
     def release(self, slice_id: str) -> Slice:
         with self.file.transaction() as db:
             found = self._mine(db, slice_id, "release")
             db.execute("DELETE FROM slices WHERE id = ?", (found.id,))
-            return found
+        self._partitions_gone([found])
+        return found
 
     def reap(self) -> list[Slice]:
         with self.file.transaction() as db:
-            return self._reap(db)
+            dead = self._reap(db)
+            live = [s.id for s in self._read_slices(db)]
+        self._partitions_gone(dead)
+        if partition.parent_cgroup().is_dir():
+            partition.sweep(live)  # cgroups left by a crash, or busy when their slice ended
+        return dead
 
     def _reap(self, db: sqlite3.Connection, slices: list[Slice] | None = None) -> list[Slice]:
         if slices is None:

@@ -326,7 +326,7 @@ def test_every_operation_of_the_ledger_contract_works_through_the_broker(system_
     call the broker serves with the same method of its own ledger."""
     import asyncio
 
-    from jupyter_vgpu.errors import SliceNotFound, SliceUnavailable
+    from jupyter_vgpu.errors import InvalidRequest, SliceNotFound, SliceUnavailable
     from jupyter_vgpu.slices.ledger import OPERATIONS, Ledger
 
     ledger = open_ledger()
@@ -340,6 +340,9 @@ def test_every_operation_of_the_ledger_contract_works_through_the_broker(system_
     assert ledger.update_labels(held.id, {"a": None, "b": "2"}).labels == {"b": "2"}
     assert ledger.resize(held.id, SliceRequest.parse("1/2")).memory == (8 << 30,)
     used |= {"attach", "update_labels", "resize"}
+    with pytest.raises(InvalidRequest, match=f"Slice {held.id} is cooperative, not a slice with a memory partition to join"):
+        ledger.join_partition(held.id, os.getpid())  # tests/hub/test_broker_partition.py: one that has one
+    used.add("join_partition")
     full = ledger.reserve_now(SliceRequest.parse("1/2"), Holder.command("fills the GPU"))
     ticket = ledger.enqueue(SliceRequest.parse("1/4"), Holder.command("waits"))
     assert [w.holder for w in ledger.waiting()] == ["waits"]

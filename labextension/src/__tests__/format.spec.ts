@@ -301,12 +301,13 @@ describe('threadPercentage', () => {
 });
 
 describe('shareNote', () => {
-  it('knows the four tiers the server names', () => {
+  it('knows the five tiers the server names', () => {
     expect(TIER_KINDS.sort()).toEqual([
       'cooperative',
       'hami-core',
       'mig',
-      'mps'
+      'mps',
+      'mps-partition'
     ]);
   });
 

@@ -1,0 +1,37 @@
+"""``python -m jupyter_vgpu.cli.enter [-q] -- COMMAND...``: join the slice's memory partition,
+then become COMMAND (``exec``), so COMMAND and every process it starts run inside the slice's
+cgroup from their first instruction (the MPS memory-partitioning tier). ``jupyter vgpu run``
+starts its command through this when the slice has a partition; ``run`` itself stays outside, so
+the cgroup is empty, and goes, when the command ends."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from ..slices.partition import join_here
+from .run import cannot_start
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    quiet = bool(args) and args[0] == "-q"
+    if quiet:
+        args = args[1:]
+    if args[:1] == ["--"]:
+        args = args[1:]
+    if not args:
+        print("jupyter vgpu: no command to run.", file=sys.stderr)
+        return 2
+    problem = join_here()
+    if problem and not quiet:
+        print(f"jupyter vgpu: {problem}; the command is held by MPS's pinned limit and framework limits only.", file=sys.stderr)
+    try:
+        os.execvp(args[0], args)
+    except (FileNotFoundError, PermissionError) as error:
+        return cannot_start(args[0], error)
+    return 0  # not reached: exec replaced this process
+
+
+if __name__ == "__main__":
+    sys.exit(main())

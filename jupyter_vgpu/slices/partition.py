@@ -1,0 +1,48 @@
+"""A process of a slice with a memory partition (the MPS memory-partitioning tier) joins the
+slice's cgroup as it starts: the start-up hook of every Python process of the slice, and
+``jupyter vgpu run`` before it starts its command (so any program is held, and every child).
+
+Joining asks the ledger (:meth:`~.ledger.Ledger.join_partition`): a process that may manage
+cgroups itself (root) makes the slice's cgroup and moves itself; any other asks the node broker,
+which moves the process that asks, and only into a slice of its own user.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import MutableMapping
+
+from ..enforcement.mpspartition import ENV_JOIN, ENV_PROBLEM, in_partition
+
+
+def join_here(env: MutableMapping[str, str] | None = None) -> str | None:
+    """Put this process into its slice's cgroup, where the slice has one and the process is not
+    in it yet. Returns why it could not (also left in ``JUPYTER_VGPU_PARTITION_PROBLEM`` for
+    ``%vgpu`` and the kernel's start message); None when it is in (or there is nothing to join)."""
+    env = os.environ if env is None else env
+    slice_id = env.get(ENV_JOIN, "")
+    if not slice_id or in_partition(slice_id):
+        env.pop(ENV_PROBLEM, None)
+        return None
+    from ..errors import VGPUError
+    from . import open_ledger
+
+    try:
+        ledger = open_ledger()
+        try:
+            ledger.join_partition(slice_id, os.getpid())
+        finally:
+            close = getattr(ledger, "close", None)
+            if close is not None:
+                close()
+    except VGPUError as error:
+        problem = str(error).rstrip(".")
+    except OSError as error:
+        problem = f"the ledger could not be asked ({error.strerror or error})"
+    else:
+        if in_partition(slice_id):
+            env.pop(ENV_PROBLEM, None)
+            return None
+        problem = "the process is not in the slice's cgroup after joining it"
+    env[ENV_PROBLEM] = problem
+    return problem
