@@ -72,3 +72,23 @@ def test_the_admin_chooses_which_tiers_slices_may_get(monkeypatch: pytest.Monkey
     del env["JUPYTER_VGPU_TIERS"]
     status = subprocess.run([sys.executable, "-m", "jupyter_vgpu.cli", "status", "--json"], env=env, capture_output=True, text=True)
     assert json.loads(status.stdout)["slices"] == []
+
+
+def test_hami_cores_library_is_read_again_only_when_it_changes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Placement and every view (the sidebar, every few seconds) ask whether the library is usable:
+    the file is read once, and again when the admin replaces or fixes it."""
+    from jupyter_vgpu.enforcement import hamicore
+
+    reads: list[str] = []
+    read = hamicore._read_problem
+    monkeypatch.setattr(hamicore, "_read_problem", lambda path: reads.append(path) or read(path))
+    library = tmp_path / "libvgpu.so"
+    library.write_bytes(b"not a library")
+    for _ in range(5):
+        assert "is not a shared library" in (hamicore.library_problem(str(library)) or "")
+    assert len(reads) == 1
+    library.write_bytes(b"\x7fELF" + b"\0" * 60)  # fixed in place: a new size and time
+    assert hamicore.library_problem(str(library)) is None and len(reads) == 2
+    library.unlink()  # gone: said every time, never remembered as usable
+    assert "does not exist" in (hamicore.library_problem(str(library)) or "")
+    assert "does not exist" in (hamicore.library_problem(str(library)) or "") and len(reads) == 4

@@ -35,9 +35,27 @@ def library() -> str:
 
 
 def library_problem(path: str) -> str | None:
-    """Why ``path`` cannot be preloaded, in one sentence; None when it can be tried."""
+    """Why ``path`` cannot be preloaded, in one sentence; None when it can be tried. Read again
+    only when the file changes (placement and every view ask, the sidebar every few seconds)."""
     if not path:
         return None
+    try:
+        st = os.stat(path)
+        stamp: tuple[int, ...] = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+    except OSError:
+        stamp = ()
+    known = _problems.get(path)
+    if known is not None and known[0] == stamp and stamp:
+        return known[1]
+    problem = _read_problem(path)
+    _problems[path] = (stamp, problem)
+    return problem
+
+
+_problems: dict[str, tuple[tuple[int, ...], str | None]] = {}  # path -> (file's stamp, problem)
+
+
+def _read_problem(path: str) -> str | None:
     where = f"{ENV_LIBRARY} / c.VGPU.hami_core_library {path}"  # the admin's own setting: shown whole
     try:
         with open(path, "rb") as handle:
