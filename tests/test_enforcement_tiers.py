@@ -92,3 +92,28 @@ def test_hami_cores_library_is_read_again_only_when_it_changes(tmp_path: Path, m
     library.unlink()  # gone: said every time, never remembered as usable
     assert "does not exist" in (hamicore.library_problem(str(library)) or "")
     assert "does not exist" in (hamicore.library_problem(str(library)) or "") and len(reads) == 4
+
+
+def test_framework_fractions_are_of_the_memory_cuda_reports_in_the_slices_tier(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """HAMi-core makes CUDA report the slice's limit as the device's memory (FACTS.md: its
+    cuMemGetInfo reports the limit), so JAX's fraction is of the slice there, not of the card: a
+    fraction of the card would give JAX a quarter of its limit in a 1/4 slice."""
+    from test_hami_core import a_shared_library  # type: ignore[import-not-found]
+
+    from jupyter_vgpu.gpus import Inventory
+    from jupyter_vgpu.slices import Holder, SliceRequest, SQLiteLedger
+    from jupyter_vgpu.slices.environment import slice_environment
+
+    monkeypatch.delenv("JUPYTER_VGPU_TIERS", raising=False)
+    ledger = SQLiteLedger(tmp_path / "ledger.sqlite", Inventory("1x16GiB"), context_allowance=512 << 20)
+
+    def fraction() -> tuple[Tier, str, str]:
+        held = ledger.reserve(SliceRequest.parse(0.25), Holder("command", "test"))
+        env = slice_environment(held, ledger_path=str(ledger.path))
+        ledger.release(held.id)
+        return held.tier, env["JUPYTER_VGPU_MEMORY_FRACTION"], env["XLA_PYTHON_CLIENT_MEM_FRACTION"]
+
+    monkeypatch.delenv("JUPYTER_VGPU_HAMI_CORE", raising=False)
+    assert fraction() == (Tier.COOPERATIVE, "0.218", "0.218")  # 3.5 GiB of the 16 GiB card
+    monkeypatch.setenv("JUPYTER_VGPU_HAMI_CORE", a_shared_library())
+    assert fraction() == (Tier.HAMI_CORE, "0.875", "0.875")  # 3.5 GiB of the 4 GiB CUDA reports

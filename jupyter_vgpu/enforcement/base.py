@@ -83,6 +83,11 @@ class Enforcement(ABC):
         """How the hardware keeps a process of this tier inside its slice, for ``%vgpu`` (None: nothing does)."""
         return None
 
+    def cuda_total(self, reserved: int, total: int) -> int:
+        """The device memory CUDA reports (``cuDeviceTotalMem``, ``cuMemGetInfo``) to a process of
+        this tier holding ``reserved`` of a GPU of ``total``: what the frameworks' fractions are of."""
+        return total
+
     def not_held(self, env: Mapping[str, str]) -> str | None:
         """Why this tier does not hold the process it runs in (a preload that did not load, a cgroup
         not joined), in words; None when it does, or when that cannot be told here."""

@@ -170,6 +170,9 @@ class HAMiCore(Enforcement):
     def not_held(self, env: Mapping[str, str]) -> str | None:
         return self_check(env)
 
+    def cuda_total(self, reserved: int, total: int) -> int:
+        return max(1, reserved // MiB) * MiB  # HAMi-core reports its limit as the device's memory
+
     def inside(self, devices: tuple[str, ...], memory_reserved: int | None, env: Mapping[str, str]) -> str | None:
         problem = self_check(env)
         if problem:

@@ -15,6 +15,9 @@ class MIG(Enforcement):
     def applies(self, gpus: list[PlacedGPU], mig_devices: int) -> bool:
         return bool(gpus) and mig_devices == len(gpus)  # each GPU of the slice gave a MIG device
 
+    def cuda_total(self, reserved: int, total: int) -> int:
+        return reserved  # the MIG device itself
+
     def describe(self, mig_profiles: tuple[str, ...] = ()) -> str:
         return f"hard (MIG {', '.join(mig_profiles) or 'device'})"
 

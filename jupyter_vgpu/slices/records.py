@@ -171,8 +171,10 @@ class Slice:
 
     @property
     def device_memory(self) -> tuple[int, ...]:
-        """Each visible device's total memory as CUDA reports it (a MIG device's own size)."""
-        return self.memory if self.tier is Tier.MIG else self.memory_total
+        """Each visible device's total memory as CUDA reports it to the slice's processes (a MIG
+        device's own size; under HAMi-core, the slice's limit): what frameworks' fractions are of."""
+        tier = by_tier(self.tier)
+        return tuple(tier.cuda_total(reserved, total) for reserved, total in zip(self.memory, self.memory_total))
 
     @property
     def tier_text(self) -> str:
