@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -247,3 +248,41 @@ def test_a_kernel_joins_at_start_and_percent_vgpu_says_what_holds_it(cgroup_root
         assert "the MPS server only:" in text
     finally:
         kernel.stop()
+
+
+@pytest.mark.slow
+def test_a_jupyter_servers_kernel_runs_in_its_slices_cgroup_until_it_is_shut_down(cgroup_root: Path, tmp_path: Path) -> None:
+    """The topology users have: a real server starts a sliced kernel through the provisioner; the
+    kernel is in its slice's cgroup, a command run beside it is in its own, and each cgroup goes
+    with its slice. The server's log says at start what new slices get."""
+    from jupyter_process import KERNEL_NAME, isolated_env, start_jupyter, wait_for, write_sliced_kernelspec  # type: ignore[import-not-found]
+
+    write_sliced_kernelspec(tmp_path / "data")
+    env = isolated_env(
+        tmp_path, JUPYTER_VGPU_SIMULATE=str(simulation(tmp_path)), JUPYTER_VGPU_CGROUP_ROOT=str(cgroup_root), JUPYTER_VGPU_MPS="on"
+    )
+    server = start_jupyter(tmp_path, env=env)
+    try:
+        assert "jupyter-vgpu: new slices on GPU 0 get enforced (MPS memory partitioning)." in server.log_text()
+        status, kernel = server.api("POST", "api/kernels", {"name": KERNEL_NAME}, timeout=60)
+        assert status == 201, kernel
+
+        def kernel_slice() -> dict | None:
+            _, slices = server.api("GET", "api/vgpu/slices")
+            return next((s for s in slices["slices"] if s.get("kernel_id") == kernel["id"] and s.get("pid")), None)
+
+        held = wait_for(kernel_slice, "the kernel's slice with its process")
+        assert held["tier"] == "enforced (MPS memory partitioning)"
+        wait_for(lambda: in_partition(held["id"], held["pid"]), "the kernel in its slice's cgroup")
+        cgroup = cgroup_root / "jupyter-vgpu" / held["id"]
+        ran = subprocess.run(
+            [sys.executable, "-m", "jupyter_vgpu.cli", "run", "-p", "0.25", "--", "cat", "/proc/self/cgroup"],
+            env=env, capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        assert ran.returncode == 0 and "/jupyter-vgpu/" in ran.stdout and held["id"] not in ran.stdout, ran.stdout + ran.stderr
+        assert [p.name for p in (cgroup_root / "jupyter-vgpu").iterdir() if p.is_dir()] == [held["id"]]  # the command's went with it
+        status, _ = server.api("DELETE", f"api/kernels/{kernel['id']}", timeout=60)
+        assert status == 204
+        wait_for(lambda: not cgroup.exists(), "the kernel's cgroup removed with its slice")
+    finally:
+        server.stop(signal.SIGTERM, timeout=10)

@@ -16,6 +16,7 @@ from traitlets.config.loader import DeferredConfig
 
 from .. import __version__
 from ..config import load_settings
+from ..enforcement import offered_by
 from ..enforcement.hamicore import library, library_problem
 from ..errors import VGPUError
 from ..launch.refusals import refusals_of
@@ -244,6 +245,8 @@ class VGPUServer(ExtensionApp):
             self.log.error("jupyter-vgpu: %s The GPU API answers with this message until it is fixed.", problem)
         if hami := library_problem(library()):
             self.log.error("jupyter-vgpu: %s", hami)
+        if ledger is not None:
+            self._log_tiers(ledger)
         check_provisioner_configs()
         manager = self.serverapp.kernel_manager
         self.monitor = UsageMonitor(
@@ -303,6 +306,19 @@ class VGPUServer(ExtensionApp):
             if self.idle_reclaim_after
             else "off",
         )
+
+    def _log_tiers(self, ledger: Ledger) -> None:
+        """Say at start what new slices get on each GPU (the strongest tier that applies there), so
+        an admin sees whether a hard tier was found without starting a kernel."""
+        try:
+            gpus = ledger.inventory.snapshot().gpus
+        except Exception:  # no GPU, a broker not up yet: the views say so
+            return
+        offers: dict[str, list[str]] = {}
+        for gpu in gpus:
+            offers.setdefault(offered_by(gpu), []).append(str(gpu.index))
+        for words, indices in offers.items():
+            self.log.info("jupyter-vgpu: new slices on GPU %s get %s.", ", ".join(indices), words)
 
     def initialize_handlers(self) -> None:
         if self.gateway_url is not None:
