@@ -4,10 +4,16 @@ per GPU in whole MiB and a budget file of the slice's own (0600 in a 0700 folder
 removed with the slice). A missing or broken library is one sentence and slices stay cooperative;
 a kernel where the preload did not take says so in %vgpu.
 
-No libvgpu.so can be built here (it needs CUDA's headers): these tests preload a real shared
-library of the system in its place, which shows the environment, the preload and the fallback.
-Where JUPYTER_VGPU_TEST_HAMI_CORE names a built libvgpu.so, its enforcement is tested on a GPU
-(tests/gpu)."""
+Most tests preload a real shared library of the system in libvgpu.so's place, which shows the
+environment, the preload and the fallback. Where JUPYTER_VGPU_TEST_HAMI_CORE names a built
+libvgpu.so, the last two run small C programs under it, in slices' environments, against a fake
+CUDA driver compiled here and NVIDIA's mock NVML (../shared/nvml-mock): an allocation past the
+slice fails, and each slice has a budget of its own (tests/gpu reads the same variable on a real
+GPU). To build a Debug libvgpu.so (CUDA's and NVML's headers from NVIDIA's wheels) and run them:
+
+    scripts/build-hami-core path/to/HAMi-core /tmp/hami-core     # a checkout of Project-HAMi/HAMi-core
+    JUPYTER_VGPU_TEST_HAMI_CORE=/tmp/hami-core/libvgpu.so pytest tests/test_hami_core.py -k under_hami_core
+"""
 
 from __future__ import annotations
 
@@ -186,3 +192,155 @@ def test_the_kernel_checks_at_start_that_the_limit_took(tmp_path: Path, monkeypa
             assert "cooperative here: HAMi-core's limit did not take: CUDA reports 16.0 GiB on the slice's first GPU" in text
     finally:
         kernel.stop()
+
+
+HAMI_CORE_UNDER_TEST = os.environ.get("JUPYTER_VGPU_TEST_HAMI_CORE", "")
+NVML_MOCK = Path(os.environ.get("JUPYTER_VGPU_NVML_MOCK", Path(__file__).resolve().parents[2] / "shared" / "nvml-mock"))
+
+GPU_DRIVER = r"""
+/* A CUDA driver with one 16 GiB GPU: what HAMi-core calls on the way to an allocation. (It looks up
+   some 200 driver functions when it loads and calls a missing one through a null pointer.) A
+   context per process; an allocation is an address, counted against the card. */
+#include <stddef.h>
+typedef int CUresult;
+typedef unsigned long long CUdeviceptr;
+enum { SUCCESS = 0, INVALID_VALUE = 1, OUT_OF_MEMORY = 2, INVALID_CONTEXT = 201 };
+static const size_t card = (size_t)16 << 30;
+static size_t used;
+static int context;
+static CUdeviceptr next = 0x7f0000000000ULL;
+
+CUresult cuInit(unsigned int flags) { return SUCCESS; }
+CUresult cuDeviceGetCount(int *count) { *count = 1; return SUCCESS; }
+CUresult cuDeviceGet(int *device, int ordinal) { *device = ordinal; return ordinal ? INVALID_VALUE : SUCCESS; }
+CUresult cuDeviceGetAttribute(int *value, int attribute, int device) { *value = 128; return SUCCESS; }
+CUresult cuDeviceTotalMem_v2(size_t *bytes, int device) { *bytes = card; return SUCCESS; }
+CUresult cuDevicePrimaryCtxRetain(void **ctx, int device) { *ctx = &context; return SUCCESS; }
+CUresult cuDevicePrimaryCtxRelease_v2(int device) { return SUCCESS; }
+CUresult cuCtxCreate_v2(void **ctx, unsigned int flags, int device) { context = 1; *ctx = &context; return SUCCESS; }
+CUresult cuCtxGetCurrent(void **ctx) { *ctx = context ? &context : NULL; return SUCCESS; }
+CUresult cuCtxGetDevice(int *device) { *device = 0; return context ? SUCCESS : INVALID_CONTEXT; }
+CUresult cuMemGetInfo_v2(size_t *free, size_t *total) { *free = card - used; *total = card; return SUCCESS; }
+CUresult cuMemAlloc_v2(CUdeviceptr *ptr, size_t bytes) {
+    if (!context) return INVALID_CONTEXT;
+    if (used + bytes > card) return OUT_OF_MEMORY;
+    used += bytes;
+    *ptr = next;
+    next += bytes;
+    return SUCCESS;
+}
+CUresult cuMemFree_v2(CUdeviceptr ptr) { return SUCCESS; }
+"""
+
+ALLOCATE = r"""
+/* allocate MIB COUNT [hold]: COUNT allocations of MIB MiB each, then what they returned and what the
+   driver reports, as JSON; with "hold", keeps them until its standard input closes. */
+#include <stdio.h>
+#include <stdlib.h>
+typedef int CUresult;
+CUresult cuInit(unsigned int), cuDeviceGet(int *, int), cuCtxCreate_v2(void **, unsigned int, int);
+CUresult cuMemAlloc_v2(unsigned long long *, size_t), cuMemGetInfo_v2(size_t *, size_t *), cuDeviceTotalMem_v2(size_t *, int);
+
+int main(int argc, char **argv) {
+    size_t mib = strtoul(argv[1], NULL, 10), free_mem, total, device_total;
+    int count = atoi(argv[2]), device;
+    void *context;
+    unsigned long long ptr;
+    if (cuInit(0) || cuDeviceGet(&device, 0) || cuCtxCreate_v2(&context, 0, device)) return 1;
+    printf("{\"results\": [");
+    for (int i = 0; i < count; i++) printf("%s%d", i ? ", " : "", cuMemAlloc_v2(&ptr, mib << 20));
+    cuMemGetInfo_v2(&free_mem, &total);
+    cuDeviceTotalMem_v2(&device_total, device);
+    printf("], \"free_mib\": %zu, \"total_mib\": %zu, \"device_mib\": %zu}\n", free_mem >> 20, total >> 20, device_total >> 20);
+    fflush(stdout);
+    if (argc > 3) getchar();
+    return 0;
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def fake_gpu(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A folder with the fake driver (``libcuda.so.1``), NVIDIA's mock NVML (``libnvidia-ml.so.1``,
+    which HAMi-core needs too) and ``allocate``, linked against the driver."""
+    import shutil
+
+    if not (HAMI_CORE_UNDER_TEST and Path(HAMI_CORE_UNDER_TEST).is_file()):
+        where = f"names {HAMI_CORE_UNDER_TEST}, which does not exist" if HAMI_CORE_UNDER_TEST else "is not set"
+        pytest.skip(f"JUPYTER_VGPU_TEST_HAMI_CORE {where}: build libvgpu.so with scripts/build-hami-core and name it")
+    if shutil.which("cc") is None:
+        pytest.skip("no C compiler (cc) to build the fake CUDA driver")
+    mock = NVML_MOCK / "libnvidia-ml.so.550.163.01"
+    if not mock.is_file():
+        pytest.skip(f"NVIDIA's mock NVML, which HAMi-core needs, is not at {NVML_MOCK} (../shared/nvml-mock)")
+    folder = tmp_path_factory.mktemp("fake-gpu")
+    (folder / "driver.c").write_text(GPU_DRIVER)
+    (folder / "allocate.c").write_text(ALLOCATE)
+    build = [
+        ["cc", "-shared", "-fPIC", "-Wl,-soname,libcuda.so.1", "-o", "libcuda.so.1", "driver.c"],
+        ["cc", "-o", "allocate", "allocate.c", "-L.", "-l:libcuda.so.1"],
+    ]
+    for command in build:
+        subprocess.run(command, cwd=folder, check=True)
+    (folder / "libnvidia-ml.so.1").symlink_to(mock)  # the shared folder keeps the library's links as plain files
+    return folder
+
+
+def quarter_slices(count: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, gpu: Path) -> list[dict[str, str]]:
+    """The environments of ``count`` quarter slices of a 16 GiB GPU as the provisioner gives them with
+    HAMi-core named, on the fake GPU."""
+    from kernel.harness import Workspace  # type: ignore[import-not-found]
+
+    monkeypatch.setenv("JUPYTER_VGPU_HAMI_CORE", HAMI_CORE_UNDER_TEST)
+    workspace = Workspace(tmp_path)
+    held = [workspace.reserve(0.25) for _ in range(count)]
+    assert all(slice_.tier is Tier.HAMI_CORE for slice_ in held)
+    # NVML's view of the machine: one 16 GiB T4
+    on_gpu = {"LD_LIBRARY_PATH": str(gpu), "MOCK_NVML_CONFIG": str(NVML_MOCK / "configs" / "t4.yaml")}
+    return [{**workspace.slice_env(slice_), **on_gpu} for slice_ in held]
+
+
+def allocate(env: dict[str, str], gpu: Path, mib: int, count: int) -> tuple[list[int], int, int, int]:
+    """What each of ``count`` allocations of ``mib`` MiB returned, then the free and total memory
+    (cuMemGetInfo) and the GPU's memory (cuDeviceTotalMem) in MiB, as a process sees them."""
+    done = subprocess.run([gpu / "allocate", str(mib), str(count)], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    seen = json.loads(done.stdout)
+    return seen["results"], seen["free_mib"], seen["total_mib"], seen["device_mib"]
+
+
+@pytest.mark.slow
+def test_under_hami_core_an_allocation_past_the_slice_fails_with_out_of_memory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fake_gpu: Path
+) -> None:
+    (env,) = quarter_slices(1, tmp_path, monkeypatch, fake_gpu)
+    assert env["CUDA_DEVICE_MEMORY_LIMIT_0"] == "4096m" and env["LD_PRELOAD"] == HAMI_CORE_UNDER_TEST
+    without = {k: v for k, v in env.items() if k != "LD_PRELOAD"}
+    assert allocate(without, fake_gpu, 1024, 5) == ([0, 0, 0, 0, 0], 11264, 16384, 16384)  # the card has room
+    # the slice's 4 GiB in four allocations; the fifth: CUDA_ERROR_OUT_OF_MEMORY (2); CUDA reports the slice
+    assert allocate(env, fake_gpu, 1024, 5) == ([0, 0, 0, 0, 2], 0, 4096, 4096)
+    check = "from jupyter_vgpu.enforcement.hamicore import self_check; print(self_check())"
+    done = subprocess.run([sys.executable, "-c", check], env=env, capture_output=True, text=True, timeout=60)
+    assert done.stdout.strip() == "None", done.stderr  # the kernel's check at start: the limit took
+
+
+@pytest.mark.slow
+def test_under_hami_core_each_slice_has_its_own_budget_which_its_processes_share(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fake_gpu: Path
+) -> None:
+    first, second = quarter_slices(2, tmp_path, monkeypatch, fake_gpu)
+    assert first["CUDA_DEVICE_MEMORY_SHARED_CACHE"] != second["CUDA_DEVICE_MEMORY_SHARED_CACHE"]
+    holding = [fake_gpu / "allocate", "1024", "3", "hold"]
+    holder = subprocess.Popen(holding, env=first, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and json.loads(holder.stdout.readline())["results"] == [0, 0, 0]
+        # another process of the same slice has the 1 GiB left of the slice's 4 GiB
+        assert allocate(first, fake_gpu, 1024, 2) == ([0, 2], 0, 4096, 4096)
+        # a process of the other slice has that slice's whole 4 GiB, and no more
+        assert allocate(second, fake_gpu, 1024, 5) == ([0, 0, 0, 0, 2], 0, 4096, 4096)
+    finally:
+        assert holder.stdin is not None
+        holder.stdin.close()
+        holder.wait(timeout=30)
+    # what a process held leaves the slice's budget with it
+    assert allocate(first, fake_gpu, 1024, 4) == ([0, 0, 0, 0], 0, 4096, 4096)
