@@ -319,9 +319,15 @@ def test_under_hami_core_an_allocation_past_the_slice_fails_with_out_of_memory(
     assert allocate(without, fake_gpu, 1024, 5) == ([0, 0, 0, 0, 0], 11264, 16384, 16384)  # the card has room
     # the slice's 4 GiB in four allocations; the fifth: CUDA_ERROR_OUT_OF_MEMORY (2); CUDA reports the slice
     assert allocate(env, fake_gpu, 1024, 5) == ([0, 0, 0, 0, 2], 0, 4096, 4096)
-    check = "from jupyter_vgpu.enforcement.hamicore import self_check; print(self_check())"
+    check = (
+        "import os; os.umask(0o077)\n"
+        "from jupyter_vgpu.enforcement.hamicore import self_check\n"
+        "print(self_check(), oct(os.umask(0o022)))\n"
+    )
     done = subprocess.run([sys.executable, "-c", check], env=env, capture_output=True, text=True, timeout=60)
-    assert done.stdout.strip() == "None", done.stderr  # the kernel's check at start: the limit took
+    # the kernel's check at start: the limit took; and the umask HAMi-core sets to 000 when CUDA
+    # starts (so every later file of the kernel would be world-writable) is the kernel's again
+    assert done.stdout.split() == ["None", "0o77"], done.stdout + done.stderr
 
 
 @pytest.mark.slow

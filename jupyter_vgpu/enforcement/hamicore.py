@@ -115,10 +115,17 @@ def _check(env: Mapping[str, str]) -> str | None:
     except OSError:
         return None  # no driver here (simulated GPUs): nothing to ask
     device, total = ctypes.c_int(0), ctypes.c_size_t(0)
-    if cuda.cuInit(0) != 0 or cuda.cuDeviceGet(ctypes.byref(device), 0) != 0:
-        return None
-    if cuda.cuDeviceTotalMem_v2(ctypes.byref(total), device) != 0:
-        return None
+    mask = os.umask(0o077)
+    os.umask(mask)
+    try:
+        if cuda.cuInit(0) != 0 or cuda.cuDeviceGet(ctypes.byref(device), 0) != 0:
+            return None
+        if cuda.cuDeviceTotalMem_v2(ctypes.byref(total), device) != 0:
+            return None
+    finally:
+        # HAMi-core sets the process's umask to 000 as CUDA starts (it creates its budget file so)
+        # and leaves it: every file the kernel wrote from then on would be world-writable.
+        os.umask(mask)
     limit = int(wanted[:-1]) * MiB
     if abs(total.value - limit) > MiB:
         return (
