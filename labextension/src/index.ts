@@ -24,9 +24,8 @@ import { IdleNotifier, keepSlice } from './idlenotes';
 import { waitingAlternative } from './kernelspecs';
 import { LauncherOrder } from './launcherorder';
 import { GPUModel } from './model';
-import { pathLabel } from './format';
 import { RefusalDialogs } from './refusaldialog';
-import { ShutDownNotebooks } from './shutdownmemory';
+import { heldBackText, ShutDownNotebooks } from './shutdownmemory';
 import { GPUSidebar } from './sidebar';
 import {
   GPUStatusItem,
@@ -89,13 +88,27 @@ const plugin: JupyterFrontEndPlugin<void> = {
       openPaths: () => new Set(openContexts().keys()),
       showSidebar
     });
+    // Notebooks whose kernel was shut down (from the panel, by idle reclaim or by the watchdog's
+    // policy) open without one after a reload, saying why.
+    const shutDownNotebooks = new ShutDownNotebooks({
+      storage: localStorageOrNull(),
+      key: `jupyter-vgpu:shut-down:${app.serviceManager.serverSettings.baseUrl}`,
+      onHeldBack: (path, why) =>
+        Notification.info(heldBackText(path, why), { autoClose: 8000 })
+    });
+    shutDownNotebooks.follow(app.docRegistry);
     new WatchdogNotifier({
       model,
       showSidebar,
       // The server shut a kernel down (idle reclaim, or the admin's policy): JupyterLab learns
-      // it now rather than at its next poll of the kernels, so the notebook says "No Kernel".
+      // it now rather than at its next poll of the kernels, so the notebook says "No Kernel";
+      // and a reload does not start the notebook's kernel again on its own (it would take a
+      // slice, or a place in line, again).
       onEvent: e => {
         if (e.ok && (e.action === 'idle' || e.action === 'shutdown')) {
+          if (e.path) {
+            shutDownNotebooks.mark(e.path, e.action);
+          }
           app.serviceManager.kernels.refreshRunning().catch(console.error);
         }
       }
@@ -150,18 +163,6 @@ const plugin: JupyterFrontEndPlugin<void> = {
     app.shell.currentChanged?.connect(scanLaunchers);
     labShell?.layoutModified.connect(scanLaunchers);
     app.restored.then(scanLaunchers).catch(console.error);
-
-    // Notebooks whose kernel was shut down from the panel open without one after a reload.
-    const shutDownNotebooks = new ShutDownNotebooks({
-      storage: localStorageOrNull(),
-      key: `jupyter-vgpu:shut-down:${app.serviceManager.serverSettings.baseUrl}`,
-      onHeldBack: path =>
-        Notification.info(
-          `${pathLabel(path)}: no kernel was started, because its kernel was shut down from the GPUs panel. Pick a kernel to start one.`,
-          { autoClose: 8000 }
-        )
-    });
-    shutDownNotebooks.follow(app.docRegistry);
 
     // The GPU dashboard (main area): the command palette and the panel's header open it.
     const openDashboard = addDashboard(app, {

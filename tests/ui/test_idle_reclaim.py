@@ -7,7 +7,8 @@ long it has been idle; a command asks for 9/10 of the GPU and waits in line (a s
 test, as a colleague's terminal would); the idle kernel gets a notice: a notification naming the
 notebook with "Keep it", a countdown in its row and in the status bar; "Keep it" cancels the
 notice and the kernel stays; the next notice runs out: the kernel is shut down, the waiting
-command gets its slice and prints GRANTED, and a notification says what happened, once.
+command gets its slice and prints GRANTED, and a notification says what happened, once; a page
+reload then leaves the notebook with "No Kernel" and says why, while the command keeps its slice.
 
 The server reclaims a slice idle ``idle_reclaim_after`` (8 s here) while someone waits, after a
 notice of ``idle_reclaim_notice`` (30 s) (docs/rest.md, "Idle reclaim"). Screenshots land in
@@ -16,7 +17,9 @@ artifacts/ui/idle-*.
 
 from __future__ import annotations
 
+import json
 import re
+import select
 import subprocess
 import sys
 import time
@@ -41,6 +44,9 @@ LAB_ARGS = ["--LabApp.expose_app_in_browser=True"]
 
 IDLE = "work/idle.ipynb"
 NOTICE_TOAST = ".jp-Notification-Toast-warning"
+#: The notification of a notebook opened without its kernel after a reload (shutdownmemory.ts).
+HELD_BACK_TOAST = ".jp-Notification-Toast-info"
+MARKS_KEY_PREFIX = "jupyter-vgpu:shut-down:"
 #: The row's warning and the status bar item while the notice runs (docs/ui.md).
 ROW_COUNTDOWN = re.compile(r"^Shutting down in 0:[0-3]\d to free its GPU for 1 waiting in line$")
 STATUS_COUNTDOWN = re.compile(r"^GPU idle: shutting down in 0:[0-3]\d$")
@@ -64,6 +70,21 @@ def seconds_left(text: str) -> int:
     match = re.search(r"in (\d+):(\d\d)", text)
     assert match, text
     return int(match.group(1)) * 60 + int(match.group(2))
+
+
+def read_line(process: subprocess.Popen[str], timeout: float) -> str:
+    """The next line ``process`` prints, waiting at most ``timeout`` seconds for it."""
+    assert process.stdout is not None
+    ready, _, _ = select.select([process.stdout], [], [], timeout)
+    assert ready, f"nothing printed in {timeout} s"
+    return process.stdout.readline()
+
+
+def shut_down_marks(page: Any) -> dict[str, Any]:
+    """This browser's marks of notebooks whose kernel was shut down (localStorage, one key per server)."""
+    entries = page.evaluate(f"() => Object.entries(localStorage).filter(([k]) => k.startsWith('{MARKS_KEY_PREFIX}'))")
+    assert len(entries) <= 1, entries
+    return json.loads(entries[0][1]) if entries else {}
 
 
 def route_json(page: Any, pattern: str, change: Any) -> None:
@@ -92,11 +113,13 @@ def idle(lab: Lab, page: Any) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def waiter(lab: Lab, idle: dict[str, Any]) -> Iterator[subprocess.Popen[str]]:
-    """`jupyter vgpu run -p 0.9 --wait 300`: 3.6 GiB, more than the 3 GiB free, so it waits in line."""
+    """`jupyter vgpu run -p 0.9 --wait 300`: 3.6 GiB, more than the 3 GiB free, so it waits in line.
+    Once it has its slice it prints GRANTED and holds the slice until its stdin is closed."""
     process = subprocess.Popen(
         [sys.executable, "-m", "jupyter_vgpu.cli", "run", "-p", "0.9", "--wait", "300", "--",
-         sys.executable, "-c", "print('GRANTED')"],
-        env=lab.env, cwd=lab.root, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+         sys.executable, "-c", "import sys; print('GRANTED', flush=True); sys.stdin.read()"],
+        env=lab.env, cwd=lab.root, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True,
     )  # fmt: skip
     try:
         wait_for(
@@ -194,10 +217,10 @@ def test_an_idle_kernel_is_shut_down_for_the_one_who_waits(
     toast = notice_toast(page)
     expect(toast).to_be_visible(timeout=IDLE_AFTER * 1000 + 30_000)
     started = time.monotonic()
-    out, err = waiter.communicate(timeout=NOTICE + 60)
-    assert waiter.returncode == 0, (out, err)
-    assert "GRANTED" in out, (out, err)
+    line = read_line(waiter, timeout=NOTICE + 60)
+    assert line.strip() == "GRANTED", (line, waiter.poll(), waiter.poll() is not None and waiter.communicate())
     assert time.monotonic() - started > NOTICE / 2  # after the notice, not before
+    assert waiter.poll() is None  # it holds its slice
 
     # The kernel is gone (its notebook stays), its slice went to the command.
     assert lab.api("GET", f"api/kernels/{idle['kernel_id']}")[0] == 404
@@ -236,6 +259,65 @@ def test_an_idle_kernel_is_shut_down_for_the_one_who_waits(
     expect(dialog).to_have_count(0)
     assert (lab.root / IDLE).exists()  # the notebook stays
     assert lab.api("GET", "api/kernels")[1] == []
+    # This browser remembers why, so that a reload does not start the kernel again.
+    mark = shut_down_marks(page).get(IDLE)
+    assert isinstance(mark, dict) and mark.get("why") == "idle", shut_down_marks(page)
+
+
+def test_a_reload_starts_no_kernel_for_a_reclaimed_notebook_and_says_why(
+    lab: Lab, page: Any, idle: dict[str, Any], waiter: subprocess.Popen[str]
+) -> None:
+    """JupyterLab starts a kernel for every notebook it opens without one, a reload included: the
+    notebook whose idle kernel was reclaimed would take a slice (or a place in line) again."""
+    command = next(s for s in snapshot(lab)["slices"] if s["holder_kind"] == "command")
+    # What the page asks of the server to start a kernel: a session, or a kernel.
+    starts: list[str] = []
+
+    def on_request(request: Any) -> None:
+        if request.method == "POST" and re.search(r"/api/(sessions|kernels)/?(\?|$)", request.url):
+            starts.append(request.url)
+
+    page.on("request", on_request)
+    try:
+        page.reload()
+        notebook = page.locator(".jp-NotebookPanel:not(.lm-mod-hidden)")
+        expect(notebook).to_be_visible(timeout=60_000)
+        page.evaluate("async () => { await window.jupyterapp.restored; }")
+        held = page.locator(HELD_BACK_TOAST, has_text="idle.ipynb: no kernel was started")
+        expect(held).to_be_visible(timeout=20_000)
+        expect(held).to_have_text(
+            "idle.ipynb: no kernel was started; its idle kernel was reclaimed while others waited for the GPU. "
+            "Pick a kernel to start one."
+        )
+        expect(held).to_have_count(1)
+        expect(notebook.locator(".jp-Toolbar-kernelName")).to_have_text("No Kernel")
+        screenshots(page, ARTIFACTS, "idle-reload-held-back")
+        page.wait_for_timeout(8000)  # several refreshes of the panel (2 s) and samples of the server (0.5 s)
+    finally:
+        page.remove_listener("request", on_request)
+    assert starts == [], starts  # the page asked for no kernel
+
+    # The server started no kernel, gave no slice and has no one new in line.
+    assert lab.api("GET", "api/kernels")[1] == []
+    status, sessions = lab.api("GET", "api/sessions")
+    assert status == 200 and not any(s["path"] == IDLE for s in sessions), sessions
+    reply = snapshot(lab)
+    assert not any(s.get("path") == IDLE for s in reply["slices"]), reply["slices"]
+    assert reply.get("waiting", []) == [], reply.get("waiting")
+    # The command keeps the slice it waited for.
+    assert [s["id"] for s in reply["slices"]] == [command["id"]], reply["slices"]
+    assert waiter.poll() is None
+    # Nothing else to answer: no refusal, no kernel picker; the reclaim was told once, before.
+    expect(notebook.locator(".jp-Toolbar-kernelName")).to_have_text("No Kernel")
+    expect(page.locator(".jp-Dialog")).to_have_count(0)
+    expect(page.locator(NOTICE_TOAST, has_text="kernel was shut down after")).to_have_count(0)
+    assert shut_down_marks(page).get(IDLE, {}).get("why") == "idle"
+
+    # The command ends: its slice goes back.
+    assert waiter.stdin is not None
+    waiter.stdin.close()
+    assert waiter.wait(timeout=30) == 0
+    wait_for("the command's slice to be released", lambda: snapshot(lab)["slices"] == [], timeout=30)
 
 
 def test_a_gpu_card_in_a_pods_share_says_so(lab: Lab, page: Any, idle: dict[str, Any]) -> None:
