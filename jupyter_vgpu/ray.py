@@ -61,11 +61,15 @@ def current_slice(env: Mapping[str, str] | None = None) -> Slice:
 
 
 def init(address: str | None = None, **kwargs: Any) -> Any:
-    """``ray.init`` with this slice's GPUs: a local Ray gets as many GPUs as the slice has (its
-    share of each is what the slice reserved); ``address`` joins a running cluster instead."""
+    """``ray.init`` with this slice's GPUs: a local Ray of its own gets as many GPUs as the slice
+    has (its share of each is what the slice reserved), even beside a Ray cluster already running
+    on the node; ``address`` joins a running cluster instead."""
     ray = _ray()
     held = current_slice()
     if address is None:
+        # Ray's own init() joins a cluster already running on the node (RAY_ADDRESS, or the last
+        # `ray start`), whose GPUs are the machine's: a local Ray of the slice's GPUs instead.
+        address = "local"
         kwargs.setdefault("num_gpus", len(held.gpus))
         kwargs.setdefault("include_dashboard", False)
     return ray.init(address=address, **kwargs)

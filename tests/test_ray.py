@@ -153,3 +153,62 @@ def test_outside_a_slice_the_helper_says_so() -> None:
 
     with pytest.raises(InvalidRequest, match="holds a GPU slice; this process holds none"):
         current_slice({})
+
+
+#: In a slice on a node where a Ray cluster already runs (RAY_ADDRESS names it, as Ray's own
+#: ``ray start`` tells users to set): ``init()`` starts Ray with the slice's GPUs, not the
+#: cluster's; ``init(address=...)`` joins the cluster and its tasks still get their part of the slice.
+CLUSTER = r"""
+import json, os, sys
+import ray
+import jupyter_vgpu.ray as vray
+
+vray.init(num_cpus=2)
+local = {"gpus": ray.cluster_resources().get("GPU"), "gcs": ray.get_runtime_context().gcs_address}
+ray.shutdown()
+
+vray.init(address=os.environ["RAY_ADDRESS"])
+
+@vray.remote(num_gpus=0.5)
+def task():
+    return {k: os.environ.get(k) for k in ("JUPYTER_VGPU_SLICE_ID", "JUPYTER_VGPU_MEMORY_RESERVED", "JUPYTER_VGPU_MEMORY_LIMIT")}
+
+joined = {"gpus": ray.cluster_resources().get("GPU"), "gcs": ray.get_runtime_context().gcs_address, "task": ray.get(task.remote())}
+ray.shutdown()
+print("RESULT " + json.dumps({"local": local, "joined": joined, "slice": os.environ["JUPYTER_VGPU_SLICE_ID"]}))
+"""
+
+
+def test_beside_a_running_ray_cluster_init_keeps_to_the_slice_and_address_joins_it(node: dict[str, str], tmp_path: Path) -> None:
+    import shutil
+    import socket
+
+    ray_cli = shutil.which("ray", path=str(Path(sys.executable).parent)) or shutil.which("ray")
+    assert ray_cli, "the ray command comes with the [ray] extra"
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    cluster_env = {**node, "RAY_USAGE_STATS_ENABLED": "0"}
+    started = subprocess.run(
+        [ray_cli, "start", "--head", "--node-ip-address=127.0.0.1", f"--port={port}", "--num-cpus=2", "--num-gpus=4",
+         "--include-dashboard=false", "--disable-usage-stats"],
+        env=cluster_env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    try:
+        assert started.returncode == 0, started.stdout[-2000:] + started.stderr[-2000:]
+        script = tmp_path / "cluster.py"
+        script.write_text(CLUSTER)
+        env = {**node, "RAY_ADDRESS": f"127.0.0.1:{port}", "RAY_USAGE_STATS_ENABLED": "0"}
+        done = subprocess.run(
+            [sys.executable, "-m", "jupyter_vgpu.cli", "run", "-p", "1/2", "--gpu", "0", "--", sys.executable, str(script)],
+            env=env, capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+        found = result(done.stdout)
+        assert found["local"]["gpus"] == 1 and not found["local"]["gcs"].endswith(f":{port}")  # the slice's one GPU, a Ray of its own
+        assert found["joined"]["gpus"] == 4 and found["joined"]["gcs"].endswith(f":{port}")  # the running cluster
+        task = found["joined"]["task"]
+        assert task["JUPYTER_VGPU_SLICE_ID"] == found["slice"]
+        assert int(task["JUPYTER_VGPU_MEMORY_RESERVED"]) == 4 * GiB  # half of the 8 GiB slice, on the cluster too
+    finally:
+        subprocess.run([ray_cli, "stop", "--force"], env=cluster_env, capture_output=True, timeout=120)
