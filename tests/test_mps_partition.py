@@ -264,6 +264,8 @@ def test_a_jupyter_servers_kernel_runs_in_its_slices_cgroup_until_it_is_shut_dow
     server = start_jupyter(tmp_path, env=env)
     try:
         assert "jupyter-vgpu: new slices on GPU 0 get enforced (MPS memory partitioning)." in server.log_text()
+        _, devices = server.api("GET", "api/vgpu/devices")
+        assert [(g["tier"], g["memory_partitioning"]) for g in devices["devices"]] == [("enforced (MPS memory partitioning)", "driver")]
         status, kernel = server.api("POST", "api/kernels", {"name": KERNEL_NAME}, timeout=60)
         assert status == 201, kernel
 

@@ -185,6 +185,7 @@ class GPUOccupancy:
                 for m in self.mig
             ],
             "mps": gpu.mps,
+            "memory_partitioning": gpu.memory_partitioning,
             "compute_capability": ".".join(map(str, gpu.compute_capability)) if gpu.compute_capability else None,
             "tier": self.tier,
             "slices": [s.slice.id for s in self.shares],

@@ -124,7 +124,7 @@ export interface ISlice {
   usage_source: UsageSource;
   /** The enforcement tier, shown exactly as sent ("cooperative", "hard (MPS)", ...). */
   tier: string;
-  /** How the slice was placed: "cooperative" | "mps" | "mig". */
+  /** How the slice was placed: a tier value (vocabulary.json). */
   tier_kind?: string;
   /** The watchdog compares this slice's use with its reservation. */
   watched?: boolean;
