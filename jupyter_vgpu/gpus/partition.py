@@ -131,9 +131,13 @@ def create(slice_id: str, limits: Iterable[tuple[Any, Any, int]], root: Path | N
     bytes); made again in place (a resize) where it exists."""
     cgroup = slice_cgroup(slice_id, root)
     try:
-        cgroup.parent.mkdir(mode=0o755, exist_ok=True)
+        # Only the manager (root) looks inside: a slice's cgroup.procs lists its user's pids, and
+        # its processes know their cgroup from /proc/self/cgroup.
+        cgroup.parent.mkdir(mode=0o711, exist_ok=True)
+        os.chmod(cgroup.parent, 0o711)
         _enable_dmem(cgroup.parent)
-        cgroup.mkdir(mode=0o755, exist_ok=True)
+        cgroup.mkdir(mode=0o700, exist_ok=True)
+        os.chmod(cgroup, 0o700)
     except OSError as error:
         raise PartitionError(f"Cannot create the slice's cgroup {cgroup}: {error.strerror or error}.") from None
     try:

@@ -63,6 +63,9 @@ def test_the_broker_moves_a_users_command_into_its_slices_cgroup_and_no_one_else
             cgroup = root / "jupyter-vgpu" / alice_slice
             members = [int(p) for p in (cgroup / "cgroup.procs").read_text().split()]
             assert members and all(Path(f"/proc/{p}").stat().st_uid == alice.uid for p in members)
+            # nor list alice's pids from her slice's cgroup (only root looks inside)
+            peek = bob.run("/bin/cat", str(cgroup / "cgroup.procs"), env=bob.env(**env))
+            assert peek.returncode != 0 and not peek.stdout and "Permission denied" in peek.stderr, peek.stdout + peek.stderr
         finally:
             held.kill()
             held.wait()
