@@ -3,6 +3,12 @@
 from __future__ import annotations
 
 import importlib.util
+import os
+import shutil
+import subprocess
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -90,4 +96,48 @@ def mib(value: float) -> str:
     return f"{value / 2**20:.0f} MiB"
 
 
-__all__ = ["FRAMEWORKS", "Kernel", "fill", "gib", "installed", "mib", "needs", "nvml_used", "require_host_pids", "write_kernelspec"]
+
+
+CONTROL = shutil.which("nvidia-cuda-mps-control")
+
+
+@contextmanager
+def mps_control_daemon(tmp_path: Path) -> Iterator[dict[str, str]]:
+    """An MPS control daemon of the test's own (its pipe and log folders in ``tmp_path``; root
+    and nvidia-cuda-mps-control, else the test is skipped); yields the variables its clients
+    need; quit afterwards."""
+    if CONTROL is None:
+        pytest.skip("nvidia-cuda-mps-control is not installed")
+    if os.geteuid() != 0:
+        pytest.skip("starting an MPS control daemon needs root")
+    pipe, log = tmp_path / "mps-pipe", tmp_path / "mps-log"
+    pipe.mkdir()
+    log.mkdir()
+    env = {**os.environ, "CUDA_MPS_PIPE_DIRECTORY": str(pipe), "CUDA_MPS_LOG_DIRECTORY": str(log)}
+    started = subprocess.run([CONTROL, "-d"], env=env, capture_output=True, text=True, timeout=30)
+    deadline = time.monotonic() + 10
+    while not (pipe / "control").exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    if started.returncode != 0 or not (pipe / "control").exists():
+        text = (log / "control.log").read_text() if (log / "control.log").exists() else started.stderr
+        pytest.skip(f"the MPS control daemon did not start: {text.strip()[-500:]}")
+    try:
+        yield {"CUDA_MPS_PIPE_DIRECTORY": str(pipe), "CUDA_MPS_LOG_DIRECTORY": str(log), "JUPYTER_VGPU_MPS": "auto"}
+    finally:
+        subprocess.run([CONTROL], input="quit\n", env=env, text=True, capture_output=True, timeout=30)
+
+
+__all__ = [
+    "CONTROL",
+    "FRAMEWORKS",
+    "Kernel",
+    "fill",
+    "gib",
+    "installed",
+    "mib",
+    "mps_control_daemon",
+    "needs",
+    "nvml_used",
+    "require_host_pids",
+    "write_kernelspec",
+]

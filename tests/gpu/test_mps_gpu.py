@@ -4,10 +4,6 @@ framework limit stopped by the pinned memory limit, and the MPS server never cou
 
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,35 +14,18 @@ from jupyter_vgpu.gpus import Inventory
 from jupyter_vgpu.slices import Holder, SliceRequest, open_ledger
 from jupyter_vgpu.slices.holders import attribute
 
-from .harness import Kernel, fill, gib, installed, write_kernelspec
-
-CONTROL = shutil.which("nvidia-cuda-mps-control")
+from .harness import Kernel, fill, gib, installed, mps_control_daemon, write_kernelspec
 
 
 @pytest.fixture
 def mps_daemon(real_gpu: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    """An MPS control daemon with its own pipe directory, which kernels inherit; quit afterwards."""
-    if CONTROL is None:
-        pytest.skip("nvidia-cuda-mps-control is not installed")
-    if os.geteuid() != 0:
-        pytest.skip("starting an MPS control daemon needs root")
+    """An MPS control daemon (harness.mps_control_daemon) whose variables this test's processes have."""
     if any(g.mig_mode for g in Inventory("").snapshot().gpus):
         pytest.skip("a GPU is in MIG mode; MIG slices take precedence over MPS")
-    pipe, log = tmp_path / "mps-pipe", tmp_path / "mps-log"
-    pipe.mkdir()
-    log.mkdir()
-    monkeypatch.setenv("CUDA_MPS_PIPE_DIRECTORY", str(pipe))
-    monkeypatch.setenv("CUDA_MPS_LOG_DIRECTORY", str(log))
-    monkeypatch.setenv("JUPYTER_VGPU_MPS", "auto")
-    started = subprocess.run([CONTROL, "-d"], capture_output=True, text=True, timeout=30)
-    deadline = time.monotonic() + 10
-    while not (pipe / "control").exists() and time.monotonic() < deadline:
-        time.sleep(0.1)
-    if started.returncode != 0 or not (pipe / "control").exists():
-        text = (log / "control.log").read_text() if (log / "control.log").exists() else started.stderr
-        pytest.skip(f"the MPS control daemon did not start: {text.strip()[-500:]}")
-    yield pipe
-    subprocess.run([CONTROL], input="quit\n", text=True, timeout=30)
+    with mps_control_daemon(tmp_path) as variables:
+        for name, value in variables.items():
+            monkeypatch.setenv(name, value)
+        yield Path(variables["CUDA_MPS_PIPE_DIRECTORY"])
 
 
 @pytest.mark.skipif(not installed("torch"), reason="the kernel uses torch")

@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import os
 import queue
-import shutil
 import signal
 import statistics
 import subprocess
@@ -38,7 +37,7 @@ from jupyter_vgpu.enforcement.hamicore import library_problem
 from jupyter_vgpu.gpus import Inventory
 from jupyter_vgpu.units import MiB
 
-from .harness import installed
+from .harness import installed, mps_control_daemon
 
 #: The slice every cell runs in, and the GPU it is pinned to.
 FRACTION = "0.25"
@@ -56,7 +55,6 @@ ENV_HAMI = "JUPYTER_VGPU_TEST_HAMI_CORE"
 MARK = "VGPU-PROBE "
 TIER_NAMES = ("cooperative", "mps", "hami-core", "mps-partition")
 HARD_NAMES = ("mps", "hami-core", "mps-partition")
-CONTROL = shutil.which("nvidia-cuda-mps-control")
 #: What the probe reports of its environment, before and after its framework's import.
 WATCHED = (
     "JUPYTER_VGPU_TIER", "JUPYTER_VGPU_MEMORY_RESERVED", "JUPYTER_VGPU_MEMORY_LIMIT", "JUPYTER_VGPU_CONTEXT_ALLOWANCE",
@@ -347,31 +345,6 @@ def gpu0() -> Any:
     if gpu.mig_mode:
         pytest.skip(f"GPU {GPU} is in MIG mode: its slices are MIG devices (tier mig), outside this matrix")
     return gpu
-
-
-@contextmanager
-def mps_control_daemon(tmp_path: Path) -> Iterator[dict[str, str]]:
-    """An MPS control daemon with its own pipe directory (as test_mps_gpu.py starts one); yields
-    the variables its clients need; quit afterwards."""
-    if CONTROL is None:
-        pytest.skip("nvidia-cuda-mps-control is not installed")
-    if os.geteuid() != 0:
-        pytest.skip("starting an MPS control daemon needs root")
-    pipe, log = tmp_path / "mps-pipe", tmp_path / "mps-log"
-    pipe.mkdir()
-    log.mkdir()
-    env = {**os.environ, "CUDA_MPS_PIPE_DIRECTORY": str(pipe), "CUDA_MPS_LOG_DIRECTORY": str(log)}
-    started = subprocess.run([CONTROL, "-d"], env=env, capture_output=True, text=True, timeout=30)
-    deadline = time.monotonic() + 10
-    while not (pipe / "control").exists() and time.monotonic() < deadline:
-        time.sleep(0.1)
-    if started.returncode != 0 or not (pipe / "control").exists():
-        text = (log / "control.log").read_text() if (log / "control.log").exists() else started.stderr
-        pytest.skip(f"the MPS control daemon did not start: {text.strip()[-500:]}")
-    try:
-        yield {"CUDA_MPS_PIPE_DIRECTORY": str(pipe), "CUDA_MPS_LOG_DIRECTORY": str(log), "JUPYTER_VGPU_MPS": "auto"}
-    finally:
-        subprocess.run([CONTROL], input="quit\n", env=env, text=True, capture_output=True, timeout=30)
 
 
 def hami_library() -> str:
