@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import sys
 import time
 from typing import Any
 
@@ -29,6 +30,7 @@ from traitlets import Any as AnyTrait
 from traitlets import validate
 
 from .config import VGPU
+from .enforcement.mpspartition import ENV_JOIN
 from .errors import (
     InvalidRequest,
     NoGPU,
@@ -356,6 +358,10 @@ class VGPUProvisioner(LocalProvisioner):  # type: ignore[misc]
             cmd = list(kwargs.get("cmd") or [])
             if self._is_ipykernel(cmd) and EXTENSION_ARG not in cmd:
                 cmd.append(EXTENSION_ARG)
+            if env.get(ENV_JOIN) and cmd:
+                # a memory partition: the kernel joins it before it is itself (exec keeps the pid),
+                # whatever its language, and whether or not its Python has jupyter-vgpu
+                cmd = [sys.executable, "-m", "jupyter_vgpu.cli.enter", "--", *cmd]
             kwargs["cmd"] = cmd
             return kwargs
         except BaseException:

@@ -27,6 +27,7 @@ import pytest
 from jupyter_vgpu.enforcement import Tier, by_tier, tier_of
 from jupyter_vgpu.enforcement.mpspartition import in_partition
 from jupyter_vgpu.gpus import Inventory, partition
+from jupyter_vgpu.gpus.partition import PartitionError
 from jupyter_vgpu.slices import Holder, SliceRequest, SQLiteLedger
 from jupyter_vgpu.units import GiB
 
@@ -63,10 +64,14 @@ def test_partitioning_is_the_strongest_tier_after_mig_and_needs_mps(monkeypatch:
 # -- detection -------------------------------------------------------------------------------
 
 
-def simulation(tmp_path: Path, *, partitioning: bool = True) -> Path:
+def simulation(tmp_path: Path, *, partitioning: bool = True, gpus: int = 1, processes: list[dict] | None = None) -> Path:
     spec = tmp_path / "gpus.json"
-    device = {"name": "Simulated H100", "memory": "16GiB", "uuid": UUID, "memory_partitioning": partitioning}
-    spec.write_text(json.dumps({"devices": [device]}))
+    devices = [
+        {"name": "Simulated H100", "memory": "16GiB", "uuid": UUID if i == 0 else f"{UUID[:-1]}{i}", "memory_partitioning": partitioning}
+        for i in range(gpus)
+    ]
+    spec.write_text(json.dumps({"devices": devices, "processes": processes or []}))
+    time.sleep(0.02)  # a new mtime: the simulated NVML reads it again
     return spec
 
 
@@ -139,9 +144,9 @@ def remove_subtree(root: Path, mount: Path) -> None:
 
 
 def test_a_slice_gets_a_cgroup_with_its_limit_and_loses_it_when_it_ends(cgroup_root: Path, tmp_path: Path) -> None:
-    inventory = Inventory(str(simulation(tmp_path)))
+    inventory = Inventory(str(simulation(tmp_path, gpus=2)))
     ledger = SQLiteLedger(tmp_path / "ledger.sqlite", inventory)
-    held = ledger.reserve(SliceRequest.parse(0.25), Holder("command", "test"))
+    held = ledger.reserve(SliceRequest.parse(0.25, gpu="0"), Holder("command", "test"))
     assert held.tier is Tier.MPS_PARTITION
     sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
@@ -149,16 +154,22 @@ def test_a_slice_gets_a_cgroup_with_its_limit_and_loses_it_when_it_ends(cgroup_r
         assert cgroup == cgroup_root / "jupyter-vgpu" / held.id and in_partition(held.id, sleeper.pid)
         assert [int(p) for p in (cgroup / "cgroup.procs").read_text().split()] == [sleeper.pid]
 
-        def hard_limit() -> int:
+        def hard_limit(index: int = 0) -> int:
             nvml = inventory._init()
             limits = nvml.c_nvmlGetMemoryLimits_v1_t(nameSpace=str(cgroup).encode())
-            nvml.nvmlDeviceGetMemoryLimits_v1(nvml.nvmlDeviceGetHandleByIndex(0), limits)
+            nvml.nvmlDeviceGetMemoryLimits_v1(nvml.nvmlDeviceGetHandleByIndex(index), limits)
             assert limits.softLimit == limits.hardLimit  # guaranteed and capped alike
             return int(limits.hardLimit)
 
         assert hard_limit() == 4 * GiB == held.memory[0]
+        assert hard_limit(1) == 0  # not the slice's GPU: nothing there, whatever CUDA_VISIBLE_DEVICES says
         ledger.resize(held.id, SliceRequest.parse(0.5))
         assert hard_limit() == 8 * GiB  # the driver's limit follows a resize
+        # a resize below what the slice's processes use now is refused, and changes nothing
+        simulation(tmp_path, gpus=2, processes=[{"gpu": 0, "pid": sleeper.pid, "memory": "5GiB"}])
+        with pytest.raises(PartitionError, match=r"use 5.0 GiB on a GPU where its limit would be 2.0 GiB; free memory first"):
+            ledger.resize(held.id, SliceRequest.parse(0.125))
+        assert hard_limit() == 8 * GiB and ledger.get(held.id).memory == (8 * GiB,)
         ledger.release(held.id)
         assert cgroup.is_dir()  # still in use by its process: it goes once empty
     finally:
@@ -211,7 +222,7 @@ def test_a_command_and_its_children_run_inside_the_slices_cgroup(cgroup_root: Pa
         env=env, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert out.returncode == 0, out.stderr
-    assert "enforced (MPS memory partitioning)" in out.stderr and "could not" not in out.stderr
+    assert "enforced (MPS memory partitioning)" in out.stderr and "held by MPS's pinned limit" not in out.stderr
     lines = out.stdout.split()
     slice_id = lines[-1]
     inside = [line for line in lines if line.startswith("0::")]
@@ -288,3 +299,27 @@ def test_a_jupyter_servers_kernel_runs_in_its_slices_cgroup_until_it_is_shut_dow
         wait_for(lambda: not cgroup.exists(), "the kernel's cgroup removed with its slice")
     finally:
         server.stop(signal.SIGTERM, timeout=10)
+
+
+def test_a_process_whose_parent_could_not_join_does_not_ask_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A broker that is down costs one wait per process tree, not one per Python start: the reason
+    is inherited, and every child of the slice runs the start-up hook."""
+    from jupyter_vgpu import slices
+    from jupyter_vgpu.slices.partition import join_here
+
+    monkeypatch.setattr(slices, "open_ledger", lambda *a: pytest.fail("asked the ledger again"))
+    env = {"JUPYTER_VGPU_PARTITION": "abcdef012345", "JUPYTER_VGPU_PARTITION_PROBLEM": "Cannot reach the jupyter-vgpu broker"}
+    assert join_here(env) == "Cannot reach the jupyter-vgpu broker"
+    script = "import os, sys; sys.exit(0 if 'jupyter_vgpu.slices.partition' not in sys.modules else 1)"
+    child = subprocess.run([sys.executable, "-c", script], env={**os.environ, **env, "JUPYTER_VGPU_SLICE_ID": "abcdef012345"}, timeout=60)
+    assert child.returncode == 0  # the start-up hook did not even import the joining code
+
+
+def test_removing_a_cgroup_never_fails_the_end_of_a_slice(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import errno
+
+    def refuse(path: object) -> None:
+        raise OSError(errno.EIO, "Input/output error")
+
+    monkeypatch.setattr(partition.os, "rmdir", refuse)
+    assert partition.remove("abcdef012345", tmp_path) is False  # left for the next sweep, no exception

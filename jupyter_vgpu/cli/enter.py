@@ -23,12 +23,12 @@ def main(argv: list[str] | None = None) -> int:
     if not args:
         print("jupyter vgpu: no command to run.", file=sys.stderr)
         return 2
-    problem = join_here()
+    problem = join_here()  # the start-up hook of this Python tried already where it is installed: not again
     if problem and not quiet:
         print(f"jupyter vgpu: {problem}; the command is held by MPS's pinned limit and framework limits only.", file=sys.stderr)
     try:
         os.execvp(args[0], args)
-    except (FileNotFoundError, PermissionError) as error:
+    except OSError as error:  # not found, not executable, not a program (ENOEXEC)
         return cannot_start(args[0], error)
     return 0  # not reached: exec replaced this process
 

@@ -102,7 +102,10 @@ def cannot_start(program: str, error: OSError) -> int:
     if isinstance(error, FileNotFoundError):
         print(f"jupyter vgpu: command not found: {shorten(program)}.", file=sys.stderr)
         return COMMAND_NOT_FOUND
-    print(f"jupyter vgpu: command {shorten(program)} is not executable.", file=sys.stderr)
+    if isinstance(error, PermissionError):
+        print(f"jupyter vgpu: command {shorten(program)} is not executable.", file=sys.stderr)
+    else:
+        print(f"jupyter vgpu: command {shorten(program)} cannot be started: {error.strerror or error}.", file=sys.stderr)
     return COMMAND_NOT_EXECUTABLE
 
 
@@ -113,7 +116,7 @@ def _run_child(command: list[str], env: dict[str, str], on_start: Any) -> int:
     try:
         try:
             child = subprocess.Popen(command, env=env)
-        except (FileNotFoundError, PermissionError) as error:
+        except OSError as error:  # not found, not executable, not a program (ENOEXEC)
             return cannot_start(command[0], error)
 
         def forward(signum: int, frame: FrameType | None) -> None:

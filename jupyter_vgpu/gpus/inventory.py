@@ -330,19 +330,23 @@ class Inventory:
         return "dmem" if bus_id and partition.pci_address(bus_id) in regions else "driver"
 
     def partition_limits(self, amounts: Mapping[str, int]) -> list[tuple[Any, Any, int]]:
-        """(NVML, device handle, bytes) for each GPU UUID of ``amounts``: what
+        """(NVML, device handle, bytes) for every GPU the driver partitions: ``amounts`` on the
+        slice's GPUs (by UUID), 0 on the others, so a process of the slice cannot take memory on
+        a GPU that is not the slice's (``CUDA_VISIBLE_DEVICES`` is the process's to change). What
         :func:`.partition.create` sets."""
         nvml = self._init()
         if nvml is None:
             raise partition.PartitionError(self._error or "No GPU is available here.")
-        limits = []
+        limits, found = [], set()
         for index in range(_safe(nvml.nvmlDeviceGetCount) or 0):
             handle = _ask(nvml.nvmlDeviceGetHandleByIndex, index)
             uuid = _ask(nvml.nvmlDeviceGetUUID, handle) if handle is not None else None
-            if uuid is not None and _text(uuid) in amounts:
-                limits.append((nvml, handle, amounts[_text(uuid)]))
-        if len(limits) != len(amounts):
-            raise partition.PartitionError(f"GPU {', '.join(sorted(amounts))} is no longer present.")
+            if uuid is None or not partition.supported(nvml, handle):
+                continue
+            found.add(_text(uuid))
+            limits.append((nvml, handle, amounts.get(_text(uuid), 0)))
+        if missing := sorted(set(amounts) - found):
+            raise partition.PartitionError(f"GPU {', '.join(missing)} no longer offers memory partitioning.")
         return limits
 
     def _telemetry(self, nvml: Any, handle: Any, index: int) -> dict[str, Any]:

@@ -18,7 +18,6 @@ children inherit it, and it is removed with the slice. This module is the mechan
 
 from __future__ import annotations
 
-import errno
 import os
 import re
 from collections.abc import Iterable, Mapping
@@ -26,13 +25,13 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import VGPUError
-from ..units import format_bytes, shorten
+from ..units import MiB, format_bytes, shorten
 
 ENV_CGROUP_ROOT = "JUPYTER_VGPU_CGROUP_ROOT"
 DEFAULT_CGROUP_ROOT = "/sys/fs/cgroup"
 #: The cgroup that holds one cgroup per slice, under the cgroup root.
 PARENT = "jupyter-vgpu"
-_SLICE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+_SLICE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 
 
 class PartitionError(VGPUError):
@@ -97,21 +96,51 @@ def supported(nvml: Any, handle: Any, root: Path | None = None) -> bool:
     return True
 
 
-def set_limit(nvml: Any, handle: Any, cgroup: Path, amount: int) -> None:
-    """Soft and hard limit of ``cgroup`` on one GPU, read back to be sure they took."""
+def _limits(nvml: Any, handle: Any, cgroup: Path) -> tuple[int, int, int]:
+    """(soft, hard, used) of ``cgroup`` on one GPU, as the driver keeps them."""
+    now = nvml.c_nvmlGetMemoryLimits_v1_t()
+    now.nameSpace = str(cgroup).encode()
+    nvml.nvmlDeviceGetMemoryLimits_v1(handle, now)
+    return int(now.softLimit), int(now.hardLimit), int(now.currentUsed)
+
+
+def _set(nvml: Any, handle: Any, cgroup: Path, soft: int, hard: int) -> None:
     limits = nvml.c_nvmlSetMemoryLimits_v1_t()
     limits.nameSpace = str(cgroup).encode()
-    limits.softLimit = amount
-    limits.hardLimit = amount
+    limits.softLimit = soft
+    limits.hardLimit = hard
     nvml.nvmlDeviceSetMemoryLimits_v1(handle, limits)
-    check = nvml.c_nvmlGetMemoryLimits_v1_t()
-    check.nameSpace = str(cgroup).encode()
-    nvml.nvmlDeviceGetMemoryLimits_v1(handle, check)
-    if int(check.hardLimit) != amount:
-        raise PartitionError(
-            f"The driver keeps {format_bytes(int(check.hardLimit))} as the limit of {cgroup} where "
-            f"{format_bytes(amount)} was set; the slice stays without a driver limit."
-        )
+
+
+def set_limits(cgroup: Path, limits: Iterable[tuple[Any, Any, int]]) -> None:
+    """Soft and hard limit of ``cgroup`` on each GPU (``limits``: NVML module, device handle,
+    bytes; 0 on a GPU that is not the slice's), read back to be sure they took. Never below what
+    the cgroup uses now; on any refusal the limits set so far are put back as they were."""
+    done: list[tuple[Any, Any, int, int]] = []
+    try:
+        for nvml, handle, amount in limits:
+            soft, hard, used = _limits(nvml, handle, cgroup)
+            if amount and used > amount:
+                raise PartitionError(
+                    f"The slice's processes use {format_bytes(used)} on a GPU where its limit would be {format_bytes(amount)}; "
+                    "free memory first (or restart the kernel), then resize."
+                )
+            _set(nvml, handle, cgroup, amount, amount)
+            done.append((nvml, handle, soft, hard))
+            kept = _limits(nvml, handle, cgroup)[1]
+            if not amount - MiB <= kept <= amount:  # the driver may round to its page size
+                raise PartitionError(
+                    f"The driver keeps {format_bytes(kept)} as the limit of {cgroup} where {format_bytes(amount)} was set."
+                )
+    except Exception as error:
+        for nvml, handle, soft, hard in reversed(done):
+            try:
+                _set(nvml, handle, cgroup, soft, hard)
+            except Exception:
+                pass  # the cgroup goes with the slice, and its limits with it
+        if isinstance(error, PartitionError):
+            raise
+        raise PartitionError(f"The driver refused a memory limit for {cgroup}: {error}.") from None
 
 
 def parent_cgroup(root: Path | None = None) -> Path:
@@ -121,15 +150,16 @@ def parent_cgroup(root: Path | None = None) -> Path:
 
 def slice_cgroup(slice_id: str, root: Path | None = None) -> Path:
     """The cgroup of one slice."""
-    if not _SLICE_ID.match(slice_id):
+    if not _SLICE_ID.fullmatch(slice_id):
         raise PartitionError(f"Slice id {shorten(slice_id)} cannot name a cgroup.")
     return parent_cgroup(root) / slice_id
 
 
 def create(slice_id: str, limits: Iterable[tuple[Any, Any, int]], root: Path | None = None) -> Path:
-    """The slice's cgroup with its limit on each GPU (``limits``: NVML module, device handle,
-    bytes); made again in place (a resize) where it exists."""
+    """The slice's cgroup with its limit on each GPU (see :func:`set_limits`); set again in place
+    (a resize) where it exists. A cgroup made here and refused its limits is removed."""
     cgroup = slice_cgroup(slice_id, root)
+    made = not cgroup.is_dir()
     try:
         # Only the manager (root) looks inside: a slice's cgroup.procs lists its user's pids, and
         # its processes know their cgroup from /proc/self/cgroup.
@@ -141,14 +171,11 @@ def create(slice_id: str, limits: Iterable[tuple[Any, Any, int]], root: Path | N
     except OSError as error:
         raise PartitionError(f"Cannot create the slice's cgroup {cgroup}: {error.strerror or error}.") from None
     try:
-        for nvml, handle, amount in limits:
-            set_limit(nvml, handle, cgroup, amount)
+        set_limits(cgroup, limits)
     except PartitionError:
-        remove(slice_id, root)
+        if made:
+            remove(slice_id, root)
         raise
-    except Exception as error:  # NVMLError
-        remove(slice_id, root)
-        raise PartitionError(f"The driver refused a memory limit for {cgroup}: {error}.") from None
     return cgroup
 
 
@@ -180,10 +207,8 @@ def remove(slice_id: str, root: Path | None = None) -> bool:
         return True
     except PartitionError:
         return True  # never a name we made
-    except OSError as error:
-        if error.errno in (errno.EBUSY, errno.ENOTEMPTY, errno.EACCES, errno.EPERM):
-            return False
-        raise
+    except OSError:
+        return False  # in use (EBUSY), not ours to remove, or the file system says no: the next sweep
     return True
 
 
@@ -196,7 +221,7 @@ def sweep(live: Iterable[str], root: Path | None = None) -> list[str]:
         names = [p.name for p in parent.iterdir() if p.is_dir()]
     except OSError:
         return []
-    return [name for name in names if name not in keep and _SLICE_ID.match(name) and remove(name, root)]
+    return [name for name in names if name not in keep and _SLICE_ID.fullmatch(name) and remove(name, root)]
 
 
 __all__ = [
@@ -210,6 +235,7 @@ __all__ = [
     "move",
     "parent_cgroup",
     "remove",
+    "set_limits",
     "slice_cgroup",
     "supported",
     "sweep",

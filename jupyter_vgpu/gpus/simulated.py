@@ -257,10 +257,13 @@ class SimulatedNVML:
 
     def nvmlDeviceGetMemoryLimits_v1(self, handle: Any, limits: _MemoryLimits) -> None:
         device = self._partitioned(handle)
-        limits.softLimit, limits.hardLimit = self._limits.get(
-            (device.uuid, bytes(limits.nameSpace)), (0, MEMORY_LIMIT_MAX)
-        )
-        limits.currentUsed = 0
+        limits.softLimit, limits.hardLimit = self._limits.get((device.uuid, bytes(limits.nameSpace)), (0, MEMORY_LIMIT_MAX))
+        # what the simulation's processes in that cgroup use on this GPU
+        try:
+            members = {int(p) for p in (Path(bytes(limits.nameSpace).decode()) / "cgroup.procs").read_text().split()}
+        except (OSError, ValueError):
+            members = set()
+        limits.currentUsed = sum(p.used or 0 for p in device.processes if p.pid in members)
 
     def nvmlDeviceGetCudaComputeCapability(self, handle: int) -> tuple[int, int]:
         device = self._device(handle)

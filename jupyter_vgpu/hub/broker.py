@@ -191,7 +191,9 @@ class Broker:
             holder: Holder = args["holder"]
             keeper = None if holder.keeper is None else self._holder_pid(caller, holder.keeper)
             args["holder"] = replace(holder, pid=self._holder_pid(caller, holder.pid), keeper=keeper)
-        if "pid" in args:
+        if op == "join_partition":
+            args["pid"] = self._joining_pid(caller, args.get("pid"))
+        elif "pid" in args:
             args["pid"] = self._holder_pid(caller, args["pid"])
         if op == "reserve_now":
             return self._visible(caller, self._reserve_now(caller, args["request"], args["holder"]))
@@ -356,6 +358,16 @@ class Broker:
         if caller.uid != 0 and owner != caller.uid:
             raise NotPermitted(f"Process {pid} belongs to {user_name(owner)}; a slice can be held only by your own processes.")
         return pid
+
+    def _joining_pid(self, caller: Caller, pid: int | None) -> int:
+        """A process joins its slice's cgroup itself: the caller, alive and still its user's (a pid
+        the socket gave at connect could belong to another process since; 0 is a caller outside the
+        broker's pid namespace, and writing 0 would move the broker itself)."""
+        if pid is not None and pid != caller.pid:
+            raise NotPermitted("A process joins its slice's memory partition itself; ask from that process.")
+        if caller.pid <= 0 or _process_uid(caller.pid) != caller.uid:
+            raise NotPermitted("The asking process cannot be told apart here; ask from the process that joins.")
+        return caller.pid
 
     def _held(self, caller: Caller) -> list[Slice]:
         return self._held_by(caller.uid)

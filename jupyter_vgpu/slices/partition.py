@@ -17,24 +17,28 @@ from ..enforcement.mpspartition import ENV_JOIN, ENV_PROBLEM, in_partition
 
 def join_here(env: MutableMapping[str, str] | None = None) -> str | None:
     """Put this process into its slice's cgroup, where the slice has one and the process is not
-    in it yet. Returns why it could not (also left in ``JUPYTER_VGPU_PARTITION_PROBLEM`` for
-    ``%vgpu`` and the kernel's start message); None when it is in (or there is nothing to join)."""
+    in it yet. Returns why it could not (also left in ``JUPYTER_VGPU_PARTITION_PROBLEM``, which its
+    children inherit: they do not try again, and ``%vgpu`` says it); None when it is in (or there
+    is nothing to join)."""
     env = os.environ if env is None else env
     slice_id = env.get(ENV_JOIN, "")
     if not slice_id or in_partition(slice_id):
         env.pop(ENV_PROBLEM, None)
         return None
+    if env.get(ENV_PROBLEM):
+        return env[ENV_PROBLEM]  # this process or its parent tried already
     from ..errors import VGPUError
     from . import open_ledger
 
     try:
         ledger = open_ledger()
+        client = getattr(ledger, "client", None)
+        if client is not None:
+            client.timeout = ASK_SECONDS  # a broker that is down delays a process's start this much at most
         try:
             ledger.join_partition(slice_id, os.getpid())
         finally:
-            close = getattr(ledger, "close", None)
-            if close is not None:
-                close()
+            ledger.close()
     except VGPUError as error:
         problem = str(error).rstrip(".")
     except OSError as error:
@@ -46,3 +50,7 @@ def join_here(env: MutableMapping[str, str] | None = None) -> str | None:
         problem = "the process is not in the slice's cgroup after joining it"
     env[ENV_PROBLEM] = problem
     return problem
+
+
+#: Seconds a joining process waits for the broker (it delays the start of a kernel or command).
+ASK_SECONDS = 3.0

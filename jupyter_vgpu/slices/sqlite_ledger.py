@@ -463,14 +463,14 @@ class SQLiteLedger(Ledger):
         return str(cgroup)
 
     def _set_partition(self, slice_: Slice) -> None:
-        """The slice's cgroup with its memory on each of its GPUs as the limit."""
+        """The slice's cgroup with its memory on each of its GPUs as the limit (0 on the others)."""
         partition.create(slice_.id, self.inventory.partition_limits(dict(zip(slice_.gpus, slice_.memory))))
 
     def _partitions_gone(self, ended: list[Slice]) -> None:
         """Remove the cgroups of slices that ended (one still in use goes at a later reap)."""
         for s in ended:
             if s.tier is Tier.MPS_PARTITION:
-                partition.remove(s.id)
+                partition.remove(s.id)  # never raises: the slice has ended either way
 
     def update_labels(self, slice_id: str, labels: Mapping[str, str | None]) -> Slice:
         changes = clean_labels(labels, removable=True)

@@ -17,10 +17,10 @@ from .conftest import JUPYTER_VGPU, PYTHON, BrokerProcess, Users
 pytestmark = pytest.mark.hub
 
 JOIN = """
-import sys
+import os, sys
 from jupyter_vgpu.slices import open_ledger
 try:
-    print(open_ledger().join_partition(sys.argv[1], __import__("os").getpid()))
+    print(open_ledger().join_partition(sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else os.getpid()))
 except Exception as error:
     print(type(error).__name__, error)
 """
@@ -63,6 +63,10 @@ def test_the_broker_moves_a_users_command_into_its_slices_cgroup_and_no_one_else
             cgroup = root / "jupyter-vgpu" / alice_slice
             members = [int(p) for p in (cgroup / "cgroup.procs").read_text().split()]
             assert members and all(Path(f"/proc/{p}").stat().st_uid == alice.uid for p in members)
+            # alice cannot have the broker move another process (hers or not) into her slice: a
+            # process joins itself (a pid given at connect may be another process's by now)
+            other = alice.run(PYTHON, "-c", JOIN, alice_slice, str(held.pid), env=alice.env(**env))
+            assert other.stdout.startswith("NotPermitted") and "joins its slice's memory partition itself" in other.stdout, other.stdout
             # nor list alice's pids from her slice's cgroup (only root looks inside)
             peek = bob.run("/bin/cat", str(cgroup / "cgroup.procs"), env=bob.env(**env))
             assert peek.returncode != 0 and not peek.stdout and "Permission denied" in peek.stderr, peek.stdout + peek.stderr
