@@ -14,6 +14,10 @@ from collections.abc import MutableMapping
 
 from ..enforcement.mpspartition import ENV_JOIN, ENV_PROBLEM, in_partition
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from .ledger import Ledger
+
 
 def join_here(env: MutableMapping[str, str] | None = None) -> str | None:
     """Put this process into its slice's cgroup, where the slice has one and the process is not
@@ -29,12 +33,14 @@ def join_here(env: MutableMapping[str, str] | None = None) -> str | None:
         return env[ENV_PROBLEM]  # this process or its parent tried already
     from ..errors import VGPUError
     from . import open_ledger
+    from .remote import ENV_BROKER, BrokerLedger
 
     try:
-        ledger = open_ledger()
-        client = getattr(ledger, "client", None)
-        if client is not None:
-            client.timeout = ASK_SECONDS  # a broker that is down delays a process's start this much at most
+        if broker := os.environ.get(ENV_BROKER, "").strip():
+            # a broker that is down delays the start of the process (and so of its tree) this much at most
+            ledger: Ledger = BrokerLedger(broker, path="", timeout=ASK_SECONDS)
+        else:
+            ledger = open_ledger()
         try:
             ledger.join_partition(slice_id, os.getpid())
         finally:
