@@ -78,3 +78,23 @@ def screenshots(page: Any, folder: Path, name: str, target: Any = None) -> None:
             (target if target is not None else page).screenshot(path=str(folder / f"{name}-{theme}.png"))
     finally:
         set_theme_live(page, "light")
+
+
+def route_json(page: Any, pattern: str, change: Any) -> None:
+    """Answer requests matching ``pattern`` with the server's JSON reply, changed by ``change``."""
+
+    def handle(route: Any) -> None:
+        response = route.fetch()
+        try:
+            body = change(response.json())
+        except ValueError:
+            route.fulfill(response=response)
+            return
+        route.fulfill(response=response, json=body)
+
+    page.route(pattern, handle)
+
+
+def unroute(page: Any) -> None:
+    """Take the routes away, without failing a reply still on its way through one."""
+    page.unroute_all(behavior="ignoreErrors")

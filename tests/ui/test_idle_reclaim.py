@@ -29,7 +29,17 @@ from typing import Any
 import pytest
 
 from .conftest import ARTIFACTS, KERNEL_DISPLAY_NAME, KERNEL_NAME, Lab, notebook_json
-from .pages import SIDEBAR, expect, kernel_slice, open_sidebar, screenshots, set_theme_live, wait_for
+from .pages import (
+    SIDEBAR,
+    expect,
+    kernel_slice,
+    open_sidebar,
+    route_json,
+    screenshots,
+    set_theme_live,
+    unroute,
+    wait_for,
+)
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -87,21 +97,6 @@ def shut_down_marks(page: Any) -> dict[str, Any]:
     return json.loads(entries[0][1]) if entries else {}
 
 
-def route_json(page: Any, pattern: str, change: Any) -> None:
-    """Answer requests matching ``pattern`` with the server's JSON reply, changed by ``change``."""
-
-    def handle(route: Any) -> None:
-        response = route.fetch()
-        try:
-            body = change(response.json())
-        except ValueError:
-            route.fulfill(response=response)
-            return
-        route.fulfill(response=response, json=body)
-
-    page.route(pattern, handle)
-
-
 @pytest.fixture(scope="module")
 def idle(lab: Lab, page: Any) -> dict[str, Any]:
     """work/idle.ipynb open on a 1/4 GPU kernel (1 GiB of the 4 GiB GPU); returns its slice."""
@@ -154,7 +149,7 @@ def test_a_slice_row_says_how_long_its_kernel_has_been_idle(lab: Lab, page: Any,
         expect(row).to_have_attribute("title", re.compile(r"\nIdle for 42 min \(no cell run"))
         screenshots(page, ARTIFACTS, "idle-time-row", row)
     finally:
-        page.unroute_all(behavior="ignoreErrors")
+        unroute(page)
     expect(row.locator(".jp-vgpu-SliceRow-idle")).to_have_count(0)
     assert sidebar.is_visible()
 
@@ -345,5 +340,5 @@ def test_a_gpu_card_in_a_pods_share_says_so(lab: Lab, page: Any, idle: dict[str,
             card.screenshot(path=str(ARTIFACTS / f"idle-podshare-card-{theme}.png"))
         set_theme_live(page, "light")
     finally:
-        page.unroute_all(behavior="ignoreErrors")
+        unroute(page)
     expect(line).to_have_count(0)

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from .conftest import ARTIFACTS, KERNEL_DISPLAY_NAME, KERNEL_NAME, Lab, notebook_json
-from .pages import SIDEBAR, expect, kernel_slice, open_sidebar, set_theme_live, wait_for
+from .pages import SIDEBAR, expect, kernel_slice, open_sidebar, route_json, set_theme_live, unroute, wait_for
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -134,26 +134,6 @@ def themes(page: Any) -> Any:
         set_theme_live(page, theme)
         yield theme
     set_theme_live(page, "light")
-
-
-def route_json(page: Any, pattern: str, change: Any) -> None:
-    """Answer requests matching ``pattern`` with the server's JSON reply, changed by ``change``."""
-
-    def handle(route: Any) -> None:
-        response = route.fetch()
-        try:
-            body = change(response.json())
-        except ValueError:
-            route.fulfill(response=response)
-            return
-        route.fulfill(response=response, json=body)
-
-    page.route(pattern, handle)
-
-
-def unroute(page: Any) -> None:
-    """Take the routes away, without failing a reply still on its way through one."""
-    page.unroute_all(behavior="ignoreErrors")
 
 
 @pytest.fixture(scope="module")
