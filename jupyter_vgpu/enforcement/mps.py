@@ -43,7 +43,12 @@ class MPS(Enforcement):
         )
 
     def share_note(self, fraction: float | None = None, percentage: int | None = None) -> str:
-        if percentage is None and fraction:
-            percentage = thread_percentage(fraction)
-        share = f"{percentage}% of the SMs" if percentage else "a share of the SMs"
-        return f"memory, and {share} (MPS)"
+        return f"memory, and {sm_share(fraction, percentage)} (MPS)"
+
+
+def sm_share(fraction: float | None, percentage: int | None) -> str:
+    """The SMs an MPS client gets, in words: ``25% of the SMs`` (from the percentage set, or the
+    slice's fraction), else ``a share of the SMs``."""
+    if percentage is None and fraction:
+        percentage = thread_percentage(fraction)
+    return f"{percentage}% of the SMs" if percentage else "a share of the SMs"

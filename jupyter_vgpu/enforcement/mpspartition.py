@@ -15,8 +15,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from ..units import format_bytes
-from .base import Enforcement, PlacedGPU, Tier, thread_percentage
-from .mps import MPS
+from .base import Enforcement, PlacedGPU, Tier
+from .mps import MPS, sm_share
 
 #: Set in the slice's environment: its processes join the slice's cgroup at start.
 ENV_JOIN = "JUPYTER_VGPU_PARTITION"
@@ -65,19 +65,15 @@ class MPSPartition(Enforcement):
         return problem(env)
 
     def inside(self, devices: tuple[str, ...], memory_reserved: int | None, env: Mapping[str, str]) -> str | None:
+        if why := problem(env):  # what holds it then is the MPS tier's limit
+            held = MPS().inside(devices, memory_reserved, env)
+            return f"the MPS server only: {why}, so the driver does not count all of this kernel's memory; {held}"
         threads = env.get("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", "")
-        if why := problem(env):
-            return (
-                f"the MPS server only: {why}, so the driver does not count all of this kernel's memory; "
-                f"the MPS server refuses allocations past {format_bytes(memory_reserved)} per GPU and runs it on {threads}% of the SMs"
-            )
         return (
             f"the driver refuses allocations past {format_bytes(memory_reserved)} per GPU for every process of "
             f"this kernel (its cgroup's memory limit, all device memory counted), and MPS runs it on {threads}% of the SMs"
         )
 
     def share_note(self, fraction: float | None = None, percentage: int | None = None) -> str:
-        if percentage is None and fraction:
-            percentage = thread_percentage(fraction)
-        share = f"{percentage}% of the SMs" if percentage else "a share of the SMs"
+        share = sm_share(fraction, percentage)
         return f"memory, enforced by the driver for all device memory (MPS memory partitioning), and {share} (MPS)"

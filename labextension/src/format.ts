@@ -346,6 +346,13 @@ export function idleNoticeText(
   return `Shutting down ${when} ${idleReason(notice)}`;
 }
 
+/** "idle for 42 min", or "idle" where the server did not say how long. */
+function idleFor(slice: ISlice): string {
+  return typeof slice.idle_seconds === 'number'
+    ? `idle for ${formatSpan(slice.idle_seconds)}`
+    : 'idle';
+}
+
 /**
  * The whole story of an idle notice, for tooltips: how long the kernel has been idle, who needs
  * the room, when it is shut down (`deadline`: on the browser's clock, ms) and how to keep it.
@@ -355,10 +362,7 @@ export function idleNoticeDetails(
   notice: IIdleNotice,
   deadline: number
 ): string {
-  const idle =
-    typeof slice.idle_seconds === 'number'
-      ? `idle for ${formatSpan(slice.idle_seconds)}`
-      : 'idle';
+  const idle = idleFor(slice);
   const who = (notice.for ?? '').trim();
   return [
     `This kernel has been ${idle} (no cell run, no GPU use)${who ? ` while the GPU is needed: ${who}` : ''}.`,
@@ -377,10 +381,7 @@ export function idleNotificationText(
   notice: IIdleNotice,
   deadline: number
 ): string {
-  const idle =
-    typeof slice.idle_seconds === 'number'
-      ? `, idle for ${formatSpan(slice.idle_seconds)},`
-      : ', idle,';
+  const idle = `, ${idleFor(slice)},`;
   return `${holderLabel(slice)}'s kernel${idle} shuts down at ${formatClock(deadline)} ${idleReason(notice)}, unless you keep it or run a cell.`;
 }
 
