@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import sys
 
+from ..enforcement import Tier, by_tier
 from ..slices.partition import join_here
 from .run import cannot_start
 
@@ -25,7 +26,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     problem = join_here()  # the start-up hook of this Python tried already where it is installed: not again
     if problem and not quiet:
-        print(f"jupyter vgpu: {problem}; the command is held by MPS's pinned limit and framework limits only.", file=sys.stderr)
+        held = by_tier(Tier.MPS_PARTITION).held_instead()
+        print(f"jupyter vgpu: {problem}; the command is held by {held} only.", file=sys.stderr)
     try:
         os.execvp(args[0], args)
     except OSError as error:  # not found, not executable, not a program (ENOEXEC)

@@ -93,6 +93,14 @@ class Enforcement(ABC):
         not joined), in words; None when it does, or when that cannot be told here."""
         return None
 
+    #: What holds a process of this tier where :meth:`not_held` says the tier did not take, as
+    #: every view names it (``%vgpu``'s tier line: "cooperative here: ...").
+    fallback = "cooperative"
+
+    def held_instead(self) -> str:
+        """What keeps such a process inside its slice, in a sentence's words."""
+        return "framework limits" if self.fallback == "cooperative" else f"{self.fallback} and framework limits"
+
     def offered(self) -> str:
         """How a GPU that gives new slices this tier is described (``status``, ``/api/vgpu/devices``)."""
         return self.describe()

@@ -61,6 +61,8 @@ class MPSPartition(Enforcement):
     def describe(self, mig_profiles: tuple[str, ...] = ()) -> str:
         return "enforced (MPS memory partitioning)"
 
+    fallback = "MPS's pinned limit"  # the MPS tier's variables stay set
+
     def not_held(self, env: Mapping[str, str]) -> str | None:
         return problem(env)
 

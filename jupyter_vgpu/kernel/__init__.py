@@ -51,9 +51,9 @@ def _check_tier(state: KernelState) -> None:
     from ..enforcement import by_tier
 
     tier = getattr(state.facts, "tier", None)
-    if tier is not None and (problem := by_tier(tier).not_held(os.environ)):
-        weaker = "MPS's pinned limit and framework limits" if tier.value == "mps-partition" else "framework limits"
-        print(f"jupyter-vgpu: {problem}; this kernel is held to its slice by {weaker} only, not {tier.describe()}.", file=sys.stderr)
+    if tier is not None and (problem := (plugin := by_tier(tier)).not_held(os.environ)):
+        held = plugin.held_instead()
+        print(f"jupyter-vgpu: {problem}; this kernel is held to its slice by {held} only, not {tier.describe()}.", file=sys.stderr)
 
 
 def _fit_environment() -> None:

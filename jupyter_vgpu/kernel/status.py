@@ -133,9 +133,8 @@ def tier_name(state: KernelState) -> str:
     ``hard (MPS)`` or ``hard (MIG 1g.10gb)``."""
     facts = state.facts
     tier = facts.tier or Tier.COOPERATIVE
-    if problem := by_tier(tier).not_held(os.environ):
-        weaker = "MPS's pinned limit" if tier is Tier.MPS_PARTITION else "cooperative"
-        return f"{weaker} here: {problem} (the slice was placed as {tier.describe()})"
+    if problem := (plugin := by_tier(tier)).not_held(os.environ):
+        return f"{plugin.fallback} here: {problem} (the slice was placed as {tier.describe()})"
     return tier.describe(facts.mig_profiles)
 
 
