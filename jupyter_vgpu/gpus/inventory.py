@@ -178,6 +178,7 @@ class Inventory:
         self._initialised = False
         self.mps = MPSDetector()
         self._partition_regions: dict[str, int] | None = None  # gpus.partition, read per snapshot
+        self._partition_support: dict[str, bool] = {}  # GPU UUID -> the driver partitions it (asked once)
         self._names: dict[int, str] = {}  # pid -> process name, for the pids NVML lists
         self._util_seen: dict[int, int] = {}  # GPU index -> newest utilisation sample read (µs)
         self._pcie: dict[int, tuple[float, int | None, int | None]] = {}  # index -> (monotonic, tx, rx)
@@ -314,16 +315,23 @@ class Inventory:
             processes=tuple(processes),
             mig_devices=tuple(mig_devices),
             mps=mps and not mig_mode,
-            memory_partitioning=None if mig_mode else self._partitioning(nvml, handle),
+            memory_partitioning=None if mig_mode else self._partitioning(nvml, handle, _text(uuid)),
             memory_reserved_by_driver=reserved,
             compute_capability=(int(capability[0]), int(capability[1])) if capability else None,
             **(self._telemetry(nvml, handle, index) if telemetry else {}),
         )
 
-    def _partitioning(self, nvml: Any, handle: Any) -> str | None:
+    def _supports_partitioning(self, nvml: Any, handle: Any, uuid: str) -> bool:
+        """Whether the driver partitions this GPU's memory: asked once per GPU (every monitor tick
+        reads the GPUs, and the driver does not change under a running NVML)."""
+        if uuid not in self._partition_support:
+            self._partition_support[uuid] = partition.supported(nvml, handle)
+        return self._partition_support[uuid]
+
+    def _partitioning(self, nvml: Any, handle: Any, uuid: str) -> str | None:
         """The memory-partitioning backend this process can use on a GPU (see GPU.memory_partitioning)."""
         regions = self._partition_regions
-        if regions is None or not partition.supported(nvml, handle):
+        if regions is None or not self._supports_partitioning(nvml, handle, uuid):
             return None
         pci = _safe(lambda: nvml.nvmlDeviceGetPciInfo(handle))
         bus_id = _text(getattr(pci, "busId", "") or "") if pci is not None else ""
@@ -341,7 +349,7 @@ class Inventory:
         for index in range(_safe(nvml.nvmlDeviceGetCount) or 0):
             handle = _ask(nvml.nvmlDeviceGetHandleByIndex, index)
             uuid = _ask(nvml.nvmlDeviceGetUUID, handle) if handle is not None else None
-            if uuid is None or not partition.supported(nvml, handle):
+            if uuid is None or not self._supports_partitioning(nvml, handle, _text(uuid)):
                 continue
             found.add(_text(uuid))
             limits.append((nvml, handle, amounts.get(_text(uuid), 0)))
