@@ -15,7 +15,7 @@ from jupyter_server.auth.decorator import authorized
 from jupyter_server.base.handlers import APIHandler
 from tornado import web
 
-from ..errors import NotPermitted, SliceNotFound
+from ..errors import InvalidRequest, NotPermitted, SliceNotFound
 from ..launch.refusals import refusals_of
 from ..slices import Slice, Ticket
 from ..slices.records import Waiter
@@ -138,6 +138,8 @@ class SliceHandler(VGPUHandler):
             found: Slice = await self.monitor.call(ledger.get, slice_id)
         except SliceNotFound as error:
             return self.fail(404, str(error))
+        except InvalidRequest as error:  # the node broker bounds what an id may be
+            return self.fail(400, str(error))
         if found.holder_kind == "kernel":
             return self.fail(
                 409,

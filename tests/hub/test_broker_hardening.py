@@ -433,3 +433,24 @@ def test_a_client_refuses_a_listener_that_is_not_the_brokers_user(system_users: 
     finally:
         impostor.kill()
         shutil.rmtree(shared, ignore_errors=True)
+
+
+def test_a_broker_backed_server_answers_an_overlong_slice_id_with_one_sentence(broker: BrokerProcess, tmp_path: Path) -> None:
+    """``DELETE /api/vgpu/slices/<65 characters>`` was a 500 on a server whose ledger is the node
+    broker: the broker refuses ids over 64 characters (InvalidRequest), which nothing caught."""
+    from jupyter_process import isolated_env, start_jupyter
+
+    server = start_jupyter(tmp_path, env=isolated_env(tmp_path, JUPYTER_VGPU_BROKER=str(broker.socket)))
+    try:
+        assert server.url.endswith("/vgpu-test/")  # under a base URL, as a hub serves it
+        for length in (65, 400):
+            status, body = server.api("DELETE", "api/vgpu/slices/" + "a" * length)
+            assert status == 400, (status, body)
+            assert body["message"] == (
+                f"slice_id must be text of at most 64 characters, not 'aaaaaaaaaaaaaaaaaaa...aaaaaaaaaaaaaaaaaaa' ({length} characters)."
+            )
+        status, body = server.api("DELETE", "api/vgpu/slices/" + "a" * 64)
+        assert status == 404 and body["message"].startswith("No slice 'aaaa"), (status, body)
+        assert "Traceback" not in server.log_text()
+    finally:
+        server.stop()
