@@ -306,9 +306,15 @@ def load_policy(path: str | Path) -> Policy:
             return load_policy(linked if linked.is_absolute() else source.parent / linked)
         return Policy.parse(settings.as_dict(), source=str(source))
     try:
-        data = json.loads(source.read_text())
-    except OSError as error:
-        raise InvalidConfig(f"The policy file {source} cannot be read: {error.strerror or error}.") from None
-    except ValueError as error:
-        raise InvalidConfig(f"The policy file {source} is not valid JSON: {error}.") from None
-    return Policy.parse(data, source=str(source))
+        try:
+            data = json.loads(source.read_text())
+        except OSError as error:
+            raise InvalidConfig(f"The policy file {source} cannot be read: {error.strerror or error}.") from None
+        except ValueError as error:
+            raise InvalidConfig(f"The policy file {source} is not valid JSON: {error}.") from None
+        return Policy.parse(data, source=str(source))
+    except RecursionError:  # a file of nested brackets: refused like any bad file, never a traceback
+        raise InvalidConfig(
+            f"The policy file {source} nests lists or mappings too deeply to be read; a policy is a mapping of "
+            "default, groups and users, each a mapping of limits."
+        ) from None

@@ -454,3 +454,27 @@ def test_a_broker_backed_server_answers_an_overlong_slice_id_with_one_sentence(b
         assert "Traceback" not in server.log_text()
     finally:
         server.stop()
+
+
+def test_a_policy_file_nested_100000_deep_is_refused_and_every_request_answered(
+    system_users: Users, broker: BrokerProcess
+) -> None:
+    """Issue 30: such a file dropped the request that found it changed, with a RecursionError
+    traceback in the broker's log. It is refused in one sentence like any bad policy file; the
+    last good policy stays in force."""
+    alice = system_users.alice
+    broker.write_policy("[" * 100_000 + "]" * 100_000)
+    refused = f"The policy file {broker.policy} nests lists or mappings too deeply to be read"
+
+    def asked_after_the_change() -> bool:
+        status = vgpu(alice, broker, "status")
+        assert status.returncode == 0, status.stderr  # answered, every time
+        return refused in broker.log.read_text()
+
+    wait_until(asked_after_the_change, what="the broker to refuse the deep policy")
+    log = broker.log.read_text()
+    assert "Keeping the last good policy" in log and "Traceback" not in log and "RecursionError" not in log
+    still = vgpu(alice, broker, "run", "-p", "1/2", "--", "true")
+    assert still.returncode == 77 and "at most 1/4 GPU per kernel" in still.stderr, still.stderr
+
+
