@@ -33,6 +33,7 @@ from .config import VGPU
 from .enforcement.mpspartition import ENV_JOIN
 from .errors import (
     InvalidRequest,
+    NeverFits,
     NoGPU,
     SliceNotFound,
     SliceUnavailable,
@@ -285,12 +286,24 @@ class VGPUProvisioner(LocalProvisioner):  # type: ignore[misc]
                 "fits_now": (detail or {}).get("fits_now"),
                 "ahead": (detail or {}).get("ahead", 0),
                 "waited": (detail or {}).get("waited"),
+                # the idle reclaim's question: what would let this start in, and on which GPUs
+                "request": self._refused_request(error),
+                "allowed_gpus": [g["uuid"] for g in (detail or {}).get("gpus", []) if g.get("uuid")],
                 "gpus": [refusal_gpu(g) for g in (detail or {}).get("gpus", [])],
                 "advice": tips,
                 "suggested_kernels": kernels,
             }
         )
         return shown
+
+    def _refused_request(self, error: BaseException) -> dict[str, Any] | None:
+        """The request refused for room now (not one no wait could place, nor bad input)."""
+        if not isinstance(error, SliceUnavailable) or isinstance(error, NeverFits) or error.detail is None:
+            return None
+        try:
+            return self.request().to_dict()
+        except InvalidRequest:
+            return None
 
     def _kernels_that_fit(self, detail: dict[str, Any]) -> list[dict[str, str]]:
         """Installed sliced kernelspecs of this kernel's language whose slice fits now, largest

@@ -212,7 +212,7 @@ class Broker:
             return self._visible(caller, self._resize(caller, args["slice_id"], args["request"]))
         result = getattr(self.acting_for(caller), op)(**args)
         if op == "waiting":
-            return [waiter_to_wire(self.visible_waiter(caller, w)) for w in result]
+            return [waiter_to_wire(self.visible_waiter(caller, w)) for w in self.with_allowed_gpus(result)]
         if isinstance(result, Slice):
             return self._visible(caller, result)
         if isinstance(result, list) and all(isinstance(s, Slice) for s in result):
@@ -345,6 +345,26 @@ class Broker:
         if caller.admin or w.uid == caller.uid:
             return w
         return replace(w, holder=HIDDEN_HOLDER[w.holder_kind], labels={}, pid=None)
+
+    def with_allowed_gpus(self, waiters: list[Waiter]) -> list[Waiter]:
+        """Each waiter with the GPUs its user's policy lets it use: a user's server frees an idle
+        slice only for a waiter that the freed room would let in (server.reclaim)."""
+        snapshot = self.ledger.inventory.snapshot()
+        quotas_of: dict[str, Quota] = {}
+        result = []
+        for w in waiters:
+            if w.uid == 0:
+                result.append(w)
+                continue
+            quota = quotas_of.get(w.owner)
+            if quota is None:
+                quota = quotas_of[w.owner] = self.policy.current().quota(w.owner, user_groups(w.owner))
+            try:
+                allowed = quotas.allowed_gpus(quota, snapshot, w.request)
+            except NotPermitted:
+                allowed = frozenset()  # nothing of this node: no reclaim can help it
+            result.append(w if allowed is None else replace(w, allowed_gpus=tuple(sorted(allowed))))
+        return result
 
     def _holder_pid(self, caller: Caller, pid: int | None) -> int:
         """The caller itself, or a process of the caller's own uid (root: any)."""

@@ -8,6 +8,7 @@ with kernels and commands (:mod:`jupyter_vgpu.config`).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from jupyter_server.extension.application import ExtensionApp
@@ -19,9 +20,11 @@ from ..config import load_settings
 from ..enforcement import offered_by
 from ..enforcement.hamicore import library, library_problem
 from ..errors import VGPUError
+from ..gpus.context import context_allowance
 from ..launch.refusals import refusals_of
 from ..launch.workarounds import check_provisioner_configs, forget_failed_starts
 from ..slices import Ledger, open_ledger
+from ..slices.occupancy import GPUOccupancy
 from ..units import MAX_WAIT_SECONDS, shorten
 from . import gateway, handlers
 from .dashboard import DashboardHistory
@@ -76,11 +79,12 @@ class VGPUServer(ExtensionApp):
 
     idle_reclaim_after = Float(
         0.0,
-        help="""Seconds a kernel's GPU slice may stay idle (no cell run, no message from the kernel,
-        GPU utilisation 0) before it is reclaimed for someone who needs the room: its owner gets a
-        notice, then the kernel is shut down (the notebook is kept) and the first request in line
-        gets the memory. 0 (the default) never reclaims. Commands (`jupyter vgpu run`) and
-        kernels of other servers are never reclaimed.""",
+        help="""Seconds a kernel's GPU slice may stay idle (no cell run, GPU utilisation 0; a browser
+        reconnecting or reloading is not activity) before it is reclaimed for someone it lets in:
+        a request in line (or a refused start) that does not fit now and would with the slice
+        gone. Its owner gets a notice, then the kernel is shut down (the notebook is kept) and
+        the request gets the memory. 0 (the default) never reclaims. Commands (`jupyter vgpu
+        run`) and kernels of other servers are never reclaimed.""",
     ).tag(config=True)
 
     idle_reclaim_notice = Float(
@@ -102,6 +106,12 @@ class VGPUServer(ExtensionApp):
         600.0,
         help="""With idle_reclaim_mode "waiting": a kernel start refused this many seconds ago or
         less still counts as someone needing the room.""",
+    ).tag(config=True)
+
+    idle_reclaim_per_user_seconds = Float(
+        600.0,
+        help="""One user's requests in line and refused starts cause at most one reclaim (the idle
+        slices one request needs) in this many seconds, however many places in line they take.""",
     ).tag(config=True)
 
     accept_kernel_env = Bool(
@@ -177,6 +187,7 @@ class VGPUServer(ExtensionApp):
         "idle_reclaim_after": MAX_WAIT_SECONDS,
         "idle_reclaim_notice": 86400.0,
         "idle_reclaim_demand_seconds": 86400.0,
+        "idle_reclaim_per_user_seconds": 86400.0,
     }
 
     @validate(*_LIMITS)
@@ -271,14 +282,17 @@ class VGPUServer(ExtensionApp):
             ledger_path=ledger.path if ledger is not None else None,
         )
         self.monitor.listeners.append(self.watchdog.check)
+        idle_after = effective_idle_reclaim(self.idle_reclaim_after, ledger)
         self.reclaimer = IdleReclaimer(
             manager,
             self.watchdog,
-            after=effective_idle_reclaim(self.idle_reclaim_after, ledger),
+            after=idle_after,
             notice=self.idle_reclaim_notice,
             mode=self.idle_reclaim_mode,
             demand_seconds=self.idle_reclaim_demand_seconds,
             refused_since=refusals_of(manager).since,
+            allowance=allowance_of(ledger),
+            per_user_seconds=self.idle_reclaim_per_user_seconds,
             on_reclaim=self.monitor.reap_soon,
             ledger_path=str(ledger.path) if ledger is not None else None,
             log=self.log,
@@ -302,8 +316,9 @@ class VGPUServer(ExtensionApp):
             self.monitor_interval,
             where,
             self.over_limit_action,
-            f"after {self.idle_reclaim_after:g} s idle, {self.idle_reclaim_notice:g} s notice, {self.idle_reclaim_mode}"
-            if self.idle_reclaim_after
+            f"after {idle_after:g} s idle{' (the hub policy)' if idle_after != self.idle_reclaim_after else ''}, "
+            f"{self.idle_reclaim_notice:g} s notice, {self.idle_reclaim_mode}"
+            if idle_after
             else "off",
         )
 
@@ -363,6 +378,12 @@ def effective_idle_reclaim(own: float, ledger: Ledger | None) -> float:
     if not isinstance(policy, (int, float)) or isinstance(policy, bool) or policy <= 0:
         return own
     return float(policy) if own <= 0 else min(own, float(policy))
+
+
+def allowance_of(ledger: Ledger | None) -> Callable[[GPUOccupancy], int]:
+    """The CUDA-context allowance a slice must exceed on a GPU, as the ledger counts it."""
+    fixed = getattr(ledger, "context_allowance", None)
+    return lambda gpu: fixed if isinstance(fixed, int) else context_allowance(gpu.gpu.compute_capability)
 
 
 def _plain(value: float) -> str:

@@ -4,20 +4,27 @@ jupyter_server's ``cull_idle_timeout`` shuts kernels down by the clock alone, fo
 frees a GPU slice when, and only when, it helps someone. After every sample, for each slice held
 by a kernel of this server:
 
-* **idle** means the kernel has run nothing (its execution state is ``idle`` and no message came
-  from it: jupyter_server's ``last_activity``) and its GPU utilisation stayed 0, since
-  :attr:`IdleReclaimer.idle_since` (never before the slice was made, the server started, or the
-  owner said "Keep it"). ``jupyter vgpu run`` commands count as busy while they live, kernels of
-  other servers are not this server's to judge, and a slice of no GPU is never touched;
-* once a slice has been idle ``after`` seconds and someone needs the room (``mode`` "waiting": a
-  request waits in line, or a kernel start was refused in the last ``demand_seconds``; "always":
-  regardless), the owner gets a notice: the kernel prints it at its next cell, the REST slice
-  carries ``idle_notice`` (the sidebar's notification with "Keep it", the status bar's
-  countdown), and the server logs it;
+* **idle** means the kernel has run no cell (:mod:`.activity`: no execute request a person sent;
+  a browser reconnecting, kernel_info, comm_info, the debugger's requests and status traffic are
+  not activity) and its GPU utilisation stayed 0, since :attr:`IdleReclaimer.idle_since` (never
+  before the slice was made, the server started, or the owner said "Keep it"). ``jupyter vgpu
+  run`` commands count as busy while they live, kernels of other servers are not this server's
+  to judge, and a slice of no GPU is never touched;
+* a slice idle ``after`` seconds is reclaimed only for someone it **lets in** (``mode``
+  "waiting"): a request waiting in line, or a kernel start refused in the last
+  ``demand_seconds``, that does not fit now and would fit with the slice gone (together with
+  those already under notice): on its pinned GPU, the GPUs its policy allows, its size, its
+  number of GPUs (:func:`plan`). A waiter that freeing idle slices cannot help (pinned to a GPU
+  its own command fills, say) shuts nobody down. One user's places in line and refused starts
+  cause at most one reclaim (the slices one request needs) every ``per_user_seconds``. With
+  ``mode`` "always", an idle slice nobody's request needs is reclaimed too;
+* the owner of each slice to be reclaimed gets a notice: the kernel prints it at its next cell,
+  the REST slice carries ``idle_notice`` (the sidebar's notification with "Keep it", the status
+  bar's countdown), and the server logs it;
 * any activity during the notice (a cell, a message from the kernel, GPU use, "Keep it":
   ``POST /api/vgpu/slices/<id>/keep``) cancels it; otherwise, ``notice`` seconds later, the kernel
   is shut down through the kernel manager (its notebook stays), the slice is freed at once and
-  the first waiter gets it. Each reclaim is a watchdog event of action ``idle`` and a log line
+  the waiter gets it (the slices one request needs go together, once all their notices ran out). Each reclaim is a watchdog event of action ``idle`` and a log line
   naming who waited.
 """
 
@@ -28,25 +35,86 @@ import logging
 import os
 import shlex
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
-from datetime import datetime
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 from jupyter_core.utils import ensure_async
 
+from ..errors import InvalidRequest
+from ..slices import SliceRequest
+from ..slices.occupancy import GPUOccupancy
+from ..slices.placement import place
+from ..slices.records import HIDDEN_HOLDER, Waiter
 from ..slices.reports import write_idle
 from ..slices.usage import SliceUsage
 from ..units import format_duration, shorten
+from .activity import ExecutionWatch
 from .monitor import Sample
 from .watchdog import Watchdog, WatchdogEvent, leave_notice
 
 MODES = ("waiting", "always")
-#: jupyter_server's execution states of a kernel that is doing something.
-ACTIVE_STATES = frozenset({"busy", "restarting", "autorestarting"})
+#: jupyter_server's execution states of a kernel that is doing something without a cell.
+RESTARTING = frozenset({"restarting", "autorestarting"})
 #: How often an unchanged idle time is confirmed in its file (readers take one older than
 #: slices.reports.IDLE_STALE_SECONDS as a server that has gone).
 REWRITE_SECONDS = 30.0
+
+
+@dataclass(frozen=True)
+class Want:
+    """Someone who needs room: a request waiting in line, or a kernel start refused lately."""
+
+    request: SliceRequest
+    uid: int  # whose: one user's wants together cause a bounded number of reclaims
+    words: str  # how a notice names it
+    allowed: frozenset[str] | None = None  # the GPUs its policy allows (UUIDs; None: any)
+
+
+def without(gpus: Sequence[GPUOccupancy], freed: Collection[str]) -> tuple[GPUOccupancy, ...]:
+    """The GPUs as they would be with the slices ``freed`` gone: their reservations, their use
+    (over-use included) and their MIG devices."""
+    if not freed:
+        return tuple(gpus)
+    return tuple(
+        replace(
+            g,
+            shares=tuple(s for s in g.shares if s.slice.id not in freed),
+            mig=tuple(replace(m, slice_id=None, holder=None) if m.slice_id in freed else m for m in g.mig),
+        )
+        for g in gpus
+    )
+
+
+def lets_in(want: Want, gpus: Sequence[GPUOccupancy], allowance: Callable[[GPUOccupancy], int]) -> bool:
+    """Whether ``want`` would be placed on ``gpus`` (placement's own rules: pinned GPU, allowed
+    GPUs, size, number of GPUs, MIG)."""
+    try:
+        return bool(place(want.request, gpus, allowance=allowance, allowed=want.allowed))
+    except InvalidRequest:
+        return False  # a GPU that is gone, a share below the context: no reclaim helps it
+
+
+def plan(
+    want: Want, gpus: Sequence[GPUOccupancy], idle: Sequence[str], allowance: Callable[[GPUOccupancy], int]
+) -> tuple[str, ...] | None:
+    """The fewest of the ``idle`` slices (the most deserving first: those under notice, then the
+    longest idle) whose reclaim lets ``want`` in; None when it fits already (nothing to free for
+    it) or freeing every one of them would not let it in."""
+    if lets_in(want, gpus, allowance):
+        return None
+    chosen: list[str] = []
+    for slice_id in idle:
+        chosen.append(slice_id)
+        if lets_in(want, without(gpus, chosen), allowance):
+            break
+    else:
+        return None
+    for slice_id in reversed(chosen[:-1]):  # taken on the way but not needed (another GPU, say)
+        fewer = [c for c in chosen if c != slice_id]
+        if lets_in(want, without(gpus, fewer), allowance):
+            chosen = fewer
+    return tuple(chosen)
 
 
 @dataclass(frozen=True)
@@ -75,6 +143,8 @@ class IdleReclaimer:
         mode: str = "waiting",
         demand_seconds: float = 600.0,
         refused_since: Callable[[float], list[dict[str, Any]]] = lambda t: [],
+        allowance: Callable[[GPUOccupancy], int] = lambda gpu: 0,
+        per_user_seconds: float = 600.0,
         on_reclaim: Callable[[], None] | None = None,
         ledger_path: str | None = None,
         log: logging.Logger | None = None,
@@ -88,15 +158,20 @@ class IdleReclaimer:
         self.mode = mode
         self.demand_seconds = demand_seconds
         self.refused_since = refused_since
+        self.allowance = allowance
+        self.per_user_seconds = per_user_seconds
         self.on_reclaim = on_reclaim
         self.ledger_path = ledger_path
         self.log = log or logging.getLogger("jupyter_vgpu.server")
+        self.uid = os.getuid()  # this server's user: whose refused starts these are
         self.started = time.time()
+        self.executions = ExecutionWatch(kernel_manager, self.log)
         self.idle_since: dict[str, float] = {}  # slice id -> when it last did anything
         self.notices: dict[str, IdleNotice] = {}
         self._kept: dict[str, float] = {}  # slice id -> when its owner last said "Keep it"
         self._written: dict[str, tuple[float, float]] = {}  # slice -> (idle since, written at) in its idle file
         self._reclaiming: set[str] = set()
+        self._served: dict[int, float] = {}  # uid -> when a reclaim last let one of its requests in
         self._tasks: set[asyncio.Task[None]] = set()
 
     # -- what the views show ----------------------------------------------------------------
@@ -124,6 +199,7 @@ class IdleReclaimer:
         if sample.message is not None:
             return  # a failed tick says nothing about activity
         now = sample.taken_at
+        self.executions.watch(u.slice.holder for u in sample.slices if u.slice.holder_kind == "kernel" and u.slice.holder in self.kernel_manager)
         judged: list[SliceUsage] = []
         for usage in sample.slices:
             sid = usage.slice.id
@@ -149,26 +225,52 @@ class IdleReclaimer:
             await self._reclaim_one(judged, now, sample)
 
     async def _reclaim_one(self, judged: list[SliceUsage], now: float, sample: Sample) -> None:
-        """One slice at a time, the longest idle first: a notice, then (if nothing changed) its
-        reclaim; the next only when someone still needs the room."""
-        need = self._demand(sample, now)
-        if need is None:
-            if self.notices:
-                self.notices.clear()  # nobody needs the room any more
-            return
+        """The slices one request needs (or, with mode "always", the longest idle one): a notice
+        to each, then, once every notice has run out with nothing done, their reclaim together."""
         if self._reclaiming:
             return
-        noticed = [u for u in judged if u.slice.id in self.notices]
-        if noticed:
-            await self._consider(noticed[0], now - self.idle_since[noticed[0].slice.id], now, need)
+        due = [u for u in judged if u.slice.id in self.notices or now - self.idle_since[u.slice.id] >= self.after]
+        due.sort(key=lambda u: (u.slice.id not in self.notices, self.idle_since[u.slice.id]))
+        chosen, need, uid = self._choose(due, sample, now)
+        for sid in [s for s in self.notices if s not in chosen]:
+            del self.notices[sid]  # nobody it would let in needs it now
+            self.log.info("jupyter-vgpu: slice %s is no longer needed by anyone waiting; its idle notice is withdrawn.", sid)
+        if not chosen:
             return
-        due = [u for u in judged if now - self.idle_since[u.slice.id] >= self.after]
-        if due:
-            longest = min(due, key=lambda u: self.idle_since[u.slice.id])
-            await self._consider(longest, now - self.idle_since[longest.slice.id], now, need)
+        by_id = {u.slice.id: u for u in due}
+        ready = [await self._announce(by_id[sid], now - self.idle_since[sid], now, need) for sid in chosen]
+        if not all(ready):
+            return
+        for sid in chosen:
+            self.notices.pop(sid, None)
+            self._reclaiming.add(sid)
+        if uid is not None:
+            self._served[uid] = now
+        usages = [by_id[sid] for sid in chosen]
+        task = asyncio.get_running_loop().create_task(self._reclaim_all(usages, now, need))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def _choose(self, due: list[SliceUsage], sample: Sample, now: float) -> tuple[tuple[str, ...], str, int | None]:
+        """Which idle slices to reclaim, for whom (in words) and whose uid that counts against."""
+        if not due:
+            return (), "", None
+        idle = [u.slice.id for u in due]
+        gpus = sample.occupancy.gpus
+        for uid in [u for u, t in self._served.items() if now - t >= self.per_user_seconds]:
+            del self._served[uid]
+        for want in self._wants(sample, now):
+            if want.uid in self._served:
+                continue  # this user's requests had their reclaim lately
+            found = plan(want, gpus, idle, self.allowance)
+            if found:
+                return found, want.words, want.uid
+        if self.mode == "always":
+            return (idle[0],), "the admin's policy (reclaim always)", None
+        return (), "", None
 
     def _activity(self, usage: SliceUsage, now: float) -> float | None:
-        """When the slice's kernel last did anything; None when it is not this reclaimer's to
+        """When the slice's kernel last ran a cell; None when it is not this reclaimer's to
         judge (a command, another server's kernel, no GPU memory) or it is busy now."""
         s = usage.slice
         if s.holder_kind != "kernel" or not sum(s.memory) or s.holder not in self.kernel_manager:
@@ -178,52 +280,56 @@ class IdleReclaimer:
         except KeyError:
             return None
         latest = max(s.created, self.started, self._kept.get(s.id, 0.0))
-        state = getattr(kernel, "execution_state", None)
-        # "starting" stays until a client first asks the kernel something: a kernel nobody has
-        # talked to since it started is as idle as one that finished its last cell.
-        if state in ACTIVE_STATES or (usage.utilization or 0) > 0:
+        if getattr(kernel, "execution_state", None) in RESTARTING or self.executions.running(s.holder, kernel) or (usage.utilization or 0) > 0:
             return now  # running a cell, restarting, or using the GPU: active now
-        activity = getattr(kernel, "last_activity", None)
-        if isinstance(activity, datetime):
-            latest = max(latest, activity.timestamp())
+        latest = max(latest, self.executions.last_cell(s.holder) or 0.0)
         previous = self.idle_since.get(s.id)
         return max(latest, previous or latest)
 
-    def _demand(self, sample: Sample, now: float) -> str | None:
-        """Who needs the room, in words; None when nobody does (mode "waiting")."""
-        if sample.waiting:
-            first = sample.waiting[0]
-            holder = first.labels.get("path") or (_program(first.holder) if first.holder_kind == "command" else "a kernel")
-            return f"{len(sample.waiting)} waiting in line (first: {holder}, {first.request.describe()})"
+    def _wants(self, sample: Sample, now: float) -> list[Want]:
+        """Who needs room, first in line first, then kernel starts refused lately (newest first)."""
+        wants = [
+            Want(w.request, w.uid, self._waiter_words(w, len(sample.waiting)), None if w.allowed_gpus is None else frozenset(w.allowed_gpus))
+            for w in sample.waiting
+        ]
         refused = self.refused_since(now - self.demand_seconds)
-        if refused:
-            return f"{len(refused)} kernel start{'s' if len(refused) > 1 else ''} refused in the last {self.demand_seconds / 60:.0f} min"
-        return "the admin's policy (reclaim always)" if self.mode == "always" else None
+        count = f"{len(refused)} kernel start{'s' if len(refused) > 1 else ''} refused in the last {self.demand_seconds / 60:.0f} min"
+        for entry in refused:
+            try:
+                request = SliceRequest.from_dict(entry["request"])
+            except (KeyError, TypeError, InvalidRequest):
+                continue  # refused for something no room would mend (or an old record)
+            allowed = frozenset(str(u) for u in entry.get("allowed_gpus") or ()) or None
+            wants.append(Want(request, self.uid, count, allowed))
+        return wants
 
-    async def _consider(self, usage: SliceUsage, idle_for: float, now: float, need: str) -> None:
+    def _waiter_words(self, waiter: Waiter, count: int) -> str:
+        if waiter.uid != self.uid:
+            holder = HIDDEN_HOLDER[waiter.holder_kind]  # never another user's command line, even hidden
+        else:
+            holder = waiter.labels.get("path") or (_program(waiter.holder) if waiter.holder_kind == "command" else "a kernel")
+        where = "first: " if waiter.position == 1 else f"#{waiter.position}: "
+        return f"{count} waiting in line ({where}{holder}, {waiter.request.describe()})"
+
+    async def _announce(self, usage: SliceUsage, idle_for: float, now: float, need: str) -> bool:
+        """Give the slice's owner a notice (once); True when its time has run out."""
         sid = usage.slice.id
         found = self.notices.get(sid)
         if found is None:
-            notice = IdleNotice(sid, now, now + self.notice_seconds, need)
-            self.notices[sid] = notice
+            found = IdleNotice(sid, now, now + self.notice_seconds, need)
+            self.notices[sid] = found
             holder = usage.slice.describe_holder()
             message = (
                 f"{holder} has been idle for {format_duration(idle_for)} while {need}: the server shuts it down at "
-                f"{time.strftime('%H:%M:%S', time.localtime(notice.deadline))} to free its GPU slice, unless it runs "
+                f"{time.strftime('%H:%M:%S', time.localtime(found.deadline))} to free its GPU slice, unless it runs "
                 "something or its owner keeps it."
             )
             self.log.info("jupyter-vgpu: %s", message)
             await self._tell(usage, "ahead", message)
-            if self.notice_seconds > 0:
-                return
-            found = notice
-        if now < found.deadline:
-            return
-        self.notices.pop(sid, None)
-        self._reclaiming.add(sid)
-        task = asyncio.get_running_loop().create_task(self._reclaim(usage, idle_for, found.waiting))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        return now >= found.deadline
+
+    async def _reclaim_all(self, usages: list[SliceUsage], now: float, waiting: str) -> None:
+        await asyncio.gather(*(self._reclaim(u, now - self.idle_since.get(u.slice.id, now), waiting) for u in usages))
 
     async def _reclaim(self, usage: SliceUsage, idle_for: float, waiting: str) -> None:
         s = usage.slice
@@ -262,6 +368,7 @@ class IdleReclaimer:
             pass  # the views then show no idle time; nothing else depends on it
 
     async def stop(self) -> None:
+        self.executions.close()
         if self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
 

@@ -283,6 +283,9 @@ class Waiter:
     request: SliceRequest
     labels: dict[str, str]
     created: float
+    #: The GPUs its user's policy lets it use (UUIDs; None: any), as the broker knows them: what
+    #: the idle reclaim asks before freeing a slice for it. Not in :meth:`to_dict` (REST).
+    allowed_gpus: tuple[str, ...] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -146,6 +146,7 @@ class Refusal:
             "gpus": [
                 {
                     "index": g.index,
+                    "uuid": g.uuid,
                     "name": g.gpu.name,
                     "free": g.free,
                     "total": g.gpu.memory_total,

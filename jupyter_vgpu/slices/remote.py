@@ -132,6 +132,8 @@ def waiter_to_wire(waiter: Waiter) -> dict[str, Any]:
 def waiter_from_wire(data: dict[str, Any]) -> Waiter:
     values = {f.name: data[f.name] for f in fields(Waiter) if f.name in data}
     values["request"] = SliceRequest.from_dict(data["request"])
+    if values.get("allowed_gpus") is not None:
+        values["allowed_gpus"] = tuple(str(u) for u in values["allowed_gpus"])
     return Waiter(**values)
 
 

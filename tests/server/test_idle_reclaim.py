@@ -150,3 +150,89 @@ async def test_another_users_slice_cannot_be_kept(jp_fetch: Any, vgpu_server: An
     with pytest.raises(HTTPClientError) as refused:
         await jp_fetch("api", "vgpu", "slices", "nosuchslice", "keep", method="POST", body="{}")
     assert refused.value.code == 404
+
+
+def command(vgpu_env: dict[str, str], *args: str, program: str = "print('GRANTED')") -> subprocess.Popen[str]:
+    """``jupyter vgpu run ARGS -- python -c PROGRAM`` in a terminal of the same user."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "jupyter_vgpu.cli", "run", *args, "--", sys.executable, "-c", program],
+        env={**__import__("os").environ, **vgpu_env}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+
+
+async def holds(jp_fetch: Any, process: subprocess.Popen[str], gpu: int) -> Any:
+    """The slice a command holds on ``gpu``, once it holds one."""
+    data = await get_json(jp_fetch, "api", "vgpu", "slices")
+    return process.poll() is None and next((s for s in data["slices"] if s["holder_kind"] == "command" and gpu in s["gpu_indices"]), None)
+
+
+async def in_line(jp_fetch: Any) -> Any:
+    return (await get_json(jp_fetch, "api", "vgpu", "slices"))["waiting"]
+
+
+async def never_noticed(jp_fetch: Any, kernel: Any, seconds: float, reclaims: int = 0) -> None:
+    """For ``seconds``: the kernel lives and gets no idle notice; no more than ``reclaims`` happen."""
+    deadline = asyncio.get_running_loop().time() + seconds
+    while asyncio.get_running_loop().time() < deadline:
+        view = await slice_of(jp_fetch, kernel.id)
+        assert view is not None and view["idle_notice"] is None, view
+        await asyncio.sleep(0.25)
+    data = await get_json(jp_fetch, "api", "vgpu", "slices")
+    assert len([e for e in data["watchdog"]["events"] if e["action"] == "idle"]) == reclaims
+    assert kernel.alive
+
+
+@pytest.fixture
+def two_small_gpus(simulation_file: Any) -> None:
+    simulation_file(devices=[{"name": "Simulated T4", "memory": "4GiB"}, {"name": "Simulated T4", "memory": "4GiB"}])
+
+
+async def test_a_waiter_the_idle_slice_cannot_let_in_shuts_nothing_down(
+    two_small_gpus: None, jp_fetch: Any, start_kernel: Any, vgpu_env: dict[str, str]
+) -> None:
+    """Issue 30: a request pinned to another GPU that the same user's command fills was counted
+    as demand, and the idle kernel on GPU 0 was shut down for nothing (twice)."""
+    kernel = await start_kernel(path="forgotten.ipynb")
+    view = await until(lambda: slice_of(jp_fetch, kernel.id), what="the kernel's slice")
+    assert view["gpu_indices"] == [0]
+    filler = command(vgpu_env, "--gpu", "1", "-p", "1", program="import time; time.sleep(120)")
+    pinned = None
+    try:
+        await until(lambda: holds(jp_fetch, filler, 1), what="the command filling GPU 1")
+        pinned = command(vgpu_env, "--gpu", "1", "-p", "0.5", "--wait", "60")
+        await until(lambda: in_line(jp_fetch), what="the pinned request in line")
+        await never_noticed(jp_fetch, kernel, 3 * (AFTER + NOTICE))
+        assert pinned.poll() is None  # still waiting: nothing freed GPU 1
+    finally:
+        filler.kill()
+        if pinned is not None:
+            pinned.kill()
+
+
+async def test_one_users_places_in_line_cause_one_reclaim_at_a_time(
+    jp_fetch: Any, start_kernel: Any, small_gpu: None, vgpu_env: dict[str, str]
+) -> None:
+    """Two idle 1/4 kernels on a 4 GiB GPU and two requests of one user that each need one of
+    them: the first reclaim lets the first request in; the second request waits (the bound on
+    what one user's places in line can cause), and the other kernel keeps running."""
+    first, second = await start_kernel(), await start_kernel()
+    await until(lambda: slice_of(jp_fetch, second.id), what="the second kernel's slice")
+    big = command(vgpu_env, "-p", "0.6", "--wait", "60", program="print('GRANTED', flush=True); import time; time.sleep(120)")
+    later = None
+    try:
+
+        async def one_reclaimed() -> Any:
+            data = await get_json(jp_fetch, "api", "vgpu", "slices")
+            events = [e for e in data["watchdog"]["events"] if e["action"] == "idle"]
+            return events if events and await holds(jp_fetch, big, 0) else None
+
+        (event,) = await until(one_reclaimed, timeout=30, what="one reclaim for the first request")
+        kept = second if event["kernel_id"] == first.id else first
+        later = command(vgpu_env, "-p", "0.3", "--wait", "60")
+        await until(lambda: in_line(jp_fetch), what="the second request in line")
+        await never_noticed(jp_fetch, kept, 3 * (AFTER + NOTICE), reclaims=1)
+        assert later.poll() is None
+    finally:
+        big.kill()
+        if later is not None:
+            later.kill()

@@ -1,0 +1,121 @@
+"""When each kernel last ran a cell, read from its IOPub channel: the idle reclaim's clock.
+
+jupyter_server's ``last_activity`` moves with any message a kernel sends while it is busy, and a
+browser that reloads makes every kernel busy for a moment (kernel_info, comm_info, the debugger's
+info request, widgets asking for their state): four kernels idle for minutes read as idle for
+seconds after one reload. Idle, for the reclaim, means no cell run and no GPU use, so this watch
+counts only what an execute request that a person sent makes the kernel say:
+
+* ``execute_input``: a cell began (kernels publish it for requests that are not ``silent``, so
+  an extension's silent probes do not count);
+* any later message whose parent is that request (its output, its ``status: idle`` at the end).
+
+A cell is running from its ``execute_input`` until the ``status: idle`` of the same request, and
+only while jupyter_server also says the kernel is busy (a lost ``idle`` does not keep a kernel
+busy for ever). Kernels of any language are watched the same way; nothing runs in the kernel.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from jupyter_client.session import Session
+
+#: jupyter_server's execution states of a kernel whose running cell (if any) is gone.
+RESTARTING = frozenset({"restarting", "autorestarting", "starting", "dead"})
+#: At most this many cells are tracked as running per kernel (a kernel that never says "idle").
+RUNNING_LIMIT = 64
+
+
+@dataclass
+class _Watched:
+    stream: Any
+    port: int | None
+    session: Session
+    last_cell: float | None = None
+    running: set[str] = field(default_factory=set)
+
+
+class ExecutionWatch:
+    """Subscribes to the IOPub channel of each kernel it is asked about (on the server's event
+    loop, where the stream's callbacks run too)."""
+
+    def __init__(self, kernel_manager: Any, log: logging.Logger | None = None) -> None:
+        self.kernel_manager = kernel_manager
+        self.log = log or logging.getLogger("jupyter_vgpu.server")
+        self._watched: dict[str, _Watched] = {}
+
+    def last_cell(self, kernel_id: str) -> float | None:
+        """When the kernel last began, produced output for or finished a cell (None: not seen)."""
+        found = self._watched.get(kernel_id)
+        return found.last_cell if found else None
+
+    def running(self, kernel_id: str, kernel: Any) -> bool:
+        """True while a cell runs in the kernel."""
+        found = self._watched.get(kernel_id)
+        return bool(found and found.running) and getattr(kernel, "execution_state", None) == "busy"
+
+    def watch(self, kernel_ids: Iterable[str]) -> None:
+        """Watch these kernels (a restarted kernel on new ports is watched anew); stop watching the rest."""
+        wanted = set(kernel_ids)
+        for gone in [k for k in self._watched if k not in wanted]:
+            self._close(gone)
+        for kernel_id in wanted:
+            try:
+                kernel = self.kernel_manager.get_kernel(kernel_id)
+            except KeyError:
+                continue
+            port = getattr(kernel, "iopub_port", None)
+            found = self._watched.get(kernel_id)
+            if found is not None and getattr(kernel, "execution_state", None) in RESTARTING:
+                found.running.clear()  # a cell cut short by a restart never says "idle"
+            if found is not None and found.port == port:
+                continue
+            if found is not None:
+                self._close(kernel_id)
+            try:
+                self._watched[kernel_id] = self._subscribe(kernel_id, kernel, port)
+            except Exception as error:  # a kernel that just went: asked again next tick
+                self.log.debug("jupyter-vgpu: cannot watch kernel %s's cells: %s", kernel_id, error)
+
+    def _subscribe(self, kernel_id: str, kernel: Any, port: int | None) -> _Watched:
+        stream = kernel.connect_iopub()
+        session = Session(config=kernel.session.config, key=kernel.session.key)
+        watched = _Watched(stream, port, session)
+
+        def heard(parts: list[bytes]) -> None:
+            try:
+                _, message = session.feed_identities(parts)
+                msg = session.deserialize(message, content=False)
+            except Exception:
+                return  # not a message of this kernel's session
+            kind = msg["header"].get("msg_type")
+            parent = msg.get("parent_header") or {}
+            request = parent.get("msg_id")
+            if kind == "execute_input" and parent.get("msg_type") == "execute_request" and request:
+                if len(watched.running) < RUNNING_LIMIT:
+                    watched.running.add(request)
+                watched.last_cell = time.time()
+            elif request in watched.running:
+                watched.last_cell = time.time()
+                if kind == "status" and session.unpack(msg["content"]).get("execution_state") == "idle":
+                    watched.running.discard(request)
+
+        stream.on_recv(heard)
+        return watched
+
+    def _close(self, kernel_id: str) -> None:
+        found = self._watched.pop(kernel_id, None)
+        if found is not None:
+            try:
+                found.stream.close()
+            except Exception:
+                pass
+
+    def close(self) -> None:
+        for kernel_id in list(self._watched):
+            self._close(kernel_id)
