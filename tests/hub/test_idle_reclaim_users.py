@@ -1,0 +1,108 @@
+"""Idle reclaim between two real users on one node broker (issue 30): bob cannot get alice's idle
+kernel shut down with a place in line that her slice's room would not let in, and when her
+slice's room would let his request in, the notice names his request without his command line.
+
+alice runs a real jupyter server as herself, backed by the root broker, with a short idle
+reclaim; bob runs `jupyter vgpu run` commands as himself. Before the fix the reclaimer counted
+any request in line as demand: alice's kernel on GPU 0 was shut down for a request pinned to
+GPU 1, which bob's own command filled."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from .conftest import JUPYTER_VGPU, BrokerProcess, Users, wait_until, world_dir
+
+pytestmark = pytest.mark.slow
+
+AFTER, NOTICE = 1.0, 2.0
+
+
+def as_user_python(folder: Path, uid: int, gid: int) -> str:
+    """An interpreter that runs as the user (the server is started through it)."""
+    wrapper = folder / "python-as-user"
+    wrapper.write_text(f"#!/bin/sh\nexec setpriv --reuid={uid} --regid={gid} --init-groups -- {sys.executable} \"$@\"\n")
+    wrapper.chmod(0o755)
+    return str(wrapper)
+
+
+def slices(server: Any) -> dict[str, Any]:
+    status, body = server.api("GET", "api/vgpu/slices")
+    assert status == 200, body
+    return dict(body)
+
+
+def test_another_users_unhelpable_place_in_line_shuts_down_nothing(system_users: Users, broker: BrokerProcess) -> None:
+    from jupyter_process import KERNEL_NAME, isolated_env, start_jupyter, write_sliced_kernelspec
+
+    alice, bob = system_users.alice, system_users.bob
+    broker.kill(signal.SIGTERM)
+    broker.env["JUPYTER_VGPU_SIMULATE"] = "2x16GiB"
+    broker.start()
+    home = world_dir("vgpu-alice-server-")
+    for name in ("root", "config", "data", "runtime", "ipython", "vgpu"):
+        (home / name).mkdir()
+    write_sliced_kernelspec(home / "data")
+    python = as_user_python(home, alice.uid, alice.gid)
+    subprocess.run(["chown", "-R", f"{alice.uid}:{alice.gid}", str(home)], check=True)
+    env = isolated_env(home, JUPYTER_VGPU_BROKER=str(broker.socket), HOME=str(home), USER=alice.name)
+    if os.environ.get("PYTHONPATH"):
+        env["PYTHONPATH"] = os.environ["PYTHONPATH"]
+    args = [f"--VGPUServer.idle_reclaim_after={AFTER}", f"--VGPUServer.idle_reclaim_notice={NOTICE}", "--VGPUServer.monitor_interval=0.2"]
+    server = start_jupyter(home, python=python, env=env, args=args)
+    bob_env = bob.env(JUPYTER_VGPU_BROKER=str(broker.socket))
+    commands: list[subprocess.Popen[str]] = []
+    try:
+        status, kernel = server.api("POST", "api/kernels", {"name": KERNEL_NAME})
+        assert status == 201, (kernel, server.log_tail())
+
+        def alices() -> Any:
+            return next((s for s in slices(server)["slices"] if s.get("kernel_id") == kernel["id"]), None)
+
+        wait_until(alices, timeout=60, what="alice's kernel's slice")
+        assert alices()["gpu_indices"] == [0]
+        # bob fills GPU 1 with his own command, then waits for GPU 1
+        commands.append(bob.popen(JUPYTER_VGPU, "run", "--gpu", "1", "-p", "1", "--", "sleep", "300", env=bob_env))
+        wait_until(lambda: any(1 in s["gpu_indices"] for s in slices(server)["slices"]), timeout=30, what="bob's command on GPU 1")
+        commands.append(bob.popen(JUPYTER_VGPU, "run", "--gpu", "1", "-p", "1/2", "--wait", "120", "--", "true", env=bob_env))
+        wait_until(lambda: slices(server)["waiting"], timeout=30, what="bob's request in line")
+        deadline = time.monotonic() + 3 * (AFTER + NOTICE)
+        while time.monotonic() < deadline:
+            mine = alices()
+            assert mine is not None and mine["idle_notice"] is None, mine
+            time.sleep(0.25)
+        assert (mine["idle_seconds"] or 0) >= AFTER, mine  # idle, and judged so
+        assert not [e for e in slices(server)["watchdog"]["events"] if e["action"] == "idle"]
+        assert commands[1].poll() is None  # still waiting: nothing was freed on GPU 1
+
+        # Now a request her slice's room does let in: 9/10 of GPU 0 (12 GiB free, 14.4 asked).
+        commands.append(bob.popen(JUPYTER_VGPU, "run", "--gpu", "0", "-p", "0.9", "--wait", "120", "--", "true", env=bob_env))
+
+        def noticed() -> Any:
+            mine = alices()
+            return mine if mine and mine["idle_notice"] else None
+
+        wait_until(noticed, timeout=30, what="the idle notice for bob's GPU 0 request")
+        words = noticed()["idle_notice"]["for"]
+        assert words == "2 waiting in line (#2: another user's command, 9/10 GPU on GPU 0)", words
+        assert "true" not in words and bob.name not in words
+        out, err = commands[2].communicate(timeout=60)
+        assert commands[2].returncode == 0, err  # granted once her kernel was shut down
+        (event,) = [e for e in slices(server)["watchdog"]["events"] if e["action"] == "idle"]
+        assert event["kernel_id"] == kernel["id"] and event["ok"]
+        assert commands[1].poll() is None
+    finally:
+        for command in commands:
+            if command.poll() is None:
+                command.kill()
+        server.stop()
+        shutil.rmtree(home, ignore_errors=True)
