@@ -568,3 +568,144 @@ class BrokerConnectionPatterns(RuleBasedStateMachine):
 
 
 test_broker_connection_patterns_never_stop_a_well_behaved_client = machine_test(BrokerConnectionPatterns, broker=True)
+
+
+# -- idle reclaim: a kernel is shut down only when that lets a waiter in ------------------------
+class _Kernels:
+    """The kernel manager the reclaimer talks to: kernels that are idle, each holding one slice;
+    shutting one down releases its slice, as the provisioner does."""
+
+    def __init__(self, ledger: SQLiteLedger) -> None:
+        self.ledger = ledger
+        self.slices: dict[str, str] = {}  # kernel id -> slice id
+        self.shut_down: list[str] = []
+
+    def __contains__(self, kernel_id: object) -> bool:
+        return kernel_id in self.slices
+
+    def get_kernel(self, kernel_id: str) -> Any:
+        if kernel_id not in self.slices:
+            raise KeyError(kernel_id)
+        return type("Kernel", (), {"execution_state": "idle", "iopub_port": None})()
+
+    async def shutdown_kernel(self, kernel_id: str) -> None:
+        self.ledger.release(self.slices.pop(kernel_id))
+        self.shut_down.append(kernel_id)
+
+
+class IdleReclaimLetsAWaiterIn(RuleBasedStateMachine):
+    """Idle kernels, commands and requests in line (some pinned, some kept to GPUs by a policy) on
+    two 16 GiB GPUs; the idle reclaim runs after each step with no notice. A reclaim happens only
+    when it lets a waiter in: some request in line did not fit before and fits with the reclaimed
+    slices gone (the rule the issue-30 reclaimer broke: any waiter counted as demand)."""
+
+    @initialize()
+    def start(self) -> None:
+        import asyncio
+        import logging
+        import tempfile
+
+        from jupyter_vgpu.server.reclaim import IdleReclaimer
+
+        self.folder = Path(tempfile.mkdtemp(prefix="vgpu-fuzz-reclaim-"))
+        self.ledger = SQLiteLedger(self.folder / "ledger.sqlite", Inventory("2x16GiB"), context_allowance=0)
+        self.kernels = _Kernels(self.ledger)
+        self.events: list[Any] = []
+        self.allowed: dict[int, tuple[str, ...]] = {}  # ticket -> the GPUs its "policy" allows
+        self.loop = asyncio.new_event_loop()
+        watchdog = type("Watchdog", (), {"record": lambda _, event: self.events.append(event)})()
+        self.reclaimer = IdleReclaimer(
+            self.kernels, watchdog, after=1e-6, notice=0.0, per_user_seconds=0.0, log=logging.getLogger("fuzz")
+        )
+        self.uuids = [g.uuid for g in self.ledger.inventory.snapshot().gpus]
+        self.count = 0
+
+    def teardown(self) -> None:
+        if hasattr(self, "loop"):
+            self.loop.close()
+        if hasattr(self, "ledger"):
+            self.ledger.close()
+
+    def _holder(self, kind: str) -> Holder:
+        self.count += 1
+        return Holder(kind, f"{kind}-{self.count}", pid=os.getpid())  # type: ignore[arg-type]
+
+    @rule(share=st.sampled_from(["1/8", "1/4", "1/2"]), pin=st.sampled_from([None, "0", "1"]))
+    def start_an_idle_kernel(self, share: str, pin: str | None) -> None:
+        holder = self._holder("kernel")
+        try:
+            found = self.ledger.reserve_now(SliceRequest.parse(share, gpu=pin), holder)
+        except VGPUError:
+            return
+        self.kernels.slices[holder.name] = found.id
+
+    @rule(share=st.sampled_from(["1/4", "1/2", "1"]), pin=st.sampled_from(["0", "1"]))
+    def run_a_command(self, share: str, pin: str) -> None:
+        try:
+            self.ledger.reserve_now(SliceRequest.parse(share, gpu=pin), self._holder("command"))
+        except VGPUError:
+            pass
+
+    @rule(
+        share=st.sampled_from(["1/4", "1/2", "3/4", "1"]),
+        pin=st.sampled_from([None, "0", "1"]),
+        gpus=st.integers(1, 2),
+        policy=st.sampled_from([None, (0,), (1,)]),
+    )
+    def wait_in_line(self, share: str, pin: str | None, gpus: int, policy: tuple[int, ...] | None) -> None:
+        ticket = self.ledger.enqueue(SliceRequest.parse(share, gpus=1 if pin else gpus, gpu=pin), self._holder("command"))
+        if policy is not None:
+            self.allowed[ticket.number] = tuple(self.uuids[i] for i in policy)
+
+    @rule(pick=st.integers(0, 100))
+    def give_up_a_place(self, pick: int) -> None:
+        waiting = self.ledger.waiting()
+        if waiting:
+            w = waiting[pick % len(waiting)]
+            self.ledger.leave_queue(Ticket(w.ticket, w.request))
+
+    @rule()
+    def reclaim(self) -> None:
+        import asyncio
+        import time
+        from dataclasses import replace
+
+        from jupyter_vgpu.server.monitor import Sample
+        from jupyter_vgpu.slices.placement import place
+        from jupyter_vgpu.slices.usage import SliceUsage
+
+        occupancy = self.ledger.occupancy()
+        waiting = tuple(replace(w, allowed_gpus=self.allowed.get(w.ticket)) for w in self.ledger.waiting())
+        slices = self.ledger.slices()
+        usages = tuple(SliceUsage(s, s.pid, {}, 0, 0, "measured", None) for s in slices)
+        sample = Sample(time.time(), self.ledger.inventory.snapshot(), occupancy, usages, waiting)
+        before = set(self.kernels.slices.values())
+        async def tick() -> None:
+            await self.reclaimer.check(sample)
+            await asyncio.gather(*self.reclaimer._tasks)  # the shutdowns it started
+
+        self.loop.run_until_complete(tick())
+        gone = before - set(self.kernels.slices.values())
+        if not gone:
+            return
+
+        def fits(w: Any, freed: set[str]) -> bool:
+            gpus = [
+                replace(g, shares=tuple(s for s in g.shares if s.slice.id not in freed)) for g in occupancy.gpus
+            ]
+            allowed = None if w.allowed_gpus is None else frozenset(w.allowed_gpus)
+            try:
+                return bool(place(w.request, gpus, allowance=lambda g: 0, allowed=allowed))
+            except InvalidRequest:
+                return False  # pinned to a GPU its policy does not allow
+
+        let_in = [w for w in waiting if not fits(w, set()) and fits(w, gone)]
+        assert let_in, f"reclaimed {gone} for nobody: waiting {[(w.request.describe(), w.allowed_gpus) for w in waiting]}"
+
+    @invariant()
+    def never_over_committed(self) -> None:
+        if hasattr(self, "ledger"):
+            assert self.ledger.overcommitted() == []
+
+
+test_an_idle_reclaim_always_lets_a_waiter_in = machine_test(IdleReclaimLetsAWaiterIn)
