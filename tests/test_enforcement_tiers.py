@@ -87,7 +87,9 @@ def test_hami_cores_library_is_read_again_only_when_it_changes(tmp_path: Path, m
     for _ in range(5):
         assert "is not a shared library" in (hamicore.library_problem(str(library)) or "")
     assert len(reads) == 1
-    library.write_bytes(b"\x7fELF" + b"\0" * 60)  # fixed in place: a new size and time
+    from test_hami_core import a_shared_library  # type: ignore[import-not-found]
+
+    library.write_bytes(Path(a_shared_library()).read_bytes())  # fixed in place: a new size and time
     assert hamicore.library_problem(str(library)) is None and len(reads) == 2
     library.unlink()  # gone: said every time, never remembered as usable
     assert "does not exist" in (hamicore.library_problem(str(library)) or "")

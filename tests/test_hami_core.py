@@ -4,8 +4,8 @@ per GPU in whole MiB and a budget file of the slice's own (0600 in a 0700 folder
 removed with the slice). A missing or broken library is one sentence and slices stay cooperative;
 a kernel where the preload did not take says so in %vgpu.
 
-Most tests preload a real shared library of the system in libvgpu.so's place, which shows the
-environment, the preload and the fallback. Where JUPYTER_VGPU_TEST_HAMI_CORE names a built
+Most tests preload a small shared library compiled here in libvgpu.so's place (it exports
+cuMemAlloc_v2, as HAMi-core does), which shows the environment, the preload and the fallback. Where JUPYTER_VGPU_TEST_HAMI_CORE names a built
 libvgpu.so, the last two run small C programs under it, in slices' environments, against a fake
 CUDA driver compiled here and NVIDIA's mock NVML (../shared/nvml-mock): an allocation past the
 slice fails, and each slice has a budget of its own (tests/gpu reads the same variable on a real
@@ -17,7 +17,7 @@ GPU). To build a Debug libvgpu.so (CUDA's and NVML's headers from NVIDIA's wheel
 
 from __future__ import annotations
 
-import ctypes.util
+import functools
 import json
 import os
 import stat
@@ -33,14 +33,32 @@ from jupyter_vgpu.enforcement.hamicore import cache_path, library_problem
 from jupyter_vgpu.slices.reports import report_dir
 from jupyter_vgpu.units import GiB, MiB
 
+STAND_IN = "int cuMemAlloc_v2(unsigned long long *pointer, unsigned long bytes) { return 2; }\n"
+
 
 def a_shared_library() -> str:
-    """A real ELF shared library of this system, preloadable by any process."""
-    name = ctypes.util.find_library("m")
-    for folder in ("/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu", "/lib64", "/usr/lib64", "/lib/aarch64-linux-gnu"):
-        if name and Path(folder, name).is_file():
-            return str(Path(folder, name))
-    pytest.skip("no libm shared library found to stand in for libvgpu.so")
+    """A shared library standing in for libvgpu.so (it exports cuMemAlloc_v2), preloadable by any
+    process and readable by every user, compiled here once per test session."""
+    import shutil
+
+    if shutil.which("cc") is None:
+        pytest.skip("no C compiler (cc) to build a shared library standing in for libvgpu.so")
+    return _stand_in()
+
+
+@functools.lru_cache(maxsize=1)
+def _stand_in() -> str:
+    import atexit
+    import shutil
+    import tempfile
+
+    folder = Path(tempfile.mkdtemp(prefix="vgpu-hami-"))
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    folder.chmod(0o755)
+    (folder / "stand_in.c").write_text(STAND_IN)
+    subprocess.run(["cc", "-shared", "-fPIC", "-o", "libvgpu.so", "stand_in.c"], cwd=folder, check=True)
+    (folder / "libvgpu.so").chmod(0o755)
+    return str(folder / "libvgpu.so")
 
 
 @dataclass(frozen=True)
@@ -68,23 +86,40 @@ def test_the_tier_applies_where_the_library_is_named_and_usable(monkeypatch: pyt
     assert tier_of([PodGPU(sm_limit=30)], 0) is Tier.COOPERATIVE
 
 
+NEEDED = "; name the libvgpu.so HAMi-core's build.sh made (a shared library of this machine exporting cuMemAlloc_v2)."
+
+
 @pytest.mark.parametrize(
     ("content", "sentence"),
     [
         (None, "does not exist; build HAMi-core (its build.sh) and name libvgpu.so, or unset it."),
-        (b"not a library", "is not a shared library (no ELF header); name the libvgpu.so HAMi-core's build.sh made."),
+        (b"not a library", "is not a shared library (no ELF header)" + NEEDED),
+        ("/bin/ls", "is a shared library (or a position-independent program) that does not export cuMemAlloc_v2, so it is not HAMi-core" + NEEDED),
+        ("libc", "is a shared library (or a position-independent program) that does not export cuMemAlloc_v2, so it is not HAMi-core" + NEEDED),
+        ("folder", "is not a regular file" + NEEDED),
     ],
 )
 def test_a_missing_or_broken_library_is_one_sentence_and_slices_stay_cooperative(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, content: bytes | None, sentence: str
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, content: bytes | str | None, sentence: str
 ) -> None:
+    """Only a shared library exporting cuMemAlloc_v2 is taken for HAMi-core: /bin/ls is an ELF
+    shared object too (a position-independent program), and the C library one without it."""
     path = tmp_path / "libvgpu.so"
-    if content is not None:
+    if isinstance(content, bytes):
         path.write_bytes(content)
+    elif content == "folder":
+        path.mkdir()
+    elif content == "libc":
+        with open("/proc/self/maps") as maps:  # the C library this Python loaded
+            path = Path(next(line.split()[-1] for line in maps if line.rstrip().endswith("/libc.so.6")))
+    elif content is not None:
+        path = Path(content)
     monkeypatch.setenv("JUPYTER_VGPU_HAMI_CORE", str(path))
     problem = library_problem(str(path))
-    assert problem is not None and problem.startswith("JUPYTER_VGPU_HAMI_CORE / c.VGPU.hami_core_library") and problem.endswith(sentence)
+    assert problem is not None and problem.startswith(f"JUPYTER_VGPU_HAMI_CORE / c.VGPU.hami_core_library {path} "), problem
+    assert problem.endswith(sentence) and problem.count(". ") == 0, problem  # one sentence
     assert tier_of([GPU()], 0) is Tier.COOPERATIVE
+    assert library_problem(a_shared_library()) is None  # the stand-in, which exports it, is taken
 
 
 def test_the_environment_limits_each_gpu_in_whole_mib_with_a_private_budget_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -131,16 +166,17 @@ def test_a_command_runs_preloaded_and_its_budget_file_goes_with_its_slice(tmp_pa
 def test_a_kernel_where_the_preload_did_not_take_says_it_is_cooperative(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from kernel.harness import Workspace, start  # type: ignore[import-not-found]
 
-    broken = tmp_path / "libvgpu.so"
-    broken.write_bytes(b"\x7fELF" + b"\0" * 60)  # looks like a library, does not load: ld.so says so and goes on
-    monkeypatch.setenv("JUPYTER_VGPU_HAMI_CORE", str(broken))
+    library = a_shared_library()
+    monkeypatch.setenv("JUPYTER_VGPU_HAMI_CORE", library)
     workspace = Workspace(tmp_path)
     held = workspace.reserve(0.25)
     assert held.tier is Tier.HAMI_CORE
-    kernel = start(workspace.slice_env(held))
+    env = workspace.slice_env(held)
+    del env["LD_PRELOAD"]  # as `env -u LD_PRELOAD jupyter kernel ...` starts it: nothing holds it but frameworks
+    kernel = start(env)
     try:
         text = kernel.run("%vgpu").displays[0]["text/plain"]
-        assert f"cooperative here: HAMi-core ({broken}) did not load in this kernel" in text
+        assert f"cooperative here: HAMi-core ({library}) did not load in this kernel" in text
         assert "did not load in this kernel, so the slice is cooperative here" in text
     finally:
         kernel.stop()

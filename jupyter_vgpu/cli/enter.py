@@ -2,7 +2,8 @@
 then become COMMAND (``exec``), so COMMAND and every process it starts run inside the slice's
 cgroup from their first instruction (the MPS memory-partitioning tier). ``jupyter vgpu run``
 starts its command through this when the slice has a partition; ``run`` itself stays outside, so
-the cgroup is empty, and goes, when the command ends."""
+the cgroup is empty, and goes, when the command and every process it started have ended (``run``
+waits for them all)."""
 
 from __future__ import annotations
 

@@ -1,9 +1,17 @@
 """``jupyter vgpu run``: any command gets a slice for its lifetime (Bitfusion-style).
 
 The command gets exactly the environment a kernel with that slice gets. Its exit code passes
-through (a signal N becomes 128+N, as shells report it). The slice is freed when the command
-exits; if ``run`` and the command are both killed, the next reservation or ``jupyter vgpu gc``
-reclaims it, because the slice's holder is the command's process.
+through (a signal N becomes 128+N, as shells report it).
+
+The slice is kept while the command or any process it started runs: ``run`` is their child
+subreaper (``PR_SET_CHILD_SUBREAPER``), so a process left in the background (``sleep 100 &``) or a
+daemon that forked twice and left the session is its child once its parent ends, and ``run`` waits
+for them all, saying once which still hold the slice. They have the slice's environment and limits
+(under MPS partitioning, its cgroup): freeing the slice under them would let the next request get
+their memory. Ctrl+C, SIGTERM and SIGHUP end them all. A process another service starts (outside
+``run``'s tree) is not waited for. The slice's keeper is ``run`` itself, so if the command is
+killed the slice stays while ``run`` waits; if both are killed, the next reservation or ``jupyter
+vgpu gc`` reclaims it.
 """
 
 from __future__ import annotations
@@ -14,16 +22,20 @@ import shlex
 import signal
 import subprocess
 import sys
+from collections.abc import Callable
 from types import FrameType
 from typing import Any
 
+import psutil
+
 from ..config import load_settings
-from ..enforcement import Tier
+from ..enforcement import Tier, by_tier
+from ..enforcement.hamicore import library, library_problem
 from ..enforcement.mpspartition import ENV_JOIN
-from ..errors import InvalidRequest, SliceNotFound
+from ..errors import InvalidRequest, SliceNotFound, VGPUError
 from ..slices import Holder, SliceRequest, open_ledger, summary
 from ..slices.environment import DEVICE_NAMES, fit_installed_frameworks, with_slice
-from ..slices.reports import remove_report
+from ..slices.reports import remove_report, write_report
 from ..slices.request import CLI_NAMES
 from ..units import parse_seconds, shorten
 
@@ -32,7 +44,11 @@ def add_parser(commands: Any) -> None:
     parser = commands.add_parser(
         "run",
         help="run a command inside a GPU slice",
-        description="Run COMMAND with a GPU slice reserved for as long as it runs.",
+        description=(
+            "Run COMMAND with a GPU slice reserved for as long as it runs, and as long as any process it "
+            "started runs (in the background, or as a daemon): they hold the slice's memory. Ctrl+C, "
+            "SIGTERM and SIGHUP end them all. Processes another service starts for it are not waited for."
+        ),
         usage="jupyter vgpu run [-n N] [-p FRACTION | -m MEMORY] [--gpu ID] [--wait SECONDS] -- COMMAND...",
     )
     parser.add_argument("-n", "--gpus", default="1", metavar="N", help="number of GPUs (default 1)")
@@ -70,7 +86,10 @@ def run(args: argparse.Namespace) -> int:
     wait = parse_seconds(args.wait, what="--wait")
     settings = load_settings()
     ledger = open_ledger(settings)
-    slice_ = ledger.reserve(request, Holder.command(shlex.join(command)), wait=wait)
+    if (refused := library_problem(library())) and not args.quiet:
+        print(f"jupyter vgpu: {refused}", file=sys.stderr)  # slices placed here stay cooperative
+    # run keeps the slice while it waits for the command's processes (_run_child)
+    slice_ = ledger.reserve(request, Holder("command", shlex.join(command), keeper=os.getpid()), wait=wait)
     try:
         env = with_slice(
             os.environ, slice_, ledger_path=str(ledger.path), simulate=settings.resolved_simulate,
@@ -79,11 +98,15 @@ def run(args: argparse.Namespace) -> int:
         fit_installed_frameworks(env)  # for the frameworks of this Python
         if env.get(ENV_JOIN):  # a memory partition: the command joins it before it is itself (cli/enter.py)
             command = [sys.executable, "-m", "jupyter_vgpu.cli.enter", *(["-q"] if args.quiet else []), "--", *command]
+        plugin = by_tier(slice_.tier)
+        if problem := plugin.not_given(env):  # the views say it too, from the slice's report
+            write_report(ledger.path, slice_.id, {"tier_problem": problem})
         if not args.quiet:
             simulated = " [SIMULATED GPUs, not real hardware]" if settings.resolved_simulate else ""
-            tier = "" if slice_.tier is Tier.COOPERATIVE else f", {slice_.tier.describe(slice_.mig_profiles)}"
+            described = plugin.not_held_text(problem, slice_.mig_profiles) if problem else slice_.tier.describe(slice_.mig_profiles)
+            tier = "" if slice_.tier is Tier.COOPERATIVE else f", {described}"
             print(f"jupyter vgpu: {summary(slice_)}{tier}{simulated}", file=sys.stderr)
-        return _run_child(command, env, lambda pid: ledger.attach(slice_.id, pid))
+        return _run_child(command, env, lambda pid: ledger.attach(slice_.id, pid), quiet=args.quiet)
     finally:
         try:
             ledger.release(slice_.id)
@@ -109,24 +132,169 @@ def cannot_start(program: str, error: OSError) -> int:
     return COMMAND_NOT_EXECUTABLE
 
 
-def _run_child(command: list[str], env: dict[str, str], on_start: Any) -> int:
-    # Ctrl-C and Ctrl-\ reach the child from the terminal (same process group): the parent
-    # ignores them and waits; SIGTERM and SIGHUP sent to `run` are passed on to the child.
-    old = {sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGINT, signal.SIGQUIT)}
+def _run_child(command: list[str], env: dict[str, str], on_start: Callable[[int], Any], *, quiet: bool = False) -> int:
+    """Run ``command`` and wait for it and every process it started; return its exit code.
+
+    Ctrl-C and Ctrl-\\ reach the command from the terminal (same process group): ``run`` does not
+    pass them on then, only where no terminal sent them (``kill -INT``). SIGTERM and SIGHUP sent
+    to ``run`` are passed on to every process of the command. Once the command has ended, a
+    Ctrl+C (or SIGTERM, SIGHUP) ends the processes it left: a second one kills them."""
+    subreaper = _become_subreaper()
+    state = {"interrupted": False, "ending": 0}
+    child: subprocess.Popen[bytes] | None = None
+
+    def interrupt(signum: int, frame: FrameType | None) -> None:
+        state["interrupted"] = True
+        if child is not None and child.returncode is None:
+            if not _from_terminal():  # a terminal's Ctrl+C reached them all already
+                _signal_all(child.pid, signum)
+        else:
+            _end_all(state)
+
+    def forward(signum: int, frame: FrameType | None) -> None:
+        state["interrupted"] = True
+        if child is not None and child.returncode is None:
+            _signal_all(child.pid, signum)
+        else:
+            _end_all(state)
+
+    # handlers, not SIG_IGN, which the command would inherit (a Python command would then ignore Ctrl+C)
+    old = {signal.SIGQUIT: signal.signal(signal.SIGQUIT, _ignore), signal.SIGINT: signal.signal(signal.SIGINT, interrupt)}
     try:
         try:
             child = subprocess.Popen(command, env=env)
         except OSError as error:  # not found, not executable, not a program (ENOEXEC)
             return cannot_start(command[0], error)
-
-        def forward(signum: int, frame: FrameType | None) -> None:
-            child.send_signal(signum)
-
         for sig in (signal.SIGTERM, signal.SIGHUP):
             old[sig] = signal.signal(sig, forward)
         on_start(child.pid)
         code = child.wait()
+        code = code if code >= 0 else 128 - code
+        if subreaper:
+            _wait_for_the_rest(code, state, on_start, quiet=quiet)
     finally:
         for sig, handler in old.items():
             signal.signal(sig, handler)
-    return code if code >= 0 else 128 - code
+    return code
+
+
+def _ignore(signum: int, frame: FrameType | None) -> None:
+    """Ctrl-\\ is the command's to answer (the terminal sent it to the command too)."""
+
+
+#: prctl(2): the calling process adopts the orphans among its descendants.
+PR_SET_CHILD_SUBREAPER = 36
+
+
+def _become_subreaper() -> bool:
+    """Make this process the child subreaper of what it starts (Linux); False where it cannot."""
+    import ctypes
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return bool(libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0)
+    except (OSError, AttributeError):
+        return False
+
+
+def _from_terminal() -> bool:
+    """Whether this process is in the foreground of its terminal, where a Ctrl+C reaches every
+    process of the group (the command too), not only this one."""
+    for fd in (0, 1, 2):
+        try:
+            return os.tcgetpgrp(fd) == os.getpgrp()
+        except OSError:
+            continue  # not a terminal
+    return False
+
+
+def _started() -> list[psutil.Process]:
+    """The running processes the command started: this process's descendants (the subreaper
+    adopts the orphans, so a daemon that left its session is among them)."""
+    try:
+        found = psutil.Process().children(recursive=True)
+    except psutil.Error:
+        return []
+    alive = []
+    for process in found:
+        try:
+            if process.status() != psutil.STATUS_ZOMBIE:
+                alive.append(process)
+        except psutil.Error:
+            pass
+    return alive
+
+
+def _signal(pid: int, signum: int) -> None:
+    try:
+        os.kill(pid, signum)
+    except OSError:
+        pass  # ended already, or not ours to signal (a set-uid program)
+
+
+def _signal_all(command: int, signum: int) -> None:
+    """Send ``signum`` to the command and every process it started."""
+    for pid in [command, *(p.pid for p in _started() if p.pid != command)]:
+        _signal(pid, signum)
+
+
+def _end_all(state: dict[str, Any]) -> None:
+    """End the processes the command left: SIGTERM, then SIGKILL on a second asking."""
+    state["ending"] += 1
+    for process in _started():
+        _signal(process.pid, signal.SIGTERM if state["ending"] == 1 else signal.SIGKILL)
+
+
+def _reap() -> bool:
+    """Reap ended children without waiting; False once there are none left."""
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return False
+        if pid == 0:
+            return True
+
+
+def _wait_for_the_rest(code: int, state: dict[str, Any], hold: Callable[[int], Any], *, quiet: bool) -> None:
+    """After the command ended with ``code``: keep the slice (wait) while any process it started
+    runs, reaping each as it ends; said once on stderr."""
+    if not _reap():
+        return
+    left = _started()
+    if not left:
+        return
+    try:
+        hold(os.getpid())  # the slice's processes are this one's tree now: their use is the slice's
+    except VGPUError:
+        pass  # the keeper (this process) holds it all the same
+    if state["interrupted"]:
+        _end_all(state)  # Ctrl+C or SIGTERM ended the command: the rest goes with it
+    elif not quiet:
+        one = len(left) == 1
+        print(
+            f"jupyter vgpu: the command exited ({code}); {_processes(left)}, so its slice stays reserved "
+            f"until {'it ends (Ctrl+C ends it)' if one else 'they end (Ctrl+C ends them)'}.",
+            file=sys.stderr,
+        )
+    while True:
+        try:
+            os.waitpid(-1, 0)  # resumed after a signal's handler (PEP 475)
+        except ChildProcessError:
+            return
+
+
+def _processes(found: list[psutil.Process], most: int = 5) -> str:
+    """``2 processes it started are still running (pid 123 sleep, pid 456 python)``: by pid, and
+    by program where they are this user's."""
+    uid = os.getuid()
+    names = []
+    for process in found[:most]:
+        try:
+            mine = process.uids().real == uid
+            names.append(f"pid {process.pid} {process.name()}" if mine else f"pid {process.pid}")
+        except psutil.Error:
+            names.append(f"pid {process.pid}")
+    more = f" and {len(found) - most} more" if len(found) > most else ""
+    count = "1 process it started is" if len(found) == 1 else f"{len(found)} processes it started are"
+    return f"{count} still running ({', '.join(names)}{more})"

@@ -59,10 +59,19 @@ class Enforcement(ABC):
         """Whether a slice placed on ``gpus`` (``mig_devices`` of them as MIG devices) gets this
         tier. The registry asks the tiers strongest first."""
 
-    def environment(self, memory: tuple[int, ...], fraction: float, *, slice_id: str = "", folder: str = "") -> dict[str, str]:
+    def environment(
+        self, memory: tuple[int, ...], fraction: float, *, slice_id: str = "", folder: str = "", setup: Mapping[str, str] | None = None
+    ) -> dict[str, str]:
         """The variables of a process holding a slice of this tier (``memory``: bytes reserved on
         each GPU, in the order the process sees them; ``slice_id`` and ``folder``, the slice
-        owner's private folder, for a tier that keeps a file per slice)."""
+        owner's private folder, for a tier that keeps a file per slice; ``setup``, what the
+        placing process decided: :meth:`setup` there, this process's when not given)."""
+        return {}
+
+    def setup(self) -> dict[str, str]:
+        """What the process that places a slice of this tier decides for it beyond its GPUs
+        (HAMi-core: the library to preload), carried with the slice (``Slice.tier_setup``) to the
+        process that builds its environment: a broker's client may not have the broker's settings."""
         return {}
 
     def set_here(self, env: Mapping[str, str]) -> set[str]:
@@ -92,6 +101,17 @@ class Enforcement(ABC):
         """Why this tier does not hold the process it runs in (a preload that did not load, a cgroup
         not joined), in words; None when it does, or when that cannot be told here."""
         return None
+
+    def not_given(self, env: Mapping[str, str]) -> str | None:
+        """Why a process started with ``env`` (its slice's environment) will not be held by this
+        tier, as the process that starts it can tell beforehand (a preload that cannot be given);
+        None when nothing says so. ``jupyter vgpu run`` asks; the process itself asks :meth:`not_held`."""
+        return None
+
+    def not_held_text(self, problem: str, mig_profiles: tuple[str, ...] = ()) -> str:
+        """The tier of a process that this tier does not hold (``problem``: why), as every view
+        names it in place of :meth:`describe`."""
+        return f"{self.fallback} here: {problem} (the slice was placed as {self.describe(mig_profiles)})"
 
     #: What holds a process of this tier where :meth:`not_held` says the tier did not take, as
     #: every view names it (``%vgpu``'s tier line: "cooperative here: ...").

@@ -7,7 +7,13 @@ preloaded into the slice's processes and refuses CUDA allocations beyond the lim
 and the first fixes the limit in it, so each slice gets its own cache file, private to its user
 (0600 in the 0700 reports folder), named by its size (a resize starts a new one) and removed with
 the slice. The admin builds the library (upstream's ``build.sh``; no registry ships it) and names
-it: ``c.VGPU.hami_core_library`` or ``JUPYTER_VGPU_HAMI_CORE``.
+it: ``c.VGPU.hami_core_library`` or ``JUPYTER_VGPU_HAMI_CORE``. It must be a shared library of this
+machine that exports ``cuMemAlloc_v2`` (read from its ELF dynamic symbols, never loaded to find out):
+anything else is one sentence and slices stay cooperative.
+
+The library is the placing process's (a node broker's, which the user's own settings may lack): it
+travels with the slice (``Slice.tier_setup``) to whoever builds the slice's environment, and a
+process that cannot preload it there (unreadable, missing) is told so, as cooperative.
 
 What it does not cover is said wherever the tier is shown: allocations from CUDA's stream-ordered
 pools (``cuMemAllocFromPoolAsync``: TensorFlow's and JAX's async allocators, which the allocator
@@ -18,15 +24,23 @@ from __future__ import annotations
 
 import os
 import re
+import stat
+import struct
 from collections.abc import Mapping
 from pathlib import Path
+from typing import BinaryIO
 
 from ..units import MiB, format_bytes
 from .base import Enforcement, PlacedGPU, Tier
 
 ENV_LIBRARY = "JUPYTER_VGPU_HAMI_CORE"
-#: Set with the variables below: they are this tier's, not a pod's (HAMi's) or the user's.
+#: Set with the variables below: they are this tier's, not a pod's (HAMi's) or the user's. Its
+#: value is the library the slice was given, so a process can tell whether it loaded.
 MARK = "JUPYTER_VGPU_HAMI_PRELOADED"
+#: Set instead of ``LD_PRELOAD`` where the slice's library cannot be preloaded: why.
+ENV_PROBLEM = "JUPYTER_VGPU_HAMI_PROBLEM"
+#: What HAMi-core interposes first: a library that does not export it is not HAMi-core.
+SYMBOL = b"cuMemAlloc_v2"
 
 
 def library() -> str:
@@ -35,13 +49,28 @@ def library() -> str:
 
 
 def library_problem(path: str) -> str | None:
-    """Why ``path`` cannot be preloaded, in one sentence; None when it can be tried. Read again
-    only when the file changes (placement and every view ask, the sidebar every few seconds)."""
+    """Why ``path`` cannot be preloaded, in one sentence naming the setting; None when it can."""
+    what = unusable(path)
+    if what is None:
+        return None
+    where = f"{ENV_LIBRARY} / c.VGPU.hami_core_library {path}"  # the admin's own setting: shown whole
+    if what == MISSING:
+        return f"{where} {what}; build HAMi-core (its build.sh) and name libvgpu.so, or unset it."
+    return f"{where} {what}; name the libvgpu.so HAMi-core's build.sh made (a shared library of this machine exporting cuMemAlloc_v2)."
+
+
+MISSING = "does not exist"
+
+
+def unusable(path: str) -> str | None:
+    """What is wrong with ``path`` as HAMi-core's library (words after its name; None: nothing).
+    Read again only when the file changes (placement and every view ask, the sidebar every few
+    seconds)."""
     if not path:
         return None
     try:
         st = os.stat(path)
-        stamp: tuple[int, ...] = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+        stamp: tuple[int, ...] = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_mode)
     except OSError:
         stamp = ()
     known = _problems.get(path)
@@ -56,17 +85,77 @@ _problems: dict[str, tuple[tuple[int, ...], str | None]] = {}  # path -> (file's
 
 
 def _read_problem(path: str) -> str | None:
-    where = f"{ENV_LIBRARY} / c.VGPU.hami_core_library {path}"  # the admin's own setting: shown whole
     try:
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            return "is not a regular file"
         with open(path, "rb") as handle:
-            magic = handle.read(4)
+            return _not_hami_core(handle)
     except FileNotFoundError:
-        return f"{where} does not exist; build HAMi-core (its build.sh) and name libvgpu.so, or unset it."
+        return MISSING
     except OSError as error:
-        return f"{where} cannot be read ({error.strerror}); slices stay cooperative."
-    if magic != b"\x7fELF":
-        return f"{where} is not a shared library (no ELF header); name the libvgpu.so HAMi-core's build.sh made."
-    return None
+        return f"cannot be read ({error.strerror})"
+
+
+# ELF: e_type of a shared object (a PIE program is one too: hence the symbol); section type of the
+# dynamic symbol table; a symbol's binding (GLOBAL, WEAK) and "undefined" section index.
+ET_DYN, SHT_DYNSYM, EXPORTED, SHN_UNDEF = 3, 11, (1, 2), 0
+
+
+def _this_machine() -> tuple[int, int, int] | None:
+    """ELF class, byte order and machine of this process's program (None: cannot be told)."""
+    try:
+        with open("/proc/self/exe", "rb") as handle:
+            header = handle.read(20)
+    except OSError:
+        return None
+    if len(header) < 20 or header[:4] != b"\x7fELF":
+        return None
+    return header[4], header[5], struct.unpack_from("<H" if header[5] == 1 else ">H", header, 18)[0]
+
+
+def _not_hami_core(handle: BinaryIO) -> str | None:
+    """What the file open in ``handle`` is where it is not a shared library of this machine
+    exporting :data:`SYMBOL` (words after its name); None: it is."""
+    header = handle.read(64)
+    if header[:4] != b"\x7fELF":
+        return "is not a shared library (no ELF header)"
+    klass, order = header[4], header[5]
+    if klass not in (1, 2) or order not in (1, 2) or len(header) < (64 if klass == 2 else 52):
+        return "is a damaged ELF file"
+    end, wide = ("<" if order == 1 else ">"), klass == 2
+    e_type, machine = struct.unpack_from(end + "HH", header, 16)
+    here = _this_machine()
+    if here is not None and here != (klass, order, machine):
+        return f"is built for another machine (ELF machine {machine}, class {klass}; this one runs {here[2]}, class {here[0]})"
+    if e_type != ET_DYN:
+        return "is an ELF program, not a shared library" if e_type == 2 else f"is not a shared library (ELF type {e_type})"
+    try:
+        if wide:
+            (offset,) = struct.unpack_from(end + "Q", header, 0x28)
+            entry, count = struct.unpack_from(end + "HH", header, 0x3A)
+            layout, symbol = end + "IIQQQQIIQQ", end + "IBBHQQ"
+        else:
+            (offset,) = struct.unpack_from(end + "I", header, 0x20)
+            entry, count = struct.unpack_from(end + "HH", header, 0x2E)
+            layout, symbol = end + "IIIIIIIIII", end + "IIIBBH"
+        handle.seek(offset)
+        table = handle.read(entry * count)
+        sections = [struct.unpack_from(layout, table, i * entry) for i in range(count)]
+        for _, kind, _, _, start, size, link, _, _, _ in sections:
+            if kind != SHT_DYNSYM or link >= count:
+                continue
+            handle.seek(start)
+            symbols = handle.read(size)
+            handle.seek(sections[link][4])
+            names = handle.read(sections[link][5])
+            step = struct.calcsize(symbol)
+            for values in struct.iter_unpack(symbol, symbols[: len(symbols) // step * step]):
+                name, info, index = (values[0], values[1], values[3]) if wide else (values[0], values[3], values[5])
+                if index != SHN_UNDEF and info >> 4 in EXPORTED and names[name : name + len(SYMBOL) + 1] == SYMBOL + b"\0":
+                    return None
+    except struct.error:
+        return "is a damaged ELF file"
+    return "is a shared library (or a position-independent program) that does not export cuMemAlloc_v2, so it is not HAMi-core"
 
 
 def cache_path(folder: str | Path, slice_id: str, memory: tuple[int, ...]) -> Path:
@@ -77,6 +166,8 @@ def cache_path(folder: str | Path, slice_id: str, memory: tuple[int, ...]) -> Pa
 
 def loaded_in_this_process(path: str) -> bool:
     """Whether ``path`` is mapped into this process (the preload took)."""
+    if not path:
+        return False
     try:
         with open("/proc/self/maps") as maps:
             real = os.path.realpath(path)
@@ -104,9 +195,11 @@ def self_check(env: Mapping[str, str] | None = None) -> str | None:
 def _check(env: Mapping[str, str]) -> str | None:
     import ctypes
 
-    path = library() or env.get("LD_PRELOAD", "")
-    if not loaded_in_this_process(path):
-        return f"HAMi-core ({path}) did not load in this kernel"
+    if why := env.get(ENV_PROBLEM):
+        return why  # said where the environment was made: the library cannot be preloaded here
+    path = env.get(MARK) or library()
+    if not path or not loaded_in_this_process(path):
+        return f"HAMi-core ({path or 'no library named'}) did not load in this kernel"
     wanted = env.get("CUDA_DEVICE_MEMORY_LIMIT_0", "")
     if not (wanted.endswith("m") and wanted[:-1].isdigit()):
         return None
@@ -138,7 +231,7 @@ def _check(env: Mapping[str, str]) -> str | None:
 class HAMiCore(Enforcement):
     tier = Tier.HAMI_CORE
     hard = True
-    variables = ("CUDA_DEVICE_MEMORY_SHARED_CACHE", "LIBCUDA_LOG_LEVEL", MARK)
+    variables = ("CUDA_DEVICE_MEMORY_SHARED_CACHE", "LIBCUDA_LOG_LEVEL", MARK, ENV_PROBLEM)
 
     def set_here(self, env: Mapping[str, str]) -> set[str]:
         if MARK not in env:
@@ -153,14 +246,25 @@ class HAMiCore(Enforcement):
         path = library()
         return bool(path) and library_problem(path) is None
 
-    def environment(self, memory: tuple[int, ...], fraction: float, *, slice_id: str = "", folder: str = "") -> dict[str, str]:
+    def setup(self) -> dict[str, str]:
+        return {"library": library()}
+
+    def environment(
+        self, memory: tuple[int, ...], fraction: float, *, slice_id: str = "", folder: str = "", setup: Mapping[str, str] | None = None
+    ) -> dict[str, str]:
+        path = str((setup or self.setup()).get("library") or "")  # the placing process's library
         env = {
-            MARK: "1",
-            "LD_PRELOAD": library(),
+            MARK: path,
             "LIBCUDA_LOG_LEVEL": "0",  # HAMi-core's own messages stay out of the notebook
             # whole MiB, rounded down, per device ordinal the process sees
             **{f"CUDA_DEVICE_MEMORY_LIMIT_{ordinal}": f"{max(1, amount // MiB)}m" for ordinal, amount in enumerate(memory)},
         }
+        if not path:
+            env[ENV_PROBLEM] = f"HAMi-core's library is not named here ({ENV_LIBRARY} is unset)"
+        elif what := unusable(path):  # this process's user may not read the placing side's file
+            env[ENV_PROBLEM] = f"HAMi-core's library {path} {what} here"
+        else:
+            env["LD_PRELOAD"] = path
         if slice_id and folder:
             cache = cache_path(folder, slice_id, memory)
             cache.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -176,6 +280,11 @@ class HAMiCore(Enforcement):
 
     def not_held(self, env: Mapping[str, str]) -> str | None:
         return self_check(env)
+
+    def not_given(self, env: Mapping[str, str]) -> str | None:
+        if why := env.get(ENV_PROBLEM):
+            return why
+        return None if env.get("LD_PRELOAD") else "HAMi-core is not in the command's LD_PRELOAD"
 
     def cuda_total(self, reserved: int, total: int) -> int:
         return max(1, reserved // MiB) * MiB  # HAMi-core reports its limit as the device's memory

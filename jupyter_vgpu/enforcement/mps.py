@@ -25,7 +25,7 @@ class MPS(Enforcement):
     def applies(self, gpus: list[PlacedGPU], mig_devices: int) -> bool:
         return bool(gpus) and all(g.mps for g in gpus)  # on every GPU of the slice, or none
 
-    def environment(self, memory: tuple[int, ...], fraction: float, *, slice_id: str = "", folder: str = "") -> dict[str, str]:
+    def environment(self, memory: tuple[int, ...], fraction: float, *, slice_id: str = "", folder: str = "", setup: Mapping[str, str] | None = None) -> dict[str, str]:
         return {
             "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": ",".join(f"{ordinal}={max(1, amount // 2**20)}M" for ordinal, amount in enumerate(memory)),
             "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": str(thread_percentage(fraction)),

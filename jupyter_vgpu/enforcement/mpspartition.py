@@ -54,7 +54,7 @@ class MPSPartition(Enforcement):
         return all(g.mps and getattr(g, "memory_partitioning", None) for g in gpus)
 
     def environment(
-        self, memory: tuple[int, ...], fraction: float, *, slice_id: str = "", folder: str = ""
+        self, memory: tuple[int, ...], fraction: float, *, slice_id: str = "", folder: str = "", setup: Mapping[str, str] | None = None
     ) -> dict[str, str]:
         return {**MPS().environment(memory, fraction), ENV_JOIN: slice_id}
 

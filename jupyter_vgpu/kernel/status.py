@@ -134,7 +134,7 @@ def tier_name(state: KernelState) -> str:
     facts = state.facts
     tier = facts.tier or Tier.COOPERATIVE
     if problem := (plugin := by_tier(tier)).not_held(os.environ):
-        return f"{plugin.fallback} here: {problem} (the slice was placed as {tier.describe()})"
+        return plugin.not_held_text(problem, facts.mig_profiles)
     return tier.describe(facts.mig_profiles)
 
 

@@ -10,7 +10,8 @@ Report shape::
     {"slice_id": "...", "pid": 1234, "updated": 1700000000.0,
      "frameworks": {"tensorflow": {"status": "applied", "detail": "2 logical GPUs of 1.8 GiB"}},
      "memory_used": 123456 | null,      # bytes the frameworks report holding, all GPUs
-     "peak_memory_used": 234567 | null}
+     "peak_memory_used": 234567 | null,
+     "tier_problem": "..."}             # only where the slice's hard tier does not hold it (why)
 
 Any other Python process of the slice (a command under ``jupyter vgpu run``, ``!python train.py``
 from a notebook, a DataLoader worker) that configures a framework writes its own report beside

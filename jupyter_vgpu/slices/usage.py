@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..enforcement import by_tier
 from ..gpus import Snapshot
 from .holders import Attribution
 from .records import Slice
@@ -72,6 +73,15 @@ class SliceUsage:
     report: dict[str, Any] | None
     #: Where the figure comes from or, when it is unknown, why (one sentence for the views).
     note: str = ""
+
+    @property
+    def tier_text(self) -> str:
+        """The slice's tier in every view's words; where its holder reports that the tier does
+        not hold it (a preload that did not take), what holds it instead and why."""
+        problem = self.report.get("tier_problem") if self.report else None
+        if isinstance(problem, str) and problem:
+            return by_tier(self.slice.tier).not_held_text(problem[:300], self.slice.mig_profiles)
+        return self.slice.tier_text
 
     @property
     def memory_reserved_total(self) -> int:
