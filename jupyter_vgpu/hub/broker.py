@@ -34,7 +34,15 @@ from ..slices import Actor, Holder, Ledger, SliceRequest, SQLiteLedger, Ticket
 from ..slices.holders import ProcessOwners, process_alive
 from ..slices.ledger import OPERATIONS
 from ..slices.records import HIDDEN_HOLDER, Slice, Waiter
-from ..slices.remote import error_to_wire, holder_from_wire, slice_to_wire, snapshot_to_wire, waiter_to_wire
+from ..slices.remote import (
+    CALLER,
+    error_to_wire,
+    holder_from_wire,
+    slice_from_wire,
+    slice_to_wire,
+    snapshot_to_wire,
+    waiter_to_wire,
+)
 from ..units import shorten
 from . import quota as quotas
 from .policy import Policy, Quota, load_policy, user_groups
@@ -210,6 +218,8 @@ class Broker:
             return {"slice": None if granted is None else self._visible(caller, granted), "reason": reason}
         if op == "resize":
             return self._visible(caller, self._resize(caller, args["slice_id"], args["request"]))
+        if op == "rebook":
+            return self._visible(caller, self._rebook(caller, args["record"]))
         result = getattr(self.acting_for(caller), op)(**args)
         if op == "waiting":
             return [waiter_to_wire(self.visible_waiter(caller, w)) for w in self.with_allowed_gpus(result)]
@@ -288,6 +298,25 @@ class Broker:
                     self.ledger.resize(found.id, found.request)
                     raise
         return resized
+
+    def _rebook(self, caller: Caller, record: Slice) -> Slice:
+        """Book again a slice that one of the caller's running processes holds and the node's
+        ledger lost (an admin reset it): for the caller, held by its own process, on the GPUs
+        its policy allows and within its quota, like any slice it gets."""
+        keeper: Any = record.keeper_pid
+        keeper = caller.pid if keeper == CALLER else keeper
+        record = replace(
+            record,
+            pid=self._holder_pid(caller, record.pid),
+            keeper_pid=None if keeper is None else self._holder_pid(caller, keeper),
+        )
+        quota = self.quota(caller)
+        with self._grant_lock:
+            held = self._held(caller)
+            booked = self.acting_for(caller, record.request).rebook(record)
+            if booked.id not in {s.id for s in held}:  # booked just now, not found booked already
+                self._check_granted(quota, booked, held)
+        return booked
 
     def _check_granted(self, quota: Quota, granted: Slice, held: list[Slice]) -> None:
         try:
@@ -442,6 +471,7 @@ _DECODE: dict[str, Any] = {
     "final": lambda v: bool(v),
     "pid": lambda v: None if v is None else _whole(v, "pid"),
     "labels": lambda v: v,
+    "record": lambda v: _record(v),
 }
 
 
@@ -471,6 +501,17 @@ def _whole(value: Any, name: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not 0 < value < 2**63:
         raise InvalidRequest(f"{name} {shorten(value)} is not a positive whole number.")
     return value
+
+
+def _record(data: Any) -> Slice:
+    """A slice to book again, as a client sent it (its owner, and its pids' start times and
+    stamps, are the broker's to find out; ``keeper_pid`` may be the caller)."""
+    if not isinstance(data, dict):
+        raise InvalidRequest("The slice to book again must be a mapping of its fields.")
+    try:
+        return slice_from_wire({**data, "request": _request(data.get("request")).to_dict()})
+    except (KeyError, TypeError, ValueError) as error:
+        raise InvalidRequest(f"The slice to book again is malformed ({shorten(error)}).") from None
 
 
 def _request(data: Any) -> SliceRequest:

@@ -31,7 +31,7 @@ from .dashboard import DashboardHistory
 from .metrics import collector
 from .monitor import Sample, UsageMonitor
 from .reclaim import IdleReclaimer
-from .watchdog import ACTIONS, Watchdog
+from .watchdog import ACTIONS, Watchdog, leave_notice
 
 
 class VGPUServer(ExtensionApp):
@@ -282,6 +282,8 @@ class VGPUServer(ExtensionApp):
             ledger_path=ledger.path if ledger is not None else None,
         )
         self.monitor.listeners.append(self.watchdog.check)
+        notices = ledger.path if ledger is not None else None  # a kernel whose slice was not booked again after a reset
+        self.monitor.tell = lambda usage, message: leave_notice(notices, usage, "rebook", "done", message, self.log)
         idle_after = effective_idle_reclaim(self.idle_reclaim_after, ledger)
         self.reclaimer = IdleReclaimer(
             manager,

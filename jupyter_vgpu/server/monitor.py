@@ -16,7 +16,7 @@ import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
 from ..errors import SliceNotFound, VGPUError
@@ -99,6 +99,9 @@ class UsageMonitor:
         self.idle_of: Callable[[str], float | None] = lambda slice_id: None
         #: The idle reclaim's notice to a slice's owner ({"deadline", "seconds_left", "for"}), if any.
         self.notice_of: Callable[[str], dict[str, Any] | None] = lambda slice_id: None
+        #: Tells a kernel something at its next cell (the watchdog's ``leave_notice``): here, that
+        #: its slice could not be booked again after the ledger was reset.
+        self.tell: Callable[[SliceUsage, str], Awaitable[None]] | None = None
         self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="jupyter-vgpu-monitor")
         self._owners = ProcessOwners()
         self._reports = ReportCache(ledger.path) if ledger is not None else None
@@ -107,6 +110,9 @@ class UsageMonitor:
         self._known_pids: list[int] = []
         self._broken: set[str] = set()  # slices whose usage failed once (logged once)
         self._orphans: set[str] = set()  # kernel slices of kernels this server did not run, last tick
+        self._book: str | None = None  # the ledger's book id at the last tick (a new one: it was reset)
+        self._kernel_slices: dict[str, Slice] = {}  # kernel id -> the slice it held at the last tick
+        self._untold: list[tuple[SliceUsage, str]] = []  # kernels whose slice was not booked again
         self._last_error: str | None = None
         self._lock: asyncio.Lock | None = None
         self._task: asyncio.Task[None] | None = None
@@ -118,14 +124,14 @@ class UsageMonitor:
         if self.ledger is None:
             return _empty(now, self.problem or "The jupyter-vgpu ledger is not available.", simulated=self.simulated)
         try:
-            self.ledger.check_split()  # says so in the log and reopens if this process lost the one book
+            split = self.ledger.check_split()  # says so in the log and reopens if this process lost the one book
             snapshot = self.ledger.inventory.snapshot(telemetry=True)
             if self._reap_due():
                 for dead in self.ledger.reap():
                     self.log.info(
                         "jupyter-vgpu: freed slice %s of %s, which has ended.", dead.id, dead.describe_holder()
                     )
-            slices = self._free_given_up(self.ledger.slices(), kernel_pids)
+            slices = self._book_again(self._free_given_up(self.ledger.slices(), kernel_pids), kernel_pids, split, snapshot)
             waiting = tuple(self.ledger.waiting())
         except VGPUError as error:
             return _empty(now, str(error), simulated=self.simulated)
@@ -193,6 +199,49 @@ class UsageMonitor:
         self._orphans = suspects
         return kept
 
+    def _book_again(
+        self, slices: list[Slice], kernel_pids: Mapping[str, int | None] | None, split: str | None, snapshot: Snapshot
+    ) -> list[Slice]:
+        """Book again the slices of this server's running kernels that the ledger lost: it was
+        made afresh (``gc --reset-ledger``: its book id changed) or this process's writes were
+        lost to a split. Each keeps its id, GPUs and sizes, while new slices wait a few seconds
+        after a reset (``store.RESET_GRACE``). A slice released on purpose while the book stayed
+        the same is left alone. A kernel whose slice cannot be booked again is told."""
+        assert self.ledger is not None
+        book = self.ledger.book_id()
+        lost = split is not None or (self._book is not None and book != self._book)
+        self._book = book
+        if kernel_pids is None:
+            return slices
+        present = {s.id for s in slices}
+        for kernel_id, kept in self._kernel_slices.items() if lost else ():
+            if kept.id in present or kernel_id not in kernel_pids:
+                continue
+            pid = kernel_pids.get(kernel_id) or self.server_pid  # the server holds it during a restart
+            why = "was reset" if split is None else "split from this server's"
+            try:
+                slices.append(self.ledger.rebook(replace(kept, pid=pid)))
+            except VGPUError as error:
+                self.log.warning(
+                    "jupyter-vgpu: slice %s of %s could not be booked again after the ledger %s: %s",
+                    kept.id, kept.describe_holder(), why, error,
+                )  # fmt: skip
+                message = (
+                    f"the ledger {why} and this kernel's GPU slice could not be booked again: {error} Its GPU memory "
+                    "is no longer reserved for it; restart the kernel to get a slice."
+                )
+                self._untold.append((slice_usage(kept, pid, Attribution(), snapshot, None), message))
+            else:
+                self.log.info(
+                    "jupyter-vgpu: booked slice %s of %s (%s on GPU %s) again: the ledger %s.",
+                    kept.id, kept.describe_holder(), kept.request.describe(),
+                    ", ".join(map(str, kept.gpu_indices)), why,
+                )  # fmt: skip
+        self._kernel_slices = {
+            s.holder: s for s in slices if s.holder_kind == "kernel" and s.holder in kernel_pids and s.uid == self.uid
+        }
+        return slices
+
     def _reap_due(self) -> bool:
         """Reap when asked to, or every ``reap_every`` ticks if a holder pid has gone; and
         every ``FULL_REAP`` such periods regardless, for what only a full check sees (a zombie,
@@ -214,6 +263,10 @@ class UsageMonitor:
             sample = await self.call(self.collect, pids)
             self._record(sample)
             self.latest = sample
+            untold, self._untold = self._untold, []
+        if (tell := self.tell) is not None:
+            for usage, message in untold:
+                await tell(usage, message)
         if sample.message != self._last_error:
             self._last_error = sample.message
             if sample.message:

@@ -26,8 +26,8 @@ if TYPE_CHECKING:
     from ..gpus import Inventory
 
 #: The contract's operations that the broker serves, by their wire names (the method names).
-#: Reading: slices, get, waiting. Reserving: reserve_now, enqueue, try_grant, leave_queue.
-#: Holding: attach, update_labels, resize, release. Housekeeping: reap, overcommitted.
+#: Reading: slices, get, waiting, book_id. Reserving: reserve_now, enqueue, try_grant, leave_queue.
+#: Holding: attach, update_labels, resize, release, rebook. Housekeeping: reap, overcommitted.
 OPERATIONS = (
     "slices",
     "get",
@@ -43,6 +43,8 @@ OPERATIONS = (
     "release",
     "reap",
     "overcommitted",
+    "book_id",
+    "rebook",
 )
 
 
@@ -85,6 +87,13 @@ class Ledger(ABC):
     @abstractmethod
     def waiting(self) -> list[Waiter]:
         """Requests waiting in line, first in line first."""
+
+    @abstractmethod
+    def book_id(self) -> str:
+        """Which book this is: it changes when the ledger is made afresh (``jupyter vgpu gc
+        --reset-ledger``) or emptied, and so drops every slice, also those of processes that
+        still run. A Jupyter server that sees it change books its running kernels' slices again
+        (:meth:`rebook`)."""
 
     # -- reserving -------------------------------------------------------------------------
     @abstractmethod
@@ -130,6 +139,14 @@ class Ledger(ABC):
     @abstractmethod
     def release(self, slice_id: str) -> Slice:
         """Free a slice; returns what it was."""
+
+    @abstractmethod
+    def rebook(self, record: Slice) -> Slice:
+        """Book again a slice a running process still holds but the ledger lost (a reset, a
+        split): the same id, holder, GPUs, memory on each and tier, for this ledger's actor. It
+        goes through while new slices wait after a reset; refused (:class:`SliceUnavailable`) when
+        it would over-commit a GPU or a GPU is gone, and (:class:`NotPermitted`) when the id is
+        booked for another holder. Booking one that is already there returns it."""
 
     # -- housekeeping ---------------------------------------------------------------------------
     @abstractmethod

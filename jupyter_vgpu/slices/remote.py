@@ -356,6 +356,9 @@ class BrokerLedger(Ledger):
     def waiting(self) -> list[Waiter]:
         return [waiter_from_wire(w) for w in self._call("waiting")]
 
+    def book_id(self) -> str:
+        return str(self._call("book_id"))
+
     # -- reserving -------------------------------------------------------------------------
     def _once(self, op: str, request: SliceRequest, holder: Holder) -> Any:
         """Ask for a slice or a place in line with a token, and ask once more with the same token
@@ -403,6 +406,13 @@ class BrokerLedger(Ledger):
 
     def release(self, slice_id: str) -> Slice:
         return slice_from_wire(self._call("release", slice_id=str(slice_id)))
+
+    def rebook(self, record: Slice) -> Slice:
+        # pids that are this process's own go as the caller, as a holder's do (holder_to_wire)
+        wire = slice_to_wire(record)
+        wire["pid"] = None if record.pid in (None, os.getpid()) else int(record.pid)
+        wire["keeper_pid"] = CALLER if record.keeper_pid == os.getpid() else record.keeper_pid
+        return slice_from_wire(self._call("rebook", record=wire))
 
     # -- housekeeping ------------------------------------------------------------------------
     def reap(self) -> list[Slice]:

@@ -28,7 +28,7 @@ from .placement import Placement, place
 from .records import Actor, Holder, Slice, Ticket, Tier, Waiter, clean_labels
 from .refusal import Refusal
 from .request import SliceRequest
-from .store import LedgerFile
+from .store import RESET_GRACE, LedgerFile, book_id, reset_grace_left
 
 __all__ = ["SQLiteLedger"]
 
@@ -134,6 +134,10 @@ class SQLiteLedger(Ledger):
             )
             for position, row in enumerate(rows, start=1)
         ]
+
+    def book_id(self) -> str:
+        with self.file.transaction(write=False) as db:
+            return book_id(db)
 
     def occupancy(self) -> Occupancy:
         """Every GPU now, as placement sees it (process trees walked afresh)."""
@@ -300,6 +304,11 @@ class SQLiteLedger(Ledger):
                 if ticket is not None:
                     db.execute("DELETE FROM queue WHERE ticket = ?", (ticket,))
                 return again[0], SliceUnavailable()
+        if (left := reset_grace_left(db)) > 0:  # the servers book their running kernels' slices first
+            return None, SliceUnavailable(
+                f"The {self.location()} was reset {RESET_GRACE - left:.0f} s ago and the Jupyter servers are booking "
+                f"their running kernels' slices in it again; new slices wait until that is done, at most {left:.0f} s more."
+            )
         self._record_gpus(db, snapshot)
         slices = self._read_slices(db)
         dead = {s.id for s in self._reap(db, slices)}
@@ -316,11 +325,9 @@ class SQLiteLedger(Ledger):
             refusal = Refusal.of(request, placement.candidates, self.allowance_for, ahead=ahead, fits=bool(placement))
             return None, SliceUnavailable(refusal.text(), detail=refusal.to_dict())
         slice_id = uuid.uuid4().hex[:12]
-        db.execute(
-            "INSERT INTO slices (id, owner, uid, holder_kind, holder, pid, pid_start, context_allowance,"
-            " logical_devices, request, labels, created, tier, keeper_pid, keeper_start, pid_stamp, keeper_stamp,"
-            " token) VALUES (:id, :owner, :uid, :holder_kind, :holder, :pid, :pid_start, :context, :logical,"
-            " :request, :labels, :now, :tier, :keeper_pid, :keeper_start, :pid_stamp, :keeper_stamp, :token)",
+        instances = placement.instances or (None,) * len(placement.chosen)
+        self._insert(
+            db,
             {
                 **fields,
                 "id": slice_id,
@@ -329,27 +336,31 @@ class SQLiteLedger(Ledger):
                 "now": time.time(),
                 "tier": placement.tier.value,
             },
-        )
-        instances = placement.instances or (None,) * len(placement.chosen)
-        db.executemany(
-            "INSERT INTO slice_gpus (slice_id, gpu_uuid, gpu_index, memory, memory_total, mig_device, mig_profile)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?)",
             [
-                (
-                    slice_id,
-                    gpu.uuid,
-                    gpu.index,
-                    amount,
-                    gpu.total,
-                    mig.device.uuid if mig else None,
-                    mig.device.profile if mig else None,
-                )
+                (gpu.uuid, gpu.index, amount, gpu.total, mig.device.uuid if mig else None, mig.device.profile if mig else None)
                 for (gpu, amount), mig in zip(placement.chosen, instances)
             ],
         )
         if ticket is not None:
             db.execute("DELETE FROM queue WHERE ticket = ?", (ticket,))
         return self._find(db, slice_id), SliceUnavailable()
+
+    @staticmethod
+    def _insert(db: sqlite3.Connection, values: dict[str, Any], gpus: list[tuple[Any, ...]]) -> None:
+        """Record one slice: its row (``values``: the holder's fields, id, context, logical, now,
+        tier) and one row per GPU (uuid, index, memory, memory_total, MIG device, MIG profile)."""
+        db.execute(
+            "INSERT INTO slices (id, owner, uid, holder_kind, holder, pid, pid_start, context_allowance,"
+            " logical_devices, request, labels, created, tier, keeper_pid, keeper_start, pid_stamp, keeper_stamp,"
+            " token) VALUES (:id, :owner, :uid, :holder_kind, :holder, :pid, :pid_start, :context, :logical,"
+            " :request, :labels, :now, :tier, :keeper_pid, :keeper_start, :pid_stamp, :keeper_stamp, :token)",
+            values,
+        )
+        db.executemany(
+            "INSERT INTO slice_gpus (slice_id, gpu_uuid, gpu_index, memory, memory_total, mig_device, mig_profile)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?)",
+            [(values["id"], *gpu) for gpu in gpus],
+        )
 
     @staticmethod
     def _ahead(db: sqlite3.Connection, request: SliceRequest, uid: int, ticket: int | None) -> list[sqlite3.Row]:
@@ -526,6 +537,83 @@ class SQLiteLedger(Ledger):
                 self._set_partition(resized)  # the driver's limit follows (a refusal undoes the resize)
             return resized
 
+    def rebook(self, record: Slice) -> Slice:
+        request = record.request
+        if not (isinstance(record.id, str) and len(record.id) == 12 and all(c in "0123456789abcdef" for c in record.id)):
+            raise InvalidRequest(f"{shorten(record.id)} is not a slice id (12 hex digits).")
+        count = len(record.gpus)
+        if not count or count != request.gpus or len(set(record.gpus)) != count or len(record.memory) != count:
+            raise InvalidRequest(f"Slice {record.id} must name each of its {request.gpus} GPUs once, with its memory on each.")
+        holder = Holder(record.holder_kind, record.holder, record.pid, record.labels, record.keeper_pid)
+        fields = self._holder_fields(request, holder)
+        snapshot = self._available_snapshot()
+        on = {g.uuid: g for g in snapshot.gpus}
+        with self.file.transaction() as db:
+            found = self._read_slices(db, "WHERE id = ?", (record.id,))
+            if found:
+                if found[0].uid == self.actor.uid and (found[0].holder_kind, found[0].holder) == (holder.kind, holder.name):
+                    return found[0]  # booked already (by an earlier try, or never lost)
+                raise NotPermitted(f"Slice {record.id} is booked for another holder; only a lost slice can be booked again.")
+            gone = [u for u in record.gpus if u not in on]
+            if gone:
+                raise SliceUnavailable(f"Cannot book slice {record.id} again: GPU {shorten(gone[0])} is no longer present.")
+            if self.allowed_gpus is not None and not set(record.gpus) <= self.allowed_gpus:
+                raise NotPermitted(f"Cannot book slice {record.id} again: the policy does not let {self.actor.user} use its GPUs.")
+            for uuid_, amount in zip(record.gpus, record.memory):
+                if isinstance(amount, bool) or not isinstance(amount, int) or not 0 < amount <= on[uuid_].memory_usable:
+                    raise InvalidRequest(f"Slice {record.id}'s memory {shorten(amount)} on GPU {on[uuid_].index} is not a size there.")
+            context = record.context_allowance
+            if isinstance(context, bool) or not isinstance(context, int) or not 0 <= context < min(record.memory):
+                raise InvalidRequest(f"Slice {record.id}'s context allowance {shorten(context)} is not a size within it.")
+            created = record.created if isinstance(record.created, (int, float)) and 0 < record.created <= time.time() else time.time()
+            wanted = Slice(
+                **{k: fields[k] for k in ("owner", "uid", "pid", "pid_start", "keeper_start", "pid_stamp", "keeper_stamp")},
+                id=record.id, holder_kind=holder.kind, holder=holder.name, keeper_pid=holder.keeper,
+                gpus=tuple(record.gpus), gpu_indices=tuple(on[u].index for u in record.gpus), memory=tuple(record.memory),
+                memory_total=tuple(on[u].memory_usable for u in record.gpus), context_allowance=context,
+                logical_devices=request.logical_devices, request=request, labels=dict(holder.labels), created=created,
+                tier=record.tier, mig_devices=tuple(record.mig_devices), mig_profiles=tuple(record.mig_profiles),
+            )  # fmt: skip
+            if not held(wanted):
+                raise InvalidRequest(f"Slice {record.id}'s holder (process {wanted.pid}) is not running; it needs no slice.")
+            left = reset_grace_left(db)
+            if left > 0 and _started_since(wanted.pid_stamp, RESET_GRACE - left):
+                raise NotPermitted(  # while new slices wait, only what ran before the reset goes in
+                    f"Process {wanted.pid} started after the {self.location()} was reset, so it held no slice to book again."
+                )
+            self._record_gpus(db, snapshot)
+            slices = self._read_slices(db)
+            dead = {s.id for s in self._reap(db, slices)}
+            live = [s for s in slices if s.id not in dead]
+            taken = {d for s in live for d in s.mig_devices} & set(wanted.mig_devices)
+            if taken:
+                raise SliceUnavailable(f"Cannot book slice {record.id} again: its MIG device is held by another slice now.")
+            together = self._occupancy(db, snapshot, [*live, wanted])
+            for n, uuid_ in enumerate(wanted.gpus):
+                gpu = together.gpu(uuid_)
+                assert gpu is not None
+                mig = wanted.mig_devices[n] if n < len(wanted.mig_devices) else None
+                if (wanted.tier is Tier.MIG or wanted.mig_devices) and mig not in {m.device.uuid for m in gpu.mig}:
+                    raise InvalidRequest(f"Slice {record.id} must name one MIG device of GPU {gpu.index} for each GPU, and only a MIG slice any.")
+                others_over = sum(s.over_use for s in gpu.shares if s.slice.id != wanted.id)
+                if not gpu.in_mig_mode and gpu.reserved + others_over + gpu.foreign > gpu.total:
+                    before = self._occupancy(db, snapshot, live).gpu(uuid_)
+                    assert before is not None
+                    raise SliceUnavailable(
+                        f"GPU {gpu.index} no longer has room for slice {record.id} ({request.describe()}): {before.explain()}."
+                    )
+            self._insert(
+                db,
+                {**fields, "id": wanted.id, "context": context, "logical": request.logical_devices, "now": created,
+                 "tier": wanted.tier.value, "token": None},
+                [
+                    (u, i, m, t, wanted.mig_devices[n] if wanted.mig_devices else None,
+                     wanted.mig_profiles[n] if n < len(wanted.mig_profiles) else None)
+                    for n, (u, i, m, t) in enumerate(zip(wanted.gpus, wanted.gpu_indices, wanted.memory, wanted.memory_total))
+                ],
+            )  # fmt: skip
+            return self._find(db, wanted.id)
+
     def release(self, slice_id: str) -> Slice:
         with self.file.transaction() as db:
             found = self._mine(db, slice_id, "release")
@@ -565,6 +653,17 @@ class SQLiteLedger(Ledger):
                 " ON r.gpu_uuid = g.uuid WHERE r.reserved > g.memory_total"
             ).fetchall()
         return [(r[0], r[1], r[2]) for r in rows]
+
+
+def _started_since(stamp: str | None, seconds: float) -> bool:
+    """Whether the process with this start stamp (boot id and start ticks) started within the last
+    ``seconds`` (False when the stamp cannot tell)."""
+    import os
+
+    ticks = (stamp or "").rpartition(":")[2]
+    if not ticks.isdigit():
+        return False
+    return int(ticks) / os.sysconf("SC_CLK_TCK") > boot_clock() - seconds
 
 
 def replace_ledger(ledger: SQLiteLedger) -> SQLiteLedger:

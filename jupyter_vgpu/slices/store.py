@@ -29,7 +29,8 @@ then checkpointed and deleted the WAL under it, and the two went on with two boo
 
 If a split happens anyway (an older jupyter-vgpu, another program opening the file), the process
 notices that the WAL it writes is not the WAL at the path (:meth:`LedgerFile.check_split`, run by
-the server's monitor every tick and before each write), says so in the log and reopens.
+the server's monitor every tick and before each write), says so in the log and reopens; the server
+then books its running kernels' slices again, as after ``gc --reset-ledger`` (see :meth:`LedgerFile.reset`).
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ import sqlite3
 import stat
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -61,6 +63,16 @@ SCHEMA_VERSION = 4
 
 #: Each process checkpoints the write-ahead log after this many of its own write transactions.
 CHECKPOINT_EVERY = 32
+
+#: Seconds after ``gc --reset-ledger`` made a ledger afresh during which new slices wait (or are
+#: refused) while the Jupyter servers book their running kernels' slices again (``rebook``); a
+#: server notices at its monitor's next tick, every 2 s by default.
+RESET_GRACE = 10.0
+
+#: Keys in the ``meta`` table: the book's id (new whenever the ledger is made afresh or emptied)
+#: and, in a ledger made by a reset, when that was on the boot clock.
+BOOK = "book"
+RESET_AT = "reset_at"
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -134,8 +146,9 @@ _MIGRATIONS: dict[int, tuple[str | Callable[[sqlite3.Connection], None], ...]] =
 
 RECOVERY = (
     "Move it aside and start a fresh ledger with `jupyter vgpu gc --reset-ledger` "
-    "(the old file is kept next to it as {name}.corrupt-<time>; running processes keep their GPU "
-    "memory, which then counts as used outside slices until they end)."
+    "(the old file is kept next to it as {name}.corrupt-<time>; Jupyter servers book their running "
+    "kernels' slices in the fresh one again, and other running processes' GPU memory counts as used "
+    "outside slices until they end)."
 )
 
 
@@ -232,35 +245,8 @@ class _Connection:
         return (st.st_dev, st.st_ino)
 
     def _create(self) -> None:
-        """Make a new ledger, in the writers' turn: built whole (WAL mode, schema) under a name of
-        this process's, owner-only, then linked to the path in one step. Nobody ever opens a
-        half-made ledger: two processes on a file still in rollback-journal mode raced on deleting
-        its journal as one switched it to WAL (SQLITE_IOERR_DELETE_NOENT, "disk I/O error")."""
-        temporary = self.path.with_name(f".{self.path.name}.new-{os.getpid()}")
-        _remove_with_logs(temporary)  # left by a process of this pid that died here
-        try:
-            os.close(os.open(temporary, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600))
-            db = sqlite3.connect(_uri(temporary, "rw"), uri=True, timeout=self.timeout, isolation_level=None)
-            try:
-                mode = db.execute("PRAGMA journal_mode = WAL").fetchone()[0]
-                if str(mode).lower() != "wal":
-                    raise LedgerError(f"The ledger {self.path} cannot use write-ahead logging (journal mode {mode}).")
-                self._set_up(db)
-                db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-            finally:
-                db.close()  # its own log, by its own name: everything is in the file now
-            try:
-                os.link(temporary, self.path)
-            except FileExistsError:
-                pass  # made meanwhile by something that does not take the turn: use that one
-            except OSError as error:
-                if error.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EXDEV):
-                    raise
-                os.rename(temporary, self.path)  # no hard links here; still one step, in the turn
-        except OSError as error:
-            raise LedgerError(f"Cannot create the ledger {self.path}: {error.strerror or error}.") from None
-        finally:
-            _remove_with_logs(temporary)
+        """Make a new ledger, in the writers' turn (see :func:`_build`)."""
+        _build(self.path, self.timeout)
 
     def _open(self) -> sqlite3.Connection:
         for attempt in range(_OPEN_ATTEMPTS):
@@ -322,7 +308,7 @@ class _Connection:
                     mode = db.execute("PRAGMA journal_mode = WAL").fetchone()[0]
                     if str(mode).lower() != "wal":
                         raise LedgerError(f"The ledger {self.path} cannot use write-ahead logging (journal mode {mode}).")
-                    self._set_up(db)
+                    self._set_up(db, self.path)
             except BaseException:
                 _close_without_checkpoint(db)
                 raise
@@ -368,16 +354,11 @@ class _Connection:
             return False
         version = _schema_version(row[0])
         if version > SCHEMA_VERSION:
-            raise self._newer(version)
+            raise _newer(self.path, version)
         return version == SCHEMA_VERSION
 
-    def _newer(self, version: int) -> LedgerError:
-        return LedgerError(
-            f"The ledger {self.path} was written by a newer jupyter-vgpu (schema {version}, this one "
-            f"reads {SCHEMA_VERSION}); upgrade jupyter-vgpu or point JUPYTER_VGPU_LEDGER elsewhere."
-        )
-
-    def _set_up(self, db: sqlite3.Connection) -> None:
+    @staticmethod
+    def _set_up(db: sqlite3.Connection, path: Path) -> None:
         """Create the schema or upgrade it, in the writers' turn."""
         db.execute("BEGIN IMMEDIATE")
         try:
@@ -391,7 +372,7 @@ class _Connection:
             else:
                 version = _schema_version(row[0])
                 if version > SCHEMA_VERSION:
-                    raise self._newer(version)
+                    raise _newer(path, version)
                 for step in range(version, SCHEMA_VERSION):
                     for upgrade in _MIGRATIONS[step]:
                         if callable(upgrade):
@@ -651,6 +632,7 @@ class LedgerFile:
                 db.execute("BEGIN IMMEDIATE")
                 for table in ("slice_gpus", "slices", "queue"):
                     db.execute(f"DELETE FROM {table}")
+                db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (BOOK, uuid.uuid4().hex))
                 db.execute("COMMIT")
             finally:
                 db.close()
@@ -660,9 +642,16 @@ class LedgerFile:
 
     @staticmethod
     def reset(path: str | Path) -> Path | None:
-        """Move a damaged ledger (and its WAL files) aside, in the writers' turn; returns where it
-        went. Processes that still have it open notice at their next transaction and open the
-        fresh one (see :meth:`_follow_replacement`)."""
+        """Move a damaged ledger (and its WAL files) aside and make a fresh one, in the writers'
+        turn; returns where the old one went. Processes that still have it open notice at their
+        next transaction and open the fresh one (see :meth:`_follow_replacement`).
+
+        Kernels and commands of the old ledger may still run, holding GPU memory no slice books
+        any more. Unless the old file shows that none does, the fresh ledger records when it was
+        reset: for :data:`RESET_GRACE` seconds new slices wait while the Jupyter servers book
+        their running kernels' slices again (``rebook``), so nothing is placed on them first."""
+        from .holders import boot_clock
+
         source = Path(path)
         if not source.exists():
             return None
@@ -671,6 +660,10 @@ class LedgerFile:
         turn = _Turn(source, lock_timeout())
         try:
             turn.take()
+            try:
+                holders_may_run = bool(_held_slices(source))
+            except sqlite3.Error:
+                holders_may_run = True  # damaged past reading: who ran cannot be told
             for extra_suffix in ("-wal", "-shm"):
                 extra = source.with_name(source.name + extra_suffix)
                 try:
@@ -678,6 +671,7 @@ class LedgerFile:
                 except FileNotFoundError:
                     pass  # none, or the last connection closing just deleted it
             source.rename(target)
+            _build(source, turn.timeout, {RESET_AT: repr(boot_clock())} if holders_may_run else None)
         finally:
             turn.close()
         return target
@@ -686,6 +680,69 @@ class LedgerFile:
 #: Connections to ledger files that were moved aside: kept open for the process's life, because
 #: closing them would delete the new file's write-ahead log (see LedgerFile._follow_replacement).
 _PARKED: list[sqlite3.Connection] = []
+
+
+def _newer(path: Path, version: int) -> LedgerError:
+    return LedgerError(
+        f"The ledger {path} was written by a newer jupyter-vgpu (schema {version}, this one "
+        f"reads {SCHEMA_VERSION}); upgrade jupyter-vgpu or point JUPYTER_VGPU_LEDGER elsewhere."
+    )
+
+
+def _build(path: Path, timeout: float, meta: dict[str, str] | None = None) -> None:
+    """Make a new ledger at ``path``, in the writers' turn: built whole (WAL mode, schema, a new
+    book id and ``meta``) under a name of this process's, owner-only, then linked to the path in
+    one step. Nobody ever opens a half-made ledger: two processes on a file still in
+    rollback-journal mode raced on deleting its journal as one switched it to WAL
+    (SQLITE_IOERR_DELETE_NOENT, "disk I/O error")."""
+    temporary = path.with_name(f".{path.name}.new-{os.getpid()}")
+    _remove_with_logs(temporary)  # left by a process of this pid that died here
+    try:
+        os.close(os.open(temporary, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600))
+        db = sqlite3.connect(_uri(temporary, "rw"), uri=True, timeout=timeout, isolation_level=None)
+        try:
+            mode = db.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+            if str(mode).lower() != "wal":
+                raise LedgerError(f"The ledger {path} cannot use write-ahead logging (journal mode {mode}).")
+            _Connection._set_up(db, path)
+            entries = {BOOK: uuid.uuid4().hex, **(meta or {})}
+            db.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)", list(entries.items()))
+            db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        finally:
+            db.close()  # its own log, by its own name: everything is in the file now
+        try:
+            os.link(temporary, path)
+        except FileExistsError:
+            pass  # made meanwhile by something that does not take the turn: use that one
+        except OSError as error:
+            if error.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EXDEV):
+                raise
+            os.rename(temporary, path)  # no hard links here; still one step, in the turn
+    except OSError as error:
+        raise LedgerError(f"Cannot create the ledger {path}: {error.strerror or error}.") from None
+    finally:
+        _remove_with_logs(temporary)
+
+
+def book_id(db: sqlite3.Connection) -> str:
+    """Which book the ledger is: a new id whenever it is made afresh (``gc --reset-ledger``) or
+    emptied (``--force``); '' for a ledger made before ids were kept."""
+    row = db.execute("SELECT value FROM meta WHERE key = ?", (BOOK,)).fetchone()
+    return str(row[0]) if row is not None else ""
+
+
+def reset_grace_left(db: sqlite3.Connection) -> float:
+    """Seconds left of :data:`RESET_GRACE` after ``gc --reset-ledger`` made this ledger afresh
+    while processes of the old one may still run (0: none). The boot clock, so no wall-clock step
+    stretches it; a reset before the last boot reads as long past."""
+    from .holders import boot_clock
+
+    row = db.execute("SELECT value FROM meta WHERE key = ?", (RESET_AT,)).fetchone()
+    try:
+        since = boot_clock() - float(row[0]) if row is not None else math.inf
+    except ValueError:
+        return 0.0
+    return RESET_GRACE - since if 0 <= since < RESET_GRACE else 0.0
 
 
 def _held_slices(path: Path) -> list[str]:

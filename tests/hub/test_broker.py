@@ -359,6 +359,13 @@ def test_every_operation_of_the_ledger_contract_works_through_the_broker(system_
         ledger.get(held.id)
     assert ledger.reap() == [] and ledger.overcommitted() == []
     used |= {"reap", "overcommitted"}
+    assert ledger.book_id() == ledger.book_id() != ""
+    lost = ledger.reserve_now(SliceRequest.parse("1/4"), Holder.command("lost"))
+    ledger.release(lost.id)  # as a reset loses it; this process still runs
+    again = ledger.rebook(lost)
+    assert (again.id, again.gpus, again.memory, again.holder) == (lost.id, lost.gpus, lost.memory, "lost")
+    assert ledger.release(again.id).id == lost.id
+    used |= {"book_id", "rebook"}
     assert used == set(OPERATIONS)
 
 

@@ -139,12 +139,18 @@ def _open_reserve_close(path: str, rounds: int, answers: Any) -> None:
     answers.put(failures)
 
 
-def test_opening_while_a_damaged_ledger_is_moved_aside_never_fails(tmp_path: Path) -> None:
+def test_opening_while_a_damaged_ledger_is_moved_aside_never_fails(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # `jupyter vgpu gc --reset-ledger` moves a damaged ledger aside while commands start and
     # exit: each must open the old file or the new one, never fail ("disk I/O error" when two
     # processes met a new file still in rollback mode; a close deleting the new file's log by
-    # name), and the file left at the path is a whole, healthy ledger.
+    # name), and the file left at the path is a whole, healthy ledger. (Without the few seconds
+    # new slices wait after a reset, so that every round reserves and writes: the forked workers
+    # inherit this.)
     import multiprocessing
+
+    from jupyter_vgpu.slices import store
+
+    monkeypatch.setattr(store, "RESET_GRACE", 0.0)
 
     path = str(tmp_path / "ledger.sqlite")
     context = multiprocessing.get_context("fork")
