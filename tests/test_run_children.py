@@ -67,10 +67,8 @@ def test_a_background_process_keeps_the_slice_until_it_ends(tmp_path: Path, star
     assert run.stdout is not None
     background = int(run.stdout.readline())
     wait_until(lambda: "so its slice stays reserved" in said(tmp_path), timeout=60, what="run saying what holds the slice")
-    assert (
-        f"jupyter vgpu: the command exited (3); 1 process it started is still running (pid {background} bash), "
-        "so its slice stays reserved until it ends (Ctrl+C ends it)."
-    ) in said(tmp_path)
+    text = said(tmp_path)  # the background loop, and the sleep it may be in at the moment
+    assert "jupyter vgpu: the command exited (3); " in text and f"still running (pid {background} bash" in text, text
     assert run.poll() is None and psutil.pid_exists(background)
     held = slices()
     assert len(held) == 1 and held[0]["fraction"] == 0.5  # another process sees the slice still reserved
