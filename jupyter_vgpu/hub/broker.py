@@ -17,6 +17,7 @@ The socket itself is :mod:`.listener`. Clients are :class:`jupyter_vgpu.slices.r
 from __future__ import annotations
 
 import inspect
+import json
 import logging
 import os
 import pwd
@@ -28,6 +29,7 @@ from typing import Any
 
 import psutil
 
+from ..enforcement import by_tier
 from ..errors import InvalidConfig, InvalidRequest, LeftLine, NotPermitted, SliceUnavailable, VGPUError
 from ..gpus.inventory import GPUProcess, Snapshot
 from ..slices import Actor, Holder, Ledger, SliceRequest, SQLiteLedger, Ticket
@@ -142,6 +144,8 @@ class Broker:
 
     def __init__(self, ledger: SQLiteLedger, policy: PolicySource, *, simulate: str = "") -> None:
         self.ledger = ledger
+        ledger.allowed_for_row = self._allowed_for_row  # the line's order knows each waiter's policy
+        self._gpus_seen: tuple[float, Snapshot | None] = (0.0, None)
         self.policy = policy
         self.simulate = simulate
         self._grant_lock = threading.Lock()
@@ -368,32 +372,41 @@ class Broker:
         return s.seen_by(Actor(caller.user, caller.uid, caller.admin))
 
     def _visible(self, caller: Caller, s: Slice) -> dict[str, Any]:
-        return slice_to_wire(self.visible(caller, s))
+        # with what the broker decided for its tier (HAMi-core's library: the broker's, not the caller's)
+        return slice_to_wire(replace(self.visible(caller, s), tier_setup=by_tier(s.tier).setup()))
 
     def visible_waiter(self, caller: Caller, w: Waiter) -> Waiter:
         if caller.admin or w.uid == caller.uid:
             return w
         return replace(w, holder=HIDDEN_HOLDER[w.holder_kind], labels={}, pid=None)
 
+    def _allowed_for_row(self, row: Any) -> frozenset[str] | None:
+        """For the line's order: a request may pass an earlier one whose policy keeps it off the
+        GPUs that are free."""
+        return self.policy_gpus(row["owner"], row["uid"], SliceRequest.from_dict(json.loads(row["request"])))
+
     def with_allowed_gpus(self, waiters: list[Waiter]) -> list[Waiter]:
         """Each waiter with the GPUs its user's policy lets it use: a user's server frees an idle
         slice only for a waiter that the freed room would let in (server.reclaim)."""
-        snapshot = self.ledger.inventory.snapshot()
-        quotas_of: dict[str, Quota] = {}
         result = []
         for w in waiters:
-            if w.uid == 0:
-                result.append(w)
-                continue
-            quota = quotas_of.get(w.owner)
-            if quota is None:
-                quota = quotas_of[w.owner] = self.policy.current().quota(w.owner, user_groups(w.owner))
-            try:
-                allowed = quotas.allowed_gpus(quota, snapshot, w.request)
-            except NotPermitted:
-                allowed = frozenset()  # nothing of this node: no reclaim can help it
+            allowed = self.policy_gpus(w.owner, w.uid, w.request)
             result.append(w if allowed is None else replace(w, allowed_gpus=tuple(sorted(allowed))))
         return result
+
+    def policy_gpus(self, owner: str, uid: int, request: SliceRequest) -> frozenset[str] | None:
+        """The GPUs the policy lets ``owner``'s ``request`` use (None: any; empty: none here)."""
+        if uid == 0:
+            return None
+        seen, snapshot = self._gpus_seen
+        if snapshot is None or time.monotonic() - seen > 1.0:  # one NVML pass serves a whole line
+            snapshot = self.ledger.inventory.snapshot()
+            self._gpus_seen = (time.monotonic(), snapshot)
+        quota = self.policy.current().quota(owner, user_groups(owner))
+        try:
+            return quotas.allowed_gpus(quota, snapshot, request)
+        except NotPermitted:
+            return frozenset()  # pinned to a GPU it may not use: nothing here lets it in
 
     def _holder_pid(self, caller: Caller, pid: int | None) -> int:
         """The caller itself, or a process of the caller's own uid (root: any)."""

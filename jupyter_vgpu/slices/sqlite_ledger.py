@@ -13,7 +13,7 @@ import json
 import sqlite3
 import time
 import uuid
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -81,6 +81,9 @@ class SQLiteLedger(Ledger):
         self.poll_interval = poll_interval
         self.actor = actor or Actor.this_process()
         self.allowed_gpus: frozenset[str] | None = None
+        #: The GPUs an earlier place in line may use (its row; None: any): the broker's policy. A
+        #: request passes an earlier one that cannot be placed on what its policy allows.
+        self.allowed_for_row: Callable[[Mapping[str, Any]], frozenset[str] | None] = lambda row: None
         self.file = LedgerFile(path)
         self.path = self.file.path
         self._recorded_gpus: list[tuple[tuple[str, int, str, int], ...] | None] = [None]
@@ -368,7 +371,7 @@ class SQLiteLedger(Ledger):
         two bounds on what others can hold back (README.md, "Waiting in line"): another user
         blocks it with their earliest place only, and a place pinned to another GPU not at all."""
         rows = db.execute(
-            "SELECT ticket, uid, request, created FROM queue" + (" WHERE ticket < ?" if ticket is not None else "")
+            "SELECT ticket, uid, owner, request, created FROM queue" + (" WHERE ticket < ?" if ticket is not None else "")
             + " ORDER BY ticket",
             () if ticket is None else (ticket,),
         ).fetchall()
@@ -399,10 +402,10 @@ class SQLiteLedger(Ledger):
         for row in earlier:
             waiting = SliceRequest.from_dict(json.loads(row["request"]))
             try:
-                if place(waiting, gpus, allowance=self.allowance_for):
+                if place(waiting, gpus, allowance=self.allowance_for, allowed=self.allowed_for_row(row)):
                     return placement, len(earlier)  # it fits now: first come, first served
-            except InvalidRequest:
-                continue  # pinned to a GPU that is gone: it waits for nothing here
+            except (InvalidRequest, NotPermitted):
+                continue  # pinned to a GPU that is gone or not its own: it waits for nothing here
             if now - row["created"] >= BACKFILL_SECONDS:
                 big_enough = [g for g in gpus if not g.in_mig_mode and waiting.amount_on(g.total) <= g.total]
                 big_enough.sort(key=lambda g: (-g.free, g.index))

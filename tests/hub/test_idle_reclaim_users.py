@@ -106,3 +106,30 @@ def test_another_users_unhelpable_place_in_line_shuts_down_nothing(system_users:
                 command.kill()
         server.stop()
         shutil.rmtree(home, ignore_errors=True)
+
+
+def test_a_place_in_line_kept_off_the_free_gpu_by_its_policy_blocks_nobody_there(
+    system_users: Users, broker: BrokerProcess
+) -> None:
+    """Found measuring issue 30's scene: the line's first-come-first-served rule asked whether an
+    earlier place "fits now" without its policy's GPUs, so alice's request, allowed only GPU 1
+    (full), held back bob's request that fits on GPU 0, and a reclaim for bob let nobody in."""
+    alice, bob = system_users.alice, system_users.bob
+    broker.kill(signal.SIGTERM)
+    broker.env["JUPYTER_VGPU_SIMULATE"] = "2x16GiB"
+    broker.write_policy({"default": {"max_slices": 3}, "users": {alice.name: {"gpus": ["1"]}}})
+    broker.start()
+    env = {who.name: who.env(JUPYTER_VGPU_BROKER=str(broker.socket)) for who in (alice, bob)}
+    filler = bob.popen(JUPYTER_VGPU, "run", "--gpu", "1", "-p", "1", "--", "sleep", "300", env=env[bob.name])
+    waiting = None
+    try:
+        wait_until(lambda: "GPU 1" in bob.run(JUPYTER_VGPU, "status", env=env[bob.name]).stdout and filler.poll() is None, timeout=30, what="GPU 1 filled")
+        waiting = alice.popen(JUPYTER_VGPU, "run", "-p", "1/4", "--wait", "120", "--", "true", env=env[alice.name])
+        wait_until(lambda: "waiting" in alice.run(JUPYTER_VGPU, "status", env=env[alice.name]).stdout.lower(), timeout=30, what="alice in line")
+        granted = bob.run(JUPYTER_VGPU, "run", "--gpu", "0", "-p", "1/2", "--", "true", env=env[bob.name])
+        assert granted.returncode == 0, granted.stderr  # before: "1 earlier request waits in line"
+        assert waiting.poll() is None  # alice still waits for GPU 1, her only one
+    finally:
+        filler.kill()
+        if waiting is not None:
+            waiting.kill()
