@@ -262,19 +262,32 @@ class BrokerClient:
             )
 
     def call(self, op: str, **args: Any) -> Any:
-        """Ask the broker; returns its result or raises the VGPUError it answered with."""
+        """Ask the broker; returns its result or raises the VGPUError it answered with.
+
+        A request whose connection breaks before the answer (the broker was stopped or restarted
+        while it asked) is asked once more, on a new connection once the broker listens again
+        (:data:`RECONNECT_SECONDS`, within the call's timeout), where that is safe: see
+        :func:`safe_to_ask_again`. A call that ran out of time is not asked again here."""
         line = json.dumps({"op": op, "args": args}).encode() + b"\n"
         deadline = time.monotonic() + self.timeout
-        conn = self._connect(deadline)
-        try:
-            with conn:
-                conn.settimeout(max(0.1, deadline - time.monotonic()))
-                conn.sendall(line)
-                answer = _read_line(conn)
-        except OSError as error:
-            raise NoAnswer(f"The jupyter-vgpu broker at {self.socket_path} did not answer: {error}.") from None
-        if not answer:
-            raise NoAnswer(f"The jupyter-vgpu broker at {self.socket_path} closed the connection without an answer.")
+        attempts = 2 if safe_to_ask_again(op, args) else 1
+        for attempt in range(1, attempts + 1):
+            conn = self._connect(deadline)
+            try:
+                with conn:
+                    conn.settimeout(max(0.1, deadline - time.monotonic()))
+                    conn.sendall(line)
+                    answer = _read_line(conn)
+            except (ConnectionResetError, BrokenPipeError) as error:
+                broken = f"did not answer: {error}"
+            except OSError as error:
+                raise NoAnswer(f"The jupyter-vgpu broker at {self.socket_path} did not answer: {error}.") from None
+            else:
+                if answer:
+                    break
+                broken = "closed the connection without an answer"
+            if attempt == attempts or time.monotonic() >= deadline:
+                raise NoAnswer(f"The jupyter-vgpu broker at {self.socket_path} {broken}.")
         try:
             data = json.loads(answer)
         except ValueError:
@@ -286,13 +299,30 @@ class BrokerClient:
         return data.get("result")
 
 
+def safe_to_ask_again(op: str, args: Mapping[str, Any]) -> bool:
+    """Whether asking ``op`` again after a connection that broke mid-way can do no harm: it only
+    reads, or it reserves with the holder's token (the broker answers a token it has seen with
+    what the first asking got, never a second slice or place in line)."""
+    if op in READS:
+        return True
+    holder = args.get("holder")
+    return op in BY_TOKEN and isinstance(holder, Mapping) and bool(holder.get("token"))
+
+
+#: Requests that change nothing (``info`` and ``snapshot`` are the broker's own).
+READS = frozenset({"info", "snapshot", "slices", "get", "waiting", "overcommitted"})
+#: Requests that carry the holder's token (see :meth:`BrokerLedger._once`).
+BY_TOKEN = frozenset({"reserve_now", "enqueue"})
+
+
 def _read_line(conn: socket.socket) -> bytes:
+    """One answer line; b"" when the connection closed before its end (no answer, or part of one)."""
     chunks: list[bytes] = []
     size = 0
     while True:
         chunk = conn.recv(65536)
         if not chunk:
-            break
+            return b""
         newline = chunk.find(b"\n")
         if newline >= 0:
             chunks.append(chunk[:newline])

@@ -478,3 +478,59 @@ def test_a_policy_file_nested_100000_deep_is_refused_and_every_request_answered(
     assert still.returncode == 77 and "at most 1/4 GPU per kernel" in still.stderr, still.stderr
 
 
+
+#: Run as a user: open the broker's ledger, say so, and on a line from stdin reserve a 1/4 GPU
+#: (with a request token, as every reservation has), print the slice and hold it.
+RESERVE_ON_CUE = """
+import sys, time
+from jupyter_vgpu.slices import Holder, SliceRequest
+from jupyter_vgpu.slices.remote import BrokerLedger
+ledger = BrokerLedger(sys.argv[1], path="/tmp/unused-ledger.sqlite", timeout=60)
+print("ready", flush=True)
+sys.stdin.readline()
+print(ledger.reserve_now(SliceRequest.parse("1/4"), Holder.command("cue")).id, flush=True)
+time.sleep(60)
+"""
+
+
+def pending_connections(socket_path: Path) -> int:
+    """Connections waiting in the broker's backlog (``ss``: a listening socket's Recv-Q)."""
+    listed = subprocess.run(["ss", "-xlnH"], capture_output=True, text=True, timeout=30).stdout
+    return sum(int(line.split()[2]) for line in listed.splitlines() if str(socket_path) in line.split())
+
+
+def test_a_request_in_flight_when_the_broker_dies_is_asked_again_once_it_is_back(
+    system_users: Users, broker: BrokerProcess
+) -> None:
+    """Issue 30: a request whose connection the broker dropped by dying (killed, then started
+    again by its supervisor) failed with "closed the connection without an answer". A read, and a
+    reservation (it carries its token), are asked again once the broker listens again; the
+    reservation is booked once."""
+    if shutil.which("ss") is None:
+        pytest.skip("`ss` is needed to see the requests waiting in the broker's backlog")
+    bob = system_users.bob
+    env = bob.env(JUPYTER_VGPU_BROKER=str(broker.socket))
+    reserver = subprocess.Popen(bob.command(PYTHON, "-c", RESERVE_ON_CUE, str(broker.socket)), env=env, cwd="/",
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    assert broker.process is not None and reserver.stdin is not None and reserver.stdout is not None
+    try:
+        assert reserver.stdout.readline().strip() == "ready"
+        broker.process.send_signal(signal.SIGSTOP)  # what is asked now waits in its backlog
+        try:
+            status = bob.popen(JUPYTER_VGPU, "status", env=env)
+            reserver.stdin.write("go\n")
+            reserver.stdin.flush()
+            wait_until(lambda: pending_connections(broker.socket) == 2, what="both requests in the broker's backlog")
+        finally:
+            broker.kill(signal.SIGKILL)  # dies with both requests in flight
+        time.sleep(1.0)  # its supervisor starts it again a moment later
+        broker.start(wait=False)
+        out, err = status.communicate(timeout=90)
+        assert status.returncode == 0, err
+        assert "slices kept by: node broker" in out and "Traceback" not in err
+        held = reserver.stdout.readline().strip()
+        assert held, reserver.stderr.read() if reserver.poll() is not None and reserver.stderr else "no slice"
+        assert [(s.id, s.owner) for s in open_ledger().slices()] == [(held, bob.name)]
+    finally:
+        reserver.kill()
+        reserver.wait()
