@@ -44,7 +44,9 @@ def run(source: Path, folder: Path, rounds: int, name: str) -> dict[str, float]:
     ledger = folder / f"{name}.sqlite"
     env = {**os.environ, "PYTHONPATH": str(source)}
     env.pop("JUPYTER_VGPU_BROKER", None)
-    out = subprocess.run([sys.executable, "-c", LOOP, str(ledger), str(rounds)], env=env, check=True, capture_output=True, text=True)
+    # from the work folder: `python -c` puts the working directory first on sys.path, so run from
+    # the checkout's root "before" would import this checkout too
+    out = subprocess.run([sys.executable, "-c", LOOP, str(ledger), str(rounds)], env=env, cwd=folder, check=True, capture_output=True, text=True)
     for suffix in ("", "-wal", "-shm", ".lock"):
         Path(f"{ledger}{suffix}").unlink(missing_ok=True)
     return dict(json.loads(out.stdout))
