@@ -251,3 +251,29 @@ def test_a_full_disk_is_said_as_a_full_disk_and_changes_nothing(tmp_path: Path) 
     first, kept = run.stdout.splitlines()
     assert "is full" in first and "nothing was changed" in first and "cannot rollback" not in first, first
     assert kept == "True"
+
+
+def test_a_ledger_name_too_long_for_the_file_system_is_one_sentence_everywhere(tmp_path: Path) -> None:
+    """``JUPYTER_VGPU_LEDGER=/tmp/<300 characters>.sqlite`` was a traceback (ENAMETOOLONG) in
+    ``status``, ``run`` and the server's log."""
+    from jupyter_process import isolated_env, start_jupyter, wait_for
+
+    ledger = tmp_path / ("a" * 300 + ".sqlite")
+    env = isolated_env(tmp_path, JUPYTER_VGPU_SIMULATE="1x16GiB", JUPYTER_VGPU_LEDGER=str(ledger))
+    shown = f"'{str(ledger)[:19]}...{str(ledger)[-19:]}' ({len(str(ledger))} characters)"
+    sentence = (
+        f"The ledger {shown} has a file name of 307 bytes; a ledger's file name is at most 200 bytes (its lock, logs "
+        "and backups add to it): point JUPYTER_VGPU_LEDGER (or c.VGPU.ledger_path) at a file with a shorter name."
+    )
+    for args in (["status"], ["run", "-p", "1/4", "--", "true"]):
+        ran = subprocess.run([*CLI, *args], env=env, capture_output=True, text=True, timeout=60)
+        assert ran.returncode != 0 and ran.stderr == f"jupyter vgpu: {sentence}\n", ran.stderr
+    deeper = tmp_path / ("b" * 300) / "ledger.sqlite"  # a folder's name too long
+    ran = subprocess.run([*CLI, "status"], env={**env, "JUPYTER_VGPU_LEDGER": str(deeper)}, capture_output=True, text=True, timeout=60)
+    assert ran.returncode != 0 and ran.stderr.endswith(f"({len(str(deeper))} characters): File name too long.\n"), ran.stderr
+    server = start_jupyter(tmp_path, env=env)
+    try:
+        wait_for(lambda: sentence in server.log_text(), "the server to say why it has no ledger")
+        assert "Traceback" not in server.log_text(), server.log_tail()
+    finally:
+        server.stop()

@@ -494,13 +494,28 @@ def _after_fork_in_child() -> None:
 os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
+#: The longest ledger file name, in bytes: file systems allow 255, and the names beside it add up to
+#: 28 (``<name>.corrupt-<time>-wal``, ``.<name>.new-<pid>``).
+MAX_NAME = 200
+
+
 class LedgerFile:
     """A handle on the ledger file; every handle of one path in a process shares one connection
     (see the module's rule). Safe to share between threads."""
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
-        if not self.path.name or str(path).endswith(os.sep) or self.path.is_dir():
+        if len(os.fsencode(self.path.name)) > MAX_NAME:
+            raise LedgerError(
+                f"The ledger {shorten(str(path))} has a file name of {len(os.fsencode(self.path.name))} bytes; a ledger's "
+                f"file name is at most {MAX_NAME} bytes (its lock, logs and backups add to it): point JUPYTER_VGPU_LEDGER "
+                "(or c.VGPU.ledger_path) at a file with a shorter name."
+            )
+        try:
+            folder = not self.path.name or str(path).endswith(os.sep) or self.path.is_dir()
+        except OSError as error:  # a name in the path is too long for the file system, a loop of links
+            raise LedgerError(f"Cannot use the ledger {shorten(str(path))}: {error.strerror or error}.") from None
+        if folder:
             raise LedgerError(
                 f"The ledger {shorten(str(path))} is a folder; point JUPYTER_VGPU_LEDGER (or c.VGPU.ledger_path) at a file "
                 "in it, e.g. ~/.local/share/jupyter/vgpu/ledger.sqlite."
