@@ -35,19 +35,10 @@ def as_user_python(folder: Path, uid: int, gid: int) -> str:
     return str(wrapper)
 
 
-def slices(server: Any) -> dict[str, Any]:
-    status, body = server.api("GET", "api/vgpu/slices")
-    assert status == 200, body
-    return dict(body)
+def alices_server(alice: Any, broker: BrokerProcess, args: list[str]) -> tuple[Path, Any]:
+    """A real jupyter server run as alice, backed by the broker, with a 1/4 GPU kernelspec."""
+    from jupyter_process import isolated_env, start_jupyter, write_sliced_kernelspec
 
-
-def test_another_users_unhelpable_place_in_line_shuts_down_nothing(system_users: Users, broker: BrokerProcess) -> None:
-    from jupyter_process import KERNEL_NAME, isolated_env, start_jupyter, write_sliced_kernelspec
-
-    alice, bob = system_users.alice, system_users.bob
-    broker.kill(signal.SIGTERM)
-    broker.env["JUPYTER_VGPU_SIMULATE"] = "2x16GiB"
-    broker.start()
     home = world_dir("vgpu-alice-server-")
     for name in ("root", "config", "data", "runtime", "ipython", "vgpu"):
         (home / name).mkdir()
@@ -57,8 +48,23 @@ def test_another_users_unhelpable_place_in_line_shuts_down_nothing(system_users:
     env = isolated_env(home, JUPYTER_VGPU_BROKER=str(broker.socket), HOME=str(home), USER=alice.name)
     if os.environ.get("PYTHONPATH"):
         env["PYTHONPATH"] = os.environ["PYTHONPATH"]
-    args = [f"--VGPUServer.idle_reclaim_after={AFTER}", f"--VGPUServer.idle_reclaim_notice={NOTICE}", "--VGPUServer.monitor_interval=0.2"]
-    server = start_jupyter(home, python=python, env=env, args=args)
+    return home, start_jupyter(home, python=python, env=env, args=["--VGPUServer.monitor_interval=0.2", *args])
+
+
+def slices(server: Any) -> dict[str, Any]:
+    status, body = server.api("GET", "api/vgpu/slices")
+    assert status == 200, body
+    return dict(body)
+
+
+def test_another_users_unhelpable_place_in_line_shuts_down_nothing(system_users: Users, broker: BrokerProcess) -> None:
+    from jupyter_process import KERNEL_NAME
+
+    alice, bob = system_users.alice, system_users.bob
+    broker.kill(signal.SIGTERM)
+    broker.env["JUPYTER_VGPU_SIMULATE"] = "2x16GiB"
+    broker.start()
+    home, server = alices_server(alice, broker, [f"--VGPUServer.idle_reclaim_after={AFTER}", f"--VGPUServer.idle_reclaim_notice={NOTICE}"])
     bob_env = bob.env(JUPYTER_VGPU_BROKER=str(broker.socket))
     commands: list[subprocess.Popen[str]] = []
     try:
@@ -95,7 +101,7 @@ def test_another_users_unhelpable_place_in_line_shuts_down_nothing(system_users:
         words = noticed()["idle_notice"]["for"]
         assert words == "2 waiting in line (#2: another user's command, 9/10 GPU on GPU 0)", words
         assert "true" not in words and bob.name not in words
-        out, err = commands[2].communicate(timeout=60)
+        _, err = commands[2].communicate(timeout=60)
         assert commands[2].returncode == 0, err  # granted once her kernel was shut down
         (event,) = [e for e in slices(server)["watchdog"]["events"] if e["action"] == "idle"]
         assert event["kernel_id"] == kernel["id"] and event["ok"]
@@ -133,3 +139,16 @@ def test_a_place_in_line_kept_off_the_free_gpu_by_its_policy_blocks_nobody_there
         filler.kill()
         if waiting is not None:
             waiting.kill()
+
+
+def test_the_server_log_names_the_hub_policys_idle_reclaim(system_users: Users, broker: BrokerProcess) -> None:
+    """The user's server said "idle reclaim: off" when its own setting was 0 and the hub policy
+    turned the reclaim on for the user (issue 30)."""
+    broker.write_policy({"default": {"idle_reclaim_after": 3600}})
+    home, server = alices_server(system_users.alice, broker, [])
+    try:
+        line = next(line for line in server.log_text().splitlines() if "jupyter-vgpu: monitoring every" in line)
+        assert "idle reclaim: after 3600 s idle (the hub policy), 300 s notice, waiting." in line, line
+    finally:
+        server.stop()
+        shutil.rmtree(home, ignore_errors=True)
