@@ -83,8 +83,8 @@ class SQLiteLedger(Ledger):
         self.allowed_gpus: frozenset[str] | None = None
         #: The GPUs an earlier place in line may use (its row; None: any): the broker's policy. A
         #: request passes an earlier one that cannot be placed on what its policy allows.
-        self.allowed_for_row: Callable[[Mapping[str, Any]], frozenset[str] | None] = lambda row: None
-        self.file = LedgerFile(path)
+        self.allowed_for_row: Callable[[sqlite3.Row], frozenset[str] | None] = lambda row: None
+        self.file = LedgerFile(path, read_only_ok=read_only_ok)  # (status reads a ledger it cannot change)
         self.path = self.file.path
         self._recorded_gpus: list[tuple[tuple[str, int, str, int], ...] | None] = [None]
 
