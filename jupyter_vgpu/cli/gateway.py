@@ -2,7 +2,8 @@
 
 A plain jupyter server with the jupyter-vgpu extension, restricted to kernels, kernelspecs and the
 GPU API (:class:`jupyter_vgpu.server.gateway.GatewayAuthorizer`), a token always required, the
-default sliced kernelspecs installed for this user. A CPU-only JupyterLab then uses it with
+default sliced kernelspecs installed for this user and only sliced ones served
+(:class:`jupyter_vgpu.server.gateway.SlicedKernelSpecManager`): a node with none is refused. A CPU-only JupyterLab then uses it with
 ``jupyter lab --gateway-url=URL --GatewayClient.auth_token=TOKEN`` (docs/remote.md).
 """
 
@@ -19,7 +20,10 @@ from ..errors import InvalidRequest
 from ..units import shorten
 
 #: The server options this command owns; given again after ``--`` they would undo the restriction.
-_OWNED = ("authorizer_class", "jpserver_extensions", "accept_kernel_env", "IdentityProvider.token", "ServerApp.token")
+_OWNED = (
+    "authorizer_class", "kernel_spec_manager_class", "jpserver_extensions", "accept_kernel_env",
+    "IdentityProvider.token", "ServerApp.token",
+)  # fmt: skip
 
 
 def add_parser(commands: Any) -> None:
@@ -28,8 +32,9 @@ def add_parser(commands: Any) -> None:
         help="serve this GPU node's sliced kernels to CPU-only JupyterLabs (--gateway-url)",
         description=(
             "Start a Jupyter server on this GPU node for remote JupyterLabs: kernels, kernelspecs and "
-            "the GPU API only (files and terminals are refused), a token required. Each kernel started "
-            "through it holds a slice of this node's GPUs. Arguments after -- go to `jupyter server`."
+            "the GPU API only (files, terminals and other extensions' pages are refused), a token required. "
+            "Only sliced kernelspecs are offered, so each kernel started through it holds a slice of this "
+            "node's GPUs. Arguments after -- go to `jupyter server`."
         ),
     )
     parser.add_argument("--ip", default="127.0.0.1", help="the address to listen on (default 127.0.0.1; 0.0.0.0 for every interface)")
@@ -42,7 +47,7 @@ def add_parser(commands: Any) -> None:
     parser.add_argument("--keyfile", default=None, help="TLS private key (PEM) for --certfile")
     parser.add_argument(
         "--no-kernelspecs", action="store_true",
-        help="do not install the default sliced kernelspecs (1/4, 1/2, 1 GPU) for this user",
+        help="do not install the default sliced kernelspecs (1/4, 1/2, 1 GPU) for this user: serve the sliced ones installed",
     )  # fmt: skip
     parser.add_argument("server_args", nargs=argparse.REMAINDER, help="-- then options for `jupyter server`")
     parser.set_defaults(handler=gateway_command)
@@ -77,6 +82,7 @@ def server_arguments(args: argparse.Namespace, token: str) -> list[str]:
         f"--IdentityProvider.token={token}",
         "--ServerApp.jpserver_extensions=jupyter_vgpu=True",
         "--ServerApp.authorizer_class=jupyter_vgpu.server.gateway.GatewayAuthorizer",
+        "--ServerApp.kernel_spec_manager_class=jupyter_vgpu.server.gateway.SlicedKernelSpecManager",
         "--VGPUServer.accept_kernel_env=True",
     ]
     if args.certfile:
@@ -96,6 +102,7 @@ def gateway_command(args: argparse.Namespace) -> int:
     command = server_arguments(args, token)
     if not args.no_kernelspecs:
         _install_default_kernelspecs()
+    _check_sliced_kernelspecs()
     scheme = "https" if args.certfile else "http"
     host = socket.getfqdn() if args.ip in ("0.0.0.0", "::", "") else args.ip
     print(
@@ -120,3 +127,14 @@ def _install_default_kernelspecs() -> None:
         name, display, path, action = install(SliceRequest.parse(share, names=CLI_NAMES), user=True, keep=True)
         if action in ("installed", "replaced"):
             print(f"Installed kernelspec {name} ({display!r}) in {path}", file=sys.stderr)
+
+
+def _check_sliced_kernelspecs() -> None:
+    """A node with no sliced kernelspec would serve no kernel at all: say so now, not at each start."""
+    from ..server.gateway import SlicedKernelSpecManager
+
+    if not SlicedKernelSpecManager().find_kernel_specs():
+        raise InvalidRequest(
+            "This GPU node has no sliced kernelspec, and the gateway serves sliced kernels only: install them "
+            "with `jupyter vgpu kernelspec install --defaults` (or leave out --no-kernelspecs)."
+        )

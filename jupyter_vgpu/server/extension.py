@@ -340,11 +340,17 @@ class VGPUServer(ExtensionApp):
     def initialize_handlers(self) -> None:
         if self.gateway_url is not None:
             self.handlers.extend((pattern, gateway.GatewayProxyHandler) for pattern, _ in handlers.routes())
-            self.handlers += [(r"/api/sessions", gateway.GatewaySessionsHandler), (r"/api/kernels", gateway.GatewayKernelsHandler)]
+            self.handlers += [
+                (r"/api/sessions", gateway.GatewaySessionsHandler),
+                (r"/api/kernels", gateway.GatewayKernelsHandler),
+                (r"/api/kernelspecs", gateway.GatewayKernelSpecsHandler),
+            ]
             return
         self.handlers.extend(handlers.routes())
-        if self.accept_kernel_env:
-            self.handlers.append((r"/api/kernels", gateway.KernelStartHandler))
+        kernels = gateway.KernelStartHandler if self.accept_kernel_env else handlers.KernelsHandler
+        self.handlers += [(r"/api/sessions", handlers.SessionsHandler), (r"/api/kernels", kernels)]
+        if isinstance(self.serverapp.authorizer, gateway.GatewayAuthorizer):  # type: ignore[union-attr]
+            gateway.serve_node_only(self.serverapp, self.log)
 
     async def _start_jupyter_server_extension(self, serverapp: Any) -> None:
         monitor: UsageMonitor | None = getattr(self, "monitor", None)

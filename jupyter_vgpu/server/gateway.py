@@ -9,10 +9,14 @@ Two sides:
   kernel id so holders read as notebook paths. Only a short cache is kept here. The notebook's
   path reaches the node with the kernel start: ``JPY_SESSION_NAME`` (which the session manager
   gives every kernel) is added to ``GatewayClient.allowed_envs``.
+  The node's refusals keep their status and sentence (:class:`.handlers.StartSentences`), and the
+  node's default kernel is taken before the first listing or unnamed start.
 * **The GPU node**: a plain jupyter server ignores the ``env`` of a kernel start request, so with
   ``c.VGPUServer.accept_kernel_env`` (``jupyter vgpu gateway`` sets it) :class:`KernelStartHandler`
   passes the ``KERNEL_*`` variables and ``JPY_SESSION_NAME`` on to the kernel, as Kernel Gateway
-  does; :class:`GatewayAuthorizer` limits the server to kernels, kernelspecs and the GPU API.
+  does; :class:`GatewayAuthorizer` and :func:`serve_node_only` limit the server to kernels,
+  kernelspecs and the GPU API, whichever extension added a handler, and
+  :class:`SlicedKernelSpecManager` to sliced kernels.
 """
 
 from __future__ import annotations
@@ -22,15 +26,26 @@ import os
 import time
 from typing import Any
 
+from jupyter_client.kernelspec import KernelSpec, KernelSpecManager
 from jupyter_core.utils import ensure_async
 from jupyter_server.auth import Authorizer
 from jupyter_server.auth.decorator import authorized
-from jupyter_server.base.handlers import APIHandler
-from jupyter_server.services.kernels.handlers import MainKernelHandler
-from jupyter_server.services.sessions.handlers import SessionRootHandler
+from jupyter_server.base.handlers import APIHandler, APIVersionHandler
+from jupyter_server.kernelspecs.handlers import KernelSpecResourceHandler
+from jupyter_server.services.api.handlers import APISpecHandler, APIStatusHandler
+from jupyter_server.services.kernels.handlers import KernelActionHandler, KernelHandler, MainKernelHandler
+from jupyter_server.services.kernels.websocket import KernelWebsocketHandler
+from jupyter_server.services.kernelspecs.handlers import KernelSpecHandler, MainKernelSpecHandler
 from jupyter_server.utils import url_path_join
 from tornado import web
 from tornado.httpclient import AsyncHTTPClient, HTTPClientError
+from tornado.httputil import HTTPServerRequest
+from tornado.routing import Matcher, Rule, RuleRouter
+
+from ..launch.errors import KernelStartRefused
+from ..launch.workarounds import PROVISIONER_NAME
+from ..units import shorten
+from .handlers import KernelsHandler, SessionsHandler, VGPUHandler
 
 #: The variable that carries a kernel's notebook path (jupyter_server's session manager sets it).
 SESSION_VARIABLE = "JPY_SESSION_NAME"
@@ -42,6 +57,10 @@ REQUEST_TIMEOUT = 20.0
 #: The REST resources a GPU node's restricted server serves (kernels, their channels, kernelspecs
 #: and their files, the GPU API, /api's version and status); everything else is refused.
 GATEWAY_RESOURCES = frozenset({"kernels", "kernelspecs", "vgpu", "api"})
+#: Where the CPU-only side notes that it took the node's default kernel name.
+DEFAULT_LEARNED = "jupyter_vgpu_node_default_learned"
+#: The sliced kernels a refusal names, at most.
+MAX_NAMED = 8
 
 
 def gateway_client() -> Any:
@@ -189,56 +208,59 @@ def _unreachable(url: str, error: object) -> bytes:
     return json.dumps({"message": message}).encode()
 
 
-class _GatewaySentences:
-    """Kernel starts on the CPU-only side: the node's own sentence, with the node's status.
+class GatewaySessionsHandler(SessionsHandler):
+    """``POST /api/sessions`` on the CPU-only side: the node's sentences, the node's default kernel."""
 
-    jupyter_server's gateway client wraps whatever the node answers, a deliberate 503 refusal
-    included, as "Error from Gateway: [<the node's message>] Exception while attempting to connect
-    to Gateway server url ... Ensure gateway url is valid and the Gateway instance is running."
-    (``gateway_request`` in jupyter_server/gateway/gateway_client.py), and the session handler
-    then reports it as HTTP 500 "HTTP 503: Service Unavailable (...)". The node was reached: its
-    message is what the user must read (the refusal dialog matches it to the node's refusal).
+    @web.authenticated
+    @authorized
+    async def post(self) -> None:
+        body = self.get_json_body()
+        kernel = body.get("kernel") if isinstance(body, dict) else None
+        if not (isinstance(kernel, dict) and (kernel.get("name") or kernel.get("id"))):
+            await learn_node_default(self)
+        await super().post()  # type: ignore[misc]
+
+
+class GatewayKernelsHandler(KernelsHandler):
+    """``POST /api/kernels`` on the CPU-only side: the node's sentences, the node's default kernel."""
+
+    @web.authenticated
+    @authorized
+    async def post(self) -> None:
+        body = self.get_json_body()
+        if not (isinstance(body, dict) and body.get("name")):
+            await learn_node_default(self)
+        await super().post()  # type: ignore[misc]
+
+
+class GatewayKernelSpecsHandler(MainKernelSpecHandler):
+    """``GET /api/kernelspecs`` on the CPU-only side, whose ``default`` is the node's from the
+    first answer on."""
+
+    @web.authenticated
+    @authorized
+    async def get(self) -> None:
+        await learn_node_default(self)
+        await super().get()  # type: ignore[misc]
+
+
+async def learn_node_default(handler: Any) -> None:
+    """Take the node's default kernel before the first listing or unnamed start.
+
+    jupyter_server's gateway client adopts the node's default kernel name only as it lists the
+    node's kernelspecs, and the kernelspecs API reads the default *before* it lists: until then
+    this server offers, and starts, its own default ("python3"), which the node does not serve.
     """
-
-    def write_error(self, status_code: int, **kwargs: Any) -> None:
-        error = _gateway_error(kwargs.get("exc_info"))
-        if error is None:
-            super().write_error(status_code, **kwargs)  # type: ignore[misc]
-            return
-        status, message = error
-        self.set_status(status)  # type: ignore[attr-defined]
-        self.set_header("Content-Type", "application/json")  # type: ignore[attr-defined]
-        self.finish(json.dumps({"message": message, "reason": None}))  # type: ignore[attr-defined]
+    if handler.settings.get(DEFAULT_LEARNED):
+        return
+    try:
+        await ensure_async(handler.kernel_spec_manager.get_all_specs())
+    except Exception:  # the node unreachable: the listing or the start says so itself
+        return
+    handler.settings[DEFAULT_LEARNED] = True
 
 
-def _gateway_error(exc_info: Any) -> tuple[int, str] | None:
-    """(status, the node's message) when the error is the gateway client's wrapping of an
-    answer the node gave; None for anything else (an unreachable node keeps upstream's words)."""
-    error = exc_info[1] if isinstance(exc_info, tuple) and len(exc_info) > 1 else None
-    seen = 0
-    while error is not None and seen < 10:
-        if (
-            isinstance(error, web.HTTPError)
-            and str(error.log_message or "").startswith("Error from Gateway: [")
-            and error.args
-            and isinstance(error.args[0], str)
-            and 400 <= error.status_code < 600
-        ):
-            return error.status_code, error.args[0]
-        error = error.__cause__ or error.__context__
-        seen += 1
-    return None
-
-
-class GatewaySessionsHandler(_GatewaySentences, SessionRootHandler):
-    """``POST /api/sessions`` on the CPU-only side, with the node's sentences."""
-
-
-class GatewayKernelsHandler(_GatewaySentences, MainKernelHandler):
-    """``POST /api/kernels`` on the CPU-only side, with the node's sentences."""
-
-
-class KernelStartHandler(MainKernelHandler):
+class KernelStartHandler(KernelsHandler):
     """``POST /api/kernels`` on the GPU node that keeps the ``env`` a gateway client sends:
     ``KERNEL_*`` variables and the notebook's path (``JPY_SESSION_NAME``), nothing else."""
 
@@ -275,7 +297,135 @@ class KernelStartHandler(MainKernelHandler):
 class GatewayAuthorizer(Authorizer):
     """A GPU node serving remote JupyterLabs: kernels, their channels, kernelspecs and the GPU API
     only. Contents, files, terminals, sessions and every other extension are refused (403), so a
-    gateway token runs kernels and nothing else."""
+    gateway token runs kernels and nothing else. Handlers that never ask the authorizer (JupyterLab's
+    workspaces, for one) are refused before they run: with this authorizer the extension routes
+    every request through :func:`serve_node_only`'s check."""
 
     def is_authorized(self, handler: Any, user: Any, action: str, resource: str) -> bool:
         return resource in GATEWAY_RESOURCES
+
+
+class SlicedKernelSpecManager(KernelSpecManager):
+    """A GPU node's kernelspecs: those whose metadata names the ``vgpu-provisioner``, so every
+    kernel started through the node holds a slice. The others (the plain ``python3`` among them)
+    are not listed, and a start that names one is refused in a sentence naming the sliced ones."""
+
+    def find_kernel_specs(self) -> dict[str, str]:
+        return {name: folder for name, folder in super().find_kernel_specs().items() if self._sliced_at(folder)}
+
+    def get_kernel_spec(self, kernel_name: str) -> KernelSpec:
+        spec: KernelSpec = super().get_kernel_spec(kernel_name)
+        if not names_vgpu_provisioner(spec.metadata):
+            raise KernelStartRefused(self.unsliced(kernel_name))
+        return spec
+
+    def unsliced(self, kernel_name: str) -> str:
+        """The sentence for a start or lookup of an unsliced kernelspec."""
+        offered = sorted(
+            (str((entry.get("spec") or {}).get("display_name") or name), name)
+            for name, entry in self.get_all_specs().items()
+        )
+        if not offered:
+            return (
+                f"Kernel {shorten(kernel_name)} holds no GPU slice, and this GPU node has no sliced kernel to offer "
+                "instead: install them on the node with `jupyter vgpu kernelspec install --defaults`."
+            )
+        named = ", ".join(f'"{display}" ({name})' for display, name in offered[:MAX_NAMED])
+        more = f" and {len(offered) - MAX_NAMED} more" if len(offered) > MAX_NAMED else ""
+        return f"Kernel {shorten(kernel_name)} holds no GPU slice, and this GPU node starts sliced kernels only: {named}{more}."
+
+    def default_name(self, configured: str) -> str | None:
+        """The node's default kernel: the configured one where it is sliced, else the first
+        sliced one by name; None where there is none."""
+        names = sorted(self.find_kernel_specs())
+        return configured if configured in names else (names[0] if names else None)
+
+    def _sliced_at(self, folder: str) -> bool:
+        try:
+            return names_vgpu_provisioner(self.kernel_spec_class.from_resource_dir(folder).metadata)
+        except Exception:  # no kernel.json (ipykernel's own python3), a broken one: not a slice
+            return False
+
+
+def names_vgpu_provisioner(metadata: Any) -> bool:
+    """Whether a kernelspec's metadata starts its kernels with a slice (the vgpu-provisioner)."""
+    stanza = metadata.get("kernel_provisioner") if isinstance(metadata, dict) else None
+    return isinstance(stanza, dict) and stanza.get("provisioner_name") == PROVISIONER_NAME
+
+
+def serve_node_only(serverapp: Any, log: Any) -> None:
+    """Make a server whose authorizer is :class:`GatewayAuthorizer` a GPU node and nothing else.
+
+    The authorizer is asked only by handlers that call it (``@authorized``); JupyterLab's
+    workspaces, settings and pages, and other extensions' handlers, do not. So every request is
+    first routed here: unless the handler that would serve it is one of :data:`NODE_HANDLERS` (or
+    the GPU API's), it is refused, whichever extension added that handler and when. And the
+    node's default kernel becomes a sliced one (with :class:`SlicedKernelSpecManager`).
+    """
+    router = serverapp.web_app.default_router
+    router.rules.insert(0, Rule(_NotServed(router), NotServedHandler))
+    specs, kernels = serverapp.kernel_spec_manager, serverapp.kernel_manager
+    if not isinstance(specs, SlicedKernelSpecManager):
+        return
+    default = specs.default_name(kernels.default_kernel_name)
+    if default is None:
+        log.error(
+            "jupyter-vgpu: this GPU node has no sliced kernelspec, so it starts no kernel: install them with "
+            "`jupyter vgpu kernelspec install --defaults`."
+        )
+    elif default != kernels.default_kernel_name:
+        log.info("jupyter-vgpu: the default kernel is %s (sliced), not %s.", default, kernels.default_kernel_name)
+        kernels.default_kernel_name = default
+
+
+#: What a GPU node serves besides the GPU API: kernels, their actions and channels, kernelspecs
+#: and their files, /api's version, status and spec (not /api/me, nor /api/resolvePath, which
+#: would tell whether a file exists on the node).
+NODE_HANDLERS: frozenset[type] = frozenset(
+    {
+        MainKernelHandler, KernelsHandler, KernelStartHandler, KernelHandler, KernelActionHandler,
+        KernelWebsocketHandler, MainKernelSpecHandler, KernelSpecHandler, KernelSpecResourceHandler,
+        APIVersionHandler, APIStatusHandler, APISpecHandler,
+    }
+)  # fmt: skip
+
+
+class _NotServed(Matcher):
+    """Matches the requests a GPU node does not serve: those whose handler (as the rest of the
+    router would pick it) is not one of the node's."""
+
+    def __init__(self, router: RuleRouter) -> None:
+        self.router = router
+
+    def match(self, request: HTTPServerRequest) -> dict[str, Any] | None:
+        handler = self._handler(self.router, request)
+        if handler is None:
+            return None  # nothing serves it: the server's own 404
+        served = handler in NODE_HANDLERS or (isinstance(handler, type) and issubclass(handler, VGPUHandler))
+        return None if served else {}
+
+    def _handler(self, router: RuleRouter, request: HTTPServerRequest) -> Any:
+        for rule in router.rules:
+            if rule.matcher is self or rule.matcher.match(request) is None:
+                continue
+            if isinstance(rule.target, RuleRouter):
+                found = self._handler(rule.target, request)
+                if found is not None:
+                    return found
+                continue
+            return rule.target
+        return None
+
+
+class NotServedHandler(APIHandler):
+    """Every request a GPU node does not serve: 403 and a sentence, before any handler runs."""
+
+    async def prepare(self) -> None:  # type: ignore[override]
+        self.set_status(403)
+        self.set_header("Content-Type", "application/json")
+        path = self.request.path
+        message = (
+            f"{shorten(path)} is not served here: this GPU node (`jupyter vgpu gateway`) serves kernels, "
+            "kernelspecs and the GPU API only."
+        )
+        self.finish(json.dumps({"message": message, "reason": None}))

@@ -13,9 +13,12 @@ from typing import Any
 from jupyter_core.utils import ensure_async
 from jupyter_server.auth.decorator import authorized
 from jupyter_server.base.handlers import APIHandler
+from jupyter_server.services.kernels.handlers import MainKernelHandler
+from jupyter_server.services.sessions.handlers import SessionRootHandler
 from tornado import web
 
 from ..errors import InvalidRequest, NotPermitted, SliceNotFound
+from ..launch.errors import ShownToUser
 from ..launch.refusals import refusals_of
 from ..slices import Slice, Ticket
 from ..slices.records import Waiter
@@ -243,6 +246,58 @@ class WaitingHandler(VGPUHandler):
         await self.monitor.refresh()
         self.set_status(204)
         self.finish()
+
+
+class StartSentences:
+    """Kernel starts (``POST /api/sessions``, ``POST /api/kernels``) answer a refusal with its own
+    status and sentence: a GPU with no room is 503 "No room for ...", a quota 403.
+
+    jupyter_server's sessions API answers any failed start as HTTP 500 (``raise HTTPError(500,
+    str(e)) from e``), and behind ``--gateway-url`` its gateway client wraps whatever the GPU node
+    answered as "Error from Gateway: [<the node's message>] ... Ensure gateway url is valid and the
+    Gateway instance is running." (``gateway_request`` in jupyter_server/gateway/gateway_client.py).
+    The refusal is what the user must read (the refusal dialog matches it to /api/vgpu/refusals).
+    """
+
+    def write_error(self, status_code: int, **kwargs: Any) -> None:
+        shown = shown_error(kwargs.get("exc_info"))
+        if shown is None:
+            super().write_error(status_code, **kwargs)  # type: ignore[misc]
+            return
+        status, message = shown
+        self.set_status(status)  # type: ignore[attr-defined]
+        self.set_header("Content-Type", "application/json")  # type: ignore[attr-defined]
+        self.finish(json.dumps({"message": message, "reason": None}))  # type: ignore[attr-defined]
+
+
+def shown_error(exc_info: Any) -> tuple[int, str] | None:
+    """(status, sentence) of the refusal behind a failed kernel start: a jupyter-vgpu error meant
+    for the user, or the gateway client's wrapping of an answer the GPU node gave; None for anything
+    else (a bug keeps upstream's answer, an unreachable node upstream's words)."""
+    error = exc_info[1] if isinstance(exc_info, tuple) and len(exc_info) > 1 else None
+    seen = 0
+    while error is not None and seen < 10:
+        if isinstance(error, ShownToUser):
+            return error.status_code, error.message
+        if (
+            isinstance(error, web.HTTPError)
+            and str(error.log_message or "").startswith("Error from Gateway: [")
+            and error.args
+            and isinstance(error.args[0], str)
+            and 400 <= error.status_code < 600
+        ):
+            return error.status_code, error.args[0]
+        error = error.__cause__ or error.__context__
+        seen += 1
+    return None
+
+
+class SessionsHandler(StartSentences, SessionRootHandler):
+    """``POST /api/sessions`` (a notebook opened) with the refusal's own status and sentence."""
+
+
+class KernelsHandler(StartSentences, MainKernelHandler):
+    """``POST /api/kernels`` with the refusal's own status and sentence."""
 
 
 def routes() -> list[tuple[str, type[VGPUHandler]]]:

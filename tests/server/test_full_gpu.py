@@ -51,7 +51,7 @@ async def test_a_refusal_names_the_notebooks_and_the_kernels_that_fit_now(
 
     code, message = await refused(jp_fetch, "small.ipynb", half)
 
-    assert code == 500  # jupyter_server's sessions API answers 500 for any failed start; the message is ours
+    assert code == 503
     lines = message.splitlines()
     assert lines[0] == "No room for 1/2 GPU (8.0 GiB) now: at most 4.0 GiB (about 1/4 GPU) on GPU 0 is free."
     assert lines[1] == f"  GPU 0 (Simulated A100): 4.0 GiB free of 16.0 GiB; reserved by analysis/big.ipynb [{USER}] 12.0 GiB."
@@ -80,7 +80,7 @@ async def test_a_refusal_on_a_full_gpu_suggests_no_kernel_and_says_how_to_wait(
     whole = spec(jp_data_dir, "vgpu-1", {"gpu_fraction": 1}, "Python 3 (1 GPU)")
     await open_notebook(jp_fetch, "first.ipynb", whole)
     code, message = await refused(jp_fetch, "second.ipynb", KERNEL)
-    assert code == 500
+    assert code == 503
     assert message.splitlines()[0] == "No room for 1/4 GPU (4.0 GiB) now: every GPU is full."
     assert "Start " not in message and "`jupyter vgpu kernelspec install --wait SECONDS`" in message
     (refusal,) = (await get_json(jp_fetch, "api", "vgpu", "refusals"))["refusals"]
@@ -94,7 +94,7 @@ async def test_a_refusal_is_kept_while_the_server_runs_no_kernel(jp_fetch: Any, 
     held = ledger.reserve_now(SliceRequest.parse(1), Holder.command("python hog.py", pid=os.getpid()))
     try:
         code, message = await refused(jp_fetch, "lonely.ipynb", KERNEL)
-        assert code == 500 and message.startswith("No room for 1/4 GPU")
+        assert code == 503 and message.startswith("No room for 1/4 GPU")
         (refusal,) = (await get_json(jp_fetch, "api", "vgpu", "refusals"))["refusals"]
         assert refusal["path"] == "lonely.ipynb" and refusal["summary"] == message.splitlines()[0]
     finally:
@@ -119,7 +119,7 @@ async def test_a_waiting_notebook_shows_its_place_and_can_cancel(
     response = await jp_fetch("api", "vgpu", "waiting", str(place["ticket"]), method="DELETE")
     assert response.code == 204
     code, message = await asyncio.wait_for(start, 30)
-    assert code == 500
+    assert code == 503
     assert message.startswith("Stopped waiting in line for 1 GPU after ")
     assert message.endswith(" s: the place in line was cancelled.")
     assert await in_line() == []
