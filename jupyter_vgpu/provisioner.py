@@ -57,6 +57,7 @@ from .launch.settings import (
 from .launch.workarounds import PROVISIONER_NAME, forget_when_done
 from .slices import Holder, Ledger, Slice, SliceRequest, Ticket, cpu_environment, slice_environment
 from .slices.environment import without_slice
+from .slices.records import notebook_path
 from .slices.reports import remove_report
 from .units import parse_bytes, parse_fraction
 
@@ -203,14 +204,16 @@ class VGPUProvisioner(LocalProvisioner):  # type: ignore[misc]
             "kernel_name": str(getattr(self.parent, "kernel_name", "") or ""),
             "kernel_display_name": self._display_name(),
         }
-        if session := env.get("JPY_SESSION_NAME"):
-            # jupyter_server passes the notebook's absolute path; keep it relative to the
-            # server's root like the paths JupyterLab shows.
+        client = env.get("JUPYTER_VGPU_CLIENT_NOTEBOOK")  # set by a GPU node's KernelStartHandler only
+        if client and os.path.isabs(client):
+            # a gateway client's notebook, by its path on the client's own machine
+            labels["path"] = os.path.normpath(client)
+        elif session := env.get("JPY_SESSION_NAME"):
+            # jupyter_server joins the notebook's folder and the name the client sent: keep it
+            # relative to the server's root and normalised like the paths JupyterLab shows, and
+            # drop one the client made leave the root
             root = getattr(getattr(self.parent, "parent", None), "root_dir", None)
-            if root and os.path.isabs(session):
-                relative = os.path.relpath(session, root)
-                session = relative if not relative.startswith("..") else session
-            labels["path"] = session
+            labels["path"] = notebook_path(session, root or None) or ""
         return {k: v for k, v in labels.items() if v}
 
     @staticmethod

@@ -253,6 +253,43 @@ def test_a_full_disk_is_said_as_a_full_disk_and_changes_nothing(tmp_path: Path) 
     assert kept == "True"
 
 
+def test_a_hostile_slice_id_in_the_environment_names_no_file(tmp_path: Path) -> None:
+    """The start-up hook (every Python start) and the kernel layer put ``JUPYTER_VGPU_SLICE_ID``
+    in the slice's report paths: ``../../x`` wrote ``x.p<pid>.json`` two folders above the
+    reports. A value that is not a slice id (12 hex digits) is never used: the hook does nothing,
+    and a kernel's %vgpu says which variable is wrong."""
+    (tmp_path / "fake" / "cupy").mkdir(parents=True)
+    (tmp_path / "fake" / "cupy" / "__init__.py").write_text("")  # any module of that name sets the hook off
+    ledger = tmp_path / "a" / "b" / "ledger.sqlite"
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("JUPYTER_VGPU")},
+        "PYTHONPATH": str(tmp_path / "fake"),
+        "JUPYTER_VGPU_SIMULATE": "1x16GiB",
+        "JUPYTER_VGPU_LEDGER": str(ledger),
+        "JUPYTER_VGPU_MEMORY_LIMIT": str(3 * 2**30),
+        "JUPYTER_VGPU_MEMORY_RESERVED": str(4 * 2**30),
+        "CUDA_VISIBLE_DEVICES": "GPU-00000000-0000-0000-0000-000000000000",
+        "JUPYTER_VGPU_DEBUG": "1",
+    }
+    code = (
+        "import sys, cupy\n"
+        "from jupyter_vgpu.kernel.state import establish\n"
+        "state = establish()\n"
+        "print(state.facts.slice_id, state.problem, 'jupyter_vgpu.kernel.hooks' in sys.modules)\n"
+    )
+    for hostile in ("../../x", "../../../../../../tmp/x", "0123456789ab/../../x"):
+        ran = subprocess.run([sys.executable, "-c", code], env={**env, "JUPYTER_VGPU_SLICE_ID": hostile},
+                             capture_output=True, text=True, timeout=60, cwd=tmp_path)  # fmt: skip
+        assert ran.returncode == 0, ran.stderr
+        assert ran.stdout.strip() == f"None JUPYTER_VGPU_SLICE_ID={hostile!r} is not a slice id (12 hex digits). False", ran.stdout
+        assert "JUPYTER_VGPU_SLICE_ID is not a slice id" in ran.stderr  # said where JUPYTER_VGPU_DEBUG asks
+        assert [p for p in tmp_path.rglob("*.json")] == [], "a report was written"
+    good = subprocess.run([sys.executable, "-c", code], env={**env, "JUPYTER_VGPU_SLICE_ID": "0123456789ab"},
+                          capture_output=True, text=True, timeout=60, cwd=tmp_path)  # fmt: skip
+    assert good.stdout.split()[::2] == ["0123456789ab", "True"], good.stdout + good.stderr
+    assert [p.parent for p in tmp_path.rglob("0123456789ab.p*.json")] == [ledger.parent / "reports"]
+
+
 def test_a_ledger_name_too_long_for_the_file_system_is_one_sentence_everywhere(tmp_path: Path) -> None:
     """``JUPYTER_VGPU_LEDGER=/tmp/<300 characters>.sqlite`` was a traceback (ENAMETOOLONG) in
     ``status``, ``run`` and the server's log."""
@@ -277,3 +314,11 @@ def test_a_ledger_name_too_long_for_the_file_system_is_one_sentence_everywhere(t
         assert "Traceback" not in server.log_text(), server.log_tail()
     finally:
         server.stop()
+
+
+@pytest.mark.parametrize("text", ["0123456789ab", "abcdefabcdef", "../../x", "0123456789AB", "0123456789abc", "", "0123456789a/", " 0123456789a"])
+def test_the_start_up_hook_tells_slice_ids_as_the_ledger_does(text: str) -> None:
+    from jupyter_vgpu.kernel.startup import is_slice_id as at_start
+    from jupyter_vgpu.slices.records import is_slice_id
+
+    assert at_start(text) == is_slice_id(text)

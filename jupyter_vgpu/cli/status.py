@@ -15,7 +15,7 @@ from typing import Any
 from ..config import VGPU, load_settings
 from ..enforcement import TIERS, Tier, by_tier
 from ..errors import InvalidRequest, NotPermitted, SliceNotFound
-from ..slices import Ledger, Slice, occupancy_of, open_ledger
+from ..slices import Ledger, Slice, SQLiteLedger, occupancy_of, open_ledger
 from ..slices.holders import attribute
 from ..slices.remote import ENV_BROKER
 from ..slices.reports import configured_processes, frameworks_text, read_idle
@@ -60,6 +60,7 @@ def collect(ledger: Ledger) -> dict[str, Any]:
     snapshot = ledger.inventory.snapshot()
     slices = ledger.slices()
     waiting = ledger.waiting()
+    read_only = isinstance(ledger, SQLiteLedger) and ledger.file.read_only
     attribution = attribute(snapshot, {s.id: s.pid for s in slices})
     gpus = occupancy_of(snapshot, slices, attribution)
     reports = ReportCache(ledger.path)
@@ -70,6 +71,7 @@ def collect(ledger: Ledger) -> dict[str, Any]:
         row["memory_used"] = usage.memory_used  # the server's figure: measured, else what the kernel reports
         row["memory_used_by_gpu"] = dict(usage.used_by_gpu) if snapshot.available else None
         row["usage_source"] = usage.source
+        row["tier"] = usage.tier_text  # what holds it, where its holder says its tier did not take
         row["holder_text"] = s.describe_holder()
         row["configured"] = [] if s.hidden else configured_processes(ledger.path, s.id)
         row["idle_seconds"] = None if s.hidden else read_idle(ledger.path, s.id)  # as its server judges it
@@ -80,7 +82,8 @@ def collect(ledger: Ledger) -> dict[str, Any]:
         "message": snapshot.message,
         "gpus_source": ledger.inventory.describe(),
         "ledger": str(ledger.path),
-        "location": ledger.location(),
+        "location": ledger.location() + (" (read-only here: its folder is not yours to write)" if read_only else ""),
+        "read_only": read_only,
         "gpus": [g.to_dict() for g in gpus.gpus],
         "slices": slice_rows,
         "waiting": [w.to_dict() for w in waiting],
@@ -88,7 +91,7 @@ def collect(ledger: Ledger) -> dict[str, Any]:
 
 
 def status(args: argparse.Namespace) -> int:
-    ledger = open_ledger(load_settings())
+    ledger = open_ledger(load_settings(), read_only_ok=True)  # a ledger it can only read is still shown
     data = collect(ledger)
     if args.json:
         json.dump(data, sys.stdout, indent=2)

@@ -52,6 +52,7 @@ def _check_tier(state: KernelState) -> None:
 
     tier = getattr(state.facts, "tier", None)
     if tier is not None and (problem := (plugin := by_tier(tier)).not_held(os.environ)):
+        state.tier_problem = problem  # in the slice's report: status and the sidebar say it too
         held = plugin.held_instead()
         print(f"jupyter-vgpu: {problem}; this kernel is held to its slice by {held} only, not {tier.describe()}.", file=sys.stderr)
 

@@ -71,9 +71,20 @@ class _FirstFrameworkImport:
 _finder: _FirstFrameworkImport | None = None
 
 
+def is_slice_id(text: str) -> bool:
+    """:func:`jupyter_vgpu.slices.records.is_slice_id`, written again here because a Python start
+    may import nothing (tests/test_security.py checks that the two agree): anything else, such as
+    ``../../x``, is never used in a path."""
+    return len(text) == 12 and not text.strip("0123456789abcdef")
+
+
 def activate() -> None:
-    """Wait for this process's first framework import (once; never raises)."""
+    """Wait for this process's first framework import (once; never raises). A process whose
+    ``JUPYTER_VGPU_SLICE_ID`` is not a slice id does nothing."""
     global _finder
+    if not is_slice_id(os.environ.get("JUPYTER_VGPU_SLICE_ID", "")):
+        _debug(ValueError("JUPYTER_VGPU_SLICE_ID is not a slice id (12 hex digits)"))
+        return
     try:
         if _finder is None:
             _finder = _FirstFrameworkImport()

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import InvalidConfig
 from ..frameworks.records import FrameworkRecord
-from ..slices.records import Tier
+from ..slices.records import Tier, is_slice_id
 from ..slices.reports import write_process_report, write_report
 from ..units import shorten
 
@@ -55,6 +55,8 @@ class SliceFacts:
         """Read the ``JUPYTER_VGPU_*`` variables; a malformed one raises :class:`InvalidConfig`."""
         env = os.environ if env is None else env
         slice_id = env.get("JUPYTER_VGPU_SLICE_ID") or None
+        if slice_id is not None and not is_slice_id(slice_id):  # it names the slice's report files
+            raise InvalidConfig(f"JUPYTER_VGPU_SLICE_ID={shorten(slice_id)} is not a slice id (12 hex digits).")
         visible = tuple(g.strip() for g in env.get("CUDA_VISIBLE_DEVICES", "").split(",") if g.strip())
         # The physical GPUs (a MIG slice's CUDA_VISIBLE_DEVICES names its MIG device instead).
         parents = tuple(g.strip() for g in env.get("JUPYTER_VGPU_GPUS", "").split(",") if g.strip())
@@ -115,6 +117,9 @@ class KernelState:
         #: True in a kernel (the extension loaded): it writes the slice's report; any other
         #: process of the slice (see :mod:`.startup`) writes a report of its own beside it.
         self.kernel = False
+        #: Why the slice's hard tier does not hold this kernel (``Enforcement.not_held``), for the
+        #: views that read the report; None: it does, or it is not known.
+        self.tier_problem: str | None = None
 
     # -- frameworks -------------------------------------------------------------------
     def record(self, name: str, record: FrameworkRecord) -> None:
@@ -167,6 +172,8 @@ class KernelState:
             frameworks = {name: record.to_dict() for name, record in self.records.items()}
         used, peak = framework_memory(self)
         report: dict[str, Any] = {"frameworks": frameworks, "memory_used": used, "peak_memory_used": peak}
+        if self.tier_problem:
+            report["tier_problem"] = self.tier_problem
         report.update(extra or {})
         try:
             if self.kernel:

@@ -49,6 +49,8 @@ from .handlers import KernelsHandler, SessionsHandler, VGPUHandler
 
 #: The variable that carries a kernel's notebook path (jupyter_server's session manager sets it).
 SESSION_VARIABLE = "JPY_SESSION_NAME"
+#: The notebook's path on a gateway client's machine, as the node's KernelStartHandler received it.
+CLIENT_NOTEBOOK = "JUPYTER_VGPU_CLIENT_NOTEBOOK"
 #: Seconds a node's answer to one GET is reused (several browser tabs polling at once).
 CACHE_SECONDS = 0.5
 #: A poll must not hang on a node that went away: jupyter_server's own default waits 40 s.
@@ -281,6 +283,10 @@ class KernelStartHandler(KernelsHandler):
         if not kept:
             await super().post()  # type: ignore[misc]
             return
+        if SESSION_VARIABLE in kept:
+            # the notebook's path on the client's machine, not under this node's root: the
+            # provisioner names the kernel by it (the client maps it back into its own root)
+            kept[CLIENT_NOTEBOOK] = kept[SESSION_VARIABLE]
         manager = self.kernel_manager
         kernel_id = await manager.start_kernel(
             kernel_name=model.get("name", manager.default_kernel_name),

@@ -15,7 +15,7 @@ from typing import Any
 
 import psutil
 
-from ..slices.records import Slice, Waiter
+from ..slices.records import Slice, Waiter, notebook_path
 from ..slices.usage import MEASURED, NO_USAGE, SliceUsage
 from .dashboard import GPU_FIELDS, SLICE_FIELDS, DashboardHistory, points
 from .monitor import Point, Sample, UsageMonitor
@@ -64,6 +64,7 @@ def slice_view(
             "memory_used_by_gpu": dict(usage.used_by_gpu) if usage.source == MEASURED else None,
             "utilization": usage.utilization,
             "usage_source": usage.source,
+            "tier": usage.tier_text,  # what holds it, where its holder says its tier did not take
             "watched": watched(usage, watchdog),
             "memory_peak": monitor.slice_peak.get(s.id),
             "state": usage.state,
@@ -87,7 +88,8 @@ def _holder(s: Slice, monitor: UsageMonitor, kernels: Mapping[str, KernelInfo]) 
         "kernel_id": s.holder if is_kernel else None,
         "kernel_name": (s.labels.get("kernel_name") or (kernel.name if kernel else None)) if is_kernel else None,
         "kernel_display_name": s.labels.get("kernel_display_name") if is_kernel else None,
-        "path": ((kernel.path if kernel else None) or s.labels.get("path")) if is_kernel else None,
+        # the session's API path, normalised; else the label, normalised when it was made
+        "path": (notebook_path(kernel.path if kernel else None) or s.labels.get("path")) if is_kernel else None,
         "command": None if is_kernel else s.holder,
         "running_here": kernel is not None,
         "yours": s.uid == monitor.uid,

@@ -44,8 +44,9 @@ _WHERE = {
 __getattr__ = lazy_names(__name__, globals(), _WHERE)
 
 
-def open_ledger(settings: VGPU | None = None) -> Ledger:
-    """The ledger of these settings (config files and environment when none are given).
+def open_ledger(settings: VGPU | None = None, *, read_only_ok: bool = False) -> Ledger:
+    """The ledger of these settings (config files and environment when none are given);
+    ``read_only_ok``: one in a folder this user can only read is opened for reading.
 
     With ``JUPYTER_VGPU_BROKER`` set: the node broker's ledger behind that socket instead
     (:class:`~.remote.BrokerLedger`, the same interface; the broker applies the node's quotas).
@@ -65,6 +66,7 @@ def open_ledger(settings: VGPU | None = None) -> Ledger:
         Inventory(settings.resolved_simulate),
         context_allowance=settings.context_allowance_bytes,
         poll_interval=settings.poll_interval,
+        read_only_ok=read_only_ok,
     )
 
 

@@ -115,7 +115,8 @@ def slice_environment(
     if slice_.mig_profiles:
         env["JUPYTER_VGPU_MIG_PROFILES"] = ",".join(slice_.mig_profiles)
     folder = str(report_dir(ledger_path)) if ledger_path else ""  # the owner's private reports folder
-    env.update(by_tier(slice_.tier).environment(slice_.memory, slice_.fraction, slice_id=slice_.id, folder=folder))  # the tier's own (jupyter_vgpu/enforcement/)
+    tier = by_tier(slice_.tier)  # the tier's own variables (jupyter_vgpu/enforcement/), as placed
+    env.update(tier.environment(slice_.memory, slice_.fraction, slice_id=slice_.id, folder=folder, setup=slice_.tier_setup))
     if simulate:
         env["JUPYTER_VGPU_SIMULATE"] = simulate
     return env

@@ -83,6 +83,26 @@ class Holder:
         return cls("command", command_line, pid, labels or {})
 
 
+def is_slice_id(text: Any) -> bool:
+    """Whether ``text`` is a slice id as ledgers make them: 12 lowercase hex digits. An id names
+    files (a slice's reports) and a cgroup, so a process never uses one that is not."""
+    return isinstance(text, str) and len(text) == 12 and not text.strip("0123456789abcdef")
+
+
+def notebook_path(path: Any, root: str | None = None) -> str | None:
+    """A notebook's path as the views show it: relative to the server's root and normalised the way
+    jupyter_server's contents API resolves it (``a/../b//c.ipynb`` is ``b/c.ipynb``, a leading ``/``
+    is the root). A client sends it, so None for one that leaves the root: an absolute file system
+    path outside ``root``, or ``../x.ipynb``."""
+    if not isinstance(path, str) or not path:
+        return None
+    text = os.path.relpath(path, root) if os.path.isabs(path) and root is not None else path
+    normal = os.path.normpath(text.lstrip("/"))
+    if normal in (".", "..") or normal.startswith("../"):
+        return None
+    return normal
+
+
 def clean_labels(labels: Any, *, removable: bool = False) -> dict[str, Any]:
     """Labels as text (None too, with ``removable``, meaning "remove it"), bounded in number and size."""
     if not isinstance(labels, Mapping):
@@ -156,6 +176,9 @@ class Slice:
     pid_stamp: str | None = None  # the holder's boot id and start tick: who it is, whatever the clock does
     keeper_stamp: str | None = None
     hidden: bool = False  # shown to another user: holder, labels and pids left out (:meth:`seen_by`)
+    #: What the placing process decided for the tier beyond the GPUs (``Enforcement.setup``:
+    #: HAMi-core's library), sent by a broker with each slice; empty: this process's own settings.
+    tier_setup: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         for name in ("mig_devices", "mig_profiles"):  # lists from a JSON round trip

@@ -73,6 +73,7 @@ class SQLiteLedger(Ledger):
         actor: Actor | None = None,
         waiter_timeout: float = STALE_WAITER,
         name: str | None = None,
+        read_only_ok: bool = False,
     ) -> None:
         self.inventory = inventory
         self.name = name  # how messages name this ledger (the broker's: not its private path)

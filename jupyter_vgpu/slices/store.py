@@ -205,7 +205,9 @@ class _Connection:
 
     identity: tuple[int, int] | None  # (st_dev, st_ino) of the file this connection has open
 
-    def __init__(self, path: Path) -> None:
+    turn: _Turn | None  # None: read only (see _open_read_only)
+
+    def __init__(self, path: Path, *, read_only_ok: bool = False) -> None:
         self.path = path
         self.wal_path = path.with_name(path.name + "-wal")
         self.timeout = lock_timeout()
@@ -219,16 +221,63 @@ class _Connection:
         except OSError as error:
             raise LedgerError(f"Cannot create the ledger folder {path.parent}: {error.strerror or error}.") from None
         _check_folder(path.parent)
-        self.turn = _Turn(path, self.timeout)
         try:
-            with self.lock:
-                self.db = self._open()
-        except BaseException:
-            self.turn.close()
-            raise
+            turn = self.turn = _Turn(path, self.timeout)
+            try:
+                with self.lock:
+                    self.db = self._open()
+            except BaseException:
+                turn.close()
+                raise
+        except LedgerError:
+            if os.access(path.parent, os.W_OK):
+                raise
+            self._open_read_only(read_only_ok)  # a folder this user can only read
         self.wal_identity = self._open_wal_identity()
 
     # -- opening ----------------------------------------------------------------------------
+    def _open_read_only(self, allowed: bool) -> None:
+        """Read the ledger of a folder this user can only read (``status``), with SQLite alone and no
+        writers' turn; or say in one sentence why it cannot be used. SQLite reads a WAL file without
+        writing only through its ``-shm``; where there is none and no ``-wal`` either (the last
+        connection ended), the file holds every commit and is read as it stands (``immutable``)."""
+        folder = self.path.parent
+        if self._existing() is None:
+            raise LedgerError(
+                f"There is no ledger at {self.path}, and none can be made: its folder {folder} is read-only for you. "
+                "Point JUPYTER_VGPU_LEDGER (or c.VGPU.ledger_path) at a file in a folder you can write to."
+            )
+        if not allowed:
+            raise LedgerError(self.read_only_sentence())
+        mode = "ro" if os.path.lexists(self.wal_path) else "ro&immutable=1"
+        try:
+            db = sqlite3.connect(
+                _uri(self.path, mode), uri=True, timeout=self.timeout, isolation_level=None, check_same_thread=False
+            )
+        except sqlite3.Error as error:
+            raise LedgerError(f"The ledger {self.path} cannot be read in its read-only folder {folder}: {error}.") from None
+        db.row_factory = sqlite3.Row
+        try:
+            row = db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+            version = _schema_version(row[0]) if row is not None else 0
+        except sqlite3.Error as error:
+            _close_without_checkpoint(db)
+            raise LedgerError(f"The ledger {self.path} cannot be read in its read-only folder {folder}: {error}.") from None
+        if version != SCHEMA_VERSION:
+            _close_without_checkpoint(db)
+            raise LedgerError(
+                f"The ledger {self.path} has schema {version} and this jupyter-vgpu reads {SCHEMA_VERSION}; in its "
+                f"read-only folder {folder} it cannot be upgraded."
+            )
+        self.db, self.turn, self.identity = db, None, self._existing()
+
+    def read_only_sentence(self) -> str:
+        return (
+            f"The ledger {self.path} is in a folder you can only read ({self.path.parent}): `jupyter vgpu status` "
+            "shows its slices, but nothing can be reserved or released there. Point JUPYTER_VGPU_LEDGER (or "
+            "c.VGPU.ledger_path) at a file in a folder you can write to."
+        )
+
     def _existing(self) -> tuple[int, int] | None:
         """The identity of the file at the path, None when there is none; refuses what is not a file."""
         try:
@@ -393,6 +442,8 @@ class _Connection:
         if not write:
             yield
             return
+        if self.turn is None:
+            raise LedgerError(self.read_only_sentence())
         if self.turns == 0:
             self.turn.take()
         self.turns += 1
@@ -475,7 +526,8 @@ class _Connection:
         with self.lock:
             self.checkpoint()
             _close_without_checkpoint(self.db)
-            self.turn.close()
+            if self.turn is not None:
+                self.turn.close()
 
 
 #: This process's connections, by the ledger's absolute path (see :class:`_Connection`).
@@ -501,9 +553,10 @@ MAX_NAME = 200
 
 class LedgerFile:
     """A handle on the ledger file; every handle of one path in a process shares one connection
-    (see the module's rule). Safe to share between threads."""
+    (see the module's rule). Safe to share between threads. With ``read_only_ok``, a ledger in a
+    folder this user can only read is opened for reading (``status``); any write then says why not."""
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, *, read_only_ok: bool = False) -> None:
         self.path = Path(path)
         if len(os.fsencode(self.path.name)) > MAX_NAME:
             raise LedgerError(
@@ -524,7 +577,7 @@ class LedgerFile:
         with _CONNECTIONS_LOCK:
             connection = _CONNECTIONS.get(self._key)
             if connection is None or connection.pid != os.getpid():
-                connection = _Connection(self.path)
+                connection = _Connection(self.path, read_only_ok=read_only_ok)
                 _CONNECTIONS[self._key] = connection
             connection.users += 1
         self._connection = connection
@@ -533,6 +586,11 @@ class LedgerFile:
     @property
     def timeout(self) -> float:
         return self._connection.timeout
+
+    @property
+    def read_only(self) -> bool:
+        """True when the ledger could only be opened for reading (its folder is read-only here)."""
+        return self._connection.turn is None
 
     @contextmanager
     def transaction(self, write: bool = True) -> Iterator[sqlite3.Connection]:

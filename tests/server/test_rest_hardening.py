@@ -35,6 +35,8 @@ BAD_CONFIGS = {
     "list": ([0.25], "kernel_provisioner config must be a mapping"),
     "gpus": ({"gpus": 10**400}, "gpus 10000000000000000000...00000000000000000000 (401 characters) is not allowed"),
     "wait": ({"wait_timeout": "forever"}, "wait_timeout 'forever' is not allowed; use a number of seconds from 0 to 31622400 (366 days)."),
+    # a percent sign once, as written (tornado's HTTPError.log_message doubles it for its own logging)
+    "percent": ({"gpu_fraction": "125%"}, "gpu_fraction '125%' is outside (0, 1]; use a share of a GPU in (0, 1], written 0.25, 1/4 or 25%."),
 }
 
 
@@ -87,3 +89,34 @@ async def test_a_bad_since_is_a_400_or_ignored_never_a_500(jp_fetch: Any, vgpu_s
         assert "slices" in json.loads(response.body)
     except HTTPClientError as error:
         assert error.code == 400, error
+
+
+@pytest.mark.parametrize(
+    ("path", "name", "shown"),
+    [
+        ("a/../b//c.ipynb", "a/../b//c.ipynb", "b/c.ipynb"),  # normalised as jupyter_server opens it
+        ("/top.ipynb", "top.ipynb", "top.ipynb"),  # an API path's leading / is the root
+        ("x/y.ipynb", "/etc/passwd", "x/y.ipynb"),  # a name outside the root is not the notebook's path
+    ],
+)
+async def test_a_notebook_path_a_client_sends_is_shown_normalised_and_inside_the_root(
+    jp_fetch: Any, jp_data_dir: Path, vgpu_server: Any, path: str, name: str, shown: str
+) -> None:
+    from .conftest import get_json, until
+
+    spec = write_spec(jp_data_dir, "paths", {"gpu_fraction": 0.25})
+    body = {"path": path, "name": name, "type": "notebook", "kernel": {"name": spec}}
+    session = json.loads((await jp_fetch("api", "sessions", method="POST", body=json.dumps(body))).body)
+    kernel_id = session["kernel"]["id"]
+    try:
+
+        async def row() -> Any:
+            slices = (await get_json(jp_fetch, "api", "vgpu", "slices"))["slices"]
+            return next((s for s in slices if s["kernel_id"] == kernel_id), None)
+
+        seen = await until(row, what="the kernel's slice in the view")
+        assert seen["path"] == shown
+        assert seen["labels"].get("path") in (shown, None), seen["labels"]  # what the ledger keeps, for other views
+        assert (await get_json(jp_fetch, "api", "vgpu", "kernels", kernel_id))["slice"]["path"] == shown
+    finally:
+        await jp_fetch("api", "sessions", session["id"], method="DELETE")
