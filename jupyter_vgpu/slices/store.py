@@ -145,10 +145,8 @@ _MIGRATIONS: dict[int, tuple[str | Callable[[sqlite3.Connection], None], ...]] =
 }
 
 RECOVERY = (
-    "Move it aside and start a fresh ledger with `jupyter vgpu gc --reset-ledger` "
-    "(the old file is kept next to it as {name}.corrupt-<time>; Jupyter servers book their running "
-    "kernels' slices in the fresh one again, and other running processes' GPU memory counts as used "
-    "outside slices until they end)."
+    "Move it aside and start a fresh ledger with `jupyter vgpu gc --reset-ledger` (the old file is kept "
+    "as {name}.corrupt-<time>; Jupyter servers book their kernels' slices in it again)."
 )
 
 
