@@ -310,7 +310,7 @@ def safe_to_ask_again(op: str, args: Mapping[str, Any]) -> bool:
 
 
 #: Requests that change nothing (``info`` and ``snapshot`` are the broker's own).
-READS = frozenset({"info", "snapshot", "slices", "get", "waiting", "overcommitted"})
+READS = frozenset({"info", "snapshot", "slices", "get", "waiting", "overcommitted", "book_id"})
 #: Requests that carry the holder's token (see :meth:`BrokerLedger._once`).
 BY_TOKEN = frozenset({"reserve_now", "enqueue"})
 

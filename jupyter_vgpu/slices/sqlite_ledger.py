@@ -10,6 +10,7 @@ reclaimed by the next reservation, the server's monitor or ``jupyter vgpu gc``.
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import time
 import uuid
@@ -25,7 +26,7 @@ from .holders import attribute, boot_clock, process_alive, process_start, start_
 from .ledger import Ledger
 from .occupancy import GPUOccupancy, Occupancy, occupancy_of
 from .placement import Placement, place
-from .records import Actor, Holder, Slice, Ticket, Tier, Waiter, clean_labels
+from .records import Actor, Holder, Slice, Ticket, Tier, Waiter, clean_labels, is_slice_id
 from .refusal import Refusal
 from .request import SliceRequest
 from .store import RESET_GRACE, LedgerFile, book_id, reset_grace_left
@@ -543,7 +544,7 @@ class SQLiteLedger(Ledger):
 
     def rebook(self, record: Slice) -> Slice:
         request = record.request
-        if not (isinstance(record.id, str) and len(record.id) == 12 and all(c in "0123456789abcdef" for c in record.id)):
+        if not is_slice_id(record.id):
             raise InvalidRequest(f"{shorten(record.id)} is not a slice id (12 hex digits).")
         count = len(record.gpus)
         if not count or count != request.gpus or len(set(record.gpus)) != count or len(record.memory) != count:
@@ -662,8 +663,6 @@ class SQLiteLedger(Ledger):
 def _started_since(stamp: str | None, seconds: float) -> bool:
     """Whether the process with this start stamp (boot id and start ticks) started within the last
     ``seconds`` (False when the stamp cannot tell)."""
-    import os
-
     ticks = (stamp or "").rpartition(":")[2]
     if not ticks.isdigit():
         return False
