@@ -208,15 +208,16 @@ class UsageMonitor:
         after a reset (``store.RESET_GRACE``). A slice released on purpose while the book stayed
         the same is left alone. A kernel whose slice cannot be booked again is told."""
         assert self.ledger is not None
-        book = self.ledger.book_id()
-        lost = split is not None or (self._book is not None and book != self._book)
-        self._book = book
         if kernel_pids is None:
             return slices
         present = {s.id for s in slices}
-        for kernel_id, kept in self._kernel_slices.items() if lost else ():
-            if kept.id in present or kernel_id not in kernel_pids:
-                continue
+        missing = [(k, kept) for k, kept in self._kernel_slices.items() if kept.id not in present and k in kernel_pids]
+        lost = False
+        if missing:  # released on purpose, or lost with the book: its id tells (asked only now: a broker answers over its socket)
+            book = self.ledger.book_id()
+            lost = split is not None or (self._book is not None and book != self._book)
+            self._book = book
+        for kernel_id, kept in missing if lost else ():
             pid = kernel_pids.get(kernel_id) or self.server_pid  # the server holds it during a restart
             why = "was reset" if split is None else "split from this server's"
             try:
@@ -237,9 +238,12 @@ class UsageMonitor:
                     kept.id, kept.describe_holder(), kept.request.describe(),
                     ", ".join(map(str, kept.gpu_indices)), why,
                 )  # fmt: skip
-        self._kernel_slices = {
-            s.holder: s for s in slices if s.holder_kind == "kernel" and s.holder in kernel_pids and s.uid == self.uid
-        }
+        held = {s.holder: s for s in slices if s.holder_kind == "kernel" and s.holder in kernel_pids and s.uid == self.uid}
+        if not held:
+            self._book = None  # read afresh when this server's kernels hold slices again
+        elif self._book is None:
+            self._book = self.ledger.book_id()  # the book these slices are in
+        self._kernel_slices = held
         return slices
 
     def _reap_due(self) -> bool:

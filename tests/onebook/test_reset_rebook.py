@@ -132,3 +132,19 @@ def test_a_kernel_whose_gpu_was_taken_meanwhile_is_told_at_its_next_cell(
     finally:
         outsider.kill()
         outsider.wait()
+
+
+def test_a_kernels_slice_released_on_purpose_is_not_booked_again(server: JupyterProcess) -> None:
+    """`jupyter vgpu release` frees a running kernel's slice (the kernel keeps running): the book is
+    the same one, so the server leaves it freed; only a new book (a reset) is booked again."""
+    env = server.env
+    status, kernel = start_kernel(server, HALF)
+    assert status == 201, kernel
+    held = wait_for(lambda: kernel_slice(server, kernel["id"]), "the kernel's slice in the API")
+    released = subprocess.run([JUPYTER_VGPU, "release", held["id"]], env=env, capture_output=True, text=True, timeout=60)
+    assert released.returncode == 0, released.stderr
+    for _ in range(10):  # ten samples of the server's monitor (0.2 s apart), each taken after the release
+        after = time.time()
+        assert kernel_slice(server, kernel["id"], after) is None
+    assert file_view(Path(env["JUPYTER_VGPU_LEDGER"]))[0] == set()
+    assert f"booked slice {held['id']}" not in server.log_text()
