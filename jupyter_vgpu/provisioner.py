@@ -54,7 +54,7 @@ from .launch.settings import (
     shared_ledger,
     unknown_keys_message,
 )
-from .launch.workarounds import PROVISIONER_NAME, forget_when_done
+from .launch.workarounds import CLIENT_NOTEBOOK, forget_when_done, names_vgpu_provisioner
 from .slices import Holder, Ledger, Slice, SliceRequest, Ticket, cpu_environment, slice_environment
 from .slices.environment import without_slice
 from .slices.records import notebook_path
@@ -204,7 +204,7 @@ class VGPUProvisioner(LocalProvisioner):  # type: ignore[misc]
             "kernel_name": str(getattr(self.parent, "kernel_name", "") or ""),
             "kernel_display_name": self._display_name(),
         }
-        client = env.get("JUPYTER_VGPU_CLIENT_NOTEBOOK")  # set by a GPU node's KernelStartHandler only
+        client = env.get(CLIENT_NOTEBOOK)  # set by a GPU node's KernelStartHandler only
         if client and os.path.isabs(client):
             # a gateway client's notebook, by its path on the client's own machine
             labels["path"] = os.path.normpath(client)
@@ -320,9 +320,9 @@ class VGPUProvisioner(LocalProvisioner):  # type: ignore[misc]
         found = []
         for name, entry in manager.get_all_specs().items():
             spec = (entry.get("spec") or {}) if isinstance(entry, dict) else {}
-            stanza = (spec.get("metadata") or {}).get("kernel_provisioner") or {}
-            if name == current or stanza.get("provisioner_name") != PROVISIONER_NAME:
+            if name == current or not names_vgpu_provisioner(spec.get("metadata")):
                 continue
+            stanza = spec["metadata"]["kernel_provisioner"]
             if language and spec.get("language") not in (None, language):
                 continue
             config = stanza.get("config") or {}

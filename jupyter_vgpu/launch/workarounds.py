@@ -12,6 +12,15 @@ from ..units import shorten
 from .errors import InvalidKernelConfig
 
 PROVISIONER_NAME = "vgpu-provisioner"
+#: A kernel's notebook as a gateway client (a CPU-only JupyterLab) names it on its own machine: set
+#: by a GPU node's kernel start handler, read by the provisioner for the slice's labels.
+CLIENT_NOTEBOOK = "JUPYTER_VGPU_CLIENT_NOTEBOOK"
+
+
+def names_vgpu_provisioner(metadata: Any) -> bool:
+    """Whether a kernelspec's metadata starts its kernels with a slice (the vgpu-provisioner)."""
+    stanza = metadata.get("kernel_provisioner") if isinstance(metadata, dict) else None
+    return isinstance(stanza, dict) and stanza.get("provisioner_name") == PROVISIONER_NAME
 
 
 async def forget_failed_starts(manager: Any, log: Any = None) -> list[str]:
@@ -68,9 +77,9 @@ class CheckedProvisionerFactory(KernelProvisionerFactory):  # type: ignore[misc]
     the kernel start in a TypeError ("Unhandled error") instead of a sentence."""
 
     def create_provisioner_instance(self, kernel_id: str, kernel_spec: Any, parent: Any) -> Any:
-        stanza = (getattr(kernel_spec, "metadata", None) or {}).get("kernel_provisioner")
-        if isinstance(stanza, dict) and stanza.get("provisioner_name") == PROVISIONER_NAME:
-            config = stanza.get("config", {})
+        metadata: Any = getattr(kernel_spec, "metadata", None)
+        if names_vgpu_provisioner(metadata):
+            config = metadata["kernel_provisioner"].get("config", {})
             if not isinstance(config, dict):
                 name = getattr(kernel_spec, "display_name", "") or "kernel"
                 raise InvalidKernelConfig(

@@ -43,14 +43,12 @@ from tornado.httputil import HTTPServerRequest
 from tornado.routing import Matcher, Rule, RuleRouter
 
 from ..launch.errors import KernelStartRefused
-from ..launch.workarounds import PROVISIONER_NAME
+from ..launch.workarounds import CLIENT_NOTEBOOK, names_vgpu_provisioner
 from ..units import shorten
 from .handlers import KernelsHandler, SessionsHandler, VGPUHandler
 
 #: The variable that carries a kernel's notebook path (jupyter_server's session manager sets it).
 SESSION_VARIABLE = "JPY_SESSION_NAME"
-#: The notebook's path on a gateway client's machine, as the node's KernelStartHandler received it.
-CLIENT_NOTEBOOK = "JUPYTER_VGPU_CLIENT_NOTEBOOK"
 #: Seconds a node's answer to one GET is reused (several browser tabs polling at once).
 CACHE_SECONDS = 0.5
 #: A poll must not hang on a node that went away: jupyter_server's own default waits 40 s.
@@ -351,12 +349,6 @@ class SlicedKernelSpecManager(KernelSpecManager):
             return names_vgpu_provisioner(self.kernel_spec_class.from_resource_dir(folder).metadata)
         except Exception:  # no kernel.json (ipykernel's own python3), a broken one: not a slice
             return False
-
-
-def names_vgpu_provisioner(metadata: Any) -> bool:
-    """Whether a kernelspec's metadata starts its kernels with a slice (the vgpu-provisioner)."""
-    stanza = metadata.get("kernel_provisioner") if isinstance(metadata, dict) else None
-    return isinstance(stanza, dict) and stanza.get("provisioner_name") == PROVISIONER_NAME
 
 
 def serve_node_only(serverapp: Any, log: Any) -> None:
