@@ -20,11 +20,11 @@ from typing import Any
 from jupyter_client.kernelspec import KernelSpecManager, NoSuchKernel
 
 from ..errors import InvalidRequest
+from ..launch.workarounds import PROVISIONER_NAME, names_vgpu_provisioner
 from ..slices import SliceRequest
 from ..slices.request import CLI_NAMES
 from ..units import describe_fraction, exact_bytes, format_bytes, parse_seconds, shorten
 
-PROVISIONER = "vgpu-provisioner"
 DEFAULT_SET = ("1/4", "1/2", "1")
 
 
@@ -144,7 +144,7 @@ def install(
     if wait:
         config["wait_timeout"] = wait
     metadata = dict(data.get("metadata") or {})
-    metadata["kernel_provisioner"] = {"provisioner_name": PROVISIONER, "config": config}
+    metadata["kernel_provisioner"] = {"provisioner_name": PROVISIONER_NAME, "config": config}
     metadata["jupyter_vgpu"] = {"slice": describe_slice(request, wait), "source": source}
     data["metadata"] = metadata
     data["display_name"] = display_name or f"{_base_display(str(data.get('display_name') or source))} ({describe_slice(request, wait)})"
@@ -203,8 +203,8 @@ def sliced_specs(manager: KernelSpecManager | None = None) -> dict[str, dict[str
             data = json.loads((Path(path) / "kernel.json").read_text())
         except (OSError, ValueError):
             continue
-        prov = (data.get("metadata") or {}).get("kernel_provisioner") or {}
-        if prov.get("provisioner_name") == PROVISIONER:
+        if names_vgpu_provisioner(data.get("metadata")):
+            prov = data["metadata"]["kernel_provisioner"]
             found[name] = {"display_name": data.get("display_name"), "config": prov.get("config") or {}, "path": path}
     return found
 
