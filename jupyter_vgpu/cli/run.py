@@ -143,23 +143,15 @@ def _run_child(command: list[str], env: dict[str, str], on_start: Callable[[int]
     state = {"interrupted": False, "ending": 0}
     child: subprocess.Popen[bytes] | None = None
 
-    def interrupt(signum: int, frame: FrameType | None) -> None:
-        state["interrupted"] = True
-        if child is not None and child.returncode is None:
-            if not _from_terminal():  # a terminal's Ctrl+C reached them all already
-                _signal_all(child.pid, signum)
-        else:
-            _end_all(state)
-
     def forward(signum: int, frame: FrameType | None) -> None:
         state["interrupted"] = True
-        if child is not None and child.returncode is None:
+        if child is None or child.returncode is not None:
+            _end_all(state)  # the command has ended: what it left goes
+        elif signum != signal.SIGINT or not _from_terminal():  # a terminal's Ctrl+C reached them all already
             _signal_all(child.pid, signum)
-        else:
-            _end_all(state)
 
     # handlers, not SIG_IGN, which the command would inherit (a Python command would then ignore Ctrl+C)
-    old = {signal.SIGQUIT: signal.signal(signal.SIGQUIT, _ignore), signal.SIGINT: signal.signal(signal.SIGINT, interrupt)}
+    old = {signal.SIGQUIT: signal.signal(signal.SIGQUIT, _ignore), signal.SIGINT: signal.signal(signal.SIGINT, forward)}
     try:
         try:
             child = subprocess.Popen(command, env=env)
@@ -221,7 +213,7 @@ def _started() -> list[psutil.Process]:
             if process.status() != psutil.STATUS_ZOMBIE:
                 alive.append(process)
         except psutil.Error:
-            pass
+            pass  # it ended between the listing and the question
     return alive
 
 

@@ -113,7 +113,7 @@ class ExecutionWatch:
         if found is not None:
             try:
                 found.stream.close()
-            except Exception:
+            except Exception:  # a kernel's socket already gone with it: nothing left to close
                 pass
 
     def close(self) -> None:
