@@ -25,7 +25,8 @@ LOOP = """
 import json, os, sys, time
 from pathlib import Path
 from jupyter_vgpu.gpus import Inventory
-from jupyter_vgpu.slices import Holder, SliceRequest, SQLiteLedger
+from jupyter_vgpu.slices import Holder, SliceRequest
+from jupyter_vgpu.ledger import SQLiteLedger
 ledger = SQLiteLedger(Path(sys.argv[1]), Inventory("2x16GiB"), context_allowance=300 << 20)
 request, holder = SliceRequest.parse(0.0625), Holder("command", "benchmark")
 for _ in range(50):

@@ -60,8 +60,9 @@ def main() -> None:
         os.environ["JUPYTER_VGPU_SIMULATE"] = str(simulation)
         os.environ["JUPYTER_VGPU_LEDGER"] = str(work / "ledger.sqlite")
 
+        from jupyter_vgpu.ledger import open_ledger
         from jupyter_vgpu.server.monitor import FULL_REAP, UsageMonitor
-        from jupyter_vgpu.slices import Holder, SliceRequest, open_ledger
+        from jupyter_vgpu.slices import Holder, SliceRequest
 
         ledger = open_ledger()
         for i, proc in enumerate(holders):

@@ -55,7 +55,8 @@ from .launch.settings import (
     unknown_keys_message,
 )
 from .launch.workarounds import CLIENT_NOTEBOOK, forget_when_done, names_vgpu_provisioner
-from .slices import Holder, Ledger, Slice, SliceRequest, Ticket, cpu_environment, slice_environment
+from .ledger import Ledger
+from .slices import Holder, Slice, SliceRequest, Ticket, cpu_environment, slice_environment
 from .slices.environment import without_slice
 from .slices.records import notebook_path
 from .slices.reports import remove_report

@@ -103,7 +103,8 @@ def test_framework_fractions_are_of_the_memory_cuda_reports_in_the_slices_tier(t
     from test_hami_core import a_shared_library  # type: ignore[import-not-found]
 
     from jupyter_vgpu.gpus import Inventory
-    from jupyter_vgpu.slices import Holder, SliceRequest, SQLiteLedger
+    from jupyter_vgpu.ledger import SQLiteLedger
+    from jupyter_vgpu.slices import Holder, SliceRequest
     from jupyter_vgpu.slices.environment import slice_environment
 
     monkeypatch.delenv("JUPYTER_VGPU_TIERS", raising=False)

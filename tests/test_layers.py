@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from jupyter_vgpu.slices.ledger import OPERATIONS, Ledger
+from jupyter_vgpu.ledger.broker_client import BrokerLedger
+from jupyter_vgpu.ledger.contract import OPERATIONS, Ledger
+from jupyter_vgpu.ledger.sqlite import SQLiteLedger
 from jupyter_vgpu.slices.records import HOLDER_KINDS
-from jupyter_vgpu.slices.remote import BrokerLedger
-from jupyter_vgpu.slices.sqlite_ledger import SQLiteLedger
 
 PACKAGE = Path(__file__).resolve().parents[1] / "jupyter_vgpu"
 UI = Path(__file__).resolve().parents[1] / "labextension" / "src"
@@ -73,6 +73,16 @@ FORBIDDEN = [
     ("jupyter_vgpu.gpus", "jupyter_vgpu.slices"),
     ("jupyter_vgpu.gpus", "jupyter_vgpu.server"),
     ("jupyter_vgpu.slices", "jupyter_server"),
+    ("jupyter_vgpu.slices", "jupyter_vgpu.ledger"),  # the model knows nothing of the book (SQLite, sockets)
+    ("jupyter_vgpu.gpus", "jupyter_vgpu.ledger"),
+    ("jupyter_vgpu.enforcement", "jupyter_vgpu.ledger"),  # the ledger calls the tiers' hooks, never the reverse
+    ("jupyter_vgpu.ledger", "jupyter_vgpu.server"),
+    ("jupyter_vgpu.ledger", "jupyter_vgpu.hub"),
+    ("jupyter_vgpu.ledger", "jupyter_vgpu.kernel"),
+    ("jupyter_vgpu.ledger", "jupyter_vgpu.cli"),
+    ("jupyter_vgpu.ledger", "jupyter_vgpu.launch"),
+    ("jupyter_vgpu.ledger", "jupyter_vgpu.provisioner"),
+    ("jupyter_vgpu.ledger", "jupyter_server"),
     ("jupyter_vgpu.slices", "jupyter_vgpu.server"),
     ("jupyter_vgpu.slices", "jupyter_vgpu.hub"),
     ("jupyter_vgpu.slices", "jupyter_vgpu.provisioner"),

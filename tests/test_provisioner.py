@@ -18,7 +18,7 @@ from jupyter_client.manager import AsyncKernelManager
 from jupyter_client.provisioning.factory import KernelProvisionerFactory
 
 from jupyter_vgpu.errors import SliceUnavailable, VGPUError
-from jupyter_vgpu.slices import open_ledger
+from jupyter_vgpu.ledger import open_ledger
 
 pytestmark = pytest.mark.slow
 

@@ -11,7 +11,7 @@ import os
 import sys
 
 from ..enforcement import Tier, by_tier
-from ..slices.partition import join_here
+from ..ledger.join import join_here
 from .run import cannot_start
 
 

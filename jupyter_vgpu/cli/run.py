@@ -33,7 +33,8 @@ from ..enforcement import Tier, by_tier
 from ..enforcement.hamicore import library, library_problem
 from ..enforcement.mpspartition import ENV_JOIN
 from ..errors import InvalidRequest, SliceNotFound, VGPUError
-from ..slices import Holder, SliceRequest, open_ledger, summary
+from ..ledger import open_ledger
+from ..slices import Holder, SliceRequest, summary
 from ..slices.environment import DEVICE_NAMES, fit_installed_frameworks, with_slice
 from ..slices.reports import remove_report, write_report
 from ..slices.request import CLI_NAMES

@@ -2,7 +2,7 @@
 to the slice's memory, all device memory counted, through a cgroup of the slice's own.
 
 Where an MPS control daemon serves the GPU and the driver offers memory partitioning to the
-process that places slices (root: a root server, or the node broker; ``gpus.partition``), a slice
+process that places slices (root: a root server, or the node broker; ``gpus.memory_cgroups``), a slice
 gets a cgroup with its memory as the hard and soft limit on each of its GPUs. Its processes join
 that cgroup as they start (the start-up hook, and ``jupyter vgpu run`` before it starts the
 command), so children are held too; the MPS server also gets the slice's thread percentage and,
@@ -20,12 +20,12 @@ from .mps import MPS, sm_share
 
 #: Set in the slice's environment: its processes join the slice's cgroup at start.
 ENV_JOIN = "JUPYTER_VGPU_PARTITION"
-#: Set by a process that could not join: why (``slices.partition.join_here``).
+#: Set by a process that could not join: why (``ledger.join.join_here``).
 ENV_PROBLEM = "JUPYTER_VGPU_PARTITION_PROBLEM"
 
 
 def in_partition(slice_id: str, pid: int | str = "self") -> bool:
-    """Whether process ``pid`` is in the slice's cgroup (``gpus.partition`` names it after the
+    """Whether process ``pid`` is in the slice's cgroup (``gpus.memory_cgroups`` names it after the
     slice: its cgroup v2 line in /proc ends with the slice id)."""
     try:
         with open(f"/proc/{pid}/cgroup", encoding="utf-8", errors="replace") as handle:

@@ -17,7 +17,7 @@ more; it writes its own report beside the kernel's, which ``%vgpu`` and ``jupyte
 list as the slice's configured processes.
 
 In a slice with a memory partition (the MPS memory-partitioning tier), the process also joins
-the slice's cgroup here, before any of its code runs (``slices.partition``). Its children are in
+the slice's cgroup here, before any of its code runs (``ledger.join``). Its children are in
 it already and only read /proc/self/cgroup to see so; a process whose parent could not join
 does not try again (the reason is in its environment), so a broker that is down costs one wait
 in a process tree, not one per process.
@@ -91,7 +91,7 @@ def activate() -> None:
             sys.meta_path.insert(0, _finder)
         joining = os.environ.get("JUPYTER_VGPU_PARTITION")  # enforcement.mpspartition: join before any CUDA call
         if joining and "JUPYTER_VGPU_PARTITION_PROBLEM" not in os.environ and not _in_cgroup(joining):
-            from ..slices.partition import join_here
+            from ..ledger.join import join_here
 
             join_here()
     except Exception as error:  # a broken install must not stop every Python program

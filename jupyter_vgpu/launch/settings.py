@@ -9,7 +9,7 @@ from typing import Any
 
 from ..config import VGPU, load_settings
 from ..errors import InvalidRequest
-from ..slices import Ledger, open_ledger
+from ..ledger import Ledger, open_ledger
 from ..slices.environment import DEVICE_NAMES
 from ..slices.request import PLACEMENTS
 from ..units import parse_seconds, shorten

@@ -23,7 +23,7 @@ from ..errors import VGPUError
 from ..gpus.context import context_allowance
 from ..launch.refusals import refusals_of
 from ..launch.workarounds import check_provisioner_configs, forget_failed_starts
-from ..slices import Ledger, open_ledger
+from ..ledger import Ledger, open_ledger
 from ..slices.occupancy import GPUOccupancy
 from ..units import MAX_WAIT_SECONDS, shorten
 from . import gateway, handlers

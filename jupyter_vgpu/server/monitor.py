@@ -21,7 +21,8 @@ from typing import Any, TypeVar
 
 from ..errors import SliceNotFound, VGPUError
 from ..gpus import Snapshot
-from ..slices import Ledger, Occupancy, Slice, Waiter, occupancy_of
+from ..ledger import Ledger
+from ..slices import Occupancy, Slice, Waiter, occupancy_of
 from ..slices.holders import Attribution, ProcessOwners, process_alive
 from ..slices.usage import ReportCache, SliceUsage, slice_usage
 from ..units import shorten

@@ -18,7 +18,7 @@ pytestmark = pytest.mark.hub
 
 JOIN = """
 import os, sys
-from jupyter_vgpu.slices import open_ledger
+from jupyter_vgpu.ledger import open_ledger
 try:
     print(open_ledger().join_partition(sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else os.getpid()))
 except Exception as error:

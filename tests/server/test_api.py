@@ -11,8 +11,9 @@ import pytest
 from jupyter_server.auth import Authorizer
 from tornado.httpclient import HTTPClientError
 
+from jupyter_vgpu.ledger import open_ledger
 from jupyter_vgpu.server.handlers import routes
-from jupyter_vgpu.slices import Holder, SliceRequest, open_ledger
+from jupyter_vgpu.slices import Holder, SliceRequest
 
 from .conftest import DISPLAY_NAME, KERNEL, get_json, until
 

@@ -266,7 +266,8 @@ async def test_the_server_frees_kernel_slices_of_kernels_it_does_not_run(jp_fetc
     """A start that failed while the ledger still granted its slice (a broker answer lost to a
     timeout) leaves a kernel slice held by the server for a kernel id it never ran: the server
     frees it (issue 18). Its own kernels' slices and commands' slices stay."""
-    from jupyter_vgpu.slices import Holder, SliceRequest, open_ledger
+    from jupyter_vgpu.ledger import open_ledger
+    from jupyter_vgpu.slices import Holder, SliceRequest
 
     kernel = await start_kernel()
     ledger = open_ledger()

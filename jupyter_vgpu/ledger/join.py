@@ -2,7 +2,7 @@
 slice's cgroup as it starts: the start-up hook of every Python process of the slice, and
 ``jupyter vgpu run`` before it starts its command (so any program is held, and every child).
 
-Joining asks the ledger (:meth:`~.ledger.Ledger.join_partition`): a process that may manage
+Joining asks the ledger (:meth:`~.contract.Ledger.join_partition`): a process that may manage
 cgroups itself (root) makes the slice's cgroup and moves itself; any other asks the node broker,
 which moves the process that asks, and only into a slice of its own user.
 """
@@ -16,7 +16,7 @@ from ..enforcement.mpspartition import ENV_JOIN, ENV_PROBLEM, in_partition
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from .ledger import Ledger
+    from .contract import Ledger
 
 
 def join_here(env: MutableMapping[str, str] | None = None) -> str | None:
@@ -33,7 +33,7 @@ def join_here(env: MutableMapping[str, str] | None = None) -> str | None:
         return env[ENV_PROBLEM]  # this process or its parent tried already
     from ..errors import VGPUError
     from . import open_ledger
-    from .remote import ENV_BROKER, BrokerLedger
+    from .broker_client import ENV_BROKER, BrokerLedger
 
     try:
         if broker := os.environ.get(ENV_BROKER, "").strip():

@@ -1,8 +1,8 @@
 """The ledger contract: what every ledger does, whoever keeps it.
 
 Two implementations, siblings, and callers never know which one they hold (``open_ledger``
-picks): :class:`~.sqlite_ledger.SQLiteLedger`, the user's own SQLite file, and
-:class:`~.remote.BrokerLedger`, the client of the node broker (``jupyter vgpu broker``), which
+picks): :class:`~.sqlite.SQLiteLedger`, the user's own SQLite file, and
+:class:`~.broker_client.BrokerLedger`, the client of the node broker (``jupyter vgpu broker``), which
 owns the node's SQLite file and applies the admins' quotas. The broker serves the same
 operations over its socket, named in :data:`OPERATIONS`.
 
@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..errors import LeftLine, NeverFits, SliceUnavailable
-from .records import Holder, Slice, Ticket, Waiter
-from .request import SliceRequest
+from ..slices.records import Holder, Slice, Ticket, Waiter
+from ..slices.request import SliceRequest
 
 if TYPE_CHECKING:
     from ..gpus import Inventory
@@ -125,7 +125,7 @@ class Ledger(ABC):
     def join_partition(self, slice_id: str, pid: int) -> str:
         """Put process ``pid`` into the slice's own cgroup, made with the slice's memory limit on
         each of its GPUs where it is not there yet (the MPS memory-partitioning tier,
-        ``gpus.partition``); returns the cgroup's path. Only the slice's owner (root: any)."""
+        ``gpus.memory_cgroups``); returns the cgroup's path. Only the slice's owner (root: any)."""
 
     @abstractmethod
     def update_labels(self, slice_id: str, labels: Mapping[str, str | None]) -> Slice:
