@@ -30,7 +30,7 @@ from traitlets import Any as AnyTrait
 from traitlets import validate
 
 from .config import VGPU
-from .enforcement.mpspartition import ENV_JOIN
+from .enforcement.base import ENV_ENTER
 from .errors import (
     InvalidRequest,
     NeverFits,
@@ -375,8 +375,8 @@ class VGPUProvisioner(LocalProvisioner):  # type: ignore[misc]
             cmd = list(kwargs.get("cmd") or [])
             if self._is_ipykernel(cmd) and EXTENSION_ARG not in cmd:
                 cmd.append(EXTENSION_ARG)
-            if env.get(ENV_JOIN) and cmd:
-                # a memory partition: the kernel joins it before it is itself (exec keeps the pid),
+            if env.get(ENV_ENTER) and cmd:
+                # the slice's tier has a hold: the kernel enters it before it is itself (exec keeps the pid),
                 # whatever its language, and whether or not its Python has jupyter-vgpu
                 cmd = [sys.executable, "-m", "jupyter_vgpu.cli.enter", "--", *cmd]
             kwargs["cmd"] = cmd

@@ -64,7 +64,8 @@ def _in(module: str, layer: str) -> bool:
 
 FORBIDDEN = [
     ("jupyter_vgpu.enforcement", "jupyter_vgpu.slices"),  # below slices: placement and the environment ask it
-    ("jupyter_vgpu.enforcement", "jupyter_vgpu.gpus"),  # a GPU only as a Protocol
+    ("jupyter_vgpu.enforcement", "jupyter_vgpu.gpus.inventory"),  # a GPU only as a Protocol; a tier's hardware mechanism (gpus.memory_cgroups) it may use
+    ("jupyter_vgpu.gpus", "jupyter_vgpu.enforcement"),  # the hardware sits below the tiers
     ("jupyter_vgpu.enforcement", "jupyter_vgpu.kernel"),
     ("jupyter_vgpu.enforcement", "jupyter_vgpu.server"),
     ("jupyter_vgpu.frameworks", "jupyter_vgpu.slices"),  # below slices: the environment asks the registry

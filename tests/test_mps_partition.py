@@ -151,7 +151,7 @@ def test_a_slice_gets_a_cgroup_with_its_limit_and_loses_it_when_it_ends(cgroup_r
     assert held.tier is Tier.MPS_PARTITION
     sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
-        cgroup = Path(ledger.join_partition(held.id, sleeper.pid))
+        cgroup = Path(ledger.join_hold(held.id, sleeper.pid))
         assert cgroup == cgroup_root / "jupyter-vgpu" / held.id and in_partition(held.id, sleeper.pid)
         assert [int(p) for p in (cgroup / "cgroup.procs").read_text().split()] == [sleeper.pid]
 
@@ -191,13 +191,13 @@ def test_only_the_owner_joins_and_only_a_partitioned_slice(cgroup_root: Path, tm
     held = ledger.reserve(SliceRequest.parse(0.25), Holder("command", "test"))
     stranger = ledger.acting_for(Actor(user="mallory", uid=4242))
     with pytest.raises(NotPermitted, match=f"Slice {held.id} belongs to .*; you can join the memory partition of only your own slices"):
-        stranger.join_partition(held.id, os.getpid())
+        stranger.join_hold(held.id, os.getpid())
     assert not (cgroup_root / "jupyter-vgpu" / held.id).exists()
     monkeypatch.setenv("JUPYTER_VGPU_MPS", "off")
     plain = ledger.reserve(SliceRequest.parse(0.25), Holder("command", "test"))
     assert plain.tier is Tier.COOPERATIVE
     with pytest.raises(InvalidRequest, match=f"Slice {plain.id} is cooperative, not a slice with a memory partition to join"):
-        ledger.join_partition(plain.id, os.getpid())
+        ledger.join_hold(plain.id, os.getpid())
 
 
 def vgpu_env(tmp_path: Path, cgroup_root: Path) -> dict[str, str]:
@@ -306,11 +306,15 @@ def test_a_process_whose_parent_could_not_join_does_not_ask_again(monkeypatch: p
     """A broker that is down costs one wait per process tree, not one per Python start: the reason
     is inherited, and every child of the slice runs the start-up hook."""
     from jupyter_vgpu import ledger
-    from jupyter_vgpu.ledger.join import join_here
+    from jupyter_vgpu.ledger.join import enter_here
 
     monkeypatch.setattr(ledger, "open_ledger", lambda *a: pytest.fail("asked the ledger again"))
-    env = {"JUPYTER_VGPU_PARTITION": "abcdef012345", "JUPYTER_VGPU_PARTITION_PROBLEM": "Cannot reach the jupyter-vgpu broker"}
-    assert join_here(env) == "Cannot reach the jupyter-vgpu broker"
+    env = {
+        "JUPYTER_VGPU_ENTER": "mps-partition",
+        "JUPYTER_VGPU_PARTITION": "abcdef012345",
+        "JUPYTER_VGPU_PARTITION_PROBLEM": "Cannot reach the jupyter-vgpu broker",
+    }
+    assert enter_here(env) == "Cannot reach the jupyter-vgpu broker"
     script = "import os, sys; sys.exit(0 if 'jupyter_vgpu.ledger.join' not in sys.modules else 1)"
     child = subprocess.run([sys.executable, "-c", script], env={**os.environ, **env, "JUPYTER_VGPU_SLICE_ID": "abcdef012345"}, timeout=60)
     assert child.returncode == 0  # the start-up hook did not even import the joining code

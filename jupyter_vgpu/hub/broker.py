@@ -36,6 +36,7 @@ from ..ledger import Ledger, SQLiteLedger
 from ..ledger.contract import OPERATIONS
 from ..ledger.wire import (
     CALLER,
+    RENAMED_OPERATIONS,
     error_to_wire,
     holder_from_wire,
     slice_from_wire,
@@ -178,6 +179,7 @@ class Broker:
     def handle(self, caller: Caller, message: dict[str, Any]) -> dict[str, Any]:
         """Answer one decoded request: ``{"ok": true, "result": ...}`` or an error answer."""
         op = message.get("op")
+        op = RENAMED_OPERATIONS.get(op, op) if isinstance(op, str) else op
         args = message.get("args") or {}
         try:
             if not isinstance(args, dict):
@@ -204,7 +206,7 @@ class Broker:
             holder: Holder = args["holder"]
             keeper = None if holder.keeper is None else self._holder_pid(caller, holder.keeper)
             args["holder"] = replace(holder, pid=self._holder_pid(caller, holder.pid), keeper=keeper)
-        if op == "join_partition":
+        if op == "join_hold":
             args["pid"] = self._joining_pid(caller, args.get("pid"))
         elif "pid" in args:
             args["pid"] = self._holder_pid(caller, args["pid"])

@@ -244,9 +244,9 @@ class BrokerLedger(Ledger):
     def attach(self, slice_id: str, pid: int) -> Slice:
         return slice_from_wire(self._call("attach", slice_id=str(slice_id), pid=None if pid == os.getpid() else int(pid)))
 
-    def join_partition(self, slice_id: str, pid: int) -> str:
+    def join_hold(self, slice_id: str, pid: int) -> str:
         # the broker (root) moves the process that asks: it knows that pid from the socket
-        return str(self._call("join_partition", slice_id=str(slice_id), pid=None if pid == os.getpid() else int(pid)))
+        return str(self._call("join_hold", slice_id=str(slice_id), pid=None if pid == os.getpid() else int(pid)))
 
     def update_labels(self, slice_id: str, labels: Mapping[str, str | None]) -> Slice:
         return slice_from_wire(self._call("update_labels", slice_id=str(slice_id), labels=dict(labels)))

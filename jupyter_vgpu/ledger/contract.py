@@ -37,7 +37,7 @@ OPERATIONS = (
     "try_grant",
     "leave_queue",
     "attach",
-    "join_partition",
+    "join_hold",
     "update_labels",
     "resize",
     "release",
@@ -122,10 +122,10 @@ class Ledger(ABC):
         """Make process ``pid`` the holder whose life keeps the slice (e.g. the kernel, once started)."""
 
     @abstractmethod
-    def join_partition(self, slice_id: str, pid: int) -> str:
-        """Put process ``pid`` into the slice's own cgroup, made with the slice's memory limit on
-        each of its GPUs where it is not there yet (the MPS memory-partitioning tier,
-        ``gpus.memory_cgroups``); returns the cgroup's path. Only the slice's owner (root: any)."""
+    def join_hold(self, slice_id: str, pid: int) -> str:
+        """Put process ``pid`` into the hold of its slice's tier (:meth:`~jupyter_vgpu.enforcement.base.Enforcement.join`:
+        the MPS memory-partitioning tier's cgroup, made where it is missing); returns where it is.
+        Only the slice's owner (root: any); the broker takes only the asking process itself."""
 
     @abstractmethod
     def update_labels(self, slice_id: str, labels: Mapping[str, str | None]) -> Slice:

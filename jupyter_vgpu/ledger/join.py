@@ -1,10 +1,13 @@
-"""A process of a slice with a memory partition (the MPS memory-partitioning tier) joins the
-slice's cgroup as it starts: the start-up hook of every Python process of the slice, and
-``jupyter vgpu run`` before it starts its command (so any program is held, and every child).
+"""A process of a slice enters its tier's hold as it starts (:meth:`~jupyter_vgpu.enforcement.base.Enforcement.enter`:
+the MPS memory-partitioning tier's cgroup): the start-up hook of every Python process of the slice,
+and ``jupyter vgpu run`` before it starts its command (so any program is held, and every child).
 
-Joining asks the ledger (:meth:`~.contract.Ledger.join_partition`): a process that may manage
-cgroups itself (root) makes the slice's cgroup and moves itself; any other asks the node broker,
-which moves the process that asks, and only into a slice of its own user.
+A slice whose tier has such a hold carries ``JUPYTER_VGPU_ENTER`` (the tier's value) in its
+environment. The tier decides whether the process is in already and what to do; where the process
+cannot enter by itself, it asks the ledger to join it (:meth:`~.contract.Ledger.join_hold`): a
+process that keeps the book itself (root) does it, any other asks the node broker, which joins the
+process that asks, and only into a slice of its own user. A process tries once and takes the
+variable out, so its children inherit the outcome, not the wait.
 """
 
 from __future__ import annotations
@@ -12,25 +15,33 @@ from __future__ import annotations
 import os
 from collections.abc import MutableMapping
 
-from ..enforcement.mpspartition import ENV_JOIN, ENV_PROBLEM, in_partition
+from ..enforcement.base import ENV_ENTER
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from .contract import Ledger
 
 
-def join_here(env: MutableMapping[str, str] | None = None) -> str | None:
-    """Put this process into its slice's cgroup, where the slice has one and the process is not
-    in it yet. Returns why it could not (also left in ``JUPYTER_VGPU_PARTITION_PROBLEM``, which its
-    children inherit: they do not try again, and ``%vgpu`` says it); None when it is in (or there
-    is nothing to join)."""
+def enter_here(env: MutableMapping[str, str] | None = None) -> str | None:
+    """Put this process into its slice's hold, where its tier has one. Returns why it could not
+    (the tier also leaves the reason in the environment, which children inherit and ``%vgpu``
+    says); None when it is in, or there is nothing to enter."""
     env = os.environ if env is None else env
-    slice_id = env.get(ENV_JOIN, "")
-    if not slice_id or in_partition(slice_id):
-        env.pop(ENV_PROBLEM, None)
+    name = env.pop(ENV_ENTER, "")
+    if not name:
         return None
-    if env.get(ENV_PROBLEM):
-        return env[ENV_PROBLEM]  # this process or its parent tried already
+    from ..enforcement import Tier, by_tier
+
+    try:
+        tier = by_tier(Tier(name))
+    except (ValueError, KeyError):
+        return None  # not a tier of this release: nothing here knows its hold
+    slice_id = env.get("JUPYTER_VGPU_SLICE_ID", "")
+    return tier.enter(env, lambda: _ask_to_join(slice_id))
+
+
+def _ask_to_join(slice_id: str) -> str | None:
+    """Ask the book to join this process to the slice's hold: None, or why it could not."""
     from ..errors import VGPUError
     from . import open_ledger
     from .broker_client import ENV_BROKER, BrokerLedger
@@ -42,20 +53,14 @@ def join_here(env: MutableMapping[str, str] | None = None) -> str | None:
         else:
             ledger = open_ledger()
         try:
-            ledger.join_partition(slice_id, os.getpid())
+            ledger.join_hold(slice_id, os.getpid())
         finally:
             ledger.close()
     except VGPUError as error:
-        problem = str(error).rstrip(".")
+        return str(error).rstrip(".")
     except OSError as error:
-        problem = f"the ledger could not be asked ({error.strerror or error})"
-    else:
-        if in_partition(slice_id):
-            env.pop(ENV_PROBLEM, None)
-            return None
-        problem = "the process is not in the slice's cgroup after joining it"
-    env[ENV_PROBLEM] = problem
-    return problem
+        return f"the ledger could not be asked ({error.strerror or error})"
+    return None
 
 
 #: Seconds a joining process waits for the broker (it delays the start of a kernel or command).

@@ -8,6 +8,7 @@ import os
 import time
 from typing import TYPE_CHECKING
 
+from ..enforcement import by_tier
 from ..errors import InvalidRequest, NotPermitted, SliceUnavailable
 from ..slices.holders import boot_clock, held
 from ..slices.records import Holder, Slice, Tier, is_slice_id
@@ -96,7 +97,9 @@ def rebook(ledger: SQLiteLedger, record: Slice) -> Slice:
                 for n, (u, i, m, t) in enumerate(zip(wanted.gpus, wanted.gpu_indices, wanted.memory, wanted.memory_total))
             ],
         )  # fmt: skip
-        return ledger._find(db, wanted.id)
+        booked = ledger._find(db, wanted.id)
+    by_tier(booked.tier).granted(booked, ledger._where)
+    return booked
 
 
 def _started_since(stamp: str | None, seconds: float) -> bool:

@@ -17,14 +17,18 @@ from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
 from typing import Any
 
+from .. import enforcement
+from ..enforcement import by_tier
+from ..enforcement.base import Where
 from ..errors import InvalidRequest, LeftLine, NeverFits, NoGPU, NotPermitted, SliceNotFound, SliceUnavailable
-from ..gpus import Inventory, Snapshot, memory_cgroups
+from ..gpus import Inventory, Snapshot
 from ..gpus.context import context_allowance
 from ..slices.holders import attribute, boot_clock, held, process_alive, process_start, start_stamp
 from ..slices.occupancy import GPUOccupancy, Occupancy, occupancy_of
 from ..slices.placement import place
-from ..slices.records import Actor, Holder, Slice, Ticket, Tier, Waiter, clean_labels
+from ..slices.records import Actor, Holder, Slice, Ticket, Waiter, clean_labels
 from ..slices.refusal import Refusal
+from ..slices.reports import report_dir
 from ..slices.request import SliceRequest
 from ..units import format_bytes, shorten
 from . import line
@@ -143,6 +147,7 @@ class SQLiteLedger(Ledger):
             granted, reason = self._grant(db, snapshot, request, fields, ticket=None)
         if granted is None:
             raise reason
+        by_tier(granted.tier).granted(granted, self._where)
         return granted
 
     def by_token(self, token: str | None) -> Slice | None:
@@ -215,6 +220,8 @@ class SQLiteLedger(Ledger):
             ticket.last_reason = str(reason)
             if final:
                 raise reason
+        else:
+            by_tier(granted.tier).granted(granted, self._where)
         return granted
 
     def _available_snapshot(self) -> Snapshot:
@@ -307,28 +314,21 @@ class SQLiteLedger(Ledger):
             )
             return self._find(db, found.id)
 
-    def join_partition(self, slice_id: str, pid: int) -> str:
+    def join_hold(self, slice_id: str, pid: int) -> str:
         with self.file.transaction(write=False) as db:
             found = self._mine(db, slice_id, "join the memory partition of")
-        if found.tier is not Tier.MPS_PARTITION:
-            raise InvalidRequest(
-                f"Slice {found.id} is {found.tier.describe()}, not a slice with a memory partition to join."
-            )
-        cgroup = memory_cgroups.slice_cgroup(found.id)
-        if not cgroup.is_dir():
-            self._set_partition(found)
-        memory_cgroups.move(cgroup, pid)
-        return str(cgroup)
+        return by_tier(found.tier).join(found, pid, self._where)
 
-    def _set_partition(self, slice_: Slice) -> None:
-        """The slice's cgroup with its memory on each of its GPUs as the limit (0 on the others)."""
-        memory_cgroups.create(slice_.id, self.inventory.partition_limits(dict(zip(slice_.gpus, slice_.memory))))
+    @property
+    def _where(self) -> Where:
+        """Where the tiers' life-cycle hooks run for this ledger: it keeps the book, so with the GPUs,
+        and with the reports folder beside it (the owner's, for a user's own ledger)."""
+        return Where(folder=str(report_dir(self.path)), hardware=self.inventory)
 
-    def _partitions_gone(self, ended: list[Slice]) -> None:
-        """Remove the cgroups of slices that ended (one still in use goes at a later reap)."""
+    def _ended(self, ended: list[Slice]) -> None:
+        """Tell each ended slice's tier (never raises: the slice has ended either way)."""
         for s in ended:
-            if s.tier is Tier.MPS_PARTITION:
-                memory_cgroups.remove(s.id)  # never raises: the slice has ended either way
+            by_tier(s.tier).ended(s, self._where)
 
     def update_labels(self, slice_id: str, labels: Mapping[str, str | None]) -> Slice:
         changes = clean_labels(labels, removable=True)
@@ -348,11 +348,8 @@ class SQLiteLedger(Ledger):
         snapshot = self._available_snapshot()
         with self.file.transaction() as db:
             found = self._mine(db, slice_id, "resize")
-            if found.tier is Tier.MIG:
-                raise InvalidRequest(
-                    f"Slice {found.id} is a whole MIG device ({', '.join(found.mig_profiles)}), which cannot change "
-                    "size; start a kernel with a different share to get another MIG device."
-                )
+            if refused := by_tier(found.tier).resize_refused(found):
+                raise InvalidRequest(refused)
             if request.gpus != len(found.gpus):
                 raise InvalidRequest(
                     f"A resize keeps the GPU count ({len(found.gpus)}); gpus={request.gpus} needs a new slice."
@@ -380,8 +377,7 @@ class SQLiteLedger(Ledger):
                 (json.dumps(stored), request.logical_devices, found.id),
             )
             resized = self._find(db, found.id)
-            if resized.tier is Tier.MPS_PARTITION and memory_cgroups.slice_cgroup(found.id).is_dir():
-                self._set_partition(resized)  # the driver's limit follows (a refusal undoes the resize)
+            by_tier(resized.tier).resized(resized, self._where)  # raising undoes the resize
             return resized
 
     def rebook(self, record: Slice) -> Slice:
@@ -393,16 +389,16 @@ class SQLiteLedger(Ledger):
         with self.file.transaction() as db:
             found = self._mine(db, slice_id, "release")
             db.execute("DELETE FROM slices WHERE id = ?", (found.id,))
-        self._partitions_gone([found])
+        self._ended([found])
         return found
 
     def reap(self) -> list[Slice]:
         with self.file.transaction() as db:
             dead = self._reap(db)
             live = [s.id for s in read_slices(db)]
-        self._partitions_gone(dead)
-        if memory_cgroups.parent_cgroup().is_dir():
-            memory_cgroups.sweep(live)  # cgroups left by a crash, or busy when their slice ended
+        self._ended(dead)
+        for tier in enforcement.TIERS:  # what no live slice owns: left by a crash, or busy when its slice ended
+            tier.sweep(live, self._where)
         return dead
 
     def _reap(self, db: sqlite3.Connection, slices: list[Slice] | None = None) -> list[Slice]:

@@ -190,6 +190,10 @@ def safe_to_ask_again(op: str, args: Mapping[str, Any]) -> bool:
     return op in BY_TOKEN and isinstance(holder, Mapping) and bool(holder.get("token"))
 
 
+#: Operations by the wire names clients of earlier releases send: ``join_partition`` is the
+#: contract's generic ``join_hold`` since the tiers' life cycle (the same checks, the same answer).
+RENAMED_OPERATIONS = {"join_partition": "join_hold"}
+
 #: Requests that change nothing (``info`` and ``snapshot`` are the broker's own).
 READS = frozenset({"info", "snapshot", "slices", "get", "waiting", "overcommitted", "book_id"})
 #: Requests that carry the holder's token (see :meth:`BrokerLedger._once`).

@@ -343,8 +343,12 @@ def test_every_operation_of_the_ledger_contract_works_through_the_broker(system_
     assert ledger.resize(held.id, SliceRequest.parse("1/2")).memory == (8 << 30,)
     used |= {"attach", "update_labels", "resize"}
     with pytest.raises(InvalidRequest, match=f"Slice {held.id} is cooperative, not a slice with a memory partition to join"):
-        ledger.join_partition(held.id, os.getpid())  # tests/hub/test_broker_partition.py: one that has one
-    used.add("join_partition")
+        ledger.join_hold(held.id, os.getpid())  # tests/hub/test_broker_partition.py: one that has one
+    used.add("join_hold")
+    from jupyter_vgpu.ledger.broker_client import BrokerClient
+
+    with pytest.raises(InvalidRequest, match=f"Slice {held.id} is cooperative, not a slice with a memory partition to join"):
+        BrokerClient(broker.socket).call("join_partition", slice_id=held.id, pid=None)  # a client of the release before
     full = ledger.reserve_now(SliceRequest.parse("1/2"), Holder.command("fills the GPU"))
     ticket = ledger.enqueue(SliceRequest.parse("1/4"), Holder.command("waits"))
     assert [w.holder for w in ledger.waiting()] == ["waits"]
