@@ -19,6 +19,7 @@ from tornado import web
 
 from ..errors import InvalidRequest, NotPermitted, SliceNotFound
 from ..launch.errors import ShownToUser
+from ..launch.launchers import launcher_of
 from ..launch.refusals import refusals_of
 from ..slices import Slice, Ticket
 from ..slices.records import Waiter
@@ -194,6 +195,8 @@ class KernelHandler(VGPUHandler):
             )
         view = slice_view(usage, self.monitor, self.watchdog, kernels, self.since()) if usage is not None else None
         pid = self.kernel_pid(kernel_id)
+        if usage is not None:  # its launcher says which process of this host is the kernel, if any
+            pid = launcher_of(usage.slice.labels).host_process(pid)
         host = await self.monitor.call(host_view, pid) if pid is not None else None
         self.write_json({"kernel_id": kernel_id, "slice": view, "host": host})
 
