@@ -5,22 +5,40 @@ have room and, in the few seconds after a reset, its holder ran before the reset
 from __future__ import annotations
 
 import os
+import sqlite3
 import time
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from ..enforcement import by_tier
+from ..enforcement.base import Where
 from ..errors import InvalidRequest, NotPermitted, SliceUnavailable
+from ..gpus import Snapshot
 from ..slices.holders import boot_clock, held
-from ..slices.records import Holder, Slice, Tier, is_slice_id
+from ..slices.occupancy import Occupancy
+from ..slices.records import Actor, Holder, Slice, Tier, is_slice_id
 from ..units import shorten
+from .file import LedgerFile
 from .rows import holder_fields, insert_slice, read_slices
 from .schema import RESET_GRACE, reset_grace_left
 
-if TYPE_CHECKING:
-    from .sqlite import SQLiteLedger
+
+class Book(Protocol):
+    """What rebooking asks of the SQLite ledger it books into (:class:`~.sqlite.SQLiteLedger`)."""
+
+    actor: Actor
+    allowed_gpus: frozenset[str] | None
+    file: LedgerFile
+    _where: Where
+
+    def location(self) -> str: ...
+    def _available_snapshot(self) -> Snapshot: ...
+    def _record_gpus(self, db: sqlite3.Connection, snapshot: Snapshot) -> None: ...
+    def _reap(self, db: sqlite3.Connection, slices: list[Slice] | None = None) -> list[Slice]: ...
+    def _occupancy(self, db: sqlite3.Connection, snapshot: Snapshot, slices: list[Slice]) -> Occupancy: ...
+    def _find(self, db: sqlite3.Connection, slice_id: str) -> Slice: ...
 
 
-def rebook(ledger: SQLiteLedger, record: Slice) -> Slice:
+def rebook(ledger: Book, record: Slice) -> Slice:
     """Book ``record`` again as it was (a slice a reset or a split lost), with its holder's checks:
     see :meth:`.contract.Ledger.rebook`."""
     request = record.request

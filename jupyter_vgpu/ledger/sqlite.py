@@ -34,6 +34,7 @@ from ..units import format_bytes, shorten
 from . import line
 from .contract import Ledger
 from .file import LedgerFile
+from .rebook import rebook
 from .rows import holder_fields, insert_slice, read_slices, read_waiters
 from .schema import RESET_GRACE, book_id, reset_grace_left
 
@@ -74,6 +75,9 @@ class SQLiteLedger(Ledger):
         self.allowed_for_row: Callable[[sqlite3.Row], frozenset[str] | None] = lambda row: None
         self.file = LedgerFile(path, read_only_ok=read_only_ok)  # (status reads a ledger it cannot change)
         self.path = self.file.path
+        #: Where the tiers' life-cycle hooks run for this ledger: it keeps the book, so with the GPUs,
+        #: and with the reports folder beside it (the owner's, for a user's own ledger).
+        self._where = Where(folder=str(report_dir(self.path)), hardware=inventory)
         self._recorded_gpus: list[tuple[tuple[str, int, str, int], ...] | None] = [None]
 
     def allowance_for(self, gpu: GPUOccupancy) -> int:
@@ -319,12 +323,6 @@ class SQLiteLedger(Ledger):
             found = self._mine(db, slice_id, "join the memory partition of")
         return by_tier(found.tier).join(found, pid, self._where)
 
-    @property
-    def _where(self) -> Where:
-        """Where the tiers' life-cycle hooks run for this ledger: it keeps the book, so with the GPUs,
-        and with the reports folder beside it (the owner's, for a user's own ledger)."""
-        return Where(folder=str(report_dir(self.path)), hardware=self.inventory)
-
     def _ended(self, ended: list[Slice]) -> None:
         """Tell each ended slice's tier (never raises: the slice has ended either way)."""
         for s in ended:
@@ -381,8 +379,6 @@ class SQLiteLedger(Ledger):
             return resized
 
     def rebook(self, record: Slice) -> Slice:
-        from .rebook import rebook
-
         return rebook(self, record)
 
     def release(self, slice_id: str) -> Slice:
