@@ -38,7 +38,6 @@ export interface IDevice {
   /** What one new slice could get here now: the same figure as `jupyter vgpu status`. */
   memory_free: number;
   utilization: number | null;
-  utilization_history: [number, number | null][];
   /** Points taken after the `since` of the request (all of them without one). */
   history?: IHistoryPoint[];
   mig_mode: boolean;

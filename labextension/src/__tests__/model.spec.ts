@@ -67,7 +67,6 @@ function device(uuid: string, history = points(1)): IDevice {
     memory_foreign: 0,
     memory_free: 16 * 1024 ** 3,
     utilization: 0,
-    utilization_history: [],
     history,
     mig_mode: false,
     tier: 'cooperative',
