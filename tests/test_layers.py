@@ -4,6 +4,7 @@ circle, one ledger contract with two complete implementations, one holder vocabu
 from __future__ import annotations
 
 import ast
+import functools
 import re
 from collections import defaultdict
 from pathlib import Path
@@ -26,9 +27,11 @@ def _module_name(path: Path) -> str:
     return ".".join(parts)
 
 
-def imports() -> dict[str, set[str]]:
+@functools.cache
+def imports() -> dict[str, frozenset[str]]:
     """Module -> the modules it imports at its top level or in a function (lazy imports count:
-    they are dependencies too). Imports for type checkers only (``if TYPE_CHECKING:``) do not."""
+    they are dependencies too). Imports for type checkers only (``if TYPE_CHECKING:``) do not.
+    Parsed once per test session: every case reads the same graph, and none may change it."""
     graph: dict[str, set[str]] = defaultdict(set)
     for path in PACKAGE.rglob("*.py"):
         module = _module_name(path)
@@ -55,7 +58,7 @@ def imports() -> dict[str, set[str]]:
                     graph[module].add(f"{target}.{alias.name}")
             elif isinstance(node, ast.Import):
                 graph[module].update(alias.name for alias in node.names)
-    return graph
+    return {module: frozenset(targets) for module, targets in graph.items()}
 
 
 def _in(module: str, layer: str) -> bool:

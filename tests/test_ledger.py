@@ -20,6 +20,7 @@ from jupyter_vgpu.gpus import Inventory
 from jupyter_vgpu.ledger import Ledger, SQLiteLedger
 from jupyter_vgpu.ledger.file import LedgerFile
 from jupyter_vgpu.slices import Actor, Holder, SliceRequest
+from jupyter_vgpu.slices.placement import place
 from jupyter_vgpu.units import GiB, MiB, format_bytes
 
 CONTEXT = 300 * MiB
@@ -61,6 +62,17 @@ def test_spread_uses_the_emptiest_gpu(ledger: Ledger) -> None:
 
 def test_ties_break_by_gpu_index(ledger: Ledger) -> None:
     assert reserve(ledger, 0.5).gpu_indices == (0,)  # type: ignore[attr-defined]
+
+
+def test_placement_turns_the_share_into_bytes_once_per_gpu(ledger: Ledger, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every check of one placement (the context allowance, fits at all, fits now, the order, the
+    amount) reads the same figure per GPU; the waiting line places each earlier request again."""
+    asked: list[int] = []
+    amount_on = SliceRequest.amount_on
+    monkeypatch.setattr(SliceRequest, "amount_on", lambda self, total: asked.append(total) or amount_on(self, total))
+    placement = place(SliceRequest.parse("1/4", gpus=2), ledger.occupancy().gpus, allowance=lambda g: CONTEXT)
+    assert [(g.index, amount) for g, amount in placement.chosen] == [(0, 4 * GiB), (1, 4 * GiB)]
+    assert asked == [16 * GiB, 16 * GiB]
 
 
 def test_memory_requests_reserve_exact_bytes_and_frameworks_get_less_the_context(ledger: Ledger) -> None:

@@ -6,6 +6,7 @@ a reservation never dies because the driver could not answer one question.
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import re
@@ -21,6 +22,7 @@ from . import memory_cgroups
 from .mps import SERVER_PROCESS, MPSDetector
 from .podshare import PodShare, pod_share
 from .simulate_spec import describe
+from .simulated_nvml import NVMLError as SimulatedNVMLError
 from .simulated_nvml import SimulatedNVML
 
 T = TypeVar("T")
@@ -525,9 +527,21 @@ def _ask(query: Callable[..., T], *args: Any) -> T | None:
     return _safe(lambda: query(*args))
 
 
+@functools.cache
+def _nvml_errors() -> tuple[type[Exception], ...]:
+    """What a refused NVML query raises: nvidia-ml-py's ``NVMLError`` (each NVML return code is a
+    subclass of it) and the simulated NVML's. Read on the first query, not at import: loading
+    pynvml costs start-up time in processes that never ask NVML anything."""
+    try:
+        return (_load_pynvml().NVMLError, SimulatedNVMLError)
+    except ImportError:
+        return (SimulatedNVMLError,)
+
+
 def _safe(call: Callable[[], T]) -> T | None:
-    """Run one NVML query; any NVML failure means "not available"."""
+    """Run one NVML query; an NVML failure means "not available". Anything else (a TypeError,
+    an AttributeError...) is a bug and propagates, rather than reading as a GPU without it."""
     try:
         return call()
-    except Exception:
+    except _nvml_errors():
         return None

@@ -24,6 +24,7 @@ from ..launch.refusals import refusals_of
 from ..slices import Slice, Ticket
 from ..slices.records import Waiter
 from ..units import shorten
+from .changes import Changes
 from .dashboard import DashboardHistory
 from .monitor import UsageMonitor
 from .reclaim import IdleReclaimer
@@ -34,6 +35,7 @@ MONITOR = "jupyter_vgpu_monitor"
 DASHBOARD = "jupyter_vgpu_dashboard"
 RECLAIMER = "jupyter_vgpu_reclaimer"
 WATCHDOG = "jupyter_vgpu_watchdog"
+CHANGES = "jupyter_vgpu_changes"
 
 
 class VGPUHandler(APIHandler):
@@ -79,7 +81,8 @@ class VGPUHandler(APIHandler):
 
     def since(self) -> float:
         """``?since=<seconds since the epoch>``: only history points taken after it (a poller
-        passes the ``taken_at`` of its previous answer and appends what comes back)."""
+        passes the ``taken_at`` of its previous answer and appends what comes back); 0 when
+        not given."""
         text = self.get_query_argument("since", "0")
         try:
             value = float(text)
@@ -111,13 +114,17 @@ class DevicesHandler(VGPUHandler):
 
 
 class SlicesHandler(VGPUHandler):
-    """``GET /api/vgpu/slices``: every slice with its holder and live usage; the waiting line."""
+    """``GET /api/vgpu/slices``: every slice with its holder and live usage; the waiting line.
+    With ``?since=``, of each slice only what changed after it (:mod:`.changes`)."""
 
     @web.authenticated
     @authorized
     async def get(self) -> None:
         sample = await self.monitor.current()
-        self.write_json(slices_view(sample, self.monitor, self.watchdog, await self.kernels(), self.since()))
+        since = self.since()
+        reply = slices_view(sample, self.monitor, self.watchdog, await self.kernels(), since)
+        changes: Changes = self.settings[CHANGES]
+        self.write_json(changes.slices_reply(reply, since))
 
 
 class SliceHandler(VGPUHandler):

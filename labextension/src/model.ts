@@ -1,6 +1,7 @@
 /**
  * The browser's view of the server: devices and slices, refreshed by a backing-off poll, and
- * the few minutes of history the server keeps, appended poll by poll (`?since=`).
+ * the few minutes of history the server keeps, appended poll by poll (`?since=`). The slices
+ * come as changes since the previous reply, merged into the whole.
  */
 import { Poll } from '@lumino/polling';
 import { ISignal, Signal } from '@lumino/signaling';
@@ -9,6 +10,7 @@ import {
   IDevicesReply,
   IHistoryPoint,
   ISlice,
+  ISlicesChanges,
   ISlicesReply,
   VGPUApiError,
   VGPUClient
@@ -52,6 +54,30 @@ export function appendHistory(
   return out.slice(Math.max(start, out.length - MAX_POINTS));
 }
 
+/**
+ * The whole slices reply again from the previous one and a `?since=` reply (docs/rest.md): each
+ * slice's changed fields over those kept from before, in the order of `changes` (a slice it
+ * leaves out has ended), and the top-level fields it leaves out (`watchdog`) kept. A slice's
+ * `history` is left as `changes` has it (new points only: the model appends them). Null when
+ * `changes` names a slice `previous` does not hold without giving its fields: nothing to make
+ * it from, so the caller asks for a whole reply.
+ */
+export function mergeSlices(
+  previous: ISlicesReply,
+  changes: ISlicesChanges
+): ISlicesReply | null {
+  const kept = new Map(previous.slices.map(s => [s.id, s] as const));
+  const slices: ISlice[] = [];
+  for (const changed of changes.slices) {
+    const before = kept.get(changed.id);
+    if (before === undefined && changed.holder_kind === undefined) {
+      return null;
+    }
+    slices.push({ ...before, ...changed } as ISlice);
+  }
+  return { ...previous, ...changes, slices };
+}
+
 export interface IGPUSnapshot {
   devices: IDevicesReply;
   slices: ISlicesReply;
@@ -61,8 +87,9 @@ export interface IGPUSnapshot {
 
 /**
  * Polls `/api/vgpu/slices` (and `/api/vgpu/devices` while the sidebar shows, so one refresh
- * shows one moment) with `?since=` the previous reply's `taken_at`, and appends the history
- * points that come back.
+ * shows one moment) with `?since=` the previous reply's `taken_at`, appends the history points
+ * that come back and merges the slices' changes into the whole (`mergeSlices`), so its
+ * snapshot holds what a whole reply says, each slice's `history` the points kept.
  *
  * The slices are polled while the sidebar is closed too, at the same pace: the line, the
  * watchdog's events and the status bar item need them. The poll stands by while the browser
@@ -173,12 +200,18 @@ export class GPUModel {
     try {
       const withDevices =
         this._isVisible() || !this._snapshot || this._error !== null;
-      const [devices, slices] = await Promise.all([
+      const [devices, changes] = await Promise.all([
         withDevices
           ? this.client.devices(this._devicesSince)
           : Promise.resolve(this._snapshot!.devices),
         this.client.slices(this._slicesSince)
       ]);
+      let slices = this._mergeSlices(changes);
+      if (slices === null) {
+        // A slice this model never saw, without its fields: start again from a whole reply.
+        this._slicesSince = null;
+        slices = await this.client.slices();
+      }
       const taken = Date.now();
       if (withDevices) {
         this._devicesSince = this._appendAll(
@@ -192,6 +225,13 @@ export class GPUModel {
         slices.slices.map(s => [s.id, s.history] as const),
         slices.taken_at
       );
+      slices = {
+        ...slices,
+        slices: slices.slices.map(s => ({
+          ...s,
+          history: this.sliceHistory(s.id)
+        }))
+      };
       if (typeof slices.taken_at === 'number') {
         this._clockOffset = slices.taken_at * 1000 - taken;
       }
@@ -208,6 +248,17 @@ export class GPUModel {
       this._loading = false;
       this._changed.emit();
     }
+  }
+
+  /**
+   * The whole slices reply from `changes`: as it is when it answers no `since`, else merged
+   * into the previous snapshot's (null: it cannot be, see `mergeSlices`).
+   */
+  private _mergeSlices(changes: ISlicesChanges): ISlicesReply | null {
+    const previous = this._snapshot?.slices;
+    return this._slicesSince === null || !previous
+      ? (changes as ISlicesReply)
+      : mergeSlices(previous, changes);
   }
 
   /**
