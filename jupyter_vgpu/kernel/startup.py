@@ -55,7 +55,8 @@ class _FirstFrameworkImport:
             from . import hooks
             from .state import establish
 
-            if establish().facts.sliced:
+            state = establish()
+            if state.facts.sliced and not state.kernel:  # a kernel's extension fitted it at load
                 from ..slices.environment import fit_installed_frameworks
 
                 fit_installed_frameworks(os.environ)  # before the framework reads it (a parent usually did)
@@ -76,6 +77,16 @@ def is_slice_id(text: str) -> bool:
     may import nothing (tests/test_security.py checks that the two agree): anything else, such as
     ``../../x``, is never used in a path."""
     return len(text) == 12 and not text.strip("0123456789abcdef")
+
+
+def wait_for_frameworks() -> None:
+    """What :func:`activate` does first, for the kernel extension: the finder at the front of
+    ``sys.meta_path`` unless it is there or has done its work (a kernel without a slice, or
+    without this hook, fits TensorFlow's logical devices at its import all the same)."""
+    global _finder
+    if _finder is None:
+        _finder = _FirstFrameworkImport()
+        sys.meta_path.insert(0, _finder)
 
 
 def activate() -> None:
