@@ -19,6 +19,14 @@ if TYPE_CHECKING:
     from .state import KernelState, current
 
 
+def is_slice_id(text: str) -> bool:
+    """:func:`jupyter_vgpu.slices.records.is_slice_id`, written again here because a Python start
+    may import nothing (tests/test_security.py checks that the two agree): the start-up hook
+    (:mod:`.startup`) and the kernel's state read it here, where importing the package brought it,
+    not from the ledger's records. Anything else, such as ``../../x``, is never used in a path."""
+    return len(text) == 12 and not text.strip("0123456789abcdef")
+
+
 def load_ipython_extension(ipython: Any) -> None:
     """Called by IPython when the extension loads (once per ``%load_ext``)."""
     from . import notices, oom

@@ -31,6 +31,8 @@ from __future__ import annotations
 import os
 import sys
 
+from . import is_slice_id  # the package's, imported with it
+
 TYPE_CHECKING = False  # typing itself is not imported (see jupyter_vgpu/__init__.py)
 if TYPE_CHECKING:
     from typing import Any
@@ -70,13 +72,6 @@ class _FirstFrameworkImport:
 
 
 _finder: _FirstFrameworkImport | None = None
-
-
-def is_slice_id(text: str) -> bool:
-    """:func:`jupyter_vgpu.slices.records.is_slice_id`, written again here because a Python start
-    may import nothing (tests/test_security.py checks that the two agree): anything else, such as
-    ``../../x``, is never used in a path."""
-    return len(text) == 12 and not text.strip("0123456789abcdef")
 
 
 def wait_for_frameworks() -> None:
