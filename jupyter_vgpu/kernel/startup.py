@@ -3,7 +3,8 @@
 The wheel installs ``jupyter_vgpu_startup.pth`` into site-packages. Python's :mod:`site` runs its
 one line at every interpreter start; the line looks up ``JUPYTER_VGPU_SLICE_ID`` in
 ``os.environ`` (already imported by ``site``) and imports nothing unless it is set, so a process
-without a slice pays for a dictionary lookup (``benchmarks/startup.py`` measures it).
+without a slice pays for a dictionary lookup and for compiling that short line: the rest of it is
+a string, compiled (``exec``) only where the variable is set (``benchmarks/startup.py`` measures it).
 
 With the variable set (a kernel on a slice, a command under ``jupyter vgpu run``, and every
 process they start: ``!python train.py``, DataLoader and ``multiprocessing`` workers, Ray or Dask
