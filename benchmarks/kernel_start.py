@@ -5,6 +5,11 @@ Two kernelspecs that differ only in ``metadata.kernel_provisioner`` (vgpu-provis
 (ABBA order, so drift and warm caches hit both alike) on a simulated GPU; each start is timed
 from ``start_kernel()`` to the first ``kernel_info`` reply and the kernel is shut down again.
 Target: median sliced / median plain <= 1.05.
+
+It measures this checkout's jupyter_vgpu (put first on ``sys.path`` for the provisioner and on
+``PYTHONPATH`` for both kernels), not whichever one the environment installed; the kernels' start-up
+hook is the environment's ``jupyter_vgpu_startup.pth``, whose line imports this checkout's
+``kernel.startup`` in a slice.
 """
 
 from __future__ import annotations
@@ -20,6 +25,8 @@ import time
 from pathlib import Path
 
 from jupyter_client.manager import AsyncKernelManager
+
+REPO = Path(__file__).resolve().parent.parent
 
 
 def write_specs(root: Path) -> None:
@@ -70,6 +77,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--pairs", type=int, default=16)
     args = parser.parse_args()
+    # `python benchmarks/kernel_start.py` puts benchmarks/ first on sys.path, not the checkout: without
+    # this the provisioner and the kernels ran whatever jupyter_vgpu the environment installed
+    sys.path.insert(0, str(REPO))
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p)
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         write_specs(root)

@@ -5,7 +5,8 @@ site-packages, through a path file); one also has jupyter-vgpu's start-up hook. 
 ``python -c pass`` run interleaved (ABBA) so drift in the machine's load hits both alike:
 
 - **no slice**: the cost every Python program on the machine pays (target: ratio <= 1.01, i.e.
-  within the noise; the hook is one dictionary lookup);
+  within the noise; the hook is one dictionary lookup, and site compiles its line: what it does in
+  a slice is a string, compiled only there);
 - **in a slice**: the cost for a process that holds one (the hook registers the framework
   import hooks: jupyter-vgpu's kernel layer and wrapt are imported).
 

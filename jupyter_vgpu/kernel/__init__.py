@@ -19,11 +19,18 @@ if TYPE_CHECKING:
     from .state import KernelState, current
 
 
+def is_slice_id(text: str) -> bool:
+    """:func:`jupyter_vgpu.slices.records.is_slice_id`, written again here because a Python start
+    may import nothing (tests/test_security.py checks that the two agree): the start-up hook
+    (:mod:`.startup`) and the kernel's state read it here, where importing the package brought it,
+    not from the ledger's records. Anything else, such as ``../../x``, is never used in a path."""
+    return len(text) == 12 and not text.strip("0123456789abcdef")
+
+
 def load_ipython_extension(ipython: Any) -> None:
     """Called by IPython when the extension loads (once per ``%load_ext``)."""
-    from . import hooks, notices, oom
+    from . import notices, oom
     from .magics import VGPUMagics
-    from .startup import retire
     from .state import establish
 
     state = establish()
@@ -33,14 +40,28 @@ def load_ipython_extension(ipython: Any) -> None:
     if state.facts.sliced:
         _fit_environment()
     oom.install(ipython)
-    hooks.install()
-    retire()  # the start-up hook's finder (see .startup) is no longer needed
+    _hook_frameworks()
     ipython.register_magics(VGPUMagics)
     if state.problem:
         print(f"jupyter-vgpu: {state.problem} Frameworks are not limited in this kernel.", file=sys.stderr)
     _check_tier(state)
     state.write_report()
     notices.start(ipython, state.facts.ledger_path, state.facts.slice_id)
+
+
+def _hook_frameworks() -> None:
+    """The post-import hooks: now if a framework was imported before the extension loaded (an
+    IPython start-up file), else at the first framework import, through the start-up hook's
+    finder (see .startup), so a kernel start does not pay for wrapt and the hooks."""
+    from .startup import FRAMEWORK_MODULES, retire, wait_for_frameworks
+
+    if FRAMEWORK_MODULES.isdisjoint(sys.modules):
+        wait_for_frameworks()
+        return
+    from . import hooks
+
+    hooks.install()
+    retire()  # the start-up hook's finder is no longer needed
 
 
 def _check_tier(state: KernelState) -> None:

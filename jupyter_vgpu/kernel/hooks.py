@@ -14,8 +14,6 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-import wrapt
-
 from ..frameworks import FRAMEWORKS, Framework, revisit
 from ..frameworks.records import FAILED, TOO_LATE, FrameworkRecord
 from .state import current
@@ -31,6 +29,8 @@ def install() -> None:
     global _registered
     if _registered:
         return
+    import wrapt  # here, not at the module's import: %vgpu's refresh needs none of it
+
     _registered = True
     state = current()
     if state is not None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import shlex
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_magic, magics_class
@@ -11,10 +11,10 @@ from IPython.display import display
 
 from ..errors import VGPUError
 from ..units import shorten
-from . import hooks, monitor
-from .state import KernelState, establish
-from .status import devices_sheet, help_sheet, status_sheet
-from .usage import measure
+from .state import establish
+
+if TYPE_CHECKING:
+    from .state import KernelState
 
 SUBCOMMANDS = ("status", "devices", "monitor", "resize", "help")
 
@@ -38,7 +38,12 @@ class VGPUMagics(Magics):
 
 
 def run(shell: Any, state: KernelState, command: str, args: list[str]) -> None:
-    """Carry out one ``%vgpu`` command."""
+    """Carry out one ``%vgpu`` command (what each needs is imported here, at the first ``%vgpu``:
+    the extension registers this magic at every sliced kernel's start)."""
+    from . import hooks
+    from .status import devices_sheet, help_sheet, status_sheet
+    from .usage import measure
+
     if command == "status":
         _no_arguments(command, args)
         hooks.refresh()
@@ -71,6 +76,8 @@ def _no_arguments(command: str, args: list[str]) -> None:
 
 
 def _monitor(shell: Any, state: KernelState, args: list[str]) -> None:
+    from . import monitor
+
     if args == ["stop"]:
         count = monitor.stop_all()
         print(f"Stopped {count} live view{'' if count == 1 else 's'}." if count else "No live view is running.")

@@ -8,13 +8,14 @@ custom handler is kept: exceptions it was registered for still go to it.
 from __future__ import annotations
 
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..frameworks import FRAMEWORKS, Framework, framework_memory
 from ..units import format_bytes
-from .state import KernelState, current
-from .status import how_to_grow, slice_rows
-from .usage import measure
+from .state import current
+
+if TYPE_CHECKING:
+    from .state import KernelState
 
 _shell: Any = None
 _previous_types: tuple[type[BaseException], ...] = ()
@@ -106,7 +107,11 @@ def _handle(shell: Any, etype: type[BaseException], value: BaseException, tb: An
 
 
 def explain(state: KernelState, framework: Framework, error: BaseException) -> list[str]:
-    """The lines shown under the traceback."""
+    """The lines shown under the traceback (the views' modules are imported here, when one is
+    shown, not with the handler at every kernel's start)."""
+    from .status import how_to_grow, slice_rows
+    from .usage import measure
+
     facts = state.facts
     message = str(error)
     if not facts.sliced:

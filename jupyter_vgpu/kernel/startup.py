@@ -3,7 +3,8 @@
 The wheel installs ``jupyter_vgpu_startup.pth`` into site-packages. Python's :mod:`site` runs its
 one line at every interpreter start; the line looks up ``JUPYTER_VGPU_SLICE_ID`` in
 ``os.environ`` (already imported by ``site``) and imports nothing unless it is set, so a process
-without a slice pays for a dictionary lookup (``benchmarks/startup.py`` measures it).
+without a slice pays for a dictionary lookup and for compiling that short line: the rest of it is
+a string, compiled (``exec``) only where the variable is set (``benchmarks/startup.py`` measures it).
 
 With the variable set (a kernel on a slice, a command under ``jupyter vgpu run``, and every
 process they start: ``!python train.py``, DataLoader and ``multiprocessing`` workers, Ray or Dask
@@ -31,6 +32,8 @@ from __future__ import annotations
 import os
 import sys
 
+from . import is_slice_id  # the package's, imported with it
+
 TYPE_CHECKING = False  # typing itself is not imported (see jupyter_vgpu/__init__.py)
 if TYPE_CHECKING:
     from typing import Any
@@ -55,7 +58,8 @@ class _FirstFrameworkImport:
             from . import hooks
             from .state import establish
 
-            if establish().facts.sliced:
+            state = establish()
+            if state.facts.sliced and not state.kernel:  # a kernel's extension fitted it at load
                 from ..slices.environment import fit_installed_frameworks
 
                 fit_installed_frameworks(os.environ)  # before the framework reads it (a parent usually did)
@@ -71,11 +75,14 @@ class _FirstFrameworkImport:
 _finder: _FirstFrameworkImport | None = None
 
 
-def is_slice_id(text: str) -> bool:
-    """:func:`jupyter_vgpu.slices.records.is_slice_id`, written again here because a Python start
-    may import nothing (tests/test_security.py checks that the two agree): anything else, such as
-    ``../../x``, is never used in a path."""
-    return len(text) == 12 and not text.strip("0123456789abcdef")
+def wait_for_frameworks() -> None:
+    """What :func:`activate` does first, for the kernel extension: the finder at the front of
+    ``sys.meta_path`` unless it is there or has done its work (a kernel without a slice, or
+    without this hook, fits TensorFlow's logical devices at its import all the same)."""
+    global _finder
+    if _finder is None:
+        _finder = _FirstFrameworkImport()
+        sys.meta_path.insert(0, _finder)
 
 
 def activate() -> None:

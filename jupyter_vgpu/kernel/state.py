@@ -14,11 +14,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from ..enforcement import Tier
 from ..errors import InvalidConfig
 from ..frameworks.records import FrameworkRecord
-from ..slices.records import Tier, is_slice_id
 from ..slices.reports import write_process_report, write_report
 from ..units import shorten
+from . import is_slice_id  # the ledger's rule, without importing the ledger's records at a kernel's start
 
 if TYPE_CHECKING:
     from ..gpus import Inventory

@@ -13,14 +13,17 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Callable, Mapping, MutableMapping
+from typing import TYPE_CHECKING
 
-from ..enforcement import TIERS, by_tier
+from ..enforcement import TIERS, Tier, by_tier
 from ..enforcement.base import ENV_ENTER
 from ..errors import VGPUError
 from ..frameworks import FRAMEWORKS
 from ..frameworks.base import GUARDED, guarded_after
-from .records import Slice, Tier
 from .reports import report_dir
+
+if TYPE_CHECKING:
+    from .records import Slice  # a kernel fits its environment at start without the ledger's records
 
 #: Every variable :func:`slice_environment` or :func:`cpu_environment` may set. A process that
 #: gets a slice starts from an environment without any of them (:func:`without_slice`), so a
