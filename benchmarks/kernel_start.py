@@ -71,6 +71,9 @@ async def run(pairs: int) -> None:
     print(f"  sliced median {sliced * 1000:7.1f} ms   min {min(times['sliced']) * 1000:7.1f} ms")
     ratio = sliced / plain
     print(f"  ratio of medians {ratio:.3f}  median of paired ratios {paired:.3f}  (target <= 1.05: {'met' if ratio <= 1.05 else 'MISSED'})")
+    if sys.flags.dont_write_bytecode and not sys.pycache_prefix and not (REPO / "jupyter_vgpu" / "__pycache__").is_dir():
+        # what an installed wheel never pays: more than half of the extension's load here (issue 31)
+        print("  (no cached bytecode: PYTHONDONTWRITEBYTECODE is set, so each sliced kernel compiles jupyter_vgpu from source)")
 
 
 def main() -> None:
