@@ -88,14 +88,11 @@ def wait_for_frameworks() -> None:
 def activate() -> None:
     """Wait for this process's first framework import (once; never raises). A process whose
     ``JUPYTER_VGPU_SLICE_ID`` is not a slice id does nothing."""
-    global _finder
     if not is_slice_id(os.environ.get("JUPYTER_VGPU_SLICE_ID", "")):
         _debug(ValueError("JUPYTER_VGPU_SLICE_ID is not a slice id (12 hex digits)"))
         return
     try:
-        if _finder is None:
-            _finder = _FirstFrameworkImport()
-            sys.meta_path.insert(0, _finder)
+        wait_for_frameworks()
         if os.environ.get("JUPYTER_VGPU_ENTER"):  # the slice's tier has a hold: enter it before any CUDA call
             from ..ledger.join import enter_here
 
