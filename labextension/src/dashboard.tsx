@@ -32,9 +32,9 @@ import {
   IAxis,
   IReferenceLine,
   ISeries,
-  ITimePoint,
-  TimeSeries
-} from './timeseries';
+  ITimePoint
+} from './scales';
+import { TimeSeries } from './timeseries';
 
 /** The id of the dashboard's main-area widget. */
 export const DASHBOARD_ID = 'jp-vgpu-dashboard';
