@@ -124,8 +124,11 @@ class GatewayProxyHandler(APIHandler):
             data = {"message": f"The GPU node {client.url} answered HTTP {status} with something that is not JSON."}
         if status >= 400 or not isinstance(data, dict):
             return self._fail(status if status >= 400 else 502, data)
-        await self._join_sessions(data)
-        data["gateway"] = {"url": client.url, "node": data.get("node")}
+        # GET /api/vgpu/sample holds the other routes' replies, one per view: each is joined.
+        parts = [data[k] for k in ("slices", "devices", "history") if isinstance(data.get(k), dict)]
+        for part in parts if route == "sample" else [data]:
+            await self._join_sessions(part)
+            part["gateway"] = {"url": client.url, "node": part.get("node")}
         self.set_status(status)
         self.set_header("Content-Type", "application/json")
         self.finish(json.dumps(data))

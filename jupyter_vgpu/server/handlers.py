@@ -33,6 +33,8 @@ MONITOR = "jupyter_vgpu_monitor"
 DASHBOARD = "jupyter_vgpu_dashboard"
 RECLAIMER = "jupyter_vgpu_reclaimer"
 WATCHDOG = "jupyter_vgpu_watchdog"
+#: At most this many kernels' host use in one ``GET /api/vgpu/sample`` (a tab follows one).
+MAX_HOSTS = 8
 
 
 class VGPUHandler(APIHandler):
@@ -76,14 +78,15 @@ class VGPUHandler(APIHandler):
             return None
         return pid if isinstance(pid, int) and pid > 0 else None
 
-    def since(self) -> float:
+    def since(self, name: str = "since") -> float:
         """``?since=<seconds since the epoch>``: only history points taken after it (a poller
-        passes the ``taken_at`` of its previous answer and appends what comes back)."""
-        text = self.get_query_argument("since", "0")
+        passes the ``taken_at`` of its previous answer and appends what comes back). Empty or
+        absent: every point."""
+        text = self.get_query_argument(name, "") or "0"
         try:
             value = float(text)
         except ValueError:
-            raise web.HTTPError(400, "since must be a time in seconds since the epoch") from None
+            raise web.HTTPError(400, f"{name} must be a time in seconds since the epoch") from None
         return value if value == value else 0.0  # NaN: no filter
 
     def write_json(self, data: dict[str, Any]) -> None:
@@ -117,6 +120,34 @@ class SlicesHandler(VGPUHandler):
     async def get(self) -> None:
         sample = await self.monitor.current()
         self.write_json(slices_view(sample, self.monitor, self.watchdog, await self.kernels(), self.since()))
+
+
+class SampleHandler(VGPUHandler):
+    """``GET /api/vgpu/sample``: one sample for every view of a browser tab in one request (the
+    sidebar, the status bar, the dashboard): the slices and the line (``?since=``), the GPUs when
+    asked (``?devices=<since>``), the dashboard's history when asked (``?history=<since>``), and
+    the host use of the kernels named by ``?host=<kernel id>`` on their slices."""
+
+    @web.authenticated
+    @authorized
+    async def get(self) -> None:
+        sample = await self.monitor.current()
+        kernels = await self.kernels()
+        slices = slices_view(sample, self.monitor, self.watchdog, kernels, self.since())
+        reply: dict[str, Any] = {"slices": slices}
+        if self.get_query_argument("devices", None) is not None:
+            reply["devices"] = devices_view(sample, self.monitor, self.watchdog, self.since("devices"))
+        if self.get_query_argument("history", None) is not None:
+            dashboard: DashboardHistory = self.settings[DASHBOARD]
+            reply["history"] = history_view(sample, self.monitor, dashboard, kernels, self.since("history"))
+        hosts = set(self.get_query_arguments("host")[:MAX_HOSTS])
+        for view in slices["slices"]:
+            pid = self.kernel_pid(view["kernel_id"]) if view["kernel_id"] in hosts else None
+            if pid is not None:
+                view["host"] = await self.monitor.call(host_view, pid)
+            elif view["kernel_id"] in hosts:
+                view["host"] = None
+        self.write_json(reply)
 
 
 class SliceHandler(VGPUHandler):
@@ -304,6 +335,7 @@ def routes() -> list[tuple[str, type[VGPUHandler]]]:
     """URL patterns relative to the server's base_url (the extension joins them onto it)."""
     return [
         (r"/api/vgpu/devices", DevicesHandler),
+        (r"/api/vgpu/sample", SampleHandler),
         (r"/api/vgpu/slices", SlicesHandler),
         (r"/api/vgpu/slices/([^/]+)", SliceHandler),
         (r"/api/vgpu/slices/([^/]+)/keep", KeepHandler),

@@ -6,6 +6,8 @@
 import { URLExt } from '@jupyterlab/coreutils';
 import { ServerConnection } from '@jupyterlab/services';
 
+import type { IHistoryReply } from './historyapi';
+
 /**
  * What holds a slice. The server's `HolderKind` (jupyter_vgpu/slices/records.py) lists the same
  * values; tests/test_layers.py and a Jest test (its `holder_kinds` in src/vocabulary.json)
@@ -147,6 +149,11 @@ export interface ISlice {
   idle_notice?: IIdleNotice | null;
   /** Points taken after the `since` of the request (all of them without one). */
   history?: IHistoryPoint[];
+  /**
+   * The kernel's use of the host, on the slices of the kernels `GET /api/vgpu/sample` names
+   * (`?host=<kernel id>`); null when its process cannot be read, absent otherwise.
+   */
+  host?: IHostUsage | null;
   watchdog?: {
     action: string;
     events: IWatchdogEvent[];
@@ -303,6 +310,30 @@ export interface IKernelReply {
 }
 
 /**
+ * What `GET /api/vgpu/sample` is asked for. A time is the `since` of that part's history (null:
+ * all of it); a part left undefined is not asked for.
+ */
+export interface ISampleQuery {
+  /** The slices' (always there). */
+  since: number | null;
+  /** The GPUs. */
+  devices?: number | null;
+  /** The GPU dashboard's history. */
+  history?: number | null;
+  /** Kernels whose slices carry their host use. */
+  hosts?: string[];
+}
+
+/** `GET /api/vgpu/sample`: the other routes' replies, from one sample of the server. */
+export interface ISampleReply {
+  slices: ISlicesReply;
+  /** When asked (`devices=`). */
+  devices?: IDevicesReply;
+  /** When asked (`history=`). */
+  history?: IHistoryReply;
+}
+
+/**
  * A failed call, with the message the server gave when it gave one.
  *
  * `status` is 0 when the server could not be reached at all.
@@ -364,6 +395,26 @@ function withSince(route: string, since?: number | null): string {
     : `${route}?since=${encodeURIComponent(String(since))}`;
 }
 
+/** A time for the query: empty (every point) when there is none. */
+function timeParameter(t: number | null): string {
+  return t === null || !isFinite(t) ? '' : encodeURIComponent(String(t));
+}
+
+/** `GET /api/vgpu/sample`'s query: `sample?since=...&devices=...&history=...&host=...`. */
+export function sampleRoute(query: ISampleQuery): string {
+  const parts = [`since=${timeParameter(query.since)}`];
+  if (query.devices !== undefined) {
+    parts.push(`devices=${timeParameter(query.devices)}`);
+  }
+  if (query.history !== undefined) {
+    parts.push(`history=${timeParameter(query.history)}`);
+  }
+  for (const id of query.hosts ?? []) {
+    parts.push(`host=${encodeURIComponent(id)}`);
+  }
+  return `sample?${parts.join('&')}`;
+}
+
 /** The calls the UI makes, bound to one server's settings. */
 export class VGPUClient {
   constructor(readonly serverSettings: ServerConnection.ISettings) {}
@@ -372,6 +423,18 @@ export class VGPUClient {
   devices(since?: number | null): Promise<IDevicesReply> {
     return requestAPI<IDevicesReply>(
       withSince('devices', since),
+      {},
+      this.serverSettings
+    );
+  }
+
+  /**
+   * One sample for every view at once: the slices and, as asked, the GPUs, the dashboard's
+   * history and kernels' host use (`GET /api/vgpu/sample`).
+   */
+  sample(query: ISampleQuery): Promise<ISampleReply> {
+    return requestAPI<ISampleReply>(
+      sampleRoute(query),
       {},
       this.serverSettings
     );

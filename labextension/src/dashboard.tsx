@@ -5,15 +5,15 @@
  * selector and drag-to-zoom. Its data comes from a DashboardModel.
  */
 import { MainAreaWidget } from '@jupyterlab/apputils';
-import { ServerConnection } from '@jupyterlab/services';
 import { ReactWidget, refreshIcon } from '@jupyterlab/ui-components';
 import * as React from 'react';
 
 import { gpuCharts, IChartSpec, sliceChart } from './dashboardcharts';
 import { DashboardModel } from './dashboardmodel';
 import { formatBytes, gatewayText } from './format';
-import { HistoryClient, HistoryStore, ISliceHistory } from './historyapi';
+import { HistoryStore, ISliceHistory } from './historyapi';
 import { dashboardIcon } from './icons';
+import { GPUModel } from './model';
 import { clockTime, ITimePoint } from './scales';
 import { TimeSeries } from './timeseries';
 
@@ -448,23 +448,19 @@ export function Dashboard(props: { model: DashboardModel }): JSX.Element {
 /** A Lumino message (the type `@lumino/messaging` names, without depending on it here). */
 type Message = Parameters<ReactWidget['processMessage']>[0];
 
-/** The dashboard's content: polls while it shows. */
+/** The dashboard's content: reads the store's history while it shows. */
 export class GPUDashboard extends ReactWidget {
-  constructor(options: GPUDashboard.IOptions = {}) {
+  constructor(options: GPUDashboard.IOptions) {
     super();
     this.addClass('jp-vgpu-DashboardWidget');
     this.title.label = 'GPU dashboard';
     this.title.caption =
       'GPU memory, utilisation, power, temperature and PCIe throughput over time';
     this.title.icon = dashboardIcon;
-    this.model =
-      options.model ??
-      new DashboardModel({
-        client: new HistoryClient(
-          options.serverSettings ?? ServerConnection.makeSettings()
-        ),
-        isVisible: () => this.isVisible
-      });
+    this.model = new DashboardModel({
+      model: options.model,
+      isVisible: () => this.isVisible
+    });
   }
 
   readonly model: DashboardModel;
@@ -494,18 +490,14 @@ export class GPUDashboard extends ReactWidget {
 
 export namespace GPUDashboard {
   export interface IOptions {
-    /** The server to ask (the app's `serviceManager.serverSettings`). */
-    serverSettings?: ServerConnection.ISettings;
-    /** A model to show instead of one of its own. */
-    model?: DashboardModel;
+    /** The store the sidebar and the status bar read too. */
+    model: GPUModel;
   }
 }
 
 /** The dashboard in a main-area widget (id `jp-vgpu-dashboard`), ready to add to the shell. */
-export function createDashboard(
-  serverSettings?: ServerConnection.ISettings
-): MainAreaWidget<GPUDashboard> {
-  const content = new GPUDashboard({ serverSettings });
+export function createDashboard(model: GPUModel): MainAreaWidget<GPUDashboard> {
+  const content = new GPUDashboard({ model });
   const widget = new MainAreaWidget({ content });
   widget.id = DASHBOARD_ID;
   widget.addClass('jp-vgpu-DashboardPanel');

@@ -62,6 +62,13 @@ def test_the_laptop_lists_the_nodes_sliced_kernels_and_sees_their_slices(laptop:
     assert status == 200 and devices["simulated"] is True and devices["devices"][0]["memory_reserved"] == 4 * GiB
     status, view = laptop.api("GET", f"api/vgpu/kernels/{kernel_id}")
     assert status == 200 and view["slice"]["id"] == mine["id"] and view["slice"]["path"] == "work/train.ipynb"
+    # The one request of the browser's poll: each view's part joined like the routes it holds.
+    status, sample = laptop.api("GET", f"api/vgpu/sample?since=&devices=&history=&host={kernel_id}")
+    assert status == 200 and set(sample) == {"slices", "devices", "history"}, sample
+    assert all(sample[part]["gateway"]["url"].endswith("/node") for part in sample)
+    (there,) = [s for s in sample["slices"]["slices"] if s["kernel_id"] == kernel_id]
+    assert there["path"] == "work/train.ipynb" and there["running_here"] is True and there["host"]["memory_rss"] > 0
+    assert [s["path"] for s in sample["history"]["slices"]] == ["work/train.ipynb"]
     # The node names the notebook too: its path on the laptop came with the kernel start.
     (there,) = [s for s in slices(node) if s["kernel_id"] == kernel_id]
     assert there["path"].endswith("work/train.ipynb"), there

@@ -1,35 +1,66 @@
 /**
- * The GPU dashboard's model: how it polls the history.
+ * The GPU dashboard's model: how it reads the history through the one store.
  */
-import { VGPUApiError } from '../api';
+import {
+  IDevicesReply,
+  ISampleQuery,
+  ISampleReply,
+  VGPUApiError,
+  VGPUClient
+} from '../api';
 import { DashboardModel } from '../dashboardmodel';
 import { IHistoryReply } from '../historyapi';
+import { GPUModel } from '../model';
 import { gpu, reply, T0 } from './historyfixtures';
+
+/** A server with no GPU. */
+function devicesReply(): IDevicesReply {
+  return {
+    simulated: true,
+    available: false,
+    message: null,
+    driver: 'simulated',
+    interval: 2,
+    devices: []
+  };
+}
 
 describe('DashboardModel', () => {
   let replies: (IHistoryReply | Error)[];
   let since: (number | null | undefined)[];
   let model: DashboardModel;
+  let samples: GPUModel;
 
   beforeEach(() => {
     jest.useFakeTimers({ doNotFake: ['Date', 'nextTick', 'queueMicrotask'] });
     replies = [];
     since = [];
-    model = new DashboardModel({
-      client: {
-        history: (s?: number | null) => {
-          since.push(s);
-          const next = replies.shift();
-          return next instanceof Error || next === undefined
-            ? Promise.reject(next ?? new Error('no reply left'))
-            : Promise.resolve(next);
-        }
-      }
+    // The store the dashboard reads, on a server whose sample answers the history asked for.
+    const history = (s?: number | null) => {
+      since.push(s);
+      const next = replies.shift();
+      return next instanceof Error || next === undefined
+        ? Promise.reject(next ?? new Error('no reply left'))
+        : Promise.resolve(next);
+    };
+    const client = {
+      sample: async (query: ISampleQuery): Promise<ISampleReply> => ({
+        slices: { simulated: true, interval: 2, slices: [], waiting: [] },
+        devices: query.devices !== undefined ? devicesReply() : undefined,
+        history:
+          query.history !== undefined ? await history(query.history) : undefined
+      })
+    };
+    samples = new GPUModel({
+      client: client as unknown as VGPUClient,
+      interval: 60 * 1000
     });
+    model = new DashboardModel({ model: samples });
   });
 
   afterEach(() => {
     model.dispose();
+    samples.dispose();
     jest.clearAllTimers();
     jest.useRealTimers();
   });

@@ -1,10 +1,12 @@
 /**
  * The model's history and colour bookkeeping, and its polls against a fake client (a plain
- * object with the two calls the model makes).
+ * object that answers the model's one call with a reply per part asked).
  */
 import {
   IDevice,
   IDevicesReply,
+  ISampleQuery,
+  ISampleReply,
   ISlice,
   ISlicesReply,
   VGPUApiError,
@@ -75,7 +77,7 @@ function device(uuid: string, history = points(1)): IDevice {
   };
 }
 
-/** Replies the fake server gives, one per call, and the `since` each call asked with. */
+/** Replies the fake server gives, one per part asked, and the `since` each part was asked with. */
 class FakeClient {
   devicesReplies: (IDevicesReply | Error)[] = [];
   slicesReplies: (ISlicesReply | Error)[] = [];
@@ -90,6 +92,15 @@ class FakeClient {
   slices(since?: number | null): Promise<ISlicesReply> {
     this.slicesSince.push(since);
     return FakeClient.answer(this.slicesReplies.shift());
+  }
+
+  /** `GET /api/vgpu/sample`: the replies above, as one (the GPUs only when asked). */
+  async sample(query: ISampleQuery): Promise<ISampleReply> {
+    const [devices, slices] = await Promise.all([
+      query.devices !== undefined ? this.devices(query.devices) : undefined,
+      this.slices(query.since)
+    ]);
+    return devices ? { slices, devices } : { slices };
   }
 
   private static answer<T>(reply: T | Error | undefined): Promise<T> {
@@ -136,9 +147,9 @@ describe('GPUModel', () => {
     visible = true;
     model = new GPUModel({
       client: client as unknown as VGPUClient,
-      interval: 60 * 1000,
-      isVisible: () => visible
+      interval: 60 * 1000
     });
+    model.subscribe(() => ({ devices: visible })); // the sidebar, shown or not
   });
 
   afterEach(() => {
