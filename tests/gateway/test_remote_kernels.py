@@ -91,6 +91,11 @@ def test_a_refused_start_reads_as_a_sentence_and_is_in_the_refusals(laptop: Jupy
     status, reply = laptop.api("GET", "api/vgpu/refusals")
     assert status == 200 and reply["refusals"][0]["message"] == message
     assert reply["refusals"][0]["path"] == "second.ipynb"
+    # The node's refusal id comes through: the laptop serves the refusal to the user who was refused.
+    status, one = laptop.api("GET", f"api/vgpu/refusals/{refused['refusal_id']}")
+    assert status == 200 and one["message"] == message and one["path"] == "second.ipynb", one
+    status, none = laptop.api("GET", f"api/vgpu/refusals/{'0' * 24}")
+    assert status == 404, none
     agree(laptop, node)
 
 

@@ -27,7 +27,7 @@ def every_route() -> list[tuple[str, tuple[str, ...]]]:
 
 
 ROUTES = every_route()
-assert len(ROUTES) == 10  # devices, one sample, slices, a slice (GET, DELETE), keep a slice, a kernel, history, refusals, a place in line
+assert len(ROUTES) == 11  # devices, one sample, slices, a slice (GET, DELETE), keep a slice, a kernel, history, refusals, a refusal, a place in line
 
 
 @pytest.mark.parametrize(("method", "parts"), ROUTES)
