@@ -247,8 +247,10 @@ export interface IRefusalHolder {
   yours: boolean;
 }
 
-/** A kernel start the server refused (`GET /api/vgpu/refusals`). */
+/** A kernel start the server refused (`GET /api/vgpu/refusals/<id>`). */
 export interface IRefusal {
+  /** The id the refused start's reply named (`refusal_id`). */
+  id: string;
   t: number;
   kernel_id: string | null;
   kernel_name: string | null;
@@ -284,10 +286,6 @@ export interface IRefusal {
   advice: string[];
   /** Installed sliced kernelspecs that fit now, in the server's order (largest first). */
   suggested_kernels: { name: string; display_name: string }[];
-}
-
-export interface IRefusalsReply {
-  refusals: IRefusal[];
 }
 
 /** What a kernel's process tree uses of the host (psutil); null where it cannot be read. */
@@ -449,14 +447,23 @@ export class VGPUClient {
     );
   }
 
-  /** Kernel starts refused since `since` (server time), newest first. */
-  async refusals(since: number): Promise<IRefusal[]> {
-    const reply = await requestAPI<IRefusalsReply>(
-      withSince('refusals', since),
-      {},
-      this.serverSettings
-    );
-    return Array.isArray(reply?.refusals) ? reply.refusals : [];
+  /**
+   * The refusal a refused kernel start was answered with (its `refusal_id`); null when the
+   * server has none of that id for this user (expired, or an older server).
+   */
+  async refusal(refusalId: string): Promise<IRefusal | null> {
+    try {
+      return await requestAPI<IRefusal>(
+        `refusals/${encodeURIComponent(refusalId)}`,
+        {},
+        this.serverSettings
+      );
+    } catch (error) {
+      if (error instanceof VGPUApiError && error.status === 404) {
+        return null;
+      }
+      throw error;
+    }
   }
 
   /** Take a request out of the line (its kernel start then fails with "Stopped waiting..."). */

@@ -10,6 +10,7 @@ import {
   JupyterFrontEndPlugin
 } from '@jupyterlab/application';
 import {
+  Dialog,
   ICommandPalette,
   ISessionContext,
   Notification
@@ -21,6 +22,7 @@ import { ISlice, VGPUClient } from './api';
 import { addDashboard } from './dashboardplugin';
 import { gpuIcon } from './icons';
 import { IdleNotifier, keepSlice } from './idlenotes';
+import { RefusedStarts } from './kernelstarts';
 import { waitingAlternative } from './kernelspecs';
 import { LauncherOrder } from './launcherorder';
 import { GPUModel } from './model';
@@ -122,9 +124,12 @@ const plugin: JupyterFrontEndPlugin<void> = {
       void kernelSlice?.refresh();
     };
     new IdleNotifier({ model, keep, showSidebar });
+    // A refused kernel start, read from JupyterLab's session services (which tell its refusal's
+    // id), laid out in the dialog JupyterLab shows for it.
     new RefusalDialogs({
       client,
-      serverNow: () => model.serverNow(),
+      refused: new RefusedStarts(app.serviceManager.sessions).refused,
+      dialogAdded: Dialog.tracker.widgetAdded,
       currentPath,
       contextFor: path => (path ? (openContexts().get(path) ?? null) : null),
       wasCancelled: path => line.wasCancelled(path),
