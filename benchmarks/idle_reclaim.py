@@ -30,7 +30,8 @@ import asyncio, inspect, json, logging, os, statistics, sys, time
 from dataclasses import replace
 from pathlib import Path
 from jupyter_vgpu.gpus import Inventory
-from jupyter_vgpu.slices import Holder, SliceRequest, SQLiteLedger, Ticket
+from jupyter_vgpu.slices import Holder, SliceRequest, Ticket
+from jupyter_vgpu.ledger import SQLiteLedger
 from jupyter_vgpu.slices.usage import SliceUsage
 from jupyter_vgpu.server.monitor import Sample
 from jupyter_vgpu.server.reclaim import IdleReclaimer

@@ -23,7 +23,8 @@ from pathlib import Path
 
 from jupyter_vgpu.errors import SliceUnavailable
 from jupyter_vgpu.gpus import Inventory
-from jupyter_vgpu.slices import Holder, Ledger, SliceRequest, SQLiteLedger
+from jupyter_vgpu.ledger import Ledger, SQLiteLedger
+from jupyter_vgpu.slices import Holder, SliceRequest
 from jupyter_vgpu.units import MiB
 
 SPEC = "2x16GiB"

@@ -66,7 +66,8 @@ def slice_env(root: Path) -> dict[str, str]:
     """The environment of a kernel holding a 1/4 slice of a simulated 16 GiB GPU."""
     os.environ["JUPYTER_VGPU_SIMULATE"] = "1x16GiB"
     os.environ["JUPYTER_VGPU_LEDGER"] = str(root / "ledger.sqlite")
-    from jupyter_vgpu.slices import Holder, SliceRequest, open_ledger, slice_environment
+    from jupyter_vgpu.ledger import open_ledger
+    from jupyter_vgpu.slices import Holder, SliceRequest, slice_environment
 
     ledger = open_ledger()
     slice_ = ledger.reserve(SliceRequest.parse(fraction=0.25), Holder("command", "benchmark"))

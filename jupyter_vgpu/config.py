@@ -25,7 +25,7 @@ ENV_LEDGER = "JUPYTER_VGPU_LEDGER"
 ENV_SIMULATE = "JUPYTER_VGPU_SIMULATE"
 ENV_CONTEXT = "JUPYTER_VGPU_CONTEXT_ALLOWANCE"
 ENV_HAMI = "JUPYTER_VGPU_HAMI_CORE"
-ENV_CGROUP_ROOT = "JUPYTER_VGPU_CGROUP_ROOT"  # gpus.partition
+ENV_CGROUP_ROOT = "JUPYTER_VGPU_CGROUP_ROOT"  # gpus.memory_cgroups
 
 #: The context allowance chosen per GPU from its compute capability (jupyter_vgpu.gpus.context).
 AUTO = "auto"
@@ -158,5 +158,5 @@ def load_settings(config: Config | None = None) -> VGPU:
         # where the tiers (enforcement.hamicore) and every child process look for it
         os.environ[ENV_HAMI] = settings.hami_core_library
     if settings.cgroup_root and not os.environ.get(ENV_CGROUP_ROOT):
-        os.environ[ENV_CGROUP_ROOT] = settings.cgroup_root  # gpus.partition, here and in children
+        os.environ[ENV_CGROUP_ROOT] = settings.cgroup_root  # gpus.memory_cgroups, here and in children
     return settings

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import sys
 import time
 from typing import Any
 
@@ -30,7 +29,6 @@ from traitlets import Any as AnyTrait
 from traitlets import validate
 
 from .config import VGPU
-from .enforcement.mpspartition import ENV_JOIN
 from .errors import (
     InvalidRequest,
     NeverFits,
@@ -40,6 +38,9 @@ from .errors import (
     VGPUError,
 )
 from .launch.errors import InvalidKernelConfig, ShownToUser, as_shown, reason
+from .launch.launchers import DEFAULT as DEFAULT_LAUNCHER
+from .launch.launchers import LABEL as LAUNCHER_LABEL
+from .launch.launchers import Launcher, launcher_named
 from .launch.refusals import START_REQUEST, refusal_gpu, refusal_text, refusal_tips, refusals_of
 from .launch.settings import (
     SET_BY_JUPYTER_CLIENT,
@@ -55,7 +56,8 @@ from .launch.settings import (
     unknown_keys_message,
 )
 from .launch.workarounds import CLIENT_NOTEBOOK, forget_when_done, names_vgpu_provisioner
-from .slices import Holder, Ledger, Slice, SliceRequest, Ticket, cpu_environment, slice_environment
+from .ledger import Ledger
+from .slices import Holder, Slice, SliceRequest, Ticket, cpu_environment, slice_environment
 from .slices.environment import without_slice
 from .slices.records import notebook_path
 from .slices.reports import remove_report
@@ -148,6 +150,12 @@ class VGPUProvisioner(LocalProvisioner):  # type: ignore[misc]
         before 0.24). A MIG slice always names its MIG device by UUID.""",
     ).tag(config=True)
 
+    launcher = AnyTrait(
+        "local",
+        help="""Where the kernel runs (jupyter_vgpu.launch.launchers): "local", a process on this
+        host, or a launcher another package registers (entry point group jupyter_vgpu.launchers).""",
+    ).tag(config=True)
+
     _check_fraction = validate("gpu_fraction")(converted(parse_fraction))
     _check_memory = validate("gpu_memory")(converted(lambda v: parse_bytes(v, what="gpu_memory")))
     _check_gpus = validate("gpus")(converted(lambda v: SliceRequest.parse(gpus=v).gpus))
@@ -157,6 +165,11 @@ class VGPUProvisioner(LocalProvisioner):  # type: ignore[misc]
     _check_wait = validate("wait_timeout")(converted(check_seconds))
     _check_no_gpu = validate("no_gpu")(converted(check_no_gpu))
     _check_names = validate("device_names")(converted(check_device_names))
+    _check_launcher = validate("launcher")(converted(lambda v: launcher_named(v).name))
+
+    def _launcher(self) -> Launcher:
+        """This kernel's launcher (the trait holds a name its validator found)."""
+        return launcher_named(self.launcher or DEFAULT_LAUNCHER)
 
     #: The slice this kernel holds: the provisioner's own state, never configuration.
     slice_id: str | None = None
@@ -214,6 +227,8 @@ class VGPUProvisioner(LocalProvisioner):  # type: ignore[misc]
             # drop one the client made leave the root
             root = getattr(getattr(self.parent, "parent", None), "root_dir", None)
             labels["path"] = notebook_path(session, root or None) or ""
+        if (self.launcher or DEFAULT_LAUNCHER) != DEFAULT_LAUNCHER:  # the server asks it whether the kernel lives
+            labels[LAUNCHER_LABEL] = str(self.launcher)
         return {k: v for k, v in labels.items() if v}
 
     @staticmethod
@@ -345,8 +360,11 @@ class VGPUProvisioner(LocalProvisioner):  # type: ignore[misc]
         return [{"name": name, "display_name": display} for _, display, name in found[:3]]
 
     async def launch_kernel(self, cmd: list[str], **kwargs: Any) -> Any:
+        """jupyter_client calls this after :meth:`pre_launch` with its command and environment:
+        the kernel's launcher starts it (not ``super()``: the launcher decides where). A start that
+        fails frees the slice reserved for it."""
         try:
-            return await super().launch_kernel(cmd, **kwargs)
+            return await self._launcher().launch(self, cmd, **kwargs)
         except BaseException:
             await self._release()
             forget_when_done(getattr(self.parent, "parent", None), str(self.kernel_id))
@@ -379,11 +397,7 @@ class VGPUProvisioner(LocalProvisioner):  # type: ignore[misc]
             cmd = list(kwargs.get("cmd") or [])
             if self._is_ipykernel(cmd) and EXTENSION_ARG not in cmd:
                 cmd.append(EXTENSION_ARG)
-            if env.get(ENV_JOIN) and cmd:
-                # a memory partition: the kernel joins it before it is itself (exec keeps the pid),
-                # whatever its language, and whether or not its Python has jupyter-vgpu
-                cmd = [sys.executable, "-m", "jupyter_vgpu.cli.enter", "--", *cmd]
-            kwargs["cmd"] = cmd
+            kwargs["cmd"] = self._launcher().command(cmd, env)
             return kwargs
         except BaseException:
             if self.slice_id and self.slice_id != kept:  # reserved just now: nothing kept
@@ -442,15 +456,27 @@ class VGPUProvisioner(LocalProvisioner):  # type: ignore[misc]
             except VGPUError:
                 pass
 
+    async def send_signal(self, signum: int) -> None:
+        """jupyter_client's interrupt (and any signal the server sends): through the launcher."""
+        await self._launcher().send_signal(self, signum)
+
+    async def poll(self) -> int | None:
+        """jupyter_client's liveness check (None while the kernel runs): through the launcher."""
+        return await self._launcher().poll(self)
+
     async def kill(self, restart: bool = False) -> None:
+        """jupyter_client kills the kernel (a forced shutdown or restart): on a restart the server
+        holds the slice first, so the kernel's end does not free it; then the launcher kills it."""
         if restart:
             await self._hold_for_restart()
-        await super().kill(restart=restart)
+        await self._launcher().kill(self, restart=restart)
 
     async def terminate(self, restart: bool = False) -> None:
+        """jupyter_client asks the kernel to end (SIGTERM): as :meth:`kill`, the slice held first
+        on a restart, then the launcher ends it."""
         if restart:
             await self._hold_for_restart()
-        await super().terminate(restart=restart)
+        await self._launcher().terminate(self, restart=restart)
 
     async def cleanup(self, restart: bool = False) -> None:
         """Called after the kernel ends: a restart keeps the slice, a shutdown frees it."""
@@ -459,11 +485,15 @@ class VGPUProvisioner(LocalProvisioner):  # type: ignore[misc]
             await self._release()
 
     async def get_provisioner_info(self) -> dict[str, Any]:
+        """jupyter_client saves this with the kernel (a restarted server loads it): super()'s
+        information first, plus the slice this kernel holds."""
         info: dict[str, Any] = await super().get_provisioner_info()
         info["vgpu_slice_id"] = self.slice_id
         return info
 
     async def load_provisioner_info(self, provisioner_info: dict[str, Any]) -> None:
+        """jupyter_client hands back what :meth:`get_provisioner_info` saved (super() first): the
+        kernel's slice, which is attached to the kernel's process again."""
         await super().load_provisioner_info(provisioner_info)
         self.slice_id = provisioner_info.get("vgpu_slice_id")
         if self.slice_id and self.pid:

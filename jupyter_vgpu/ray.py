@@ -45,7 +45,7 @@ def _ray() -> Any:
 
 def current_slice(env: Mapping[str, str] | None = None) -> Slice:
     """The slice this process holds (its kernel's, or its ``jupyter vgpu run`` command's)."""
-    from .slices import open_ledger
+    from .ledger import open_ledger
 
     env = os.environ if env is None else env
     slice_id = env.get("JUPYTER_VGPU_SLICE_ID")

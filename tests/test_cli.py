@@ -18,7 +18,8 @@ from typing import Any
 import psutil
 import pytest
 
-from jupyter_vgpu.slices import Ticket, open_ledger
+from jupyter_vgpu.ledger import open_ledger
+from jupyter_vgpu.slices import Ticket
 
 JUPYTER_VGPU = [str(Path(sys.executable).parent / "jupyter-vgpu")]
 

@@ -103,7 +103,8 @@ def test_framework_fractions_are_of_the_memory_cuda_reports_in_the_slices_tier(t
     from test_hami_core import a_shared_library  # type: ignore[import-not-found]
 
     from jupyter_vgpu.gpus import Inventory
-    from jupyter_vgpu.slices import Holder, SliceRequest, SQLiteLedger
+    from jupyter_vgpu.ledger import SQLiteLedger
+    from jupyter_vgpu.slices import Holder, SliceRequest
     from jupyter_vgpu.slices.environment import slice_environment
 
     monkeypatch.delenv("JUPYTER_VGPU_TIERS", raising=False)
@@ -119,3 +120,118 @@ def test_framework_fractions_are_of_the_memory_cuda_reports_in_the_slices_tier(t
     assert fraction() == (Tier.COOPERATIVE, "0.218", "0.218")  # 3.5 GiB of the 16 GiB card
     monkeypatch.setenv("JUPYTER_VGPU_HAMI_CORE", a_shared_library())
     assert fraction() == (Tier.HAMI_CORE, "0.875", "0.875")  # 3.5 GiB of the 4 GiB CUDA reports
+
+
+class Recording(TIERS[-1].__class__):  # type: ignore[misc]
+    """The cooperative tier with a life: it records what the ledger tells it and has a hold to join."""
+
+    enters = True
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, object]] = []
+        self.refuse_resize = False
+
+    def granted(self, slice_, where):  # type: ignore[no-untyped-def]
+        self.calls.append(("granted", slice_.id))
+
+    def resized(self, slice_, where):  # type: ignore[no-untyped-def]
+        self.calls.append(("resized", slice_.memory))
+        if self.refuse_resize:
+            from jupyter_vgpu.errors import SliceUnavailable
+
+            raise SliceUnavailable("the hold cannot grow")
+
+    def ended(self, slice_, where):  # type: ignore[no-untyped-def]
+        self.calls.append(("ended", slice_.id))
+
+    def sweep(self, live, where):  # type: ignore[no-untyped-def]
+        self.calls.append(("sweep", sorted(live)))
+
+    def join(self, slice_, pid, where):  # type: ignore[no-untyped-def]
+        self.calls.append(("join", (slice_.id, pid, where.hardware is not None)))
+        return f"hold-{slice_.id}"
+
+    def enter(self, env, join):  # type: ignore[no-untyped-def]
+        self.calls.append(("enter", env.get("JUPYTER_VGPU_SLICE_ID")))
+        return join()
+
+
+def test_the_ledger_lives_a_slice_through_its_tiers_hooks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A tier with state is one module: the ledger tells it each step of a slice's life (granted,
+    resized, ended, swept) and joins a process to its hold, naming no tier; a process of the slice
+    enters the hold as it starts, once (its children inherit the outcome)."""
+    from jupyter_vgpu import enforcement
+    from jupyter_vgpu.errors import NotPermitted, SliceUnavailable
+    from jupyter_vgpu.ledger import SQLiteLedger, open_ledger
+    from jupyter_vgpu.ledger.join import enter_here
+    from jupyter_vgpu.slices import Actor, Holder, SliceRequest
+    from jupyter_vgpu.slices.environment import slice_environment
+
+    recording = Recording()
+    monkeypatch.setattr(enforcement, "TIERS", (*TIERS[:-1], recording))
+    monkeypatch.delenv("JUPYTER_VGPU_TIERS", raising=False)
+    monkeypatch.delenv("JUPYTER_VGPU_BROKER", raising=False)
+    monkeypatch.setenv("JUPYTER_VGPU_LEDGER", str(tmp_path / "ledger.sqlite"))
+    monkeypatch.setenv("JUPYTER_VGPU_SIMULATE", "1x16GiB")
+    ledger = open_ledger()
+    assert isinstance(ledger, SQLiteLedger)
+    held = ledger.reserve(SliceRequest.parse(0.25), Holder("command", "test"))
+    assert recording.calls == [("granted", held.id)]
+    ledger.resize(held.id, SliceRequest.parse(0.5))
+    assert recording.calls[-1] == ("resized", (8 << 30,))
+    recording.refuse_resize = True
+    with pytest.raises(SliceUnavailable, match="the hold cannot grow"):
+        ledger.resize(held.id, SliceRequest.parse(0.75))
+    assert ledger.get(held.id).memory == (8 << 30,)  # the tier's refusal undid the resize
+    assert ledger.join_hold(held.id, os.getpid()) == f"hold-{held.id}"
+    assert recording.calls[-1] == ("join", (held.id, os.getpid(), True))
+    with pytest.raises(NotPermitted):
+        ledger.acting_for(Actor(user="mallory", uid=4242)).join_hold(held.id, os.getpid())
+    assert recording.calls[-1][0] == "join"  # another user's ask never reached the tier
+
+    env = dict(slice_environment(held, ledger_path=str(ledger.path)))
+    assert env["JUPYTER_VGPU_ENTER"] == "cooperative"
+    before = len(recording.calls)
+    assert enter_here(env) is None and "JUPYTER_VGPU_ENTER" not in env  # tried once: children do not
+    assert recording.calls[before:] == [("enter", held.id), ("join", (held.id, os.getpid(), True))]
+    assert enter_here(env) is None and len(recording.calls) == before + 2
+
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    dead = ledger.reserve(SliceRequest.parse(0.25), Holder("command", "gone", pid=gone.pid))
+    del recording.calls[:]
+    assert [s.id for s in ledger.reap()] == [dead.id]
+    assert recording.calls == [("ended", dead.id), ("sweep", [held.id])]
+    ledger.release(held.id)
+    assert recording.calls[-1] == ("ended", held.id)
+    ledger.close()
+
+
+def test_hami_cores_budget_files_go_with_their_slice_and_orphans_with_the_sweep(tmp_path: Path) -> None:
+    from jupyter_vgpu.enforcement.base import Where
+    from jupyter_vgpu.enforcement.hamicore import HAMiCore, cache_path
+
+    @dataclass(frozen=True)
+    class Held:
+        id: str
+        gpus: tuple[str, ...] = ("GPU-1",)
+        memory: tuple[int, ...] = (4 << 30,)
+
+    mine, other, orphan, young = (Held(f"{n:012x}") for n in (0xA, 0xB, 0xC, 0xD))
+    files = {s.id: cache_path(tmp_path, s.id, s.memory) for s in (mine, other, orphan, young)}
+    for path in files.values():
+        path.write_bytes(b"")
+    unrelated = tmp_path / f"{orphan.id}.report.json"
+    unrelated.write_text("{}")
+    old = os.stat(files[orphan.id]).st_mtime - 3600
+    for sid in (mine.id, other.id, orphan.id):
+        os.utime(files[sid], (old, old))
+    tier = HAMiCore()
+    tier.ended(mine, Where(folder=str(tmp_path)))
+    assert not files[mine.id].exists() and files[other.id].exists()
+    tier.ended(other, Where())  # a process that does not reach the owner's folder removes nothing
+    assert files[other.id].exists()
+    tier.sweep([other.id], Where(folder=str(tmp_path)))
+    assert files[other.id].exists() and not files[orphan.id].exists()  # the orphan of a crash goes
+    assert files[young.id].exists()  # maybe a slice granted after the live ones were read: kept a minute
+    assert unrelated.exists()

@@ -8,7 +8,8 @@ import pytest
 from jupyter_vgpu.frameworks import FRAMEWORKS, by_name
 from jupyter_vgpu.frameworks.base import Framework
 from jupyter_vgpu.kernel.startup import FRAMEWORK_MODULES
-from jupyter_vgpu.slices import Holder, SliceRequest, SQLiteLedger
+from jupyter_vgpu.ledger import SQLiteLedger
+from jupyter_vgpu.slices import Holder, SliceRequest
 from jupyter_vgpu.slices.environment import VARIABLES, for_installed_frameworks, slice_environment, without_slice
 
 NEWEST = {"jaxlib": "99.0", "torch": "99.0", "tensorflow": "99.0", "cupy": "99.0", "cupy-cuda12x": "99.0"}

@@ -26,9 +26,10 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 
 from jupyter_vgpu.errors import InvalidRequest, SliceNotFound, VGPUError
 from jupyter_vgpu.gpus import Inventory
-from jupyter_vgpu.slices import Actor, Holder, SliceRequest, SQLiteLedger, Ticket
+from jupyter_vgpu.ledger import SQLiteLedger
+from jupyter_vgpu.ledger.file import LedgerFile
+from jupyter_vgpu.slices import Actor, Holder, SliceRequest, Ticket
 from jupyter_vgpu.slices.holders import process_alive
-from jupyter_vgpu.slices.store import LedgerFile
 
 pytestmark = pytest.mark.slow
 
@@ -558,7 +559,7 @@ class BrokerConnectionPatterns(RuleBasedStateMachine):
     def a_well_behaved_client_is_answered_and_nothing_is_overcommitted(self) -> None:
         if not hasattr(self, "server"):
             return
-        from jupyter_vgpu.slices.remote import BrokerLedger
+        from jupyter_vgpu.ledger.broker_client import BrokerLedger
 
         client = BrokerLedger(self.path, path=self.folder / "unused.sqlite", timeout=10)
         held = client.reserve_now(SliceRequest.parse("1/4"), Holder.command("well-behaved"))

@@ -88,6 +88,28 @@ def test_failing_nvml_queries_become_not_available() -> None:
     assert gpu.memory_total == 16 * GiB
 
 
+def test_a_refusal_from_nvidia_ml_py_reads_as_not_available() -> None:
+    import pynvml
+
+    class Refusing(SimulatedNVML):
+        def nvmlDeviceGetUtilizationRates(self, handle: int) -> object:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)  # NVMLError_NotSupported
+
+    gpu = Inventory("1x16GiB", nvml=Refusing("1x16GiB")).snapshot().gpus[0]
+    assert gpu.utilization is None
+    assert gpu.memory_total == 16 * GiB
+
+
+@pytest.mark.parametrize("bug", [TypeError("bad argument"), AttributeError("no such field"), KeyError("pid")])
+def test_a_bug_inside_an_nvml_query_is_not_read_as_not_available(bug: Exception) -> None:
+    class Broken(SimulatedNVML):
+        def nvmlDeviceGetUtilizationRates(self, handle: int) -> object:
+            raise bug
+
+    with pytest.raises(type(bug)):
+        Inventory("1x16GiB", nvml=Broken("1x16GiB")).snapshot()
+
+
 def test_no_driver_is_a_clear_no_gpu_state() -> None:
     snapshot = Inventory("").snapshot()  # this machine has no NVIDIA driver
     assert not snapshot.available

@@ -4,16 +4,17 @@ circle, one ledger contract with two complete implementations, one holder vocabu
 from __future__ import annotations
 
 import ast
+import functools
 import re
 from collections import defaultdict
 from pathlib import Path
 
 import pytest
 
-from jupyter_vgpu.slices.ledger import OPERATIONS, Ledger
+from jupyter_vgpu.ledger.broker_client import BrokerLedger
+from jupyter_vgpu.ledger.contract import OPERATIONS, Ledger
+from jupyter_vgpu.ledger.sqlite import SQLiteLedger
 from jupyter_vgpu.slices.records import HOLDER_KINDS
-from jupyter_vgpu.slices.remote import BrokerLedger
-from jupyter_vgpu.slices.sqlite_ledger import SQLiteLedger
 
 PACKAGE = Path(__file__).resolve().parents[1] / "jupyter_vgpu"
 UI = Path(__file__).resolve().parents[1] / "labextension" / "src"
@@ -26,9 +27,11 @@ def _module_name(path: Path) -> str:
     return ".".join(parts)
 
 
-def imports() -> dict[str, set[str]]:
+@functools.cache
+def imports() -> dict[str, frozenset[str]]:
     """Module -> the modules it imports at its top level or in a function (lazy imports count:
-    they are dependencies too). Imports for type checkers only (``if TYPE_CHECKING:``) do not."""
+    they are dependencies too). Imports for type checkers only (``if TYPE_CHECKING:``) do not.
+    Parsed once per test session: every case reads the same graph, and none may change it."""
     graph: dict[str, set[str]] = defaultdict(set)
     for path in PACKAGE.rglob("*.py"):
         module = _module_name(path)
@@ -55,7 +58,7 @@ def imports() -> dict[str, set[str]]:
                     graph[module].add(f"{target}.{alias.name}")
             elif isinstance(node, ast.Import):
                 graph[module].update(alias.name for alias in node.names)
-    return graph
+    return {module: frozenset(targets) for module, targets in graph.items()}
 
 
 def _in(module: str, layer: str) -> bool:
@@ -64,7 +67,8 @@ def _in(module: str, layer: str) -> bool:
 
 FORBIDDEN = [
     ("jupyter_vgpu.enforcement", "jupyter_vgpu.slices"),  # below slices: placement and the environment ask it
-    ("jupyter_vgpu.enforcement", "jupyter_vgpu.gpus"),  # a GPU only as a Protocol
+    ("jupyter_vgpu.enforcement", "jupyter_vgpu.gpus.inventory"),  # a GPU only as a Protocol; a tier's hardware mechanism (gpus.memory_cgroups) it may use
+    ("jupyter_vgpu.gpus", "jupyter_vgpu.enforcement"),  # the hardware sits below the tiers
     ("jupyter_vgpu.enforcement", "jupyter_vgpu.kernel"),
     ("jupyter_vgpu.enforcement", "jupyter_vgpu.server"),
     ("jupyter_vgpu.frameworks", "jupyter_vgpu.slices"),  # below slices: the environment asks the registry
@@ -73,6 +77,16 @@ FORBIDDEN = [
     ("jupyter_vgpu.gpus", "jupyter_vgpu.slices"),
     ("jupyter_vgpu.gpus", "jupyter_vgpu.server"),
     ("jupyter_vgpu.slices", "jupyter_server"),
+    ("jupyter_vgpu.slices", "jupyter_vgpu.ledger"),  # the model knows nothing of the book (SQLite, sockets)
+    ("jupyter_vgpu.gpus", "jupyter_vgpu.ledger"),
+    ("jupyter_vgpu.enforcement", "jupyter_vgpu.ledger"),  # the ledger calls the tiers' hooks, never the reverse
+    ("jupyter_vgpu.ledger", "jupyter_vgpu.server"),
+    ("jupyter_vgpu.ledger", "jupyter_vgpu.hub"),
+    ("jupyter_vgpu.ledger", "jupyter_vgpu.kernel"),
+    ("jupyter_vgpu.ledger", "jupyter_vgpu.cli"),
+    ("jupyter_vgpu.ledger", "jupyter_vgpu.launch"),
+    ("jupyter_vgpu.ledger", "jupyter_vgpu.provisioner"),
+    ("jupyter_vgpu.ledger", "jupyter_server"),
     ("jupyter_vgpu.slices", "jupyter_vgpu.server"),
     ("jupyter_vgpu.slices", "jupyter_vgpu.hub"),
     ("jupyter_vgpu.slices", "jupyter_vgpu.provisioner"),

@@ -17,8 +17,10 @@ import pytest
 
 from jupyter_vgpu.errors import InvalidRequest, LedgerError, NotPermitted, SliceNotFound, SliceUnavailable
 from jupyter_vgpu.gpus import Inventory
-from jupyter_vgpu.slices import Actor, Holder, Ledger, SliceRequest, SQLiteLedger
-from jupyter_vgpu.slices.store import LedgerFile
+from jupyter_vgpu.ledger import Ledger, SQLiteLedger
+from jupyter_vgpu.ledger.file import LedgerFile
+from jupyter_vgpu.slices import Actor, Holder, SliceRequest
+from jupyter_vgpu.slices.placement import place
 from jupyter_vgpu.units import GiB, MiB, format_bytes
 
 CONTEXT = 300 * MiB
@@ -60,6 +62,17 @@ def test_spread_uses_the_emptiest_gpu(ledger: Ledger) -> None:
 
 def test_ties_break_by_gpu_index(ledger: Ledger) -> None:
     assert reserve(ledger, 0.5).gpu_indices == (0,)  # type: ignore[attr-defined]
+
+
+def test_placement_turns_the_share_into_bytes_once_per_gpu(ledger: Ledger, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every check of one placement (the context allowance, fits at all, fits now, the order, the
+    amount) reads the same figure per GPU; the waiting line places each earlier request again."""
+    asked: list[int] = []
+    amount_on = SliceRequest.amount_on
+    monkeypatch.setattr(SliceRequest, "amount_on", lambda self, total: asked.append(total) or amount_on(self, total))
+    placement = place(SliceRequest.parse("1/4", gpus=2), ledger.occupancy().gpus, allowance=lambda g: CONTEXT)
+    assert [(g.index, amount) for g, amount in placement.chosen] == [(0, 4 * GiB), (1, 4 * GiB)]
+    assert asked == [16 * GiB, 16 * GiB]
 
 
 def test_memory_requests_reserve_exact_bytes_and_frameworks_get_less_the_context(ledger: Ledger) -> None:
@@ -260,7 +273,7 @@ def test_a_request_that_fits_now_passes_a_place_that_cannot_be_placed(
     """One user's `run -p 1 --wait 100000` made every other request that fit now fail (issue 19):
     a request that fits passes places that cannot be placed now; a place that waited
     BACKFILL_SECONDS keeps the GPU it is likeliest to get, and is never passed while it fits."""
-    from jupyter_vgpu.slices import sqlite_ledger
+    from jupyter_vgpu.ledger import line
 
     ledger = make_ledger(tmp_path / "ledger.sqlite")
     assert isinstance(ledger, SQLiteLedger)
@@ -271,7 +284,7 @@ def test_a_request_that_fits_now_passes_a_place_that_cannot_be_placed(
     assert bob.try_grant(whole, final=False) is None
     passed = reserve(ledger, 0.25)  # fits now: it does not wait behind bob's whole GPU
     assert passed.gpu_indices == (0,)  # type: ignore[attr-defined]
-    monkeypatch.setattr(sqlite_ledger, "BACKFILL_SECONDS", 0.0)  # bob has now waited long enough
+    monkeypatch.setattr(line, "BACKFILL_SECONDS", 0.0)  # bob has now waited long enough
     assert reserve(ledger, 0.25).gpu_indices == (0,)  # type: ignore[attr-defined]  # not on GPU 1, the freest: bob's
     with pytest.raises(SliceUnavailable, match="would fit now, but 1 earlier request waits"):
         reserve(ledger, 0.25)  # only GPU 1 has room, and it is kept for bob

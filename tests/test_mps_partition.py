@@ -26,9 +26,10 @@ import pytest
 
 from jupyter_vgpu.enforcement import Tier, by_tier, tier_of
 from jupyter_vgpu.enforcement.mpspartition import in_partition
-from jupyter_vgpu.gpus import Inventory, partition
-from jupyter_vgpu.gpus.partition import PartitionError
-from jupyter_vgpu.slices import Holder, SliceRequest, SQLiteLedger
+from jupyter_vgpu.gpus import Inventory, memory_cgroups
+from jupyter_vgpu.gpus.memory_cgroups import PartitionError
+from jupyter_vgpu.ledger import SQLiteLedger
+from jupyter_vgpu.slices import Holder, SliceRequest
 from jupyter_vgpu.units import GiB
 
 UUID = "GPU-5e1a0000-0000-4000-8000-00000000a100"
@@ -94,7 +95,7 @@ def test_detection_needs_the_driver_and_a_cgroup_this_process_may_manage(tmp_pat
     assert Inventory(str(simulation(tmp_path, partitioning=False))).snapshot().gpus[0].memory_partitioning is None  # a driver before r615
     (root / "cgroup.controllers").unlink()  # not a cgroup v2 hierarchy
     assert Inventory(str(simulation(tmp_path))).snapshot().gpus[0].memory_partitioning is None
-    assert "is not a cgroup v2 hierarchy" in (partition.manage_problem(root) or "")
+    assert "is not a cgroup v2 hierarchy" in (memory_cgroups.manage_problem(root) or "")
 
 
 # -- real cgroups ----------------------------------------------------------------------------
@@ -150,7 +151,7 @@ def test_a_slice_gets_a_cgroup_with_its_limit_and_loses_it_when_it_ends(cgroup_r
     assert held.tier is Tier.MPS_PARTITION
     sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
-        cgroup = Path(ledger.join_partition(held.id, sleeper.pid))
+        cgroup = Path(ledger.join_hold(held.id, sleeper.pid))
         assert cgroup == cgroup_root / "jupyter-vgpu" / held.id and in_partition(held.id, sleeper.pid)
         assert [int(p) for p in (cgroup / "cgroup.procs").read_text().split()] == [sleeper.pid]
 
@@ -190,13 +191,13 @@ def test_only_the_owner_joins_and_only_a_partitioned_slice(cgroup_root: Path, tm
     held = ledger.reserve(SliceRequest.parse(0.25), Holder("command", "test"))
     stranger = ledger.acting_for(Actor(user="mallory", uid=4242))
     with pytest.raises(NotPermitted, match=f"Slice {held.id} belongs to .*; you can join the memory partition of only your own slices"):
-        stranger.join_partition(held.id, os.getpid())
+        stranger.join_hold(held.id, os.getpid())
     assert not (cgroup_root / "jupyter-vgpu" / held.id).exists()
     monkeypatch.setenv("JUPYTER_VGPU_MPS", "off")
     plain = ledger.reserve(SliceRequest.parse(0.25), Holder("command", "test"))
     assert plain.tier is Tier.COOPERATIVE
     with pytest.raises(InvalidRequest, match=f"Slice {plain.id} is cooperative, not a slice with a memory partition to join"):
-        ledger.join_partition(plain.id, os.getpid())
+        ledger.join_hold(plain.id, os.getpid())
 
 
 def vgpu_env(tmp_path: Path, cgroup_root: Path) -> dict[str, str]:
@@ -304,13 +305,17 @@ def test_a_jupyter_servers_kernel_runs_in_its_slices_cgroup_until_it_is_shut_dow
 def test_a_process_whose_parent_could_not_join_does_not_ask_again(monkeypatch: pytest.MonkeyPatch) -> None:
     """A broker that is down costs one wait per process tree, not one per Python start: the reason
     is inherited, and every child of the slice runs the start-up hook."""
-    from jupyter_vgpu import slices
-    from jupyter_vgpu.slices.partition import join_here
+    from jupyter_vgpu import ledger
+    from jupyter_vgpu.ledger.join import enter_here
 
-    monkeypatch.setattr(slices, "open_ledger", lambda *a: pytest.fail("asked the ledger again"))
-    env = {"JUPYTER_VGPU_PARTITION": "abcdef012345", "JUPYTER_VGPU_PARTITION_PROBLEM": "Cannot reach the jupyter-vgpu broker"}
-    assert join_here(env) == "Cannot reach the jupyter-vgpu broker"
-    script = "import os, sys; sys.exit(0 if 'jupyter_vgpu.slices.partition' not in sys.modules else 1)"
+    monkeypatch.setattr(ledger, "open_ledger", lambda *a: pytest.fail("asked the ledger again"))
+    env = {
+        "JUPYTER_VGPU_ENTER": "mps-partition",
+        "JUPYTER_VGPU_PARTITION": "abcdef012345",
+        "JUPYTER_VGPU_PARTITION_PROBLEM": "Cannot reach the jupyter-vgpu broker",
+    }
+    assert enter_here(env) == "Cannot reach the jupyter-vgpu broker"
+    script = "import os, sys; sys.exit(0 if 'jupyter_vgpu.ledger.join' not in sys.modules else 1)"
     child = subprocess.run([sys.executable, "-c", script], env={**os.environ, **env, "JUPYTER_VGPU_SLICE_ID": "abcdef012345"}, timeout=60)
     assert child.returncode == 0  # the start-up hook did not even import the joining code
 
@@ -321,5 +326,5 @@ def test_removing_a_cgroup_never_fails_the_end_of_a_slice(tmp_path: Path, monkey
     def refuse(path: object) -> None:
         raise OSError(errno.EIO, "Input/output error")
 
-    monkeypatch.setattr(partition.os, "rmdir", refuse)
-    assert partition.remove("abcdef012345", tmp_path) is False  # left for the next sweep, no exception
+    monkeypatch.setattr(memory_cgroups.os, "rmdir", refuse)
+    assert memory_cgroups.remove("abcdef012345", tmp_path) is False  # left for the next sweep, no exception

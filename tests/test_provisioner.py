@@ -18,7 +18,7 @@ from jupyter_client.manager import AsyncKernelManager
 from jupyter_client.provisioning.factory import KernelProvisionerFactory
 
 from jupyter_vgpu.errors import SliceUnavailable, VGPUError
-from jupyter_vgpu.slices import open_ledger
+from jupyter_vgpu.ledger import open_ledger
 
 pytestmark = pytest.mark.slow
 
@@ -211,6 +211,7 @@ async def test_a_server_restart_with_running_kernels_keeps_their_slices(
         ({"gpus": 0}, "gpus 0 is not allowed"),
         ({"placement": "random"}, "placement 'random' is not allowed"),
         ({"wait_timeout": -3}, "wait_timeout -3 is not allowed"),
+        ({"launcher": "slurmx"}, "launcher 'slurmx' is not a launcher here; use one of: local."),
     ],
 )
 async def test_bad_kernelspec_config_fails_with_one_clear_message_and_no_slice(
@@ -251,3 +252,56 @@ async def test_a_kernel_that_fails_to_launch_leaves_no_slice_behind(kernels_dir:
     with pytest.raises(FileNotFoundError):
         await start(name, started)
     assert open_ledger().slices() == []
+
+
+async def test_a_launcher_plug_in_starts_signals_and_watches_the_kernel(
+    kernels_dir: Path, started: list[AsyncKernelManager], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where a kernel runs is a launcher, found by name in the entry point group
+    jupyter_vgpu.launchers: the provisioner starts, interrupts, polls and ends the kernel through
+    it, and the slice carries its name, so the server asks it whether the kernel lives."""
+    from jupyter_vgpu.launch import launchers
+
+    calls: list[str] = []
+
+    class Recording(launchers.LocalLauncher):
+        name = "recording"
+
+        async def launch(self, provisioner: Any, cmd: list[str], **kwargs: Any) -> Any:
+            calls.append("launch")
+            return await super().launch(provisioner, cmd, **kwargs)
+
+        async def send_signal(self, provisioner: Any, signum: int) -> None:
+            calls.append(f"signal {signum}")
+            await super().send_signal(provisioner, signum)
+
+        async def poll(self, provisioner: Any) -> int | None:
+            calls.append("poll")
+            return await super().poll(provisioner)
+
+        async def kill(self, provisioner: Any, restart: bool = False) -> None:
+            calls.append("kill")
+            await super().kill(provisioner, restart=restart)
+
+        def alive(self, pid: int | None, start: float | None = None, stamp: str | None = None) -> bool:
+            calls.append("alive")
+            return super().alive(pid, start, stamp)
+
+    class Entry:
+        name = "recording"
+
+        def load(self) -> type:
+            return Recording
+
+    monkeypatch.setattr(launchers, "_plug_ins", lambda: {"recording": Entry()})
+    monkeypatch.setattr(launchers, "_made", {})
+    km = await start(make_spec(kernels_dir, "plugged", {"gpu_fraction": "1/4", "launcher": "recording"}), started)
+    (slice_,) = open_ledger().slices()
+    assert slice_.labels["launcher"] == "recording" and launchers.launcher_of(slice_.labels).alive(slice_.pid)
+    assert await km.is_alive()
+    await km.interrupt_kernel()
+    assert calls[0] == "launch" and "poll" in calls and f"signal {signal.SIGINT}" in calls and "alive" in calls
+    await km.shutdown_kernel(now=True)
+    assert "kill" in calls and open_ledger().slices() == []
+    with pytest.raises(VGPUError, match=r"launcher 'nowhere' is not a launcher here; use one of: local, recording\.$"):
+        await start(make_spec(kernels_dir, "nowhere", {"gpu_fraction": "1/4", "launcher": "nowhere"}), started)

@@ -13,8 +13,9 @@ import pytest
 
 from jupyter_vgpu.errors import SliceUnavailable
 from jupyter_vgpu.gpus import Inventory
-from jupyter_vgpu.gpus.simulated import NVML_ERROR_NO_PERMISSION, NVMLError, SimulatedNVML
-from jupyter_vgpu.slices import Holder, SliceRequest, SQLiteLedger, Tier
+from jupyter_vgpu.gpus.simulated_nvml import NVML_ERROR_NO_PERMISSION, NVMLError, SimulatedNVML
+from jupyter_vgpu.ledger import SQLiteLedger
+from jupyter_vgpu.slices import Holder, SliceRequest, Tier
 
 RECORDED = Path(__file__).parent / "fixtures" / "recorded"
 FIXTURES = sorted(p.name for p in RECORDED.glob("*.json"))

@@ -15,8 +15,9 @@ import pytest
 
 from jupyter_vgpu.errors import LedgerError
 from jupyter_vgpu.gpus import Inventory
-from jupyter_vgpu.slices import Actor, Holder, SliceRequest, SQLiteLedger
-from jupyter_vgpu.slices.store import LedgerFile
+from jupyter_vgpu.ledger import SQLiteLedger
+from jupyter_vgpu.ledger.file import LedgerFile
+from jupyter_vgpu.slices import Actor, Holder, SliceRequest
 
 CLI = [sys.executable, "-m", "jupyter_vgpu.cli"]
 
@@ -210,7 +211,8 @@ FULL_DISK = """
 import os, sys
 from jupyter_vgpu.errors import LedgerError
 from jupyter_vgpu.gpus import Inventory
-from jupyter_vgpu.slices import Holder, SliceRequest, SQLiteLedger
+from jupyter_vgpu.slices import Holder, SliceRequest
+from jupyter_vgpu.ledger import SQLiteLedger
 folder = sys.argv[1]
 ledger = SQLiteLedger(os.path.join(folder, "vgpu", "ledger.sqlite"), Inventory("1x16GiB"), context_allowance=300 << 20)
 kept = ledger.reserve_now(SliceRequest.parse("1/8"), Holder.command("before the disk filled"))

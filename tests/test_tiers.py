@@ -19,12 +19,13 @@ import pytest
 from jupyter_vgpu.errors import InvalidConfig, InvalidRequest, SliceUnavailable
 from jupyter_vgpu.gpus import Inventory
 from jupyter_vgpu.gpus.mps import detect
+from jupyter_vgpu.ledger import Ledger, SQLiteLedger
+from jupyter_vgpu.ledger.schema import SCHEMA_VERSION
 from jupyter_vgpu.server.monitor import UsageMonitor
 from jupyter_vgpu.server.views import devices_view, slice_view
 from jupyter_vgpu.server.watchdog import Watchdog
-from jupyter_vgpu.slices import Holder, Ledger, Slice, SliceRequest, SQLiteLedger, slice_environment
+from jupyter_vgpu.slices import Holder, Slice, SliceRequest, slice_environment
 from jupyter_vgpu.slices.holders import start_stamp
-from jupyter_vgpu.slices.store import SCHEMA_VERSION
 from jupyter_vgpu.units import GiB, MiB
 
 CONTEXT = 300 * MiB

@@ -8,7 +8,7 @@ import os
 from typing import Any
 
 from ..config import ENV_LEDGER, load_settings
-from ..slices.remote import DEFAULT_LEDGER, DEFAULT_SOCKET, ENV_BROKER
+from ..ledger.broker_client import DEFAULT_LEDGER, DEFAULT_SOCKET, ENV_BROKER
 from ..units import shorten
 
 

@@ -1,17 +1,17 @@
-"""``python -m jupyter_vgpu.cli.enter [-q] -- COMMAND...``: join the slice's memory partition,
-then become COMMAND (``exec``), so COMMAND and every process it starts run inside the slice's
-cgroup from their first instruction (the MPS memory-partitioning tier). ``jupyter vgpu run``
-starts its command through this when the slice has a partition; ``run`` itself stays outside, so
-the cgroup is empty, and goes, when the command and every process it started have ended (``run``
-waits for them all)."""
+"""``python -m jupyter_vgpu.cli.enter [-q] -- COMMAND...``: enter the slice's hold (its tier's:
+the MPS memory-partitioning tier's cgroup), then become COMMAND (``exec``), so COMMAND and every
+process it starts run inside it from their first instruction. ``jupyter vgpu run`` and the
+provisioner start a command through this when the slice's tier has a hold
+(``JUPYTER_VGPU_ENTER``); ``run`` itself stays outside, so the hold is empty, and goes, when the
+command and every process it started have ended (``run`` waits for them all)."""
 
 from __future__ import annotations
 
 import os
 import sys
 
-from ..enforcement import Tier, by_tier
-from ..slices.partition import join_here
+from ..enforcement import Enforcement, Tier, by_tier
+from ..ledger.join import enter_here
 from .run import cannot_start
 
 
@@ -25,15 +25,23 @@ def main(argv: list[str] | None = None) -> int:
     if not args:
         print("jupyter vgpu: no command to run.", file=sys.stderr)
         return 2
-    problem = join_here()  # the start-up hook of this Python tried already where it is installed: not again
-    if problem and not quiet:
-        held = by_tier(Tier.MPS_PARTITION).held_instead()
-        print(f"jupyter vgpu: {problem}; the command is held by {held} only.", file=sys.stderr)
+    problem = enter_here()  # where the start-up hook of this Python tried already, it does not try again
+    tier = _slice_tier()
+    if tier is not None and (problem := problem or tier.not_held(os.environ)) and not quiet:
+        print(f"jupyter vgpu: {problem}; the command is held by {tier.held_instead()} only.", file=sys.stderr)
     try:
         os.execvp(args[0], args)
     except OSError as error:  # not found, not executable, not a program (ENOEXEC)
         return cannot_start(args[0], error)
     return 0  # not reached: exec replaced this process
+
+
+def _slice_tier() -> Enforcement | None:
+    """The tier of the slice this process holds (``JUPYTER_VGPU_TIER``), if any."""
+    try:
+        return by_tier(Tier(os.environ.get("JUPYTER_VGPU_TIER", "")))
+    except (ValueError, KeyError):
+        return None
 
 
 if __name__ == "__main__":

@@ -30,10 +30,11 @@ import psutil
 
 from ..config import load_settings
 from ..enforcement import Tier, by_tier
+from ..enforcement.base import ENV_ENTER
 from ..enforcement.hamicore import library, library_problem
-from ..enforcement.mpspartition import ENV_JOIN
 from ..errors import InvalidRequest, SliceNotFound, VGPUError
-from ..slices import Holder, SliceRequest, open_ledger, summary
+from ..ledger import open_ledger
+from ..slices import Holder, SliceRequest, summary
 from ..slices.environment import DEVICE_NAMES, fit_installed_frameworks, with_slice
 from ..slices.reports import remove_report, write_report
 from ..slices.request import CLI_NAMES
@@ -96,7 +97,7 @@ def run(args: argparse.Namespace) -> int:
             device_names=args.device_names,
         )  # fmt: skip
         fit_installed_frameworks(env)  # for the frameworks of this Python
-        if env.get(ENV_JOIN):  # a memory partition: the command joins it before it is itself (cli/enter.py)
+        if env.get(ENV_ENTER):  # the slice's tier has a hold: the command enters it before it is itself (cli/enter.py)
             command = [sys.executable, "-m", "jupyter_vgpu.cli.enter", *(["-q"] if args.quiet else []), "--", *command]
         plugin = by_tier(slice_.tier)
         if problem := plugin.not_given(env):  # the views say it too, from the slice's report
@@ -112,7 +113,7 @@ def run(args: argparse.Namespace) -> int:
             ledger.release(slice_.id)
         except SliceNotFound:
             pass
-        remove_report(ledger.path, slice_.id)  # its processes' reports, notices, HAMi-core budget file
+        remove_report(ledger.path, slice_.id, slice_.tier.value)  # its processes' reports, notices, what its tier kept
 
 
 #: As shells report a command they cannot start.

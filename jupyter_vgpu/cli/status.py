@@ -15,11 +15,12 @@ from typing import Any
 from ..config import VGPU, load_settings
 from ..enforcement import TIERS, Tier, by_tier
 from ..errors import InvalidRequest, NotPermitted, SliceNotFound
-from ..slices import Ledger, Slice, SQLiteLedger, occupancy_of, open_ledger
+from ..ledger import Ledger, SQLiteLedger, open_ledger
+from ..ledger.broker_client import ENV_BROKER
+from ..ledger.file import LedgerFile
+from ..slices import Slice, occupancy_of
 from ..slices.holders import attribute
-from ..slices.remote import ENV_BROKER
 from ..slices.reports import configured_processes, frameworks_text, read_idle
-from ..slices.store import LedgerFile
 from ..slices.usage import REPORTED, ReportCache, slice_usage
 from ..units import format_bytes, format_duration, shorten
 

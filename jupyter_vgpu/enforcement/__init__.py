@@ -9,6 +9,13 @@ Adding a tier (as HAMi-core's in-process limit and MPS memory partitioning were 
    (detect it on the GPUs a slice was placed on), ``variables`` and
    :meth:`~.base.Enforcement.environment`, :meth:`~.base.Enforcement.describe` and
    :meth:`~.base.Enforcement.share_note`.
+   A tier that keeps state per slice (a cgroup, a file, a device made on demand) implements the
+   life-cycle hooks, which the ledger calls and which name no tier elsewhere:
+   :meth:`~.base.Enforcement.granted`, :meth:`~.base.Enforcement.resized` (raise to refuse),
+   :meth:`~.base.Enforcement.ended`, :meth:`~.base.Enforcement.sweep` (what no live slice owns),
+   :meth:`~.base.Enforcement.join` (the book side: put a process into the slice's hold) and, with
+   ``enters = True``, :meth:`~.base.Enforcement.enter` (the process side, at its start). Its hardware
+   mechanism goes in ``gpus/`` (MPS memory partitioning's cgroups: ``gpus/memory_cgroups.py``).
 2. Add an instance to :data:`TIERS` where its strength puts it.
 3. ``tests/test_enforcement_tiers.py`` checks every registered tier against the contract; add its
    placement and environment tests in ``tests/test_tiers.py`` and a GPU test in ``tests/gpu/``.

@@ -1,14 +1,18 @@
 """The contract every enforcement tier implements: detect itself on the GPUs a slice was placed on,
-give the slice's process its variables, and say what it does in the one vocabulary every view
-(``jupyter vgpu status``, the REST API, the sidebar, ``%vgpu``) uses."""
+give the slice's process its variables, say what it does in the one vocabulary every view
+(``jupyter vgpu status``, the REST API, the sidebar, ``%vgpu``) uses, and keep what it holds for a
+slice through the slice's life (granted, resized, ended, swept; a process entering it)."""
 
 from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Callable, Collection, Mapping, MutableMapping
+from dataclasses import dataclass
 from enum import Enum
-from typing import Protocol
+from typing import Any, Protocol
+
+from ..errors import InvalidRequest
 
 
 class Tier(str, Enum):
@@ -37,6 +41,42 @@ class PlacedGPU(Protocol):
     def mig_mode(self) -> bool | None: ...
 
     # and, where known, ``pod_share`` / ``sm_limit`` (a scheduler's share of the GPU in a pod)
+
+
+class HeldSlice(Protocol):
+    """What a tier's life-cycle hooks read of a slice (``slices.records.Slice`` has it)."""
+
+    @property
+    def id(self) -> str: ...
+    @property
+    def gpus(self) -> tuple[str, ...]: ...
+    @property
+    def memory(self) -> tuple[int, ...]: ...
+
+
+class Hardware(Protocol):
+    """What the process keeping the book can ask of the GPUs (``gpus.inventory.Inventory`` has it)."""
+
+    def partition_limits(self, amounts: Mapping[str, int]) -> list[tuple[Any, Any, int]]: ...
+
+
+@dataclass(frozen=True)
+class Where:
+    """Where a life-cycle hook runs. ``folder``: the slice owner's private reports folder, where
+    this process reaches it ('' where not); ``hardware``: the GPUs, where this process keeps the
+    book (the user's own ledger, or the node broker's), None in a broker's client. A tier keeps
+    state that needs the hardware (a cgroup) only where there is hardware, and files of the owner's
+    only in ``folder``."""
+
+    folder: str = ""
+    hardware: Hardware | None = None
+
+
+#: Set in the environment of a slice whose tier has a hold its processes enter as they start
+#: (:meth:`Enforcement.enter`), to the tier's value. The start-up hook and ``jupyter vgpu run`` read
+#: it; a process that tried takes it out, so its children (in the hold already, or with the reason
+#: it could not) do not try again.
+ENV_ENTER = "JUPYTER_VGPU_ENTER"
 
 
 def thread_percentage(fraction: float) -> int:
@@ -124,3 +164,46 @@ class Enforcement(ABC):
     def offered(self) -> str:
         """How a GPU that gives new slices this tier is described (``status``, ``/api/vgpu/devices``)."""
         return self.describe()
+
+    # -- a slice's life: the ledger calls these (and names no tier); no-ops unless a tier keeps state --
+    #: True when the processes of a slice of this tier enter a hold as they start (:meth:`enter`):
+    #: its environment then carries :data:`ENV_ENTER`.
+    enters = False
+
+    def granted(self, slice_: HeldSlice, where: Where) -> None:
+        """The slice was just booked (after the ledger's transaction). Raising refuses nothing: the
+        slice stands, and :meth:`join` makes what is missing."""
+        return None
+
+    def resize_refused(self, slice_: HeldSlice) -> str | None:
+        """Why a slice of this tier cannot change size, in a sentence (None: it can). Asked before
+        anything is placed."""
+        return None
+
+    def resized(self, slice_: HeldSlice, where: Where) -> None:
+        """The slice's memory changed (inside the ledger's transaction): a :class:`VGPUError` raised
+        here undoes the resize and is the caller's answer."""
+        return None
+
+    def ended(self, slice_: HeldSlice, where: Where) -> None:
+        """The slice was released or reaped: let go of what this tier holds for it. Never raises
+        (the slice has ended either way); what cannot go now goes at a later :meth:`sweep`."""
+        return None
+
+    def sweep(self, live: Collection[str], where: Where) -> None:
+        """Remove what this tier holds for slices not in ``live`` (ids): left by a crash, or busy
+        when their slice ended. Run by the reaper; never raises."""
+        return None
+
+    def join(self, slice_: HeldSlice, pid: int, where: Where) -> str:
+        """Put process ``pid`` into the slice's hold, making the hold where it is missing; returns
+        where it is. The ledger has checked the asker: only the process itself, alive, the slice
+        owner's (root: any), never pid 0."""
+        # (the one hold a process joins so far is a memory partition: the words say what users know)
+        raise InvalidRequest(f"Slice {slice_.id} is {self.describe()}, not a slice with a memory partition to join.")
+
+    def enter(self, env: MutableMapping[str, str], join: Callable[[], str | None]) -> str | None:
+        """In a process of the slice, as it starts (``env``: its environment): enter the slice's
+        hold, asking the book to :meth:`join` (``join()``: None, or why it could not) where the
+        process cannot itself. Returns why it is not in; None when it is, or nothing is to enter."""
+        return None

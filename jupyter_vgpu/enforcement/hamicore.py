@@ -26,12 +26,13 @@ import os
 import re
 import stat
 import struct
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
 from typing import BinaryIO
 
 from ..units import MiB, format_bytes
-from .base import Enforcement, PlacedGPU, Tier
+from .base import Enforcement, HeldSlice, PlacedGPU, Tier, Where
 
 ENV_LIBRARY = "JUPYTER_VGPU_HAMI_CORE"
 #: Set with the variables below: they are this tier's, not a pod's (HAMi's) or the user's. Its
@@ -162,6 +163,10 @@ def cache_path(folder: str | Path, slice_id: str, memory: tuple[int, ...]) -> Pa
     """The slice's own budget file in ``folder`` (the slice's private reports folder), by size: a
     resized slice starts a new one."""
     return Path(folder) / f"{slice_id}.{max(memory) // MiB}m.hami.cache"
+
+
+#: A budget file's name: the slice id, its size in MiB (see :func:`cache_path`).
+CACHE_NAME = re.compile(r"([0-9a-f]{12})\.[0-9]+m\.hami\.cache")
 
 
 def loaded_in_this_process(path: str) -> bool:
@@ -306,3 +311,34 @@ class HAMiCore(Enforcement):
             "memory, enforced by HAMi-core for every CUDA allocation except CUDA's async pools "
             "(TensorFlow's and JAX's async allocators, which the allocator guard turns off); compute is shared"
         )
+
+    # -- the slice's life: its budget files, in the owner's private folder -------------------------
+    def ended(self, slice_: HeldSlice, where: Where) -> None:
+        self.sweep_files(where.folder, keep=lambda slice_id: slice_id != slice_.id)
+
+    def sweep(self, live: Collection[str], where: Where) -> None:
+        alive = set(live)
+        # a file younger than a minute may be a slice's granted after ``live`` was read
+        self.sweep_files(where.folder, keep=alive.__contains__, older_than=60.0)
+
+    @staticmethod
+    def sweep_files(folder: str, keep: Callable[[str], bool], older_than: float = 0.0) -> None:
+        """Remove the budget files in ``folder`` of the slices ``keep`` does not keep, at least
+        ``older_than`` seconds old (never raises)."""
+        if not folder:
+            return
+        now = time.time()
+        try:
+            names = os.listdir(folder)
+        except OSError:
+            return
+        for name in names:
+            match = CACHE_NAME.fullmatch(name)
+            if match and not keep(match.group(1)):
+                try:
+                    path = os.path.join(folder, name)
+                    if older_than and now - os.lstat(path).st_mtime < older_than:
+                        continue
+                    os.unlink(path)
+                except OSError:
+                    pass  # gone meanwhile, or not ours to remove

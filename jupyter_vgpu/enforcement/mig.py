@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from .base import Enforcement, PlacedGPU, Tier
+from .base import Enforcement, HeldSlice, PlacedGPU, Tier
 
 
 class MIG(Enforcement):
@@ -29,3 +29,10 @@ class MIG(Enforcement):
 
     def offered(self) -> str:
         return "hard (MIG)"
+
+    def resize_refused(self, slice_: HeldSlice) -> str | None:
+        profiles = ", ".join(getattr(slice_, "mig_profiles", ()))
+        return (
+            f"Slice {slice_.id} is a whole MIG device ({profiles}), which cannot change size; start a kernel "
+            "with a different share to get another MIG device."
+        )

@@ -2,7 +2,7 @@
 to the slice's memory, all device memory counted, through a cgroup of the slice's own.
 
 Where an MPS control daemon serves the GPU and the driver offers memory partitioning to the
-process that places slices (root: a root server, or the node broker; ``gpus.partition``), a slice
+process that places slices (root: a root server, or the node broker; ``gpus.memory_cgroups``), a slice
 gets a cgroup with its memory as the hard and soft limit on each of its GPUs. Its processes join
 that cgroup as they start (the start-up hook, and ``jupyter vgpu run`` before it starts the
 command), so children are held too; the MPS server also gets the slice's thread percentage and,
@@ -12,20 +12,20 @@ is held by the frameworks' limits and the MPS pinned limit only.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Collection, Mapping, MutableMapping
 
 from ..units import format_bytes
-from .base import Enforcement, PlacedGPU, Tier
+from .base import Enforcement, HeldSlice, PlacedGPU, Tier, Where
 from .mps import MPS, sm_share
 
 #: Set in the slice's environment: its processes join the slice's cgroup at start.
 ENV_JOIN = "JUPYTER_VGPU_PARTITION"
-#: Set by a process that could not join: why (``slices.partition.join_here``).
+#: Set by a process that could not join: why (:meth:`MPSPartition.enter`).
 ENV_PROBLEM = "JUPYTER_VGPU_PARTITION_PROBLEM"
 
 
 def in_partition(slice_id: str, pid: int | str = "self") -> bool:
-    """Whether process ``pid`` is in the slice's cgroup (``gpus.partition`` names it after the
+    """Whether process ``pid`` is in the slice's cgroup (``gpus.memory_cgroups`` names it after the
     slice: its cgroup v2 line in /proc ends with the slice id)."""
     try:
         with open(f"/proc/{pid}/cgroup", encoding="utf-8", errors="replace") as handle:
@@ -44,9 +44,15 @@ def problem(env: Mapping[str, str]) -> str | None:
 
 
 class MPSPartition(Enforcement):
+    """The slice's cgroup (``gpus.memory_cgroups``) is its hold: made with the slice's memory as the
+    driver's limit on each of its GPUs when its first process joins, changed with a resize, removed
+    when the slice ends (or, busy then, at a later sweep). Only the process that keeps the book
+    (root: a root server, the node broker) manages cgroups; a broker's client asks it to join."""
+
     tier = Tier.MPS_PARTITION
     hard = True
     variables = (*MPS.variables, ENV_JOIN, ENV_PROBLEM)
+    enters = True
 
     def applies(self, gpus: list[PlacedGPU], mig_devices: int) -> bool:
         if mig_devices or not gpus:
@@ -79,3 +85,61 @@ class MPSPartition(Enforcement):
     def share_note(self, fraction: float | None = None, percentage: int | None = None) -> str:
         share = sm_share(fraction, percentage)
         return f"memory, enforced by the driver for all device memory (MPS memory partitioning), and {share} (MPS)"
+
+    # -- the slice's life ------------------------------------------------------------------------
+    @staticmethod
+    def _set_limits(slice_: HeldSlice, where: Where) -> None:
+        """The slice's cgroup with its memory on each of its GPUs as the limit (0 on the others)."""
+        from ..gpus import memory_cgroups
+
+        assert where.hardware is not None
+        memory_cgroups.create(slice_.id, where.hardware.partition_limits(dict(zip(slice_.gpus, slice_.memory))))
+
+    def resized(self, slice_: HeldSlice, where: Where) -> None:
+        from ..gpus import memory_cgroups
+
+        if where.hardware is not None and memory_cgroups.slice_cgroup(slice_.id).is_dir():
+            self._set_limits(slice_, where)  # the driver's limit follows (a refusal undoes the resize)
+
+    def ended(self, slice_: HeldSlice, where: Where) -> None:
+        from ..gpus import memory_cgroups
+
+        if where.hardware is not None:
+            memory_cgroups.remove(slice_.id)  # never raises; one still in use goes at a later sweep
+
+    def sweep(self, live: Collection[str], where: Where) -> None:
+        from ..gpus import memory_cgroups
+
+        if where.hardware is not None and memory_cgroups.parent_cgroup().is_dir():
+            memory_cgroups.sweep(live)  # cgroups left by a crash, or busy when their slice ended
+
+    def join(self, slice_: HeldSlice, pid: int, where: Where) -> str:
+        from ..gpus import memory_cgroups
+
+        if where.hardware is None:
+            return super().join(slice_, pid, where)
+        cgroup = memory_cgroups.slice_cgroup(slice_.id)
+        if not cgroup.is_dir():
+            self._set_limits(slice_, where)
+        memory_cgroups.move(cgroup, pid)
+        return str(cgroup)
+
+    def enter(self, env: MutableMapping[str, str], join: Callable[[], str | None]) -> str | None:
+        """Join the slice's cgroup before any of the process's code runs. A child of a process that
+        joined is in it already; one whose parent could not join does not try again (the reason is
+        in ``JUPYTER_VGPU_PARTITION_PROBLEM``, which ``%vgpu`` says), so a broker that is down costs
+        one wait in a process tree, not one per process."""
+        slice_id = env.get(ENV_JOIN, "")
+        if not slice_id or in_partition(slice_id):
+            env.pop(ENV_PROBLEM, None)
+            return None
+        if env.get(ENV_PROBLEM):
+            return env[ENV_PROBLEM]  # this process or its parent tried already
+        why = join()
+        if why is None:
+            if in_partition(slice_id):
+                env.pop(ENV_PROBLEM, None)
+                return None
+            why = "the process is not in the slice's cgroup after joining it"
+        env[ENV_PROBLEM] = why
+        return why

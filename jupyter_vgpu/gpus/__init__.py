@@ -12,8 +12,8 @@ from .._lazy import lazy_names
 if TYPE_CHECKING:
     from .inventory import GPU, GPUProcess, Inventory, MIGDevice, Snapshot
     from .mps import MPSStatus
-    from .simulated import SimulatedNVML
-    from .simulation import parse_spec
+    from .simulate_spec import parse_spec
+    from .simulated_nvml import SimulatedNVML
 
 _WHERE = {
     "GPU": "inventory",
@@ -22,8 +22,8 @@ _WHERE = {
     "MIGDevice": "inventory",
     "MPSStatus": "mps",
     "Snapshot": "inventory",
-    "SimulatedNVML": "simulated",
-    "parse_spec": "simulation",
+    "SimulatedNVML": "simulated_nvml",
+    "parse_spec": "simulate_spec",
 }
 
 

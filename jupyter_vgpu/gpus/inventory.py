@@ -6,6 +6,7 @@ a reservation never dies because the driver could not answer one question.
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import re
@@ -17,11 +18,12 @@ from typing import Any, TypeVar
 
 from ..errors import InvalidConfig
 from ..units import shorten
-from . import partition
+from . import memory_cgroups
 from .mps import SERVER_PROCESS, MPSDetector
 from .podshare import PodShare, pod_share
-from .simulated import SimulatedNVML
-from .simulation import describe
+from .simulate_spec import describe
+from .simulated_nvml import NVMLError as SimulatedNVMLError
+from .simulated_nvml import SimulatedNVML
 
 T = TypeVar("T")
 
@@ -96,7 +98,7 @@ class GPU:
     card_memory: int | None = None
     sm_limit: int | None = None
     #: Where this process can give a slice a driver-enforced memory limit (MPS memory
-    #: partitioning, gpus.partition): the backend, "dmem" (the kernel's controller) or "driver"
+    #: partitioning, gpus.memory_cgroups): the backend, "dmem" (the kernel's controller) or "driver"
     #: (the driver's fallback on kernels without it); None where it cannot.
     memory_partitioning: str | None = None
 
@@ -177,7 +179,7 @@ class Inventory:
         self._error: str | None = None
         self._initialised = False
         self.mps = MPSDetector()
-        self._partition_regions: dict[str, int] | None = None  # gpus.partition, read per snapshot
+        self._partition_regions: dict[str, int] | None = None  # gpus.memory_cgroups, read per snapshot
         self._partition_support: dict[str, bool] = {}  # GPU UUID -> the driver partitions it (asked once)
         self._names: dict[int, str] = {}  # pid -> process name, for the pids NVML lists
         self._util_seen: dict[int, int] = {}  # GPU index -> newest utilisation sample read (µs)
@@ -231,7 +233,7 @@ class Inventory:
         count = _safe(nvml.nvmlDeviceGetCount) or 0
         mps = self.mps.status().active
         share = pod_share(os.environ if self._env is None else self._env)  # InvalidConfig: a user's mistake
-        self._partition_regions = None if partition.manage_problem() else partition.dmem_regions()
+        self._partition_regions = None if memory_cgroups.manage_problem() else memory_cgroups.dmem_regions()
         gpus = tuple(g for g in (self._read_gpu(nvml, i, mps, telemetry) for i in range(count)) if g is not None)
         if share is not None:
             gpus = tuple(_in_pod(g, share) for g in gpus)
@@ -325,7 +327,7 @@ class Inventory:
         """Whether the driver partitions this GPU's memory: asked once per GPU (every monitor tick
         reads the GPUs, and the driver does not change under a running NVML)."""
         if uuid not in self._partition_support:
-            self._partition_support[uuid] = partition.supported(nvml, handle)
+            self._partition_support[uuid] = memory_cgroups.supported(nvml, handle)
         return self._partition_support[uuid]
 
     def _partitioning(self, nvml: Any, handle: Any, uuid: str) -> str | None:
@@ -335,7 +337,7 @@ class Inventory:
             return None
         pci = _safe(lambda: nvml.nvmlDeviceGetPciInfo(handle))
         bus_id = _text(getattr(pci, "busId", "") or "") if pci is not None else ""
-        return "dmem" if bus_id and partition.pci_address(bus_id) in regions else "driver"
+        return "dmem" if bus_id and memory_cgroups.pci_address(bus_id) in regions else "driver"
 
     def partition_limits(self, amounts: Mapping[str, int]) -> list[tuple[Any, Any, int]]:
         """(NVML, device handle, bytes) for every GPU the driver partitions: ``amounts`` on the
@@ -344,7 +346,7 @@ class Inventory:
         :func:`.partition.create` sets."""
         nvml = self._init()
         if nvml is None:
-            raise partition.PartitionError(self._error or "No GPU is available here.")
+            raise memory_cgroups.PartitionError(self._error or "No GPU is available here.")
         limits, found = [], set()
         for index in range(_safe(nvml.nvmlDeviceGetCount) or 0):
             handle = _ask(nvml.nvmlDeviceGetHandleByIndex, index)
@@ -354,7 +356,7 @@ class Inventory:
             found.add(_text(uuid))
             limits.append((nvml, handle, amounts.get(_text(uuid), 0)))
         if missing := sorted(set(amounts) - found):
-            raise partition.PartitionError(f"GPU {', '.join(missing)} no longer offers memory partitioning.")
+            raise memory_cgroups.PartitionError(f"GPU {', '.join(missing)} no longer offers memory partitioning.")
         return limits
 
     def _telemetry(self, nvml: Any, handle: Any, index: int) -> dict[str, Any]:
@@ -525,9 +527,21 @@ def _ask(query: Callable[..., T], *args: Any) -> T | None:
     return _safe(lambda: query(*args))
 
 
+@functools.cache
+def _nvml_errors() -> tuple[type[Exception], ...]:
+    """What a refused NVML query raises: nvidia-ml-py's ``NVMLError`` (each NVML return code is a
+    subclass of it) and the simulated NVML's. Read on the first query, not at import: loading
+    pynvml costs start-up time in processes that never ask NVML anything."""
+    try:
+        return (_load_pynvml().NVMLError, SimulatedNVMLError)
+    except ImportError:
+        return (SimulatedNVMLError,)
+
+
 def _safe(call: Callable[[], T]) -> T | None:
-    """Run one NVML query; any NVML failure means "not available"."""
+    """Run one NVML query; an NVML failure means "not available". Anything else (a TypeError,
+    an AttributeError...) is a bug and propagates, rather than reading as a GPU without it."""
     try:
         return call()
-    except Exception:
+    except _nvml_errors():
         return None

@@ -11,7 +11,7 @@ The broker then:
   attach only processes of its own uid, so nobody pins a slice to someone else's process;
 * shows other users' slices without their notebook paths, labels or command lines.
 
-The socket itself is :mod:`.listener`. Clients are :class:`jupyter_vgpu.slices.remote.BrokerLedger`.
+The socket itself is :mod:`.listener`. Clients are :class:`jupyter_vgpu.ledger.broker_client.BrokerLedger`.
 """
 
 from __future__ import annotations
@@ -32,12 +32,11 @@ import psutil
 from ..enforcement import by_tier
 from ..errors import InvalidConfig, InvalidRequest, LeftLine, NotPermitted, SliceUnavailable, VGPUError
 from ..gpus.inventory import GPUProcess, Snapshot
-from ..slices import Actor, Holder, Ledger, SliceRequest, SQLiteLedger, Ticket
-from ..slices.holders import ProcessOwners, process_alive
-from ..slices.ledger import OPERATIONS
-from ..slices.records import HIDDEN_HOLDER, Slice, Waiter
-from ..slices.remote import (
+from ..ledger import Ledger, SQLiteLedger
+from ..ledger.contract import OPERATIONS
+from ..ledger.wire import (
     CALLER,
+    RENAMED_OPERATIONS,
     error_to_wire,
     holder_from_wire,
     slice_from_wire,
@@ -45,6 +44,9 @@ from ..slices.remote import (
     snapshot_to_wire,
     waiter_to_wire,
 )
+from ..slices import Actor, Holder, SliceRequest, Ticket
+from ..slices.holders import ProcessOwners, process_alive
+from ..slices.records import HIDDEN_HOLDER, Slice, Waiter
 from ..units import shorten
 from . import quota as quotas
 from .policy import Policy, Quota, load_policy, user_groups
@@ -136,7 +138,7 @@ class PolicySource:
 class Broker:
     """Answers ledger requests for callers identified by their peer credentials.
 
-    Every operation of the ledger contract (:data:`~jupyter_vgpu.slices.ledger.OPERATIONS`) is
+    Every operation of the ledger contract (:data:`~jupyter_vgpu.ledger.contract.OPERATIONS`) is
     served by the same method of the node's :class:`SQLiteLedger`, acting for the caller: that
     ledger alone decides what a caller may change. The broker adds the policy (quotas, allowed
     GPUs as a placement constraint, the longest wait) and hides other users' holders.
@@ -177,6 +179,7 @@ class Broker:
     def handle(self, caller: Caller, message: dict[str, Any]) -> dict[str, Any]:
         """Answer one decoded request: ``{"ok": true, "result": ...}`` or an error answer."""
         op = message.get("op")
+        op = RENAMED_OPERATIONS.get(op, op) if isinstance(op, str) else op
         args = message.get("args") or {}
         try:
             if not isinstance(args, dict):
@@ -203,7 +206,7 @@ class Broker:
             holder: Holder = args["holder"]
             keeper = None if holder.keeper is None else self._holder_pid(caller, holder.keeper)
             args["holder"] = replace(holder, pid=self._holder_pid(caller, holder.pid), keeper=keeper)
-        if op == "join_partition":
+        if op == "join_hold":
             args["pid"] = self._joining_pid(caller, args.get("pid"))
         elif "pid" in args:
             args["pid"] = self._holder_pid(caller, args["pid"])

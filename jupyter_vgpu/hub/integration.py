@@ -9,7 +9,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 from ..config import ENV_CONTEXT, ENV_SIMULATE
-from ..slices.remote import DEFAULT_LEDGER, DEFAULT_SOCKET, ENV_BROKER
+from ..ledger.broker_client import DEFAULT_LEDGER, DEFAULT_SOCKET, ENV_BROKER
 from .admin import ENV_HUB_URL
 
 ROLE = "jupyter-vgpu-broker"

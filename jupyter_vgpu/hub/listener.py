@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 from ..errors import InvalidRequest, LedgerError, VGPUError
-from ..slices.remote import error_to_wire, peer_credentials
+from ..ledger.wire import error_to_wire, peer_credentials
 from .broker import Broker, PolicySource, log
 
 #: Connections served at once, in all and per user; one more is answered with an error and closed.

@@ -12,9 +12,10 @@ from types import FrameType
 
 from ..config import VGPU
 from ..gpus import Inventory
-from ..slices import Actor, SQLiteLedger
-from ..slices.remote import DEFAULT_LEDGER, DEFAULT_SOCKET
-from ..slices.sqlite_ledger import STALE_WAITER
+from ..ledger import SQLiteLedger
+from ..ledger.broker_client import DEFAULT_LEDGER, DEFAULT_SOCKET
+from ..ledger.line import STALE_WAITER
+from ..slices import Actor
 from .broker import Broker, PolicySource
 from .listener import BrokerServer, install_reload_signal
 

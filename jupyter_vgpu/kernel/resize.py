@@ -14,7 +14,8 @@ from dataclasses import replace
 
 from ..errors import InvalidRequest, VGPUError
 from ..frameworks import FRAMEWORKS, revisit
-from ..slices import SliceRequest, open_ledger, parse_share, slice_environment
+from ..ledger import open_ledger
+from ..slices import SliceRequest, parse_share, slice_environment
 from ..slices.environment import VARIABLES, fit_installed_frameworks
 from ..units import describe_fraction, format_bytes, shorten
 from .state import KernelState, SliceFacts

@@ -16,11 +16,11 @@ layer. A child inherits its parent's slice variables, so it is fitted to the sam
 more; it writes its own report beside the kernel's, which ``%vgpu`` and ``jupyter vgpu status``
 list as the slice's configured processes.
 
-In a slice with a memory partition (the MPS memory-partitioning tier), the process also joins
-the slice's cgroup here, before any of its code runs (``slices.partition``). Its children are in
-it already and only read /proc/self/cgroup to see so; a process whose parent could not join
-does not try again (the reason is in its environment), so a broker that is down costs one wait
-in a process tree, not one per process.
+Where the slice's tier has a hold its processes enter (``JUPYTER_VGPU_ENTER``: the MPS
+memory-partitioning tier's cgroup), the process enters it here, before any of its code runs
+(``ledger.join``, which asks the tier). It takes the variable out as it tries, so its children (in
+the hold already, or with the reason it could not) do not try again: a broker that is down costs
+one wait in a process tree, not one per process.
 
 Nothing here may break a Python start or an import: every failure is swallowed (and said on
 stderr when ``JUPYTER_VGPU_DEBUG`` is set).
@@ -89,20 +89,12 @@ def activate() -> None:
         if _finder is None:
             _finder = _FirstFrameworkImport()
             sys.meta_path.insert(0, _finder)
-        joining = os.environ.get("JUPYTER_VGPU_PARTITION")  # enforcement.mpspartition: join before any CUDA call
-        if joining and "JUPYTER_VGPU_PARTITION_PROBLEM" not in os.environ and not _in_cgroup(joining):
-            from ..slices.partition import join_here
+        if os.environ.get("JUPYTER_VGPU_ENTER"):  # the slice's tier has a hold: enter it before any CUDA call
+            from ..ledger.join import enter_here
 
-            join_here()
+            enter_here()
     except Exception as error:  # a broken install must not stop every Python program
         _debug(error)
-
-
-def _in_cgroup(slice_id: str) -> bool:
-    """Whether this process is in the slice's cgroup already (a child of a process that joined),
-    read without importing anything (see enforcement.mpspartition.in_partition)."""
-    with open("/proc/self/cgroup", encoding="utf-8", errors="replace") as cgroups:
-        return any(line.startswith("0::") and line.rstrip().endswith("/" + slice_id) for line in cgroups)
 
 
 def retire() -> None:

@@ -123,7 +123,8 @@ def _slice_figure(
 
 
 def _occupancy(snapshot: Snapshot) -> Occupancy | None:
-    from ..slices import occupancy_of, open_ledger
+    from ..ledger import open_ledger
+    from ..slices import occupancy_of
     from ..slices.holders import attribute
 
     try:

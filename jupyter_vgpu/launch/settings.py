@@ -9,7 +9,7 @@ from typing import Any
 
 from ..config import VGPU, load_settings
 from ..errors import InvalidRequest
-from ..slices import Ledger, open_ledger
+from ..ledger import Ledger, open_ledger
 from ..slices.environment import DEVICE_NAMES
 from ..slices.request import PLACEMENTS
 from ..units import parse_seconds, shorten
@@ -95,6 +95,7 @@ SET_BY_JUPYTER_CLIENT = frozenset({"kernel_id", "kernel_spec", "parent", "config
 #: inherited from LocalProvisioner are not the user's to set.
 VGPU_SETTINGS = (
     "gpu_fraction", "gpu_memory", "gpus", "gpu", "logical_devices", "placement", "wait_timeout", "no_gpu", "device_names",
+    "launcher",
 )  # fmt: skip
 
 

@@ -23,10 +23,11 @@ from ..errors import VGPUError
 from ..gpus.context import context_allowance
 from ..launch.refusals import refusals_of
 from ..launch.workarounds import check_provisioner_configs, forget_failed_starts
-from ..slices import Ledger, open_ledger
+from ..ledger import Ledger, open_ledger
 from ..slices.occupancy import GPUOccupancy
 from ..units import MAX_WAIT_SECONDS, shorten
 from . import gateway, handlers
+from .changes import Changes
 from .dashboard import DashboardHistory
 from .metrics import collector
 from .monitor import Sample, UsageMonitor
@@ -312,6 +313,7 @@ class VGPUServer(ExtensionApp):
         self.settings[handlers.MONITOR] = self.monitor
         self.settings[handlers.DASHBOARD] = self.dashboard
         self.settings[handlers.WATCHDOG] = self.watchdog
+        self.settings[handlers.CHANGES] = Changes()
         where = f"ledger {ledger.path}, {ledger.inventory.describe()}" if ledger is not None else "no ledger"
         self.log.info(
             "jupyter-vgpu: monitoring every %.3g s (%s); over-limit action: %s; idle reclaim: %s.",

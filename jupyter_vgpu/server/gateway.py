@@ -177,14 +177,17 @@ class GatewayProxyHandler(APIHandler):
 
     async def _join_sessions(self, data: dict[str, Any]) -> None:
         """Name each kernel by this server's notebook path, and say which kernels this server
-        runs (only those can be shut down from here)."""
+        runs (only those can be shut down from here). A slice says it whether or not the node
+        sent the field: a ``?since=`` reply leaves out what did not change on the node."""
         paths = self._session_paths()
         here = set(self.kernel_manager.list_kernel_ids())
-        entries: list[dict[str, Any]] = []
-        for name in ("slices", "waiting", "refusals"):
-            entries += [e for e in data.get(name) or [] if isinstance(e, dict)]
+        slices = [e for e in data.get("slices") or [] if isinstance(e, dict)]
         if isinstance(data.get("slice"), dict):
-            entries.append(data["slice"])
+            slices.append(data["slice"])
+        entries = list(slices)
+        for name in ("waiting", "refusals"):
+            entries += [e for e in data.get(name) or [] if isinstance(e, dict)]
+        holds = {id(e) for e in slices}
         root = os.path.realpath(str(self.settings.get("server_root_dir") or "."))
         for entry in entries:
             path = entry.get("path")
@@ -197,7 +200,7 @@ class GatewayProxyHandler(APIHandler):
                 continue
             if kernel_id in paths:
                 entry["path"] = paths[kernel_id]
-            if "running_here" in entry:
+            if "running_here" in entry or id(entry) in holds:
                 entry["running_here"] = kernel_id in here
 
     def _session_paths(self) -> dict[str, str]:

@@ -22,10 +22,12 @@ from tornado.httpclient import HTTPClientError
 
 from ..errors import InvalidRequest, NotPermitted, SliceNotFound
 from ..launch.errors import ShownToUser
+from ..launch.launchers import launcher_of
 from ..launch.refusals import START_REQUEST, KernelStartRequest, refusals_of
 from ..slices import Slice, Ticket
 from ..slices.records import Waiter
 from ..units import shorten
+from .changes import Changes
 from .dashboard import DashboardHistory
 from .monitor import UsageMonitor
 from .reclaim import IdleReclaimer
@@ -36,6 +38,7 @@ MONITOR = "jupyter_vgpu_monitor"
 DASHBOARD = "jupyter_vgpu_dashboard"
 RECLAIMER = "jupyter_vgpu_reclaimer"
 WATCHDOG = "jupyter_vgpu_watchdog"
+CHANGES = "jupyter_vgpu_changes"
 #: At most this many kernels' host use in one ``GET /api/vgpu/sample`` (a tab follows one).
 MAX_HOSTS = 8
 
@@ -77,14 +80,14 @@ class VGPUHandler(APIHandler):
         """The pid of this server's kernel ``kernel_id`` (None: not ours, or no process yet)."""
         try:
             pid = getattr(self.kernel_manager.get_kernel(kernel_id).provisioner, "pid", None)
-        except KeyError:
+        except (KeyError, web.HTTPError):  # jupyter_server's kernel manager answers 404 for ids not its own
             return None
         return pid if isinstance(pid, int) and pid > 0 else None
 
     def since(self, name: str = "since") -> float:
         """``?since=<seconds since the epoch>``: only history points taken after it (a poller
         passes the ``taken_at`` of its previous answer and appends what comes back). Empty or
-        absent: every point."""
+        absent: 0, every point."""
         text = self.get_query_argument(name, "") or "0"
         try:
             value = float(text)
@@ -116,27 +119,35 @@ class DevicesHandler(VGPUHandler):
 
 
 class SlicesHandler(VGPUHandler):
-    """``GET /api/vgpu/slices``: every slice with its holder and live usage; the waiting line."""
+    """``GET /api/vgpu/slices``: every slice with its holder and live usage; the waiting line.
+    With ``?since=``, of each slice only what changed after it (:mod:`.changes`)."""
 
     @web.authenticated
     @authorized
     async def get(self) -> None:
         sample = await self.monitor.current()
-        self.write_json(slices_view(sample, self.monitor, self.watchdog, await self.kernels(), self.since()))
+        since = self.since()
+        reply = slices_view(sample, self.monitor, self.watchdog, await self.kernels(), since)
+        changes: Changes = self.settings[CHANGES]
+        self.write_json(changes.slices_reply(reply, since))
 
 
 class SampleHandler(VGPUHandler):
     """``GET /api/vgpu/sample``: one sample for every view of a browser tab in one request (the
     sidebar, the status bar, the dashboard): the slices and the line (``?since=``), the GPUs when
     asked (``?devices=<since>``), the dashboard's history when asked (``?history=<since>``), and
-    the host use of the kernels named by ``?host=<kernel id>`` on their slices."""
+    the host use of the kernels named by ``?host=<kernel id>`` on their slices. With ``?since=``
+    the slices are what changed after it, as ``GET /api/vgpu/slices?since=`` says them
+    (:mod:`.changes`); a slice's ``host`` is this reply's own, sent whenever asked."""
 
     @web.authenticated
     @authorized
     async def get(self) -> None:
         sample = await self.monitor.current()
         kernels = await self.kernels()
-        slices = slices_view(sample, self.monitor, self.watchdog, kernels, self.since())
+        since = self.since()
+        changes: Changes = self.settings[CHANGES]
+        slices = changes.slices_reply(slices_view(sample, self.monitor, self.watchdog, kernels, since), since)
         reply: dict[str, Any] = {"slices": slices}
         if self.get_query_argument("devices", None) is not None:
             reply["devices"] = devices_view(sample, self.monitor, self.watchdog, self.since("devices"))
@@ -144,12 +155,14 @@ class SampleHandler(VGPUHandler):
             dashboard: DashboardHistory = self.settings[DASHBOARD]
             reply["history"] = history_view(sample, self.monitor, dashboard, kernels, self.since("history"))
         hosts = set(self.get_query_arguments("host")[:MAX_HOSTS])
-        for view in slices["slices"]:
-            pid = self.kernel_pid(view["kernel_id"]) if view["kernel_id"] in hosts else None
-            if pid is not None:
-                view["host"] = await self.monitor.call(host_view, pid)
-            elif view["kernel_id"] in hosts:
-                view["host"] = None
+        for view in slices["slices"]:  # after the changes are noted: who asks for which host varies
+            if view["kernel_id"] not in hosts:
+                continue
+            pid = self.kernel_pid(view["kernel_id"])
+            usage = sample.find(view["id"])
+            if usage is not None:  # its launcher says which process of this host is the kernel, if any
+                pid = launcher_of(usage.slice.labels).host_process(pid)
+            view["host"] = await self.monitor.call(host_view, pid) if pid is not None else None
         self.write_json(reply)
 
 
@@ -228,6 +241,8 @@ class KernelHandler(VGPUHandler):
             )
         view = slice_view(usage, self.monitor, self.watchdog, kernels, self.since()) if usage is not None else None
         pid = self.kernel_pid(kernel_id)
+        if usage is not None:  # its launcher says which process of this host is the kernel, if any
+            pid = launcher_of(usage.slice.labels).host_process(pid)
         host = await self.monitor.call(host_view, pid) if pid is not None else None
         self.write_json({"kernel_id": kernel_id, "slice": view, "host": host})
 

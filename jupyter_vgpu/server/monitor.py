@@ -21,8 +21,10 @@ from typing import Any, TypeVar
 
 from ..errors import SliceNotFound, VGPUError
 from ..gpus import Snapshot
-from ..slices import Ledger, Occupancy, Slice, Waiter, occupancy_of
-from ..slices.holders import Attribution, ProcessOwners, process_alive
+from ..launch.launchers import launcher_of
+from ..ledger import Ledger
+from ..slices import Occupancy, Slice, Waiter, occupancy_of
+from ..slices.holders import Attribution, ProcessOwners
 from ..slices.usage import ReportCache, SliceUsage, slice_usage
 from ..units import shorten
 
@@ -177,7 +179,7 @@ class UsageMonitor:
                 s.holder_kind == "kernel"
                 and ours
                 and s.holder not in kernel_pids
-                and (s.pid == self.server_pid or not process_alive(s.pid, s.pid_start, s.pid_stamp))
+                and (s.pid == self.server_pid or not launcher_of(s.labels).alive(s.pid, s.pid_start, s.pid_stamp))
             )
             if not orphan:
                 kept.append(s)

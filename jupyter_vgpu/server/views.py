@@ -140,11 +140,9 @@ def slices_view(
 def devices_view(sample: Sample, monitor: UsageMonitor, watchdog: Watchdog, since: float = 0.0) -> dict[str, Any]:
     devices = []
     for entry in sample.occupancy.gpus:
-        history = [p for p in monitor.gpu_history.get(entry.uuid, ()) if p[0] > since]
         device = entry.to_dict()
         device["watched"] = watchdog.action != "none"
-        device["utilization_history"] = [[t, util] for t, _, util in history]
-        device["history"] = _points(history, since)
+        device["history"] = _points(monitor.gpu_history.get(entry.uuid, ()), since)
         devices.append(device)
     return {
         "node": NODE,

@@ -15,6 +15,7 @@ import os
 from collections.abc import Callable, Mapping, MutableMapping
 
 from ..enforcement import TIERS, by_tier
+from ..enforcement.base import ENV_ENTER
 from ..errors import VGPUError
 from ..frameworks import FRAMEWORKS
 from ..frameworks.base import GUARDED, guarded_after
@@ -39,6 +40,7 @@ VARIABLES = (
     "JUPYTER_VGPU_GPUS",
     "JUPYTER_VGPU_TIER",
     "JUPYTER_VGPU_MIG_PROFILES",
+    ENV_ENTER,
     GUARDED,
     *(name for framework in FRAMEWORKS for name in framework.variables),
     *(name for tier in TIERS for name in tier.variables),
@@ -117,6 +119,8 @@ def slice_environment(
     folder = str(report_dir(ledger_path)) if ledger_path else ""  # the owner's private reports folder
     tier = by_tier(slice_.tier)  # the tier's own variables (jupyter_vgpu/enforcement/), as placed
     env.update(tier.environment(slice_.memory, slice_.fraction, slice_id=slice_.id, folder=folder, setup=slice_.tier_setup))
+    if tier.enters:  # its processes enter the slice's hold as they start (ledger.join)
+        env[ENV_ENTER] = slice_.tier.value
     if simulate:
         env["JUPYTER_VGPU_SIMULATE"] = simulate
     return env

@@ -11,6 +11,7 @@ import psutil
 
 if TYPE_CHECKING:
     from ..gpus import Snapshot
+    from .records import Slice
 
 # psutil derives a start time from boot time plus clock ticks (10 ms), identically in every
 # process, so two readings of one process agree to within float rounding; a reused pid
@@ -205,3 +206,9 @@ def tree_pids(pid: int) -> set[int]:
     except (psutil.NoSuchProcess, psutil.AccessDenied):
         return {pid}
 
+
+def held(slice_: Slice) -> bool:
+    """A slice is held while its holder runs, or its keeper (the server that restarts its kernel)."""
+    if process_alive(slice_.pid, slice_.pid_start, slice_.pid_stamp):
+        return True
+    return slice_.keeper_pid is not None and process_alive(slice_.keeper_pid, slice_.keeper_start, slice_.keeper_stamp)

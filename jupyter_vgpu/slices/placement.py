@@ -15,7 +15,6 @@ from ..enforcement import Tier, tier_of
 from ..errors import InvalidRequest
 from ..units import format_bytes, shorten
 from .occupancy import GPUOccupancy, MIGState
-from .refusal import Refusal
 from .request import SliceRequest
 
 #: MIG devices hold a little less than the share of the card their profile is named for (a
@@ -24,9 +23,14 @@ from .request import SliceRequest
 MIG_FRACTION_SLACK = 0.02
 
 
-def fitting(gpu: GPUOccupancy, request: SliceRequest) -> list[MIGState]:
-    """MIG devices of ``gpu`` (free or not) big enough for ``request``, smallest first."""
-    need = request.amount_on(gpu.total)
+def needs(request: SliceRequest, gpus: Collection[GPUOccupancy]) -> dict[str, int]:
+    """Bytes ``request`` reserves on each of ``gpus``, by UUID: its memory, or its fraction of
+    what slices share there (:attr:`GPUOccupancy.total`). What every check of a placement reads."""
+    return {g.uuid: request.amount_on(g.total) for g in gpus}
+
+
+def fitting(gpu: GPUOccupancy, request: SliceRequest, need: int) -> list[MIGState]:
+    """MIG devices of ``gpu`` (free or not) big enough for ``request``, ``need`` bytes there, smallest first."""
     slack = int(MIG_FRACTION_SLACK * gpu.total) if request.memory is None else 0
     return sorted(
         (m for m in gpu.mig if m.device.memory_total >= need - slack),
@@ -36,15 +40,15 @@ def fitting(gpu: GPUOccupancy, request: SliceRequest) -> list[MIGState]:
 
 @dataclass(frozen=True)
 class Placement:
-    """The chosen GPUs and bytes on each (with the MIG device, on a GPU in MIG mode), or why
-    nothing was chosen."""
+    """The chosen GPUs and bytes on each (with the MIG device, on a GPU in MIG mode), or nothing
+    chosen: with the reason when waiting can never help (a refusal for now is the ledger's to
+    word, as it knows who waits in line)."""
 
     chosen: tuple[tuple[GPUOccupancy, int], ...] = ()
     reason: str = ""
     permanent: bool = False  # True when waiting can never help
     instances: tuple[MIGState | None, ...] = ()  # same order as chosen
     candidates: tuple[GPUOccupancy, ...] = ()  # the GPUs the request could use
-    refusal: Refusal | None = None  # why it does not fit now, for a person
 
     def __bool__(self) -> bool:
         return bool(self.chosen)
@@ -89,47 +93,37 @@ def place(
         candidates = plain
     if request.gpus > len(candidates):
         return Placement(reason=f"{request.describe()} needs {request.gpus} GPUs but this machine has {len(candidates)}.", permanent=True)
+    need = needs(request, candidates)
     for gpu in candidates:
-        need = request.amount_on(gpu.total)
-        if need <= allowance(gpu):
+        if need[gpu.uuid] <= (context := allowance(gpu)):
             raise InvalidRequest(
-                f"{request.describe()} is {format_bytes(need)} on GPU {gpu.index}, not more than the "
-                f"CUDA-context allowance ({format_bytes(allowance(gpu))}); ask for more memory."
+                f"{request.describe()} is {format_bytes(need[gpu.uuid])} on GPU {gpu.index}, not more than the "
+                f"CUDA-context allowance ({format_bytes(context)}); ask for more memory."
             )
-    possible = [g for g in candidates if (fitting(g, request) if g.in_mig_mode else request.amount_on(g.total) <= g.total)]
+    # A GPU in MIG mode holds the request in its smallest MIG device that is big enough.
+    big_enough = {g.uuid: fitting(g, request, need[g.uuid]) for g in candidates if g.in_mig_mode}
+    possible = [g for g in candidates if (big_enough[g.uuid] if g.in_mig_mode else need[g.uuid] <= g.total)]
     if len(possible) < request.gpus:
         return Placement(reason=_never_fits(request, candidates), permanent=True)
+    # Where it fits now: on a MIG GPU the MIG device it would get, else None.
     fits = [
-        g
+        (g, next((m for m in big_enough[g.uuid] if m.free), None) if g.in_mig_mode else None)
         for g in candidates
-        if (any(m.free for m in fitting(g, request)) if g.in_mig_mode else request.amount_on(g.total) <= g.free)
+        if (any(m.free for m in big_enough[g.uuid]) if g.in_mig_mode else need[g.uuid] <= g.free)
     ]
     if len(fits) < request.gpus:
-        refusal = Refusal.of(request, tuple(candidates), allowance)
-        return Placement(reason=refusal.text(), candidates=tuple(candidates), refusal=refusal)
+        return Placement(candidates=tuple(candidates))
 
-    def instance(g: GPUOccupancy) -> MIGState | None:
-        return next((m for m in fitting(g, request) if m.free), None) if g.in_mig_mode else None
-
-    def amount(g: GPUOccupancy) -> int:
-        chosen = instance(g)
-        return chosen.device.memory_total if chosen is not None else request.amount_on(g.total)
-
-    def leftover(g: GPUOccupancy) -> int:
+    def leftover(g: GPUOccupancy, chosen: MIGState | None) -> int:
         # On a MIG GPU: what the MIG device holds beyond the request (the smaller, the better the fit).
-        chosen = instance(g)
-        if chosen is not None:
-            return chosen.device.memory_total - request.amount_on(g.total)
-        return g.free - request.amount_on(g.total)
+        return (chosen.device.memory_total if chosen is not None else g.free) - need[g.uuid]
 
-    if request.placement == "spread":
-        ordered = sorted(fits, key=lambda g: (-leftover(g), g.index))
-    else:
-        ordered = sorted(fits, key=lambda g: (leftover(g), g.index))
+    sign = -1 if request.placement == "spread" else 1
+    ordered = sorted(fits, key=lambda fit: (sign * leftover(*fit), fit[0].index))
     picked = ordered[: request.gpus]
     return Placement(
-        chosen=tuple((g, amount(g)) for g in picked),
-        instances=tuple(instance(g) for g in picked),
+        chosen=tuple((g, chosen.device.memory_total if chosen is not None else need[g.uuid]) for g, chosen in picked),
+        instances=tuple(chosen for _, chosen in picked),
         candidates=tuple(candidates),
     )
 

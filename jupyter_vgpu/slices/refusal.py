@@ -14,6 +14,7 @@ from typing import Any
 
 from ..units import describe_fraction, format_bytes
 from .occupancy import GPUOccupancy
+from .placement import needs
 from .request import SliceRequest
 
 #: At most this many GPUs are described; the rest are counted.
@@ -50,7 +51,7 @@ class Refusal:
     @property
     def need(self) -> int:
         """Bytes per GPU asked for (on the largest candidate GPU, for a fraction)."""
-        return max((self.request.amount_on(g.total) for g in self.gpus), default=0)
+        return max(needs(self.request, self.gpus).values(), default=0)
 
     @property
     def in_mig_mode(self) -> bool:

@@ -255,12 +255,30 @@ def read_report(ledger_path: str | Path, slice_id: str) -> dict[str, Any] | None
     return data
 
 
-def remove_report(ledger_path: str | Path, slice_id: str) -> None:
-    """Remove the slice's report, notices and idle time (the slice has ended)."""
+class _Ended:
+    """A slice that has ended, as a tier's :meth:`~.enforcement.base.Enforcement.ended` reads it here."""
+
+    gpus: tuple[str, ...] = ()
+    memory: tuple[int, ...] = ()
+
+    def __init__(self, slice_id: str) -> None:
+        self.id = slice_id
+
+
+def remove_report(ledger_path: str | Path, slice_id: str, tier: str = "") -> None:
+    """Remove the slice's report, notices and idle time (the slice has ended), and let its tier
+    (every tier, when ``tier`` is not given) remove what it kept in the owner's folder: this is the
+    owner's side of the end of the slice, the ledger's is :meth:`~.enforcement.base.Enforcement.ended`
+    with the GPUs (a node broker's ledger does not reach the owner's folder)."""
+    from ..enforcement import TIERS
+    from ..enforcement.base import Where
+
+    where = Where(folder=str(report_dir(ledger_path)))
+    for plugin in TIERS:
+        if not tier or plugin.tier.value == tier:
+            plugin.ended(_Ended(slice_id), where)
     report_path(ledger_path, slice_id).unlink(missing_ok=True)
     notices_path(ledger_path, slice_id).unlink(missing_ok=True)
     idle_path(ledger_path, slice_id).unlink(missing_ok=True)
-    for cache in report_dir(ledger_path).glob(f"{slice_id}.*.hami.cache"):  # enforcement.hamicore
-        cache.unlink(missing_ok=True)
     for path in _process_report_paths(ledger_path, slice_id):
         path.unlink(missing_ok=True)

@@ -40,7 +40,6 @@ export interface IDevice {
   /** What one new slice could get here now: the same figure as `jupyter vgpu status`. */
   memory_free: number;
   utilization: number | null;
-  utilization_history: [number, number | null][];
   /** Points taken after the `since` of the request (all of them without one). */
   history?: IHistoryPoint[];
   mig_mode: boolean;
@@ -238,6 +237,24 @@ export interface ISlicesReply {
   };
 }
 
+/**
+ * A slice in a `GET /api/vgpu/slices?since=` reply: its `id` and `kernel_id`, the fields whose
+ * value changed after `since` (all of them for a slice new since then) and its history points
+ * taken after `since`.
+ */
+export interface ISliceChanges extends Partial<ISlice> {
+  id: string;
+}
+
+/**
+ * `GET /api/vgpu/slices?since=`: every live slice, each with only what changed after `since`;
+ * `watchdog` only when it changed. `mergeSlices` (model.ts) makes the whole reply again from
+ * the previous one.
+ */
+export interface ISlicesChanges extends Omit<ISlicesReply, 'slices'> {
+  slices: ISliceChanges[];
+}
+
 /** Who holds memory on a GPU, as a refusal names them. */
 export interface IRefusalHolder {
   /** The notebook path, or the command. */
@@ -322,9 +339,12 @@ export interface ISampleQuery {
   hosts?: string[];
 }
 
-/** `GET /api/vgpu/sample`: the other routes' replies, from one sample of the server. */
+/**
+ * `GET /api/vgpu/sample`: the other routes' replies, from one sample of the server; the slices
+ * as `GET /api/vgpu/slices` answers the same `since` (whole without one, else the changes).
+ */
 export interface ISampleReply {
-  slices: ISlicesReply;
+  slices: ISlicesChanges;
   /** When asked (`devices=`). */
   devices?: IDevicesReply;
   /** When asked (`history=`). */
@@ -428,7 +448,8 @@ export class VGPUClient {
 
   /**
    * One sample for every view at once: the slices and, as asked, the GPUs, the dashboard's
-   * history and kernels' host use (`GET /api/vgpu/sample`).
+   * history and kernels' host use (`GET /api/vgpu/sample`). With `since`, of each slice only
+   * what changed after it (`mergeSlices` in model.ts).
    */
   sample(query: ISampleQuery): Promise<ISampleReply> {
     return requestAPI<ISampleReply>(
@@ -438,9 +459,12 @@ export class VGPUClient {
     );
   }
 
-  /** The slices and the line; with `since`, only history points taken after it. */
-  slices(since?: number | null): Promise<ISlicesReply> {
-    return requestAPI<ISlicesReply>(
+  /** The slices and the line. */
+  slices(): Promise<ISlicesReply>;
+  /** With `since`, of each slice only what changed after it (`mergeSlices` in model.ts). */
+  slices(since: number | null | undefined): Promise<ISlicesChanges>;
+  slices(since?: number | null): Promise<ISlicesChanges> {
+    return requestAPI<ISlicesChanges>(
       withSince('slices', since),
       {},
       this.serverSettings

@@ -37,10 +37,7 @@ export function DeviceCard(props: {
   const { device, slices, colour, actions, history, received } = props;
   const [expanded, setExpanded] = React.useState(false);
   const points = history.device(device.uuid);
-  // Servers that send no `history` still send `utilization_history`.
-  const utilization = points.length
-    ? points.map(p => p.util)
-    : (device.utilization_history ?? []).map(([, util]) => util);
+  const utilization = points.map(p => p.util);
   const detailsId = `jp-vgpu-gpu-history-${device.index}`;
   const used =
     device.memory_used ??

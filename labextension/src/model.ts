@@ -1,7 +1,8 @@
 /**
  * The browser's view of the server, one store for every view: devices and slices, refreshed by
  * one backing-off poll, with the few minutes of history the server keeps appended poll by poll
- * (`?since=`), and the GPU dashboard's hour of history read in the same poll once a step.
+ * (`?since=`), the slices' changes since the previous reply merged into the whole, and the GPU
+ * dashboard's hour of history read in the same poll once a step.
  */
 import { Poll } from '@lumino/polling';
 import { ISignal, Signal } from '@lumino/signaling';
@@ -9,7 +10,9 @@ import { ISignal, Signal } from '@lumino/signaling';
 import {
   IDevicesReply,
   IHistoryPoint,
+  ISampleQuery,
   ISlice,
+  ISlicesChanges,
   ISlicesReply,
   VGPUApiError,
   VGPUClient
@@ -75,6 +78,30 @@ export interface ISampleNeeds {
  * following no kernel). The poll stands by while no subscriber needs anything.
  */
 export type SampleSubscriber = () => ISampleNeeds | null;
+
+/**
+ * The whole slices reply again from the previous one and a `?since=` reply (docs/rest.md): each
+ * slice's changed fields over those kept from before, in the order of `changes` (a slice it
+ * leaves out has ended), and the top-level fields it leaves out (`watchdog`) kept. A slice's
+ * `history` is left as `changes` has it (new points only: the model appends them). Null when
+ * `changes` names a slice `previous` does not hold without giving its fields: nothing to make
+ * it from, so the caller asks for a whole reply.
+ */
+export function mergeSlices(
+  previous: ISlicesReply,
+  changes: ISlicesChanges
+): ISlicesReply | null {
+  const kept = new Map(previous.slices.map(s => [s.id, s] as const));
+  const slices: ISlice[] = [];
+  for (const changed of changes.slices) {
+    const before = kept.get(changed.id);
+    if (before === undefined && changed.holder_kind === undefined) {
+      return null;
+    }
+    slices.push({ ...before, ...changed } as ISlice);
+  }
+  return { ...previous, ...changes, slices };
+}
 
 export interface IGPUSnapshot {
   devices: IDevicesReply;
@@ -278,14 +305,21 @@ export class GPUModel {
       this._historyForced || (needs.history && this._historyDue());
     this._historyForced = false;
     try {
-      const reply = await this.client.sample({
+      const query: ISampleQuery = {
         since: this._slicesSince,
         devices: withDevices ? this._devicesSince : undefined,
         history: withHistory ? this.history.since : undefined,
         hosts: needs.hosts.slice(0, MAX_HOSTS)
-      });
+      };
+      let reply = await this.client.sample(query);
+      let slices = reply.slices ? this._mergeSlices(reply.slices) : undefined;
+      if (slices === null) {
+        // A slice this store never saw, without its fields: ask again for a whole reply.
+        this._slicesSince = null;
+        reply = await this.client.sample({ ...query, since: null });
+        slices = reply.slices as ISlicesReply;
+      }
       const taken = Date.now();
-      const { slices } = reply;
       const devices = withDevices ? reply.devices : this._snapshot?.devices;
       if (!slices || !devices) {
         throw new VGPUApiError(
@@ -305,6 +339,13 @@ export class GPUModel {
         slices.slices.map(s => [s.id, s.history] as const),
         slices.taken_at
       );
+      slices = {
+        ...slices,
+        slices: slices.slices.map(s => ({
+          ...s,
+          history: this.sliceHistory(s.id)
+        }))
+      };
       if (typeof slices.taken_at === 'number') {
         this._clockOffset = slices.taken_at * 1000 - taken;
       }
@@ -335,6 +376,25 @@ export class GPUModel {
     // Ticks do not fall exactly a step apart: half a tick early is on time.
     const wait = this.history.step * 1000 - this.interval / 2;
     return Date.now() - this._historyFetched >= wait;
+  }
+
+  /**
+   * The whole slices reply from `changes`: as it is when it answers no `since`, else merged
+   * into the previous snapshot's (null: it cannot be, see `mergeSlices`).
+   */
+  private _mergeSlices(changes: ISlicesChanges): ISlicesReply | null {
+    const previous = this._snapshot?.slices;
+    if (this._slicesSince === null || !previous) {
+      return changes as ISlicesReply;
+    }
+    // A slice's `host` is each reply's own (there while a view follows its kernel), not one of
+    // the fields the changes leave out when they stay the same: never keep it from before.
+    const slices = previous.slices.map(s => {
+      const copy = { ...s };
+      delete copy.host;
+      return copy;
+    });
+    return mergeSlices({ ...previous, slices }, changes);
   }
 
   /**

@@ -58,6 +58,12 @@ def test_the_laptop_lists_the_nodes_sliced_kernels_and_sees_their_slices(laptop:
     assert mine["running_here"] is True and mine["memory_reserved_total"] == 4 * GiB
     status, reply = laptop.api("GET", "api/vgpu/slices")
     assert reply["gateway"]["url"].endswith("/node") and reply["gateway"]["node"] == reply["node"]
+    # A poll with ?since= (the sidebar's) has only what changed on the node, and still names the
+    # slice by the laptop's notebook and says the laptop runs its kernel.
+    status, changes = laptop.api("GET", f"api/vgpu/slices?since={reply['taken_at']!r}")
+    (entry,) = [s for s in changes["slices"] if s["id"] == mine["id"]]
+    assert "holder_kind" not in entry, entry  # unchanged since then
+    assert (entry["kernel_id"], entry["path"], entry["running_here"]) == (kernel_id, "work/train.ipynb", True)
     status, devices = laptop.api("GET", "api/vgpu/devices")
     assert status == 200 and devices["simulated"] is True and devices["devices"][0]["memory_reserved"] == 4 * GiB
     status, view = laptop.api("GET", f"api/vgpu/kernels/{kernel_id}")

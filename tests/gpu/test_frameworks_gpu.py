@@ -20,7 +20,8 @@ import pytest
 from jupyter_client.manager import KernelManager
 
 from jupyter_vgpu.gpus import Inventory
-from jupyter_vgpu.slices import Holder, Slice, SliceRequest, open_ledger, slice_environment
+from jupyter_vgpu.ledger import open_ledger
+from jupyter_vgpu.slices import Holder, Slice, SliceRequest, slice_environment
 from jupyter_vgpu.units import MiB
 
 from .harness import FRAMEWORKS, Kernel, fill, installed, needs

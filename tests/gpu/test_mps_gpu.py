@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 
 from jupyter_vgpu.gpus import Inventory
-from jupyter_vgpu.slices import Holder, SliceRequest, open_ledger
+from jupyter_vgpu.ledger import open_ledger
+from jupyter_vgpu.slices import Holder, SliceRequest
 from jupyter_vgpu.slices.holders import attribute
 
 from .harness import Kernel, fill, gib, installed, mps_control_daemon, write_kernelspec

@@ -11,8 +11,9 @@ import time
 import pytest
 
 from jupyter_vgpu.errors import NotPermitted
-from jupyter_vgpu.slices import Holder, SliceRequest, open_ledger
-from jupyter_vgpu.slices.remote import BrokerLedger
+from jupyter_vgpu.ledger import open_ledger
+from jupyter_vgpu.ledger.broker_client import BrokerLedger
+from jupyter_vgpu.slices import Holder, SliceRequest
 
 from .conftest import JUPYTER_VGPU, PYTHON, BrokerProcess, Users, wait_until
 
@@ -20,7 +21,8 @@ pytestmark = pytest.mark.hub
 
 HOLD = """
 import sys, time
-from jupyter_vgpu.slices import Holder, open_ledger, SliceRequest
+from jupyter_vgpu.slices import Holder, SliceRequest
+from jupyter_vgpu.ledger import open_ledger
 ledger = open_ledger()
 s = ledger.reserve(SliceRequest.parse(sys.argv[1]), Holder.kernel(sys.argv[2], labels={"path": sys.argv[3]}))
 print(s.id, flush=True)
@@ -124,7 +126,7 @@ def test_a_full_gpu_message_does_not_leak_other_users_notebooks(system_users: Us
         assert "bob.ipynb" in result.stderr  # his own holders he may see
         detail = system_users.bob.run(
             PYTHON, "-c",
-            "import json\nfrom jupyter_vgpu.slices import Holder, SliceRequest, open_ledger\n"
+            "import json\nfrom jupyter_vgpu.slices import Holder, SliceRequest\nfrom jupyter_vgpu.ledger import open_ledger\n"
             "from jupyter_vgpu.errors import SliceUnavailable\n"
             "try:\n    open_ledger().reserve(SliceRequest.parse('1/2'), Holder.command('x'))\n"
             "except SliceUnavailable as e:\n    print(json.dumps(e.detail))\n",
@@ -159,7 +161,7 @@ def test_a_slice_cannot_be_pinned_to_another_users_process(system_users: Users, 
     alice, bob = system_users.alice, system_users.bob
     proc, _ = hold(alice, broker, "1/4", "a.ipynb")
     script = (
-        "import sys\nfrom jupyter_vgpu.slices import Holder, open_ledger, SliceRequest\n"
+        "import sys\nfrom jupyter_vgpu.slices import Holder, SliceRequest\nfrom jupyter_vgpu.ledger import open_ledger\n"
         "ledger = open_ledger()\n"
         "s = ledger.reserve(SliceRequest.parse('1/4'), Holder.command('x'))\n"
         "try:\n    ledger.attach(s.id, int(sys.argv[1]))\nexcept Exception as e:\n    print(type(e).__name__, e)\n"
@@ -252,7 +254,7 @@ def test_the_client_maps_refusals_to_the_same_errors(system_users: Users, broker
         root_can = ledger.release(other_id)  # root may release anyone's slice
         assert root_can.owner == system_users.bob.name
         from_bob = system_users.bob.run(
-            PYTHON, "-c", f"from jupyter_vgpu.slices import open_ledger; open_ledger().release({held.id!r})",
+            PYTHON, "-c", f"from jupyter_vgpu.ledger import open_ledger; open_ledger().release({held.id!r})",
             env=system_users.bob.env(JUPYTER_VGPU_BROKER=str(broker.socket)),
         )
         assert f"jupyter_vgpu.errors.NotPermitted: Slice {held.id} belongs to root" in from_bob.stderr
@@ -265,11 +267,11 @@ def test_the_client_maps_refusals_to_the_same_errors(system_users: Users, broker
 
 def _as_alice_in_process(users: Users, broker: BrokerProcess) -> None:
     """The error class survives the wire: alice's refusal, raised again in this process."""
-    from jupyter_vgpu.slices.remote import error_from_wire
+    from jupyter_vgpu.ledger.wire import error_from_wire
 
     result = users.alice.run(
         PYTHON, "-c",
-        "import json\nfrom jupyter_vgpu.slices.remote import BrokerClient\nfrom jupyter_vgpu.errors import VGPUError\n"
+        "import json\nfrom jupyter_vgpu.ledger.broker_client import BrokerClient\nfrom jupyter_vgpu.errors import VGPUError\n"
         f"c = BrokerClient({str(broker.socket)!r})\n"
         "try:\n    c.call('reserve_now', request={'fraction': 0.5}, holder={'kind': 'command', 'name': 'z'})\n"
         "except VGPUError as e:\n    print(json.dumps({'error': type(e).__name__, 'message': str(e)}))\n",
@@ -327,7 +329,7 @@ def test_every_operation_of_the_ledger_contract_works_through_the_broker(system_
     import asyncio
 
     from jupyter_vgpu.errors import InvalidRequest, SliceNotFound, SliceUnavailable
-    from jupyter_vgpu.slices.ledger import OPERATIONS, Ledger
+    from jupyter_vgpu.ledger.contract import OPERATIONS, Ledger
 
     ledger = open_ledger()
     assert isinstance(ledger, BrokerLedger) and isinstance(ledger, Ledger)
@@ -341,8 +343,12 @@ def test_every_operation_of_the_ledger_contract_works_through_the_broker(system_
     assert ledger.resize(held.id, SliceRequest.parse("1/2")).memory == (8 << 30,)
     used |= {"attach", "update_labels", "resize"}
     with pytest.raises(InvalidRequest, match=f"Slice {held.id} is cooperative, not a slice with a memory partition to join"):
-        ledger.join_partition(held.id, os.getpid())  # tests/hub/test_broker_partition.py: one that has one
-    used.add("join_partition")
+        ledger.join_hold(held.id, os.getpid())  # tests/hub/test_broker_partition.py: one that has one
+    used.add("join_hold")
+    from jupyter_vgpu.ledger.broker_client import BrokerClient
+
+    with pytest.raises(InvalidRequest, match=f"Slice {held.id} is cooperative, not a slice with a memory partition to join"):
+        BrokerClient(broker.socket).call("join_partition", slice_id=held.id, pid=None)  # a client of the release before
     full = ledger.reserve_now(SliceRequest.parse("1/2"), Holder.command("fills the GPU"))
     ticket = ledger.enqueue(SliceRequest.parse("1/4"), Holder.command("waits"))
     assert [w.holder for w in ledger.waiting()] == ["waits"]

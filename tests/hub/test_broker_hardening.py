@@ -18,7 +18,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from jupyter_vgpu.slices import Holder, SliceRequest, open_ledger
+from jupyter_vgpu.ledger import open_ledger
+from jupyter_vgpu.slices import Holder, SliceRequest
 from jupyter_vgpu.units import GiB
 
 from .conftest import JUPYTER_VGPU, PYTHON, BrokerProcess, Users, student_policy, wait_until
@@ -29,7 +30,7 @@ pytestmark = pytest.mark.hub
 #: then stay alive without ever asking again (a waiter that stopped polling).
 SILENT_WAITER = """
 import json, sys, time
-from jupyter_vgpu.slices.remote import BrokerClient
+from jupyter_vgpu.ledger.broker_client import BrokerClient
 from jupyter_vgpu.errors import VGPUError
 client = BrokerClient(sys.argv[1])
 for _ in range(int(sys.argv[3])):
@@ -109,7 +110,7 @@ def test_the_broker_expires_a_wait_on_its_own_clock(system_users: Users, broker:
         wait_until(lambda: root.waiting() == [], timeout=10, what="the broker to end bob's wait")
         asked = system_users.bob.run(
             PYTHON, "-c",
-            "import sys\nfrom jupyter_vgpu.slices.remote import BrokerClient\nfrom jupyter_vgpu.errors import VGPUError\n"
+            "import sys\nfrom jupyter_vgpu.ledger.broker_client import BrokerClient\nfrom jupyter_vgpu.errors import VGPUError\n"
             "try:\n    BrokerClient(sys.argv[1]).call('try_grant', ticket=int(sys.argv[2]), final=False)\n"
             "except VGPUError as e:\n    print(e)\n",
             str(broker.socket), str(answers[0]["ticket"]),
@@ -190,7 +191,7 @@ def test_other_users_pids_are_hidden_and_the_node_ledger_is_private(system_users
     try:
         listed = system_users.alice.run(
             PYTHON, "-c",
-            "from jupyter_vgpu.slices import open_ledger\nimport json\n"
+            "from jupyter_vgpu.ledger import open_ledger\nimport json\n"
             "print(json.dumps([[s.holder, s.pid, s.keeper_pid, s.labels] for s in open_ledger().slices()]))",
             env=system_users.alice.env(JUPYTER_VGPU_BROKER=str(broker.socket)),
         )  # fmt: skip
@@ -205,7 +206,7 @@ def test_other_users_pids_are_hidden_and_the_node_ledger_is_private(system_users
 
 GPU_VIEW = """
 import json
-from jupyter_vgpu.slices import open_ledger
+from jupyter_vgpu.ledger import open_ledger
 from jupyter_vgpu.cli.status import collect
 ledger = open_ledger()
 snapshot = ledger.inventory.snapshot()
@@ -215,7 +216,8 @@ print(json.dumps({"processes": [[p.pid, p.used, getattr(p, "slice_id", None)] fo
 
 HOLD_QUIETLY = """
 import sys, time
-from jupyter_vgpu.slices import Holder, open_ledger, SliceRequest
+from jupyter_vgpu.slices import Holder, SliceRequest
+from jupyter_vgpu.ledger import open_ledger
 s = open_ledger().reserve(SliceRequest.parse(sys.argv[1]), Holder.kernel(sys.argv[2], labels={"path": sys.argv[3]}))
 print(s.id, flush=True)
 time.sleep(120)
@@ -291,7 +293,7 @@ print(opened, flush=True)
 
 CALLS = """
 import json, sys, time
-from jupyter_vgpu.slices.remote import BrokerLedger
+from jupyter_vgpu.ledger.broker_client import BrokerLedger
 times, failures = [], []
 for _ in range(int(sys.argv[2])):
     started = time.monotonic()
@@ -484,7 +486,7 @@ def test_a_policy_file_nested_100000_deep_is_refused_and_every_request_answered(
 RESERVE_ON_CUE = """
 import sys, time
 from jupyter_vgpu.slices import Holder, SliceRequest
-from jupyter_vgpu.slices.remote import BrokerLedger
+from jupyter_vgpu.ledger.broker_client import BrokerLedger
 ledger = BrokerLedger(sys.argv[1], path="/tmp/unused-ledger.sqlite", timeout=60)
 print("ready", flush=True)
 sys.stdin.readline()

@@ -9,8 +9,8 @@ import subprocess
 
 import pytest
 
-from jupyter_vgpu.slices import open_ledger
-from jupyter_vgpu.slices.remote import slice_to_wire
+from jupyter_vgpu.ledger import open_ledger
+from jupyter_vgpu.ledger.wire import slice_to_wire
 
 from .conftest import JUPYTER_VGPU, PYTHON, BrokerProcess, Users
 from .test_broker import hold, vgpu
@@ -21,8 +21,8 @@ pytestmark = pytest.mark.hub
 REBOOK = """
 import json, sys
 from dataclasses import replace
-from jupyter_vgpu.slices import open_ledger
-from jupyter_vgpu.slices.remote import slice_from_wire
+from jupyter_vgpu.ledger import open_ledger
+from jupyter_vgpu.ledger.wire import slice_from_wire
 record = slice_from_wire(json.loads(sys.argv[1]))
 pid = int(sys.argv[2]) if sys.argv[2] else None
 try:

@@ -79,8 +79,8 @@ def test_idle_reclaim_comes_from_the_policy_through_the_broker_and_the_stricter_
 
     from jupyter_vgpu.gpus import Inventory
     from jupyter_vgpu.hub.broker import Broker, Caller, PolicySource
+    from jupyter_vgpu.ledger.sqlite import SQLiteLedger
     from jupyter_vgpu.server.extension import effective_idle_reclaim
-    from jupyter_vgpu.slices.sqlite_ledger import SQLiteLedger
 
     data = {"default": {"idle_reclaim_after": 3600}, "groups": {"students": {"idle_reclaim_after": 600}, "staff": {"idle_reclaim_after": 0}}}
     policy = Policy.parse(data, source="test")

@@ -20,7 +20,8 @@ pytestmark = pytest.mark.hub
 #: Run as the user: book a 1/4 GPU for process argv[1] (one of theirs), then close the ledger.
 BOOK_FOR = """
 import sys
-from jupyter_vgpu.slices import Holder, SliceRequest, open_ledger
+from jupyter_vgpu.slices import Holder, SliceRequest
+from jupyter_vgpu.ledger import open_ledger
 ledger = open_ledger()
 print(ledger.reserve(SliceRequest.parse("1/4"), Holder("command", "sleep 120", int(sys.argv[1]))).id)
 ledger.close()

@@ -16,7 +16,8 @@ import pytest
 from kernels import Kernel, Outcome
 
 from jupyter_vgpu.gpus import Inventory
-from jupyter_vgpu.slices import Holder, Ledger, Slice, SliceRequest, SQLiteLedger, cpu_environment, slice_environment
+from jupyter_vgpu.ledger import Ledger, SQLiteLedger
+from jupyter_vgpu.slices import Holder, Slice, SliceRequest, cpu_environment, slice_environment
 
 _STRIP = ("JUPYTER_VGPU_", "CUDA_", "XLA_", "CUPY_", "TF_", "IPYTHONDIR", "JUPYTER_CONFIG", "JUPYTER_PATH")
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from kernels import Kernel, Outcome
 
-from jupyter_vgpu.slices import open_ledger
+from jupyter_vgpu.ledger import open_ledger
 from jupyter_vgpu.slices.reports import read_report
 from jupyter_vgpu.units import GiB
 

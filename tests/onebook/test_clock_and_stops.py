@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 
 from jupyter_vgpu.gpus import Inventory
-from jupyter_vgpu.slices import Holder, SliceRequest, SQLiteLedger
-from jupyter_vgpu.slices import sqlite_ledger as ledger_module
+from jupyter_vgpu.ledger import SQLiteLedger
+from jupyter_vgpu.ledger import sqlite as ledger_module
+from jupyter_vgpu.slices import Holder, SliceRequest
 from jupyter_vgpu.slices.holders import process_alive, start_stamp
 
 JUPYTER_VGPU = str(Path(sys.executable).parent / "jupyter-vgpu")
@@ -121,7 +122,7 @@ def test_a_wall_clock_jump_keeps_every_place_in_line(tmp_path: Path, monkeypatch
 
 STOPPED_WRITER = """
 import os, signal, sys
-from jupyter_vgpu.slices.store import LedgerFile
+from jupyter_vgpu.ledger.file import LedgerFile
 ledger = LedgerFile(sys.argv[1])
 with ledger.transaction() as db:
     print("in the writers' turn", flush=True)

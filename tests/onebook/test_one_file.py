@@ -17,8 +17,9 @@ import pytest
 
 from jupyter_vgpu.errors import SliceNotFound, SliceUnavailable
 from jupyter_vgpu.gpus import Inventory
-from jupyter_vgpu.slices import Holder, SliceRequest, SQLiteLedger
-from jupyter_vgpu.slices.store import LedgerFile
+from jupyter_vgpu.ledger import SQLiteLedger
+from jupyter_vgpu.ledger.file import LedgerFile
+from jupyter_vgpu.slices import Holder, SliceRequest
 from jupyter_vgpu.units import GiB
 
 from .views import deleted_ledger_files
@@ -148,9 +149,9 @@ def test_opening_while_a_damaged_ledger_is_moved_aside_never_fails(tmp_path: Pat
     # inherit this.)
     import multiprocessing
 
-    from jupyter_vgpu.slices import store
+    from jupyter_vgpu.ledger import schema
 
-    monkeypatch.setattr(store, "RESET_GRACE", 0.0)
+    monkeypatch.setattr(schema, "RESET_GRACE", 0.0)
 
     path = str(tmp_path / "ledger.sqlite")
     context = multiprocessing.get_context("fork")

@@ -11,8 +11,9 @@ import pytest
 from jupyter_server.auth import Authorizer
 from tornado.httpclient import HTTPClientError
 
+from jupyter_vgpu.ledger import open_ledger
 from jupyter_vgpu.server.handlers import routes
-from jupyter_vgpu.slices import Holder, SliceRequest, open_ledger
+from jupyter_vgpu.slices import Holder, SliceRequest
 
 from .conftest import DISPLAY_NAME, KERNEL, get_json, until
 
@@ -133,6 +134,25 @@ async def test_an_unknown_kernel_is_404_with_a_message(jp_fetch: Any, vgpu_serve
         await jp_fetch("api", "vgpu", "kernels", "no-such-kernel")
     assert missing.value.code == 404
     assert "no-such-kernel" in json.loads(missing.value.response.body)["message"]
+
+
+async def test_the_host_use_of_another_servers_kernel_is_null(jp_fetch: Any, vgpu_server: Any) -> None:
+    """A kernel slice this server does not run (another server's, or a kernel just shut down):
+    its host use is unknown here, not a failure of the whole poll."""
+    holder = subprocess.Popen(["sleep", "60"])
+    kernel_id = "00000000-0000-0000-0000-00000000beef"
+    try:
+        ledger = open_ledger()
+        ledger.reserve(SliceRequest.parse(fraction=0.25), Holder("kernel", kernel_id, pid=holder.pid))
+        await until(lambda: _slice_ids(jp_fetch), what="the other server's kernel's slice")
+        reply = json.loads((await jp_fetch("api", "vgpu", "sample", params={"host": kernel_id})).body)
+        (theirs,) = [s for s in reply["slices"]["slices"] if s["kernel_id"] == kernel_id]
+        assert theirs["host"] is None and theirs["running_here"] is False
+        assert (await get_json(jp_fetch, "api", "vgpu", "kernels", kernel_id))["host"] is None
+        ledger.close()
+    finally:
+        holder.kill()
+        holder.wait()
 
 
 async def test_an_unknown_slice_is_404_with_a_message(jp_fetch: Any, vgpu_server: Any) -> None:

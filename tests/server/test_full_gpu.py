@@ -14,7 +14,8 @@ import pytest
 from jupyter_process import write_sliced_kernelspec
 from tornado.httpclient import HTTPClientError
 
-from jupyter_vgpu.slices import Actor, Holder, SliceRequest, SQLiteLedger, open_ledger
+from jupyter_vgpu.ledger import SQLiteLedger, open_ledger
+from jupyter_vgpu.slices import Actor, Holder, SliceRequest
 
 from .conftest import DISPLAY_NAME, KERNEL, get_json, until
 

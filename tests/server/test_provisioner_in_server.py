@@ -12,7 +12,7 @@ import pytest
 from jupyter_client.provisioning.factory import KernelProvisionerFactory
 from tornado.httpclient import HTTPClientError
 
-from jupyter_vgpu.slices import open_ledger
+from jupyter_vgpu.ledger import open_ledger
 
 pytestmark = pytest.mark.slow
 

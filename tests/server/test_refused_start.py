@@ -12,7 +12,8 @@ import pytest
 from jupyter_process import write_sliced_kernelspec
 from tornado.httpclient import HTTPClientError
 
-from jupyter_vgpu.slices import Holder, SliceRequest, open_ledger
+from jupyter_vgpu.ledger import open_ledger
+from jupyter_vgpu.slices import Holder, SliceRequest
 
 WHOLE = "python3-vgpu-one"
 GPUS = [{"name": "Simulated A100", "memory": "16GiB"}, {"name": "Simulated A100", "memory": "16GiB"}]

@@ -11,7 +11,7 @@ import pytest
 from jupyter_process import write_sliced_kernelspec
 from tornado.httpclient import HTTPClientError
 
-from jupyter_vgpu.slices import open_ledger
+from jupyter_vgpu.ledger import open_ledger
 
 
 def write_spec(jp_data_dir: Path, name: str, config: Any) -> str:

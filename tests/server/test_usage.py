@@ -132,7 +132,9 @@ async def test_history_keeps_recent_samples(jp_fetch: Any, start_kernel: Any, si
     times = [p["t"] for p in view["history"]]
     assert times == sorted(times)
     devices = await get_json(jp_fetch, "api", "vgpu", "devices")
-    assert len(devices["devices"][0]["utilization_history"]) >= 3
+    device = devices["devices"][0]
+    assert len(device["history"]) >= 3
+    assert "utilization_history" not in device  # the history once, not a second copy of its utilisation
 
 
 async def test_since_returns_only_newer_history(jp_fetch: Any, start_kernel: Any, simulation_file: Any) -> None:
@@ -266,7 +268,8 @@ async def test_the_server_frees_kernel_slices_of_kernels_it_does_not_run(jp_fetc
     """A start that failed while the ledger still granted its slice (a broker answer lost to a
     timeout) leaves a kernel slice held by the server for a kernel id it never ran: the server
     frees it (issue 18). Its own kernels' slices and commands' slices stay."""
-    from jupyter_vgpu.slices import Holder, SliceRequest, open_ledger
+    from jupyter_vgpu.ledger import open_ledger
+    from jupyter_vgpu.slices import Holder, SliceRequest
 
     kernel = await start_kernel()
     ledger = open_ledger()

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from tornado.httpclient import HTTPClientError
 
-from jupyter_vgpu.slices import open_ledger
+from jupyter_vgpu.ledger import open_ledger
 from jupyter_vgpu.slices.reports import read_notices
 
 from .conftest import INTERVAL, GiB, get_json, until, usage

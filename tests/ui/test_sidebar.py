@@ -219,7 +219,8 @@ def test_free_reads_the_same_in_the_sidebar_the_api_and_the_cli(
 
 def test_another_users_command_offers_no_release(lab: Lab, page: Any, opened: dict) -> None:
     from jupyter_vgpu.gpus import Inventory
-    from jupyter_vgpu.slices import Actor, Holder, SliceRequest, SQLiteLedger
+    from jupyter_vgpu.ledger import SQLiteLedger
+    from jupyter_vgpu.slices import Actor, Holder, SliceRequest
 
     sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
     ledger = SQLiteLedger(lab.env["JUPYTER_VGPU_LEDGER"], Inventory(lab.env["JUPYTER_VGPU_SIMULATE"]), context_allowance=300 << 20)

@@ -2,7 +2,7 @@
  * Idle reclaim in the UI (issue "Idle slices go back to people who are waiting"): how idle
  * times, notices and countdowns read; the slice row's warning and "Keep it"; the status bar's
  * countdown; the notification per notice (once, dismissed when it goes), the reclaim event (once,
- * in the server's words); a GPU card's pod share.
+ * in the server's words); a GPU card's pod share and utilisation sparkline.
  */
 import { Notification, showDialog } from '@jupyterlab/apputils';
 import { ServerConnection } from '@jupyterlab/services';
@@ -350,7 +350,6 @@ function device(fields: Partial<IDevice> = {}): IDevice {
     memory_foreign: 0,
     memory_free: 4 * GiB,
     utilization: 0,
-    utilization_history: [],
     mig_mode: false,
     tier: 'cooperative',
     slices: [],
@@ -403,6 +402,40 @@ describe("a GPU card in a pod's share", () => {
       );
       expect(tags(html, 'div', 'jp-vgpu-DeviceCard-podShare')).toEqual([]);
     }
+  });
+});
+
+describe("a GPU card's utilisation sparkline", () => {
+  function card(points: { t: number; util: number | null }[]): string {
+    const source: IHistorySource = {
+      ...history,
+      device: uuid =>
+        uuid === 'GPU-0' ? points.map(p => ({ ...p, used: 0 })) : []
+    };
+    return render(
+      <DeviceCard
+        device={device()}
+        slices={[]}
+        colour={() => 0}
+        actions={actions()}
+        history={source}
+      />
+    );
+  }
+
+  it("draws the utilisation of the GPU's history (the server sends it once)", () => {
+    const html = card([
+      { t: 1, util: 0 },
+      { t: 2, util: 100 }
+    ]);
+    expect(tags(html, 'svg', 'jp-vgpu-Sparkline')).toHaveLength(1);
+    expect(html).toContain('<polyline points="0.0,15.0 60.0,1.0"></polyline>');
+  });
+
+  it('draws nothing before the history has two points', () => {
+    expect(
+      tags(card([{ t: 1, util: 50 }]), 'svg', 'jp-vgpu-Sparkline')
+    ).toEqual([]);
   });
 });
 

@@ -114,7 +114,6 @@ describe('DeviceBar', () => {
     memory_foreign: 0,
     memory_free: 80 * GiB,
     utilization: 0,
-    utilization_history: [],
     mig_mode: false,
     tier: 'cooperative',
     slices: []

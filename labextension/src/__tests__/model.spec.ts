@@ -1,6 +1,7 @@
 /**
- * The model's history and colour bookkeeping, and its polls against a fake client (a plain
- * object that answers the model's one call with a reply per part asked).
+ * The model's history and colour bookkeeping, the slices' changes merged into the whole, and
+ * its polls against a fake client (a plain object that answers the model's one call with a reply
+ * per part asked).
  */
 import {
   IDevice,
@@ -8,7 +9,10 @@ import {
   ISampleQuery,
   ISampleReply,
   ISlice,
+  ISliceChanges,
+  ISlicesChanges,
   ISlicesReply,
+  IWatchdogEvent,
   VGPUApiError,
   VGPUClient
 } from '../api';
@@ -16,6 +20,7 @@ import {
   appendHistory,
   GPUModel,
   HISTORY_SECONDS,
+  mergeSlices,
   PALETTE_SIZE
 } from '../model';
 import { makeSlice, points } from './fixtures';
@@ -55,6 +60,92 @@ describe('appendHistory', () => {
   });
 });
 
+/** A watchdog event, as the slices reply lists them. */
+function event(t: number, sliceId = 'a'): IWatchdogEvent {
+  return {
+    t,
+    slice_id: sliceId,
+    kernel_id: null,
+    action: 'warn',
+    ok: true,
+    message: `warned at ${t}`
+  };
+}
+
+/** A `?since=` reply: the slices' changes, the watchdog only when given. */
+function changesReply(
+  slices: ISliceChanges[],
+  takenAt: number,
+  watchdog?: ISlicesChanges['watchdog']
+): ISlicesChanges {
+  return {
+    simulated: true,
+    interval: 2,
+    taken_at: takenAt,
+    slices,
+    waiting: [],
+    ...(watchdog ? { watchdog } : {})
+  };
+}
+
+describe('mergeSlices', () => {
+  const whole: ISlicesReply = {
+    simulated: true,
+    interval: 2,
+    taken_at: 2,
+    slices: [
+      makeSlice({ id: 'a', memory_used: 1, state: 'ok' }),
+      makeSlice({ id: 'b', kernel_id: 'kb', path: 'b.ipynb' })
+    ],
+    waiting: [],
+    watchdog: { action: 'warn', events: [event(1)] }
+  };
+
+  it("lays each slice's changed fields over the ones kept", () => {
+    const merged = mergeSlices(
+      whole,
+      changesReply(
+        [
+          { id: 'a', kernel_id: '0123456789abcdef', memory_used: 5 },
+          { id: 'b', kernel_id: 'kb' }
+        ],
+        3
+      )
+    );
+    expect(merged?.taken_at).toBe(3);
+    expect(merged?.slices).toEqual([
+      makeSlice({ id: 'a', memory_used: 5, state: 'ok' }),
+      makeSlice({ id: 'b', kernel_id: 'kb', path: 'b.ipynb' })
+    ]);
+    expect(whole.slices[0].memory_used).toBe(1); // the previous reply is left as it was
+  });
+
+  it('drops the slices that ended and adds the new ones whole', () => {
+    const added = makeSlice({ id: 'c', kernel_id: 'kc' });
+    const merged = mergeSlices(
+      whole,
+      changesReply([{ id: 'b', kernel_id: 'kb' }, added], 3)
+    );
+    expect(merged?.slices.map(s => s.id)).toEqual(['b', 'c']);
+    expect(merged?.slices[1]).toEqual(added);
+  });
+
+  it('keeps the watchdog while it is unchanged and takes a changed one', () => {
+    const same = mergeSlices(whole, changesReply([], 3));
+    expect(same?.watchdog).toEqual({ action: 'warn', events: [event(1)] });
+    const watchdog = { action: 'warn', events: [event(1), event(3)] };
+    expect(mergeSlices(whole, changesReply([], 3, watchdog))?.watchdog).toEqual(
+      watchdog
+    );
+  });
+
+  it('cannot make a slice it never saw from its changes alone', () => {
+    expect(
+      mergeSlices(whole, changesReply([{ id: 'z', kernel_id: null }], 3))
+    ).toBeNull();
+  });
+});
+
 /** A GPU as `GET /api/vgpu/devices` describes it. */
 function device(uuid: string, history = points(1)): IDevice {
   return {
@@ -69,7 +160,6 @@ function device(uuid: string, history = points(1)): IDevice {
     memory_foreign: 0,
     memory_free: 16 * 1024 ** 3,
     utilization: 0,
-    utilization_history: [],
     history,
     mig_mode: false,
     tier: 'cooperative',
@@ -80,7 +170,7 @@ function device(uuid: string, history = points(1)): IDevice {
 /** Replies the fake server gives, one per part asked, and the `since` each part was asked with. */
 class FakeClient {
   devicesReplies: (IDevicesReply | Error)[] = [];
-  slicesReplies: (ISlicesReply | Error)[] = [];
+  slicesReplies: (ISlicesChanges | Error)[] = [];
   devicesSince: (number | null | undefined)[] = [];
   slicesSince: (number | null | undefined)[] = [];
 
@@ -89,7 +179,7 @@ class FakeClient {
     return FakeClient.answer(this.devicesReplies.shift());
   }
 
-  slices(since?: number | null): Promise<ISlicesReply> {
+  slices(since?: number | null): Promise<ISlicesChanges> {
     this.slicesSince.push(since);
     return FakeClient.answer(this.slicesReplies.shift());
   }
@@ -210,6 +300,99 @@ describe('GPUModel', () => {
     expect(client.slicesSince).toEqual([null, 2]);
     expect(model.sliceHistory('a')).toEqual(points(1, 2, 3));
     expect(model.deviceHistory('GPU-0')).toEqual(points(1, 2, 3));
+  });
+
+  it('holds what a whole reply says after merging the changes of a since reply', async () => {
+    const a = makeSlice({ id: 'a', memory_used: 1, history: points(1, 2) });
+    const b = makeSlice({ id: 'b', kernel_id: 'kb', history: points(1, 2) });
+    const c = makeSlice({ id: 'c', kernel_id: 'kc', history: points(3) });
+    client.devicesReplies.push(devicesReply([], 2), devicesReply([], 3));
+    client.slicesReplies.push(
+      {
+        ...slicesReply([a, b], 2),
+        watchdog: { action: 'warn', events: [event(1)] }
+      },
+      changesReply(
+        [
+          {
+            id: 'a',
+            kernel_id: a.kernel_id,
+            memory_used: 2,
+            state: 'near',
+            history: points(3)
+          },
+          c // new since 2: whole
+        ],
+        3
+      )
+    );
+
+    await refreshed();
+    await refreshed();
+
+    // What GET /api/vgpu/slices without since would have said at 3: b ended, a changed, c new.
+    const whole: ISlicesReply = {
+      ...slicesReply(
+        [
+          { ...a, memory_used: 2, state: 'near', history: points(1, 2, 3) },
+          { ...c, history: points(3) }
+        ],
+        3
+      ),
+      watchdog: { action: 'warn', events: [event(1)] }
+    };
+    expect(client.slicesSince).toEqual([null, 2]);
+    expect(model.snapshot?.slices).toEqual(whole);
+    expect(model.sliceHistory('a')).toEqual(points(1, 2, 3));
+    expect(model.sliceHistory('b')).toEqual([]);
+  });
+
+  it('asks for a whole reply when a since reply names a slice it never saw', async () => {
+    const a = makeSlice({ id: 'a', history: points(1) });
+    client.devicesReplies.push(
+      devicesReply([], 2),
+      devicesReply([], 3),
+      devicesReply([device('GPU-0', points(3))], 3)
+    );
+    client.slicesReplies.push(
+      slicesReply([a], 2),
+      changesReply([{ id: 'z', kernel_id: null, history: points(3) }], 3),
+      slicesReply([makeSlice({ id: 'z', history: points(3) })], 3)
+    );
+
+    await refreshed();
+    await refreshed();
+
+    // The same sample asked again, all of it, with the slices whole.
+    expect(client.slicesSince).toEqual([null, 2, null]);
+    expect(client.devicesSince).toEqual([null, 2, 2]);
+    expect(model.snapshot?.slices.slices.map(s => s.id)).toEqual(['z']);
+    expect(model.sliceHistory('z')).toEqual(points(3));
+    expect(model.snapshot?.devices.devices.map(d => d.uuid)).toEqual(['GPU-0']);
+  });
+
+  it("keeps no slice's host use from a reply before: each reply brings its own", async () => {
+    const host = {
+      cpu_percent: 5,
+      memory_rss: 1,
+      memory_total: 2,
+      cpu_count: 1
+    };
+    const a = makeSlice({ id: 'a', kernel_id: 'ka', history: points(1) });
+    client.devicesReplies.push(devicesReply([], 2));
+    client.slicesReplies.push(
+      slicesReply([{ ...a, host }], 2),
+      changesReply([{ id: 'a', kernel_id: 'ka', history: points(3) }], 3)
+    );
+
+    await refreshed();
+    expect(model.slice('a')?.host).toEqual(host);
+    visible = false;
+    await refreshed();
+
+    expect(client.slicesSince).toEqual([null, 2]);
+    expect(model.slice('a')?.host).toBeUndefined();
+    expect(model.slice('a')?.kernel_id).toBe('ka');
   });
 
   it('takes the whole history each time from a server without taken_at', async () => {

@@ -47,7 +47,8 @@ const TICK_MS = 10 * 1000;
 
 /**
  * A jupyter-vgpu server behind `fetch`: it records each request (route and query) and answers
- * every route the UI has called, with figures that grow by one each tick (`tick`).
+ * every route the UI has called, with figures that grow by one each tick (`tick`); asked with a
+ * `since`, of the slice only what changes (its use, and its host use when asked).
  */
 class FakeServer {
   tick = 0;
@@ -64,11 +65,22 @@ class FakeServer {
     this.requests.push(`${route}${url.search}`);
     const query = url.searchParams;
     const hosts = query.getAll('host');
+    const whole = this.slice(hosts.includes('k1'));
     const slices = {
       simulated: true,
       interval: 2,
       taken_at: this.takenAt,
-      slices: [this.slice(hosts.includes('k1'))],
+      slices: [
+        query.get('since')
+          ? {
+              id: whole.id,
+              kernel_id: whole.kernel_id,
+              memory_used: whole.memory_used,
+              ...(whole.host ? { host: whole.host } : {}),
+              history: []
+            }
+          : whole
+      ],
       waiting: []
     };
     const devices = {
@@ -133,7 +145,6 @@ class FakeServer {
       memory_foreign: 0,
       memory_free: 12 * GiB,
       utilization: 0,
-      utilization_history: [],
       mig_mode: false,
       tier: 'cooperative',
       slices: ['s1']
@@ -213,6 +224,10 @@ describe('one store for the sidebar, the status bar and the dashboard', () => {
       expect(sidebar.model.slice('s1')?.memory_used).toBe(tick * GiB);
       expect(status.slice?.memory_used).toBe(tick * GiB);
       expect(status.host?.cpu_percent).toBe(tick);
+      // What the changes leave out is kept from the first, whole, reply.
+      expect(sidebar.model.slice('s1')?.path).toBe('work/train.ipynb');
+      expect(status.slice?.kernel_display_name).toBe('Python 3 (1/4 GPU)');
+      expect(Number(asked.get('since'))).toBe(server.takenAt - 10);
       const points = dashboard.model.store.gpus[0].points;
       expect(points[points.length - 1].t).toBe(server.takenAt);
     }

@@ -3,7 +3,7 @@
 Two forms:
 
 * ``"2x16GiB"``: two idle GPUs of 16 GiB each (``"16GiB"`` alone means one);
-* the path of a JSON file (re-read by :class:`~.simulated.SimulatedNVML` whenever it changes, so
+* the path of a JSON file (re-read by :class:`~.simulated_nvml.SimulatedNVML` whenever it changes, so
   tests and demos can move usage live)::
 
     {"devices": [{"name": "NVIDIA A100-SXM4-40GB", "memory": "40GiB", "utilization": 35}],

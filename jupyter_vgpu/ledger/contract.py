@@ -1,8 +1,8 @@
 """The ledger contract: what every ledger does, whoever keeps it.
 
 Two implementations, siblings, and callers never know which one they hold (``open_ledger``
-picks): :class:`~.sqlite_ledger.SQLiteLedger`, the user's own SQLite file, and
-:class:`~.remote.BrokerLedger`, the client of the node broker (``jupyter vgpu broker``), which
+picks): :class:`~.sqlite.SQLiteLedger`, the user's own SQLite file, and
+:class:`~.broker_client.BrokerLedger`, the client of the node broker (``jupyter vgpu broker``), which
 owns the node's SQLite file and applies the admins' quotas. The broker serves the same
 operations over its socket, named in :data:`OPERATIONS`.
 
@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..errors import LeftLine, NeverFits, SliceUnavailable
-from .records import Holder, Slice, Ticket, Waiter
-from .request import SliceRequest
+from ..slices.records import Holder, Slice, Ticket, Waiter
+from ..slices.request import SliceRequest
 
 if TYPE_CHECKING:
     from ..gpus import Inventory
@@ -37,7 +37,7 @@ OPERATIONS = (
     "try_grant",
     "leave_queue",
     "attach",
-    "join_partition",
+    "join_hold",
     "update_labels",
     "resize",
     "release",
@@ -122,10 +122,10 @@ class Ledger(ABC):
         """Make process ``pid`` the holder whose life keeps the slice (e.g. the kernel, once started)."""
 
     @abstractmethod
-    def join_partition(self, slice_id: str, pid: int) -> str:
-        """Put process ``pid`` into the slice's own cgroup, made with the slice's memory limit on
-        each of its GPUs where it is not there yet (the MPS memory-partitioning tier,
-        ``gpus.partition``); returns the cgroup's path. Only the slice's owner (root: any)."""
+    def join_hold(self, slice_id: str, pid: int) -> str:
+        """Put process ``pid`` into the hold of its slice's tier (:meth:`~jupyter_vgpu.enforcement.base.Enforcement.join`:
+        the MPS memory-partitioning tier's cgroup, made where it is missing); returns where it is.
+        Only the slice's owner (root: any); the broker takes only the asking process itself."""
 
     @abstractmethod
     def update_labels(self, slice_id: str, labels: Mapping[str, str | None]) -> Slice:

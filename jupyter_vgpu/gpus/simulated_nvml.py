@@ -3,7 +3,7 @@
 It implements the subset of ``pynvml`` (from ``nvidia-ml-py``) that jupyter-vgpu calls, with
 the same names, return shapes and refusals a real driver gives (recorded outputs in
 ``tests/fixtures/recorded`` feed it), so that one code path serves real and simulated GPUs.
-What the GPUs are is :mod:`.simulation` (``JUPYTER_VGPU_SIMULATE``).
+What the GPUs are is :mod:`.simulate_spec` (``JUPYTER_VGPU_SIMULATE``).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InvalidConfig
-from .simulation import SimulatedDevice, SimulatedMIG, is_file, parse_spec
+from .simulate_spec import SimulatedDevice, SimulatedMIG, is_file, parse_spec
 
 NVML_SUCCESS = 0
 NVML_ERROR_INVALID_ARGUMENT = 2

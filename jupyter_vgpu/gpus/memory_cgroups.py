@@ -10,7 +10,7 @@ clears them. Not on MIG devices.
 
 One cgroup per slice, ``<cgroup root>/jupyter-vgpu/<slice id>``, with soft = hard = the slice's
 memory on each of its GPUs (the ledger guarantees that memory, so it is both the guarantee and
-the cap). The slice's processes join it when they start (``slices.partition.join_here``: a process that
+the cap). The slice's processes join it when they start (``ledger.join.enter_here``, which asks the tier: a process that
 may move itself, root; otherwise the node broker, root, moves the process that asks), their
 children inherit it, and it is removed with the slice. This module is the mechanism; the tier
 (``enforcement.mpspartition``) is the words and the environment.

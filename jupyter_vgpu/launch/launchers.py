@@ -1,0 +1,174 @@
+"""Where a kernel runs: launchers as plug-ins (DESIGN.md, "launch").
+
+A launcher says how to start a kernel that holds a slice, interrupt it, kill it and learn whether it
+lives, and where its reports come from. The provisioner asks the kernelspec's ``launcher``
+(``c.VGPUProvisioner.launcher``; default ``local``) for each of these; the server's monitor asks
+the launcher of a slice's kernel whether its holder lives and for its host process, instead of
+assuming a process on this host. A slice's launcher travels with it as the label ``launcher``
+(absent: ``local``).
+
+``local`` is the kernel as a process of this host, the way jupyter_client's LocalProvisioner starts
+it. Adding a launcher (a kernel in a Slurm job, say) is one module: a :class:`Launcher` subclass,
+registered under the entry point group ``jupyter_vgpu.launchers`` (name -> class), or in
+:data:`BUILT_IN`. Entry points are read only when a name is not built in, so a kernel start with
+the default pays nothing for them.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..enforcement.base import ENV_ENTER
+from ..errors import InvalidRequest
+from ..units import shorten
+
+if TYPE_CHECKING:
+    from jupyter_client.provisioning.local_provisioner import LocalProvisioner
+
+#: The label that names a slice's launcher (absent: ``local``).
+LABEL = "launcher"
+DEFAULT = "local"
+#: The entry point group of launchers that other packages add.
+GROUP = "jupyter_vgpu.launchers"
+
+
+class Launcher:
+    """How and where a kernel that holds a slice runs. Each coroutine gets the provisioner
+    (jupyter_client's ``LocalProvisioner`` API) and does what the provisioner's method of that
+    name does; ``local`` does exactly what jupyter_client does."""
+
+    #: The name kernelspecs use (``"launcher": "local"``).
+    name = ""
+    #: What it is, in a few words (``jupyter vgpu kernelspec list`` and the refusal of a wrong name).
+    description = ""
+
+    def command(self, cmd: list[str], env: Mapping[str, str]) -> list[str]:
+        """The command that starts the kernel ``cmd`` with the slice's environment ``env``: where
+        the slice's tier has a hold (``JUPYTER_VGPU_ENTER``), the kernel enters it before it is
+        itself (``python -m jupyter_vgpu.cli.enter``, which ``exec``\\ s, keeping the pid), whatever
+        its language and whether or not its Python has jupyter-vgpu."""
+        if env.get(ENV_ENTER) and cmd:
+            return [sys.executable, "-m", "jupyter_vgpu.cli.enter", "--", *cmd]
+        return cmd
+
+    async def launch(self, provisioner: LocalProvisioner, cmd: list[str], **kwargs: Any) -> Any:
+        """Start the kernel; returns its connection info (``launch_kernel``)."""
+        raise NotImplementedError
+
+    async def send_signal(self, provisioner: LocalProvisioner, signum: int) -> None:
+        """Interrupt (or signal) the kernel."""
+        raise NotImplementedError
+
+    async def kill(self, provisioner: LocalProvisioner, restart: bool = False) -> None:
+        raise NotImplementedError
+
+    async def terminate(self, provisioner: LocalProvisioner, restart: bool = False) -> None:
+        raise NotImplementedError
+
+    async def poll(self, provisioner: LocalProvisioner) -> int | None:
+        """None while the kernel runs, else its exit status."""
+        raise NotImplementedError
+
+    def alive(self, pid: int | None, start: float | None = None, stamp: str | None = None) -> bool:
+        """Whether the kernel whose slice records holder ``pid`` (with its start and stamp) lives."""
+        raise NotImplementedError
+
+    def host_process(self, pid: int | None) -> int | None:
+        """The process on this host whose tree is the kernel (its CPU and memory), or None when the
+        kernel does not run here."""
+        return None
+
+    def reports(self, ledger_path: str | Path) -> Path:
+        """The folder the kernel's processes write their reports to (``slices.reports``)."""
+        from ..slices.reports import report_dir
+
+        return report_dir(ledger_path)
+
+
+class LocalLauncher(Launcher):
+    """The kernel is a process of this host, started, signalled and watched as jupyter_client's
+    LocalProvisioner does; the slice's holder is that process (pid plus start stamp)."""
+
+    name = "local"
+    description = "a process on this host"
+
+    async def launch(self, provisioner: LocalProvisioner, cmd: list[str], **kwargs: Any) -> Any:
+        from jupyter_client.provisioning.local_provisioner import LocalProvisioner
+
+        return await LocalProvisioner.launch_kernel(provisioner, cmd, **kwargs)
+
+    async def send_signal(self, provisioner: LocalProvisioner, signum: int) -> None:
+        from jupyter_client.provisioning.local_provisioner import LocalProvisioner
+
+        await LocalProvisioner.send_signal(provisioner, signum)
+
+    async def kill(self, provisioner: LocalProvisioner, restart: bool = False) -> None:
+        from jupyter_client.provisioning.local_provisioner import LocalProvisioner
+
+        await LocalProvisioner.kill(provisioner, restart=restart)
+
+    async def terminate(self, provisioner: LocalProvisioner, restart: bool = False) -> None:
+        from jupyter_client.provisioning.local_provisioner import LocalProvisioner
+
+        await LocalProvisioner.terminate(provisioner, restart=restart)
+
+    async def poll(self, provisioner: LocalProvisioner) -> int | None:
+        from jupyter_client.provisioning.local_provisioner import LocalProvisioner
+
+        status: int | None = await LocalProvisioner.poll(provisioner)
+        return status
+
+    def alive(self, pid: int | None, start: float | None = None, stamp: str | None = None) -> bool:
+        from ..slices.holders import process_alive
+
+        return process_alive(pid, start, stamp)
+
+    def host_process(self, pid: int | None) -> int | None:
+        return pid
+
+
+#: The launchers this package has, by name.
+BUILT_IN: dict[str, type[Launcher]] = {"local": LocalLauncher}
+_made: dict[str, Launcher] = {}
+
+
+def _plug_ins() -> dict[str, Any]:
+    from importlib.metadata import entry_points
+
+    return {ep.name: ep for ep in entry_points(group=GROUP) if ep.name not in BUILT_IN}
+
+
+def known() -> list[str]:
+    """Every launcher name this installation has, built-in ones first."""
+    return [*BUILT_IN, *sorted(_plug_ins())]
+
+
+def launcher_named(name: Any) -> Launcher:
+    """The launcher ``name``; a name that is none is refused in one sentence that lists the known ones."""
+    text = DEFAULT if name is None else name
+    if isinstance(text, str) and text in _made:
+        return _made[text]
+    cls: Any = BUILT_IN.get(text) if isinstance(text, str) else None
+    if cls is None and isinstance(text, str):
+        entry = _plug_ins().get(text)
+        if entry is not None:
+            try:
+                cls = entry.load()
+            except Exception as error:  # a broken plug-in: say which, never a traceback
+                raise InvalidRequest(f"launcher {shorten(text)} could not be loaded ({shorten(error)}).") from None
+    if not (isinstance(cls, type) and issubclass(cls, Launcher)):
+        raise InvalidRequest(f"launcher {shorten(name)} is not a launcher here; use one of: {', '.join(known())}.")
+    made = _made[text] = cls()
+    return made
+
+
+def launcher_of(labels: Mapping[str, str]) -> Launcher:
+    """The launcher of a slice, by its label (a label that names no launcher here: ``local``'s
+    rules, the only ones this host can apply)."""
+    try:
+        return launcher_named(labels.get(LABEL) or DEFAULT)
+    except InvalidRequest:
+        return launcher_named(DEFAULT)
