@@ -41,7 +41,7 @@ from .launch.errors import InvalidKernelConfig, ShownToUser, as_shown, reason
 from .launch.launchers import DEFAULT as DEFAULT_LAUNCHER
 from .launch.launchers import LABEL as LAUNCHER_LABEL
 from .launch.launchers import Launcher, launcher_named
-from .launch.refusals import refusal_gpu, refusal_text, refusal_tips, refusals_of
+from .launch.refusals import START_REQUEST, refusal_gpu, refusal_text, refusal_tips, refusals_of
 from .launch.settings import (
     SET_BY_JUPYTER_CLIENT,
     VGPU_SETTINGS,
@@ -289,7 +289,8 @@ class VGPUProvisioner(LocalProvisioner):  # type: ignore[misc]
             shown = type(shown)(refusal_text(detail, tips))
         labels = self._start_labels or {}
         server = getattr(self.parent, "parent", None)  # the multi-kernel manager: falsy while it runs no kernel
-        refusals_of(server if server is not None else self).add(
+        request = START_REQUEST.get()  # the REST request of the start: the refusal is its user's
+        refusal_id = refusals_of(server if server is not None else self).add(
             {
                 "t": time.time(),
                 "kernel_id": str(self.kernel_id) if self.kernel_id else None,
@@ -310,8 +311,12 @@ class VGPUProvisioner(LocalProvisioner):  # type: ignore[misc]
                 "gpus": [refusal_gpu(g) for g in (detail or {}).get("gpus", [])],
                 "advice": tips,
                 "suggested_kernels": kernels,
-            }
+            },
+            owner=request.requester if request is not None else None,
         )
+        if request is not None:
+            request.refused.append(refusal_id)
+        shown.refusal_id = refusal_id
         return shown
 
     def _refused_request(self, error: BaseException) -> dict[str, Any] | None:

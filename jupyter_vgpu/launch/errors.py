@@ -36,6 +36,8 @@ class ShownToUser(HTTPError):
         # which tornado would %-format it with.
         HTTPError.__init__(self, self.status, message)
         self.message = message
+        #: The id of the refusal recorded for it (``GET /api/vgpu/refusals/<id>``), once recorded.
+        self.refusal_id: str | None = None
 
     def __str__(self) -> str:
         return self.message

@@ -1,36 +1,103 @@
-"""Refused kernel starts: the log ``GET /api/vgpu/refusals`` answers, and the words of a refusal."""
+"""Refused kernel starts: the log ``GET /api/vgpu/refusals`` answers, whose they are, and the
+words of a refusal."""
 
 from __future__ import annotations
 
 import os
+import secrets
 import threading
 import time
 import weakref
-from collections import deque
-from typing import Any
+from collections import OrderedDict, deque
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+from typing import Any, Final
 
 from ..units import format_bytes
+
+
+@dataclass
+class KernelStartRequest:
+    """The REST request a kernel start is made for: who asked (see :data:`START_REQUEST`), and
+    the ids of the refusals the start met."""
+
+    requester: str | None
+    refused: list[str] = field(default_factory=list)
+
+
+#: The request whose kernel start runs in this context. The server's kernel-start handlers set it
+#: as a request comes in; a refusal the provisioner records then belongs to its requester and is
+#: noted on it. Each request runs in its own asyncio task with a copy of the context, so one
+#: request never sees another's.
+START_REQUEST: ContextVar[KernelStartRequest | None] = ContextVar("jupyter_vgpu_start_request", default=None)
+
+#: ``since``'s default: every refusal, whoever's (the server's own readers, not the REST API).
+ANYONE: Final = object()
 
 
 class RefusalLog:
     """The kernel starts a server refused lately, newest last: what ``GET /api/vgpu/refusals``
     answers, so JupyterLab can lay out the refusal its "Error Starting Kernel" dialog shows as
-    text. Bounded: the last ``keep`` refusals, none older than ``max_age`` seconds."""
+    text. Bounded: the last ``keep`` refusals, none older than ``max_age`` seconds.
+
+    Each refusal has an id (unguessable; the refused request's reply carries it) and an owner:
+    who asked for the start (``None``: no request of a known user did). The REST API shows a
+    refusal to its owner only, or to anyone when it has none. Refusals a GPU node made for this
+    server (``--gateway-url``) are not in the log; ``claim`` notes whose their ids are."""
 
     def __init__(self, keep: int = 50, max_age: float = 600.0) -> None:
         self.max_age = max_age
-        self._entries: deque[dict[str, Any]] = deque(maxlen=keep)
+        self.keep = keep
+        self._entries: deque[tuple[str | None, dict[str, Any]]] = deque(maxlen=keep)
+        self._claims: OrderedDict[str, str | None] = OrderedDict()
         self._lock = threading.Lock()
 
-    def add(self, entry: dict[str, Any]) -> None:
+    def add(self, entry: dict[str, Any], owner: str | None = None) -> str:
+        """Record a refused start that ``owner`` asked for; returns the refusal's id."""
+        refusal_id = secrets.token_hex(12)
         with self._lock:
-            self._entries.append(entry)
+            self._entries.append((owner, {**entry, "id": refusal_id}))
+        return refusal_id
 
-    def since(self, t: float) -> list[dict[str, Any]]:
-        """Refusals after ``t`` (seconds since the epoch), newest first."""
+    def since(self, t: float, owner: object = ANYONE) -> list[dict[str, Any]]:
+        """Refusals after ``t`` (seconds since the epoch), newest first; with ``owner``, only
+        those it may see (its own, and those of no one)."""
         oldest = max(t, time.time() - self.max_age)
         with self._lock:
-            return [e for e in reversed(self._entries) if e["t"] > oldest]
+            return [
+                e
+                for who, e in reversed(self._entries)
+                if e["t"] > oldest and (owner is ANYONE or who is None or who == owner)
+            ]
+
+    def get(self, refusal_id: str, owner: str | None) -> dict[str, Any] | None:
+        """The refusal with this id, when ``owner`` may see it (None otherwise, as for no such id)."""
+        oldest = time.time() - self.max_age
+        with self._lock:
+            for who, entry in self._entries:
+                if entry["id"] == refusal_id and entry["t"] > oldest and (who is None or who == owner):
+                    return entry
+        return None
+
+    def has(self, refusal_id: str) -> bool:
+        """Whether this server recorded the refusal (whoever's it is)."""
+        with self._lock:
+            return any(entry["id"] == refusal_id for _, entry in self._entries)
+
+    def claim(self, refusal_id: str, owner: str | None) -> None:
+        """Note that a refusal made elsewhere (a GPU node's) answered ``owner``'s request."""
+        with self._lock:
+            self._claims[refusal_id] = owner
+            while len(self._claims) > self.keep:
+                self._claims.popitem(last=False)
+
+    def may_see(self, refusal_id: str, owner: str | None) -> bool:
+        """Whether ``owner`` may see the refusal made elsewhere with this id (one it was answered with)."""
+        with self._lock:
+            if refusal_id not in self._claims:
+                return False
+            who = self._claims[refusal_id]
+        return who is None or who == owner
 
 
 _refusal_logs: weakref.WeakKeyDictionary[Any, RefusalLog] = weakref.WeakKeyDictionary()

@@ -1,11 +1,11 @@
 """What changed in ``GET /api/vgpu/slices`` since a poller's previous reply (docs/rest.md).
 
-The sidebar polls the slices every few seconds with ``?since=`` the ``taken_at`` of its previous
-reply. Most of a slice's fields never change (its request, GPUs, labels, notes) and its use only
-when a sample differs, so such a reply lists every slice by ``id`` and ``kernel_id`` (a server in
-front of a GPU node names the notebook by it) with only the fields whose value changed after
-``since``, and the history points taken after it; the poller keeps the rest from its earlier
-replies. The top-level ``watchdog`` is left out while it is unchanged.
+JupyterLab polls the slices every few seconds (the ``slices`` of ``GET /api/vgpu/sample``, made
+the same way) with ``?since=`` the ``taken_at`` of its previous reply. Most of a slice's fields
+never change (its request, GPUs, labels, notes) and its use only when a sample differs, so such a
+reply lists every slice by ``id`` and ``kernel_id`` (a server in front of a GPU node names the
+notebook by it) with only the fields whose value changed after ``since``, and the history points
+taken after it; the poller keeps the rest from its earlier replies. The top-level ``watchdog`` is left out while it is unchanged.
 
 Every reply this server makes is noted here, whoever asked and with whatever ``since``: each
 field with a stamp for when its current value was first seen, on the clock of ``since``, the

@@ -350,7 +350,11 @@ class VGPUServer(ExtensionApp):
             return
         self.handlers.extend(handlers.routes())
         kernels = gateway.KernelStartHandler if self.accept_kernel_env else handlers.KernelsHandler
-        self.handlers += [(r"/api/sessions", handlers.SessionsHandler), (r"/api/kernels", kernels)]
+        self.handlers += [
+            (r"/api/sessions", handlers.SessionsHandler),
+            (r"/api/sessions/(?P<session_id>\w+-\w+-\w+-\w+-\w+)", handlers.SessionHandler),  # jupyter_server's route
+            (r"/api/kernels", kernels),
+        ]
         if isinstance(self.serverapp.authorizer, gateway.GatewayAuthorizer):  # type: ignore[union-attr]
             gateway.serve_node_only(self.serverapp, self.log)
 

@@ -43,9 +43,10 @@ from tornado.httputil import HTTPServerRequest
 from tornado.routing import Matcher, Rule, RuleRouter
 
 from ..launch.errors import KernelStartRefused
+from ..launch.refusals import refusals_of
 from ..launch.workarounds import CLIENT_NOTEBOOK, names_vgpu_provisioner
 from ..units import shorten
-from .handlers import KernelsHandler, SessionsHandler, VGPUHandler
+from .handlers import KernelsHandler, SessionsHandler, VGPUHandler, requester
 
 #: The variable that carries a kernel's notebook path (jupyter_server's session manager sets it).
 SESSION_VARIABLE = "JPY_SESSION_NAME"
@@ -102,6 +103,15 @@ class GatewayProxyHandler(APIHandler):
     async def _forward(self, method: str) -> None:
         client = gateway_client()
         route = self.request.path[len(url_path_join(self.base_url, "api", "vgpu")) :].lstrip("/")
+        refusals = refusals_of(self.kernel_manager)
+        viewer = await requester(self)
+        if route.startswith("refusals/") and not refusals.may_see(route[len("refusals/") :], viewer):
+            # The node cannot tell this server's users apart: the refusals it made for this server
+            # are shown here only to the user whose start was refused.
+            self.set_status(404)
+            self.set_header("Content-Type", "application/json")
+            self.finish(json.dumps({"message": "No refused kernel start of yours has that id.", "reason": None}))
+            return
         url = url_path_join(client.url, "api", "vgpu", route)
         if self.request.query:
             url += "?" + self.request.query
@@ -124,8 +134,14 @@ class GatewayProxyHandler(APIHandler):
             data = {"message": f"The GPU node {client.url} answered HTTP {status} with something that is not JSON."}
         if status >= 400 or not isinstance(data, dict):
             return self._fail(status if status >= 400 else 502, data)
-        await self._join_sessions(data)
-        data["gateway"] = {"url": client.url, "node": data.get("node")}
+        if route == "refusals" and isinstance(data.get("refusals"), list):
+            data["refusals"] = [r for r in data["refusals"] if isinstance(r, dict) and refusals.may_see(str(r.get("id")), viewer)]
+        # GET /api/vgpu/sample holds the other routes' replies, one per view: each is joined.
+        parts = [data[k] for k in ("slices", "devices", "history") if isinstance(data.get(k), dict)]
+        for part in parts if route == "sample" else [data]:
+            # one refusal (refusals/<id>) is joined as the list's entries are
+            await self._join_sessions({"refusals": [part]} if route.startswith("refusals/") else part)
+            part["gateway"] = {"url": client.url, "node": part.get("node")}
         self.set_status(status)
         self.set_header("Content-Type", "application/json")
         self.finish(json.dumps(data))

@@ -8,19 +8,22 @@ interval old; the only blocking work (releasing a slice) runs on the monitor's w
 from __future__ import annotations
 
 import json
+from collections.abc import Awaitable
 from typing import Any
 
 from jupyter_core.utils import ensure_async
 from jupyter_server.auth.decorator import authorized
 from jupyter_server.base.handlers import APIHandler
 from jupyter_server.services.kernels.handlers import MainKernelHandler
+from jupyter_server.services.sessions.handlers import SessionHandler as JupyterSessionHandler
 from jupyter_server.services.sessions.handlers import SessionRootHandler
 from tornado import web
+from tornado.httpclient import HTTPClientError
 
 from ..errors import InvalidRequest, NotPermitted, SliceNotFound
 from ..launch.errors import ShownToUser
 from ..launch.launchers import launcher_of
-from ..launch.refusals import refusals_of
+from ..launch.refusals import START_REQUEST, KernelStartRequest, refusals_of
 from ..slices import Slice, Ticket
 from ..slices.records import Waiter
 from ..units import shorten
@@ -36,6 +39,8 @@ DASHBOARD = "jupyter_vgpu_dashboard"
 RECLAIMER = "jupyter_vgpu_reclaimer"
 WATCHDOG = "jupyter_vgpu_watchdog"
 CHANGES = "jupyter_vgpu_changes"
+#: At most this many kernels' host use in one ``GET /api/vgpu/sample`` (a tab follows one).
+MAX_HOSTS = 8
 
 
 class VGPUHandler(APIHandler):
@@ -75,19 +80,19 @@ class VGPUHandler(APIHandler):
         """The pid of this server's kernel ``kernel_id`` (None: not ours, or no process yet)."""
         try:
             pid = getattr(self.kernel_manager.get_kernel(kernel_id).provisioner, "pid", None)
-        except KeyError:
+        except (KeyError, web.HTTPError):  # jupyter_server's kernel manager answers 404 for ids not its own
             return None
         return pid if isinstance(pid, int) and pid > 0 else None
 
-    def since(self) -> float:
+    def since(self, name: str = "since") -> float:
         """``?since=<seconds since the epoch>``: only history points taken after it (a poller
-        passes the ``taken_at`` of its previous answer and appends what comes back); 0 when
-        not given."""
-        text = self.get_query_argument("since", "0")
+        passes the ``taken_at`` of its previous answer and appends what comes back). Empty or
+        absent: 0, every point."""
+        text = self.get_query_argument(name, "") or "0"
         try:
             value = float(text)
         except ValueError:
-            raise web.HTTPError(400, "since must be a time in seconds since the epoch") from None
+            raise web.HTTPError(400, f"{name} must be a time in seconds since the epoch") from None
         return value if value == value else 0.0  # NaN: no filter
 
     def write_json(self, data: dict[str, Any]) -> None:
@@ -125,6 +130,40 @@ class SlicesHandler(VGPUHandler):
         reply = slices_view(sample, self.monitor, self.watchdog, await self.kernels(), since)
         changes: Changes = self.settings[CHANGES]
         self.write_json(changes.slices_reply(reply, since))
+
+
+class SampleHandler(VGPUHandler):
+    """``GET /api/vgpu/sample``: one sample for every view of a browser tab in one request (the
+    sidebar, the status bar, the dashboard): the slices and the line (``?since=``), the GPUs when
+    asked (``?devices=<since>``), the dashboard's history when asked (``?history=<since>``), and
+    the host use of the kernels named by ``?host=<kernel id>`` on their slices. With ``?since=``
+    the slices are what changed after it, as ``GET /api/vgpu/slices?since=`` says them
+    (:mod:`.changes`); a slice's ``host`` is this reply's own, sent whenever asked."""
+
+    @web.authenticated
+    @authorized
+    async def get(self) -> None:
+        sample = await self.monitor.current()
+        kernels = await self.kernels()
+        since = self.since()
+        changes: Changes = self.settings[CHANGES]
+        slices = changes.slices_reply(slices_view(sample, self.monitor, self.watchdog, kernels, since), since)
+        reply: dict[str, Any] = {"slices": slices}
+        if self.get_query_argument("devices", None) is not None:
+            reply["devices"] = devices_view(sample, self.monitor, self.watchdog, self.since("devices"))
+        if self.get_query_argument("history", None) is not None:
+            dashboard: DashboardHistory = self.settings[DASHBOARD]
+            reply["history"] = history_view(sample, self.monitor, dashboard, kernels, self.since("history"))
+        hosts = set(self.get_query_arguments("host")[:MAX_HOSTS])
+        for view in slices["slices"]:  # after the changes are noted: who asks for which host varies
+            if view["kernel_id"] not in hosts:
+                continue
+            pid = self.kernel_pid(view["kernel_id"])
+            usage = sample.find(view["id"])
+            if usage is not None:  # its launcher says which process of this host is the kernel, if any
+                pid = launcher_of(usage.slice.labels).host_process(pid)
+            view["host"] = await self.monitor.call(host_view, pid) if pid is not None else None
+        self.write_json(reply)
 
 
 class SliceHandler(VGPUHandler):
@@ -221,13 +260,31 @@ class HistoryHandler(VGPUHandler):
 
 
 class RefusalsHandler(VGPUHandler):
-    """``GET /api/vgpu/refusals?since=<time>``: this server's refused kernel starts, newest first
-    (the last 50, none older than ten minutes), with the structure of each refusal."""
+    """``GET /api/vgpu/refusals?since=<time>``: this server's refused kernel starts that the user
+    asked for, newest first (the last 50, none older than ten minutes), with the structure of each
+    refusal."""
 
     @web.authenticated
     @authorized
     async def get(self) -> None:
-        self.write_json({"refusals": refusals_of(self.kernel_manager).since(self.since())})
+        viewer = await requester(self)
+        self.write_json({"refusals": refusals_of(self.kernel_manager).since(self.since(), owner=viewer)})
+
+
+class RefusalHandler(VGPUHandler):
+    """``GET /api/vgpu/refusals/<refusal_id>``: one refused kernel start, by the id its refused
+    request was answered with (JupyterLab lays out the refusal from it); 404 for anyone but the
+    user who asked for the start."""
+
+    @web.authenticated
+    @authorized
+    async def get(self, refusal_id: str) -> None:
+        refusal = refusals_of(self.kernel_manager).get(refusal_id, await requester(self))
+        if refusal is None:
+            return self.fail(
+                404, f"No refused kernel start of yours has id {shorten(refusal_id)} (refusals are kept ten minutes)."
+            )
+        self.write_json(refusal)
 
 
 class WaitingHandler(VGPUHandler):
@@ -258,26 +315,65 @@ class WaitingHandler(VGPUHandler):
         self.finish()
 
 
-class StartSentences:
+#: The header of a refused kernel start's reply that carries the refusal's id (also in its JSON
+#: as ``refusal_id``): JupyterLab's services read the body before the extension sees the error.
+REFUSAL_HEADER = "X-Jupyter-VGPU-Refusal"
+
+
+async def requester(handler: Any) -> str | None:
+    """Who sent a request, as refusals are owned: ``user:<name>`` for a user jupyter_server
+    identified (a login cookie, JupyterHub), ``token`` for a request that showed the server's
+    token and nothing else (jupyter_server makes up a new anonymous user for each of those: one
+    shared token does not tell its holders apart), None for no user."""
+    user = handler.current_user
+    if user is None:
+        return None
+    if handler.token_authenticated:
+        cookie = handler.identity_provider.get_user_cookie(handler)
+        if cookie is None or (isinstance(cookie, Awaitable) and await cookie is None):
+            return "token"
+    return f"user:{user.username}"
+
+
+class StartSentences(APIHandler):
     """Kernel starts (``POST /api/sessions``, ``POST /api/kernels``) answer a refusal with its own
-    status and sentence: a GPU with no room is 503 "No room for ...", a quota 403.
+    status and sentence (a GPU with no room is 503 "No room for ...", a quota 403) and the
+    refusal's id (``refusal_id``, and the ``X-Jupyter-VGPU-Refusal`` header), which
+    ``GET /api/vgpu/refusals/<id>`` answers with the refusal's structure for the user who asked.
 
     jupyter_server's sessions API answers any failed start as HTTP 500 (``raise HTTPError(500,
     str(e)) from e``), and behind ``--gateway-url`` its gateway client wraps whatever the GPU node
     answered as "Error from Gateway: [<the node's message>] ... Ensure gateway url is valid and the
     Gateway instance is running." (``gateway_request`` in jupyter_server/gateway/gateway_client.py).
-    The refusal is what the user must read (the refusal dialog matches it to /api/vgpu/refusals).
+    The refusal is what the user must read.
     """
+
+    async def prepare(self) -> None:  # type: ignore[override]  # as APIHandler's
+        await super().prepare()
+        # The start's refusals are the requester's (the provisioner reads this).
+        START_REQUEST.set(KernelStartRequest(await requester(self)))
 
     def write_error(self, status_code: int, **kwargs: Any) -> None:
         shown = shown_error(kwargs.get("exc_info"))
         if shown is None:
-            super().write_error(status_code, **kwargs)  # type: ignore[misc]
+            super().write_error(status_code, **kwargs)
             return
         status, message = shown
-        self.set_status(status)  # type: ignore[attr-defined]
-        self.set_header("Content-Type", "application/json")  # type: ignore[attr-defined]
-        self.finish(json.dumps({"message": message, "reason": None}))  # type: ignore[attr-defined]
+        self.answer_refusal(status, message, refusal_id_of(kwargs.get("exc_info")))
+
+    def answer_refusal(self, status: int, message: str, refusal_id: str | None) -> None:
+        """Answer a refused start with its status, sentence and refusal id."""
+        reply: dict[str, Any] = {"message": message, "reason": None}
+        if refusal_id is not None:
+            log = refusals_of(self.kernel_manager)
+            if not log.has(refusal_id):  # a GPU node's: this server notes whose it is
+                request = START_REQUEST.get()
+                log.claim(refusal_id, request.requester if request is not None else None)
+            reply["refusal_id"] = refusal_id
+            self.set_header(REFUSAL_HEADER, refusal_id)
+        self.set_status(status)
+        self.set_header("Content-Type", "application/json")
+        self.finish(json.dumps(reply))
 
 
 def shown_error(exc_info: Any) -> tuple[int, str] | None:
@@ -302,6 +398,28 @@ def shown_error(exc_info: Any) -> tuple[int, str] | None:
     return None
 
 
+def refusal_id_of(exc_info: Any) -> str | None:
+    """The id of the refusal behind a failed kernel start: the one the provisioner recorded, or
+    the one the GPU node answered with (behind ``--gateway-url``); None when there is none."""
+    error = exc_info[1] if isinstance(exc_info, tuple) and len(exc_info) > 1 else None
+    seen = 0
+    while error is not None and seen < 10:
+        if isinstance(error, ShownToUser) and error.refusal_id:
+            return error.refusal_id
+        response = getattr(error, "response", None) if isinstance(error, HTTPClientError) else None
+        if response is not None:
+            refusal_id = response.headers.get(REFUSAL_HEADER) or ""
+            return refusal_id if is_refusal_id(refusal_id) else None
+        error = error.__cause__ or error.__context__
+        seen += 1
+    return None
+
+
+def is_refusal_id(text: str) -> bool:
+    """What ``RefusalLog.add`` makes: 24 hexadecimal digits."""
+    return len(text) == 24 and all(c in "0123456789abcdef" for c in text)
+
+
 class SessionsHandler(StartSentences, SessionRootHandler):
     """``POST /api/sessions`` (a notebook opened) with the refusal's own status and sentence."""
 
@@ -310,15 +428,33 @@ class KernelsHandler(StartSentences, MainKernelHandler):
     """``POST /api/kernels`` with the refusal's own status and sentence."""
 
 
+class SessionHandler(StartSentences, JupyterSessionHandler):
+    """``PATCH /api/sessions/<id>`` (a notebook's kernel changed) with the refusal's own status,
+    sentence and id. jupyter_server answers a failed change itself, with 501 and the error's repr
+    (``SessionHandler.patch``); the refusal the start met replaces that answer."""
+
+    def finish(self, chunk: Any = None) -> Any:
+        request = START_REQUEST.get()
+        if self.request.method == "PATCH" and self.get_status() == 501 and request is not None and request.refused:
+            refusal = refusals_of(self.kernel_manager).get(request.refused[-1], request.requester)
+            if refusal is not None:
+                self.clear()
+                self.answer_refusal(int(refusal["status"]), str(refusal["message"]), str(refusal["id"]))
+                return None
+        return super().finish(chunk)
+
+
 def routes() -> list[tuple[str, type[VGPUHandler]]]:
     """URL patterns relative to the server's base_url (the extension joins them onto it)."""
     return [
         (r"/api/vgpu/devices", DevicesHandler),
+        (r"/api/vgpu/sample", SampleHandler),
         (r"/api/vgpu/slices", SlicesHandler),
         (r"/api/vgpu/slices/([^/]+)", SliceHandler),
         (r"/api/vgpu/slices/([^/]+)/keep", KeepHandler),
         (r"/api/vgpu/kernels/([^/]+)", KernelHandler),
         (r"/api/vgpu/history", HistoryHandler),
         (r"/api/vgpu/refusals", RefusalsHandler),
+        (r"/api/vgpu/refusals/([^/]+)", RefusalHandler),
         (r"/api/vgpu/waiting/([^/]+)", WaitingHandler),
     ]

@@ -6,6 +6,8 @@
 import { URLExt } from '@jupyterlab/coreutils';
 import { ServerConnection } from '@jupyterlab/services';
 
+import type { IHistoryReply } from './historyapi';
+
 /**
  * What holds a slice. The server's `HolderKind` (jupyter_vgpu/slices/records.py) lists the same
  * values; tests/test_layers.py and a Jest test (its `holder_kinds` in src/vocabulary.json)
@@ -146,6 +148,11 @@ export interface ISlice {
   idle_notice?: IIdleNotice | null;
   /** Points taken after the `since` of the request (all of them without one). */
   history?: IHistoryPoint[];
+  /**
+   * The kernel's use of the host, on the slices of the kernels `GET /api/vgpu/sample` names
+   * (`?host=<kernel id>`); null when its process cannot be read, absent otherwise.
+   */
+  host?: IHostUsage | null;
   watchdog?: {
     action: string;
     events: IWatchdogEvent[];
@@ -257,8 +264,10 @@ export interface IRefusalHolder {
   yours: boolean;
 }
 
-/** A kernel start the server refused (`GET /api/vgpu/refusals`). */
+/** A kernel start the server refused (`GET /api/vgpu/refusals/<id>`). */
 export interface IRefusal {
+  /** The id the refused start's reply named (`refusal_id`). */
+  id: string;
   t: number;
   kernel_id: string | null;
   kernel_name: string | null;
@@ -296,10 +305,6 @@ export interface IRefusal {
   suggested_kernels: { name: string; display_name: string }[];
 }
 
-export interface IRefusalsReply {
-  refusals: IRefusal[];
-}
-
 /** What a kernel's process tree uses of the host (psutil); null where it cannot be read. */
 export interface IHostUsage {
   /** CPU time of the process tree, percent of one core (may exceed 100 on several cores). */
@@ -317,6 +322,33 @@ export interface IKernelReply {
   slice: ISlice | null;
   /** The kernel's use of the host; absent on older servers, null when unknown. */
   host?: IHostUsage | null;
+}
+
+/**
+ * What `GET /api/vgpu/sample` is asked for. A time is the `since` of that part's history (null:
+ * all of it); a part left undefined is not asked for.
+ */
+export interface ISampleQuery {
+  /** The slices' (always there). */
+  since: number | null;
+  /** The GPUs. */
+  devices?: number | null;
+  /** The GPU dashboard's history. */
+  history?: number | null;
+  /** Kernels whose slices carry their host use. */
+  hosts?: string[];
+}
+
+/**
+ * `GET /api/vgpu/sample`: the other routes' replies, from one sample of the server; the slices
+ * as `GET /api/vgpu/slices` answers the same `since` (whole without one, else the changes).
+ */
+export interface ISampleReply {
+  slices: ISlicesChanges;
+  /** When asked (`devices=`). */
+  devices?: IDevicesReply;
+  /** When asked (`history=`). */
+  history?: IHistoryReply;
 }
 
 /**
@@ -381,6 +413,26 @@ function withSince(route: string, since?: number | null): string {
     : `${route}?since=${encodeURIComponent(String(since))}`;
 }
 
+/** A time for the query: empty (every point) when there is none. */
+function timeParameter(t: number | null): string {
+  return t === null || !isFinite(t) ? '' : encodeURIComponent(String(t));
+}
+
+/** `GET /api/vgpu/sample`'s query: `sample?since=...&devices=...&history=...&host=...`. */
+export function sampleRoute(query: ISampleQuery): string {
+  const parts = [`since=${timeParameter(query.since)}`];
+  if (query.devices !== undefined) {
+    parts.push(`devices=${timeParameter(query.devices)}`);
+  }
+  if (query.history !== undefined) {
+    parts.push(`history=${timeParameter(query.history)}`);
+  }
+  for (const id of query.hosts ?? []) {
+    parts.push(`host=${encodeURIComponent(id)}`);
+  }
+  return `sample?${parts.join('&')}`;
+}
+
 /** The calls the UI makes, bound to one server's settings. */
 export class VGPUClient {
   constructor(readonly serverSettings: ServerConnection.ISettings) {}
@@ -389,6 +441,19 @@ export class VGPUClient {
   devices(since?: number | null): Promise<IDevicesReply> {
     return requestAPI<IDevicesReply>(
       withSince('devices', since),
+      {},
+      this.serverSettings
+    );
+  }
+
+  /**
+   * One sample for every view at once: the slices and, as asked, the GPUs, the dashboard's
+   * history and kernels' host use (`GET /api/vgpu/sample`). With `since`, of each slice only
+   * what changed after it (`mergeSlices` in model.ts).
+   */
+  sample(query: ISampleQuery): Promise<ISampleReply> {
+    return requestAPI<ISampleReply>(
+      sampleRoute(query),
       {},
       this.serverSettings
     );
@@ -406,14 +471,23 @@ export class VGPUClient {
     );
   }
 
-  /** Kernel starts refused since `since` (server time), newest first. */
-  async refusals(since: number): Promise<IRefusal[]> {
-    const reply = await requestAPI<IRefusalsReply>(
-      withSince('refusals', since),
-      {},
-      this.serverSettings
-    );
-    return Array.isArray(reply?.refusals) ? reply.refusals : [];
+  /**
+   * The refusal a refused kernel start was answered with (its `refusal_id`); null when the
+   * server has none of that id for this user (expired, or an older server).
+   */
+  async refusal(refusalId: string): Promise<IRefusal | null> {
+    try {
+      return await requestAPI<IRefusal>(
+        `refusals/${encodeURIComponent(refusalId)}`,
+        {},
+        this.serverSettings
+      );
+    } catch (error) {
+      if (error instanceof VGPUApiError && error.status === 404) {
+        return null;
+      }
+      throw error;
+    }
   }
 
   /** Take a request out of the line (its kernel start then fails with "Stopped waiting..."). */

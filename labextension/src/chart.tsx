@@ -8,7 +8,8 @@ import * as React from 'react';
 import { IHistoryPoint } from './api';
 import { formatBytes, formatPercent } from './format';
 import { HISTORY_SECONDS } from './model';
-import { AXES, ISeries, TimeSeries } from './timeseries';
+import { AXES, ISeries } from './scales';
+import { TimeSeries } from './timeseries';
 
 /** The chart's height in pixels, its axes included. */
 const HEIGHT = 96;

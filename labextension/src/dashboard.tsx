@@ -2,39 +2,20 @@
  * The GPU dashboard: a main-area panel of large time-series charts per GPU (memory, utilisation,
  * power, temperature, PCIe throughput: those NVML gives) and per live slice (memory against its
  * reservation, utilisation), over the last 5 minutes to an hour, with hover readouts, a range
- * selector and drag-to-zoom. It polls `GET /api/vgpu/history` every `step` seconds.
+ * selector and drag-to-zoom. Its data comes from a DashboardModel.
  */
 import { MainAreaWidget } from '@jupyterlab/apputils';
-import { ServerConnection } from '@jupyterlab/services';
 import { ReactWidget, refreshIcon } from '@jupyterlab/ui-components';
-import { Poll } from '@lumino/polling';
-import { ISignal, Signal } from '@lumino/signaling';
 import * as React from 'react';
 
-import { ISlice, VGPUApiError } from './api';
-import { formatBytes, formatPercent, gatewayText, holderLabel } from './format';
-import {
-  HistoryClient,
-  HistoryStore,
-  IGPUHistory,
-  IGPUHistoryPoint,
-  IHistoryReply,
-  ISliceHistory,
-  ISliceHistoryPoint
-} from './historyapi';
+import { gpuCharts, IChartSpec, sliceChart } from './dashboardcharts';
+import { DashboardModel } from './dashboardmodel';
+import { formatBytes, gatewayText } from './format';
+import { HistoryStore, ISliceHistory } from './historyapi';
 import { dashboardIcon } from './icons';
-import {
-  AXES,
-  clockTime,
-  formatCelsius,
-  formatRate,
-  formatWatts,
-  IAxis,
-  IReferenceLine,
-  ISeries,
-  ITimePoint,
-  TimeSeries
-} from './timeseries';
+import { GPUModel } from './model';
+import { clockTime, ITimePoint } from './scales';
+import { TimeSeries } from './timeseries';
 
 /** The id of the dashboard's main-area widget. */
 export const DASHBOARD_ID = 'jp-vgpu-dashboard';
@@ -49,9 +30,6 @@ export const RANGES: { label: string; seconds: number }[] = [
 /** The range shown at first. */
 export const DEFAULT_RANGE = 900;
 
-/** The longest pause between two polls while the server keeps failing. */
-const MAX_BACKOFF_MS = 60 * 1000;
-
 /** A zoomed range spans at least this many points. */
 const MIN_ZOOM_STEPS = 3;
 
@@ -60,334 +38,6 @@ const GAP_STEPS = 3.5;
 
 /** The height of a chart, in pixels. */
 const CHART_HEIGHT = 180;
-
-// ---------------------------------------------------------------- model
-
-/** Where the history comes from (a `HistoryClient`, or a fake in tests). */
-export interface IHistorySourceClient {
-  history(since?: number | null): Promise<IHistoryReply>;
-}
-
-/**
- * The dashboard's data: a poll of `GET /api/vgpu/history` every `step` seconds (the server's),
- * standing by while the dashboard is hidden, backing off while the server fails; the last good
- * history is kept under the error.
- */
-export class DashboardModel {
-  constructor(options: DashboardModel.IOptions) {
-    this._client = options.client;
-    const isVisible = options.isVisible ?? (() => true);
-    this._poll = new Poll({
-      auto: false,
-      factory: () => this._fetch(),
-      frequency: {
-        interval: this.store.step * 1000,
-        backoff: true,
-        max: MAX_BACKOFF_MS
-      },
-      name: 'jupyter-vgpu:dashboard',
-      // Asleep in a background tab and while the browser tab is hidden.
-      standby: () => (isVisible() ? 'when-hidden' : true)
-    });
-  }
-
-  readonly store = new HistoryStore();
-
-  /** Emits after every poll, successful or not. */
-  get changed(): ISignal<this, void> {
-    return this._changed;
-  }
-
-  /** The latest failure; null once a poll succeeds again. */
-  get error(): VGPUApiError | null {
-    return this._error;
-  }
-
-  /** True until the first poll has finished. */
-  get loading(): boolean {
-    return this._loading;
-  }
-
-  get isDisposed(): boolean {
-    return this._poll.isDisposed;
-  }
-
-  /** Start polling (idempotent). */
-  start(): void {
-    void this._poll.start();
-  }
-
-  /** Poll now. */
-  refresh(): Promise<void> {
-    return this._poll.refresh();
-  }
-
-  /** Poll now when the last poll is older than a step (the dashboard shows again). */
-  refreshIfStale(): void {
-    if (
-      this._fetched > 0 &&
-      Date.now() - this._fetched >= this.store.step * 1000
-    ) {
-      void this.refresh();
-    }
-  }
-
-  dispose(): void {
-    this._poll.dispose();
-    Signal.clearData(this);
-  }
-
-  private async _fetch(): Promise<void> {
-    try {
-      const reply = await this._client.history(this.store.since);
-      this.store.apply(reply);
-      this._error = null;
-      const interval = Math.max(1000, this.store.step * 1000);
-      if (interval !== this._poll.frequency.interval) {
-        this._poll.frequency = {
-          ...this._poll.frequency,
-          interval,
-          max: Math.max(MAX_BACKOFF_MS, interval)
-        };
-      }
-    } catch (error) {
-      this._error =
-        error instanceof VGPUApiError
-          ? error
-          : new VGPUApiError(String(error), 0);
-      throw error; // the poll backs off while this goes on
-    } finally {
-      this._fetched = Date.now();
-      this._loading = false;
-      this._changed.emit();
-    }
-  }
-
-  private _changed = new Signal<this, void>(this);
-  private _client: IHistorySourceClient;
-  private _error: VGPUApiError | null = null;
-  private _fetched = 0;
-  private _loading = true;
-  private _poll: Poll;
-}
-
-export namespace DashboardModel {
-  export interface IOptions {
-    client: IHistorySourceClient;
-    /** Whether the dashboard shows; the poll stands by while it does not. */
-    isVisible?: () => boolean;
-  }
-}
-
-// ---------------------------------------------------------------- charts
-
-/** One chart of the dashboard. */
-interface IChartSpec<P extends ITimePoint> {
-  /** What it shows, as `data-chart` ("memory", "util", "power", "temp", "pcie", "slice"). */
-  kind: string;
-  title: string;
-  /** Beside the title: "of 80 GiB", "limit 300 W". */
-  note?: string;
-  subject: string;
-  points: P[];
-  series: ISeries<P>[];
-  references?: IReferenceLine[];
-  left: IAxis;
-  right?: IAxis;
-}
-
-/** Whether any point has a value for `key`. */
-function has<P>(points: P[], key: keyof P): boolean {
-  return points.some(p => {
-    const v = p[key];
-    return typeof v === 'number' && isFinite(v);
-  });
-}
-
-/** The charts of one GPU: memory always, the others where NVML gives the series. */
-export function gpuCharts(gpu: IGPUHistory): IChartSpec<IGPUHistoryPoint>[] {
-  const points = gpu.points ?? [];
-  const name = `GPU ${gpu.index}`;
-  const charts: IChartSpec<IGPUHistoryPoint>[] = [
-    {
-      kind: 'memory',
-      title: 'Memory',
-      note: `of ${formatBytes(gpu.memory_total)}`,
-      subject: `${name} memory`,
-      points,
-      series: [
-        {
-          id: 'used',
-          label: 'used',
-          value: p => p.used,
-          format: formatBytes,
-          className: 'jp-vgpu-Series-memory',
-          areaClassName: 'jp-vgpu-Series-memory'
-        },
-        {
-          id: 'reserved',
-          label: 'reserved by slices',
-          value: p => p.reserved,
-          format: formatBytes,
-          className: 'jp-vgpu-Series-reserved'
-        }
-      ],
-      left: AXES.bytes(gpu.memory_total)
-    }
-  ];
-  if (has(points, 'util')) {
-    charts.push({
-      kind: 'util',
-      title: 'Utilisation',
-      subject: `${name} utilisation`,
-      points,
-      series: [
-        {
-          id: 'util',
-          label: 'utilisation',
-          value: p => p.util,
-          format: formatPercent,
-          className: 'jp-vgpu-Series-util',
-          areaClassName: 'jp-vgpu-Series-util'
-        }
-      ],
-      left: AXES.percent()
-    });
-  }
-  if (has(points, 'power')) {
-    charts.push({
-      kind: 'power',
-      title: 'Power',
-      note:
-        typeof gpu.power_limit === 'number'
-          ? `limit ${formatWatts(gpu.power_limit)}`
-          : undefined,
-      subject: `${name} power`,
-      points,
-      series: [
-        {
-          id: 'power',
-          label: 'power',
-          value: p => p.power,
-          format: formatWatts,
-          className: 'jp-vgpu-Series-power'
-        }
-      ],
-      references: [
-        {
-          id: 'limit',
-          label: 'limit',
-          value: gpu.power_limit,
-          format: formatWatts,
-          className: 'jp-vgpu-Series-limit'
-        }
-      ],
-      left: AXES.watts()
-    });
-  }
-  if (has(points, 'temp')) {
-    charts.push({
-      kind: 'temp',
-      title: 'Temperature',
-      subject: `${name} temperature`,
-      points,
-      series: [
-        {
-          id: 'temp',
-          label: 'temperature',
-          value: p => p.temp,
-          format: formatCelsius,
-          className: 'jp-vgpu-Series-temp'
-        }
-      ],
-      left: AXES.celsius()
-    });
-  }
-  const tx = has(points, 'pcie_tx');
-  const rx = has(points, 'pcie_rx');
-  if (tx || rx) {
-    const series: ISeries<IGPUHistoryPoint>[] = [];
-    if (tx) {
-      series.push({
-        id: 'tx',
-        label: 'PCIe TX',
-        value: p => p.pcie_tx,
-        format: formatRate,
-        className: 'jp-vgpu-Series-tx'
-      });
-    }
-    if (rx) {
-      series.push({
-        id: 'rx',
-        label: 'PCIe RX',
-        value: p => p.pcie_rx,
-        format: formatRate,
-        className: 'jp-vgpu-Series-rx'
-      });
-    }
-    charts.push({
-      kind: 'pcie',
-      title: 'PCIe throughput',
-      subject: `${name} PCIe throughput`,
-      points,
-      series,
-      left: AXES.rate()
-    });
-  }
-  return charts;
-}
-
-/** What a user calls a slice's holder: the notebook's name, or the command. */
-export function sliceTitle(slice: ISliceHistory): string {
-  // holderLabel reads only the holder fields, which the history's slices carry too.
-  return holderLabel(slice as unknown as ISlice);
-}
-
-/** A slice's chart: memory used against its reservation, and utilisation. */
-export function sliceChart(
-  slice: ISliceHistory
-): IChartSpec<ISliceHistoryPoint> {
-  const title = sliceTitle(slice);
-  const series: ISeries<ISliceHistoryPoint>[] = [
-    {
-      id: 'used',
-      label: 'used',
-      value: p => p.used,
-      format: formatBytes,
-      className: 'jp-vgpu-Series-memory',
-      areaClassName: 'jp-vgpu-Series-memory'
-    }
-  ];
-  const points = slice.points ?? [];
-  if (has(points, 'util')) {
-    series.push({
-      id: 'util',
-      label: 'utilisation',
-      value: p => p.util,
-      format: formatPercent,
-      className: 'jp-vgpu-Series-util',
-      axis: 'right'
-    });
-  }
-  return {
-    kind: 'slice',
-    title,
-    subject: `${title} memory and utilisation`,
-    points,
-    series,
-    references: [
-      {
-        id: 'reserved',
-        label: 'reserved',
-        value: slice.memory_reserved_total,
-        format: formatBytes,
-        className: 'jp-vgpu-Series-reserved'
-      }
-    ],
-    left: AXES.bytes(null),
-    right: series.length > 1 ? AXES.percent() : undefined
-  };
-}
 
 /** A chart with its title and a legend of the latest values. */
 function ChartCard<P extends ITimePoint>(props: {
@@ -798,23 +448,19 @@ export function Dashboard(props: { model: DashboardModel }): JSX.Element {
 /** A Lumino message (the type `@lumino/messaging` names, without depending on it here). */
 type Message = Parameters<ReactWidget['processMessage']>[0];
 
-/** The dashboard's content: polls while it shows. */
+/** The dashboard's content: reads the store's history while it shows. */
 export class GPUDashboard extends ReactWidget {
-  constructor(options: GPUDashboard.IOptions = {}) {
+  constructor(options: GPUDashboard.IOptions) {
     super();
     this.addClass('jp-vgpu-DashboardWidget');
     this.title.label = 'GPU dashboard';
     this.title.caption =
       'GPU memory, utilisation, power, temperature and PCIe throughput over time';
     this.title.icon = dashboardIcon;
-    this.model =
-      options.model ??
-      new DashboardModel({
-        client: new HistoryClient(
-          options.serverSettings ?? ServerConnection.makeSettings()
-        ),
-        isVisible: () => this.isVisible
-      });
+    this.model = new DashboardModel({
+      model: options.model,
+      isVisible: () => this.isVisible
+    });
   }
 
   readonly model: DashboardModel;
@@ -844,18 +490,14 @@ export class GPUDashboard extends ReactWidget {
 
 export namespace GPUDashboard {
   export interface IOptions {
-    /** The server to ask (the app's `serviceManager.serverSettings`). */
-    serverSettings?: ServerConnection.ISettings;
-    /** A model to show instead of one of its own. */
-    model?: DashboardModel;
+    /** The store the sidebar and the status bar read too. */
+    model: GPUModel;
   }
 }
 
 /** The dashboard in a main-area widget (id `jp-vgpu-dashboard`), ready to add to the shell. */
-export function createDashboard(
-  serverSettings?: ServerConnection.ISettings
-): MainAreaWidget<GPUDashboard> {
-  const content = new GPUDashboard({ serverSettings });
+export function createDashboard(model: GPUModel): MainAreaWidget<GPUDashboard> {
+  const content = new GPUDashboard({ model });
   const widget = new MainAreaWidget({ content });
   widget.id = DASHBOARD_ID;
   widget.addClass('jp-vgpu-DashboardPanel');

@@ -8,10 +8,10 @@ import {
   MainAreaWidget,
   WidgetTracker
 } from '@jupyterlab/apputils';
-import { ServerConnection } from '@jupyterlab/services';
 
 import { createDashboard, DASHBOARD_ID, GPUDashboard } from './dashboard';
 import { dashboardIcon } from './icons';
+import { GPUModel } from './model';
 
 /** The command that opens (or shows) the dashboard. */
 export const OPEN_DASHBOARD = 'vgpu:open-dashboard';
@@ -20,8 +20,8 @@ export const OPEN_DASHBOARD = 'vgpu:open-dashboard';
 const NAMESPACE = 'vgpu-dashboard';
 
 export interface IDashboardOptions {
-  /** The server to ask; the app's `serviceManager.serverSettings` by default. */
-  serverSettings?: ServerConnection.ISettings;
+  /** The one store the sidebar and the status bar read too. */
+  model: GPUModel;
   palette?: ICommandPalette | null;
   restorer?: ILayoutRestorer | null;
 }
@@ -35,10 +35,8 @@ export interface IDashboardOptions {
  */
 export function addDashboard(
   app: JupyterFrontEnd,
-  options: IDashboardOptions = {}
+  options: IDashboardOptions
 ): string {
-  const serverSettings =
-    options.serverSettings ?? app.serviceManager.serverSettings;
   const tracker = new WidgetTracker<MainAreaWidget<GPUDashboard>>({
     namespace: NAMESPACE
   });
@@ -50,7 +48,7 @@ export function addDashboard(
     execute: args => {
       let widget = tracker.find(w => w.id === DASHBOARD_ID && !w.isDisposed);
       if (!widget) {
-        widget = createDashboard(serverSettings);
+        widget = createDashboard(options.model);
         void tracker.add(widget);
       }
       if (!widget.isAttached) {

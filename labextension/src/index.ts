@@ -10,6 +10,7 @@ import {
   JupyterFrontEndPlugin
 } from '@jupyterlab/application';
 import {
+  Dialog,
   ICommandPalette,
   ISessionContext,
   Notification
@@ -21,6 +22,7 @@ import { ISlice, VGPUClient } from './api';
 import { addDashboard } from './dashboardplugin';
 import { gpuIcon } from './icons';
 import { IdleNotifier, keepSlice } from './idlenotes';
+import { RefusedStarts } from './kernelstarts';
 import { waitingAlternative } from './kernelspecs';
 import { LauncherOrder } from './launcherorder';
 import { GPUModel } from './model';
@@ -64,11 +66,14 @@ const plugin: JupyterFrontEndPlugin<void> = {
     labShell: ILabShell | null
   ) => {
     const client = new VGPUClient(app.serviceManager.serverSettings);
-    const model: GPUModel = new GPUModel({
+    // The one store the sidebar, the status bar and the dashboard read: one poll for all.
+    const model = new GPUModel({
       client,
-      interval: DEFAULT_INTERVAL_S * 1000,
-      isVisible: (): boolean => sidebar.isVisible
+      interval: DEFAULT_INTERVAL_S * 1000
     });
+    // The line, the watchdog's and idle reclaim's notifications and the launcher order read
+    // the slices whatever shows.
+    model.subscribe(() => ({}));
     const showSidebar = () => void app.commands.execute(CommandIDs.show);
     /** The notebooks and consoles open in this browser, by path. */
     const openContexts = (): Map<string, ISessionContext> => {
@@ -119,9 +124,12 @@ const plugin: JupyterFrontEndPlugin<void> = {
       void kernelSlice?.refresh();
     };
     new IdleNotifier({ model, keep, showSidebar });
+    // A refused kernel start, read from JupyterLab's session services (which tell its refusal's
+    // id), laid out in the dialog JupyterLab shows for it.
     new RefusalDialogs({
       client,
-      serverNow: () => model.serverNow(),
+      refused: new RefusedStarts(app.serviceManager.sessions).refused,
+      dialogAdded: Dialog.tracker.widgetAdded,
       currentPath,
       contextFor: path => (path ? (openContexts().get(path) ?? null) : null),
       wasCancelled: path => line.wasCancelled(path),
@@ -166,7 +174,7 @@ const plugin: JupyterFrontEndPlugin<void> = {
 
     // The GPU dashboard (main area): the command palette and the panel's header open it.
     const openDashboard = addDashboard(app, {
-      serverSettings: app.serviceManager.serverSettings,
+      model,
       palette,
       restorer
     });
@@ -201,16 +209,7 @@ const plugin: JupyterFrontEndPlugin<void> = {
     let kernelSlice: KernelSliceModel | null = null;
     let showStatusItem = true;
     if (statusBar) {
-      kernelSlice = new KernelSliceModel(
-        client,
-        DEFAULT_INTERVAL_S * 1000,
-        line,
-        () =>
-          !!(
-            model.snapshot?.slices.simulated ||
-            model.snapshot?.devices.simulated
-          )
-      );
+      kernelSlice = new KernelSliceModel(model, line);
       const item = new GPUStatusItem(kernelSlice, () =>
         app.commands.execute(CommandIDs.show)
       );
@@ -242,10 +241,7 @@ const plugin: JupyterFrontEndPlugin<void> = {
           1000;
         model.interval = ms;
         showStatusItem = settings.get('showStatusBarItem').composite !== false;
-        if (kernelSlice) {
-          kernelSlice.interval = ms;
-          void kernelSlice.refresh();
-        }
+        void kernelSlice?.refresh(); // shows or hides the item at once
       };
       settingRegistry
         .load(PLUGIN_ID)

@@ -1,7 +1,8 @@
 /**
- * The browser's view of the server: devices and slices, refreshed by a backing-off poll, and
- * the few minutes of history the server keeps, appended poll by poll (`?since=`). The slices
- * come as changes since the previous reply, merged into the whole.
+ * The browser's view of the server, one store for every view: devices and slices, refreshed by
+ * one backing-off poll, with the few minutes of history the server keeps appended poll by poll
+ * (`?since=`), the slices' changes since the previous reply merged into the whole, and the GPU
+ * dashboard's hour of history read in the same poll once a step.
  */
 import { Poll } from '@lumino/polling';
 import { ISignal, Signal } from '@lumino/signaling';
@@ -9,12 +10,14 @@ import { ISignal, Signal } from '@lumino/signaling';
 import {
   IDevicesReply,
   IHistoryPoint,
+  ISampleQuery,
   ISlice,
   ISlicesChanges,
   ISlicesReply,
   VGPUApiError,
   VGPUClient
 } from './api';
+import { HistoryStore } from './historyapi';
 
 /** How many kernel colours the stylesheet defines (`--jp-vgpu-slice-color-<n>`). */
 export const PALETTE_SIZE = 8;
@@ -54,6 +57,28 @@ export function appendHistory(
   return out.slice(Math.max(start, out.length - MAX_POINTS));
 }
 
+/** At most this many kernels' host use is asked for in one poll (the server's bound). */
+const MAX_HOSTS = 8;
+
+/**
+ * What a view needs from the store while it shows. Every poll reads the slices (and the line);
+ * the rest only while some view needs it.
+ */
+export interface ISampleNeeds {
+  /** The GPUs too: the sidebar. */
+  devices?: boolean;
+  /** The GPU dashboard's hour of history, read once a step: the dashboard. */
+  history?: boolean;
+  /** The kernel whose host use (CPU, RAM) its slice carries: the status bar's. */
+  host?: string | null;
+}
+
+/**
+ * A view that reads the store: what it needs now, or null while it needs nothing (hidden, or
+ * following no kernel). The poll stands by while no subscriber needs anything.
+ */
+export type SampleSubscriber = () => ISampleNeeds | null;
+
 /**
  * The whole slices reply again from the previous one and a `?since=` reply (docs/rest.md): each
  * slice's changed fields over those kept from before, in the order of `changes` (a slice it
@@ -86,34 +111,37 @@ export interface IGPUSnapshot {
 }
 
 /**
- * Polls `/api/vgpu/slices` (and `/api/vgpu/devices` while the sidebar shows, so one refresh
- * shows one moment) with `?since=` the previous reply's `taken_at`, appends the history points
- * that come back and merges the slices' changes into the whole (`mergeSlices`), so its
- * snapshot holds what a whole reply says, each slice's `history` the points kept.
+ * The one store the sidebar, the status bar, the GPU dashboard and the notifications read: a
+ * single poll whose every tick is one request, `GET /api/vgpu/sample`, for what its subscribers
+ * need from one sample of the server.
  *
- * The slices are polled while the sidebar is closed too, at the same pace: the line, the
- * watchdog's events and the status bar item need them. The poll stands by while the browser
- * tab is hidden and backs off (up to a minute) while the server fails; `refresh()` asks for
- * fresh data at once.
+ * Each tick reads the slices and the line (with the host use of the kernel the status bar
+ * follows), the GPUs while the sidebar shows and, while the dashboard shows, the dashboard's
+ * history once every `step` seconds (the server's). Each part is asked with a `since` of its
+ * previous reply's `taken_at`, and the history points that come back are appended. The poll
+ * stands by while no subscriber needs anything and while the browser tab is hidden, and backs
+ * off (up to a minute) while the server fails; `refresh()` asks at once.
  */
 export class GPUModel {
   constructor(options: GPUModel.IOptions) {
     this.client = options.client;
-    this._isVisible = options.isVisible ?? (() => true);
     this._poll = new Poll({
       auto: false,
-      factory: () => this._fetch(),
+      factory: () => this._tick(),
       frequency: {
         interval: options.interval,
         backoff: true,
         max: MAX_BACKOFF_MS
       },
       name: 'jupyter-vgpu:model',
-      standby: 'when-hidden'
+      standby: () => (this._needs() === null ? true : 'when-hidden')
     });
   }
 
   readonly client: VGPUClient;
+
+  /** The GPU dashboard's history: an hour of each GPU's and live slice's figures. */
+  readonly history = new HistoryStore();
 
   /** Emits after every refresh, successful or not. */
   get changed(): ISignal<this, void> {
@@ -143,14 +171,59 @@ export class GPUModel {
     this._poll.frequency = { ...this._poll.frequency, interval: ms };
   }
 
+  /** Emits after every read of the dashboard's history, successful or not. */
+  get historyChanged(): ISignal<this, void> {
+    return this._historyChanged;
+  }
+
+  /** True until the dashboard's history has been read once. */
+  get historyLoading(): boolean {
+    return this._historyFetched === 0;
+  }
+
+  get isDisposed(): boolean {
+    return this._poll.isDisposed;
+  }
+
+  /**
+   * Read the store while `subscriber` says it needs something; returns the function that ends
+   * the subscription. A new need is met at the next tick (or call `refresh()`).
+   */
+  subscribe(subscriber: SampleSubscriber): () => void {
+    this._subscribers.add(subscriber);
+    return () => {
+      this._subscribers.delete(subscriber);
+    };
+  }
+
   /** Start polling (idempotent). */
   start(): void {
     void this._poll.start();
   }
 
-  /** Refresh now, whatever the schedule says. */
-  refresh(): Promise<void> {
+  /** Refresh now, whatever the schedule says; with `history`, the dashboard's history too. */
+  refresh(options: { history?: boolean } = {}): Promise<void> {
+    if (options.history) {
+      this._historyForced = true;
+    }
     return this._poll.refresh();
+  }
+
+  /** Refresh the dashboard's history now when it is older than a step (the dashboard shows again). */
+  refreshHistoryIfStale(): void {
+    if (
+      this._historyFetched > 0 &&
+      Date.now() - this._historyFetched >= this.history.step * 1000
+    ) {
+      void this.refresh({ history: true });
+    }
+  }
+
+  /** The slice a kernel holds in the latest snapshot, or null. */
+  kernelSlice(kernelId: string): ISlice | null {
+    return (
+      this._snapshot?.slices.slices.find(s => s.kernel_id === kernelId) ?? null
+    );
   }
 
   /** The slice with this id in the latest snapshot. */
@@ -196,23 +269,64 @@ export class GPUModel {
     Signal.clearData(this);
   }
 
-  private async _fetch(): Promise<void> {
+  /** What the subscribers need now, together; null when none needs anything. */
+  private _needs(): {
+    devices: boolean;
+    history: boolean;
+    hosts: string[];
+  } | null {
+    let any = false;
+    const needs = { devices: false, history: false, hosts: [] as string[] };
+    this._subscribers.forEach(subscriber => {
+      const one = subscriber();
+      if (!one) {
+        return;
+      }
+      any = true;
+      needs.devices = needs.devices || !!one.devices;
+      needs.history = needs.history || !!one.history;
+      if (one.host && !needs.hosts.includes(one.host)) {
+        needs.hosts.push(one.host);
+      }
+    });
+    return any || this._historyForced ? needs : null;
+  }
+
+  /** One tick: one request for what the subscribers need now. */
+  private async _tick(): Promise<void> {
+    const needs = this._needs() ?? {
+      devices: false,
+      history: false,
+      hosts: []
+    };
+    const withDevices =
+      needs.devices || !this._snapshot || this._error !== null;
+    const withHistory =
+      this._historyForced || (needs.history && this._historyDue());
+    this._historyForced = false;
     try {
-      const withDevices =
-        this._isVisible() || !this._snapshot || this._error !== null;
-      const [devices, changes] = await Promise.all([
-        withDevices
-          ? this.client.devices(this._devicesSince)
-          : Promise.resolve(this._snapshot!.devices),
-        this.client.slices(this._slicesSince)
-      ]);
-      let slices = this._mergeSlices(changes);
+      const query: ISampleQuery = {
+        since: this._slicesSince,
+        devices: withDevices ? this._devicesSince : undefined,
+        history: withHistory ? this.history.since : undefined,
+        hosts: needs.hosts.slice(0, MAX_HOSTS)
+      };
+      let reply = await this.client.sample(query);
+      let slices = reply.slices ? this._mergeSlices(reply.slices) : undefined;
       if (slices === null) {
-        // A slice this model never saw, without its fields: start again from a whole reply.
+        // A slice this store never saw, without its fields: ask again for a whole reply.
         this._slicesSince = null;
-        slices = await this.client.slices();
+        reply = await this.client.sample({ ...query, since: null });
+        slices = reply.slices as ISlicesReply;
       }
       const taken = Date.now();
+      const devices = withDevices ? reply.devices : this._snapshot?.devices;
+      if (!slices || !devices) {
+        throw new VGPUApiError(
+          'The server answered without the slices or the GPUs.',
+          0
+        );
+      }
       if (withDevices) {
         this._devicesSince = this._appendAll(
           this._deviceHistory,
@@ -235,6 +349,9 @@ export class GPUModel {
       if (typeof slices.taken_at === 'number') {
         this._clockOffset = slices.taken_at * 1000 - taken;
       }
+      if (withHistory && reply.history) {
+        this.history.apply(reply.history);
+      }
       this._snapshot = { devices, slices, taken };
       this._error = null;
       this._forgetColours(slices.slices);
@@ -247,7 +364,18 @@ export class GPUModel {
     } finally {
       this._loading = false;
       this._changed.emit();
+      if (withHistory) {
+        this._historyFetched = Date.now();
+        this._historyChanged.emit();
+      }
     }
+  }
+
+  /** Whether a step has passed since the dashboard's history was read. */
+  private _historyDue(): boolean {
+    // Ticks do not fall exactly a step apart: half a tick early is on time.
+    const wait = this.history.step * 1000 - this.interval / 2;
+    return Date.now() - this._historyFetched >= wait;
   }
 
   /**
@@ -256,9 +384,17 @@ export class GPUModel {
    */
   private _mergeSlices(changes: ISlicesChanges): ISlicesReply | null {
     const previous = this._snapshot?.slices;
-    return this._slicesSince === null || !previous
-      ? (changes as ISlicesReply)
-      : mergeSlices(previous, changes);
+    if (this._slicesSince === null || !previous) {
+      return changes as ISlicesReply;
+    }
+    // A slice's `host` is each reply's own (there while a view follows its kernel), not one of
+    // the fields the changes leave out when they stay the same: never keep it from before.
+    const slices = previous.slices.map(s => {
+      const copy = { ...s };
+      delete copy.host;
+      return copy;
+    });
+    return mergeSlices({ ...previous, slices }, changes);
   }
 
   /**
@@ -298,6 +434,10 @@ export class GPUModel {
   }
 
   private _changed = new Signal<this, void>(this);
+  private _historyChanged = new Signal<this, void>(this);
+  private _historyFetched = 0;
+  private _historyForced = false;
+  private _subscribers = new Set<SampleSubscriber>();
   private _clockOffset = 0;
   private _colours = new Map<string, number>();
   private _deviceHistory = new Map<string, IHistoryPoint[]>();
@@ -305,7 +445,6 @@ export class GPUModel {
   private _sliceHistory = new Map<string, IHistoryPoint[]>();
   private _slicesSince: number | null = null;
   private _error: VGPUApiError | null = null;
-  private _isVisible: () => boolean;
   private _loading = true;
   private _poll: Poll;
   private _snapshot: IGPUSnapshot | null = null;
@@ -316,7 +455,5 @@ export namespace GPUModel {
     client: VGPUClient;
     /** Milliseconds between refreshes. */
     interval: number;
-    /** Whether the sidebar shows; the GPUs are only asked for while it does. */
-    isVisible?: () => boolean;
   }
 }

@@ -1,121 +1,96 @@
 /**
  * JupyterLab's own "Error Starting Kernel" dialog, made readable for refused GPU slices.
  *
- * JupyterLab shows the server's message in one <pre> (the stylesheet makes it wrap). When such
- * a dialog opens and the server recorded a matching refusal (`GET /api/vgpu/refusals`: the
- * same text, or the same notebook within the last half minute), its body is replaced by a
- * formatted view with "Start <a kernel that fits>" buttons. A start that stopped waiting in line
- * because this browser cancelled it closes the dialog (a notification said so already);
- * otherwise it gets a short note. Anything else, or any failure here, leaves the dialog as it is.
+ * A refused start names its refusal (RefusedStarts, from JupyterLab's session services); the
+ * dialogs JupyterLab makes for that failure in the same turn of the event loop (Dialog.tracker)
+ * are its error dialog and, when the notebook's first kernel failed, the "Select Kernel" dialog
+ * queued behind it. The refusal is read by its id (`GET /api/vgpu/refusals/<id>`) and replaces
+ * the error dialog's body: a formatted view with "Start <a kernel that fits>" buttons. A start
+ * that stopped waiting in line because this browser cancelled it closes both dialogs (a
+ * notification said so already); otherwise it gets a short note. Anything else, or any failure
+ * here, leaves the dialog as it is.
  */
-import { ISessionContext } from '@jupyterlab/apputils';
-import { PathExt } from '@jupyterlab/coreutils';
+import { Dialog, ISessionContext } from '@jupyterlab/apputils';
 import { ReactWidget } from '@jupyterlab/ui-components';
-import { Widget } from '@lumino/widgets';
+import { ISignal } from '@lumino/signaling';
+import { Panel, PanelLayout, Widget } from '@lumino/widgets';
 import * as React from 'react';
 
 import { IRefusal, VGPUClient } from './api';
+import { IRefusedStart } from './kernelstarts';
 import { RefusalView, StoppedWaitingView } from './refusal';
-
-/** JupyterLab's title for a kernel that fails to start (English; other languages are matched by the message). */
-const KERNEL_ERROR_TITLE = /Error Starting Kernel/i;
-
-/** The server's message after a request left the line before it got a slice. */
-const STOPPED_WAITING = /^\s*Stopped waiting/;
-
-/** How recent a refusal must be to be the one of the notebook the dialog is about (s). */
-const SAME_NOTEBOOK_WINDOW_S = 30;
-
-/** How long to wait for the dialog's React content to render (ms). */
-const RENDER_TIMEOUT_MS = 3000;
 
 /** How long the original body stays hidden while the refusal is looked up (ms). */
 const LOOKUP_TIMEOUT_MS = 2500;
 
-/**
- * How long after the error dialog closes JupyterLab may open its "Select Kernel" dialog (it
- * does when the notebook's first kernel failed to start; the dialogs queue) (ms).
- */
-const FOLLOW_UP_MS = 800;
+/** A dialog as the refusal dialogs handle it (JupyterLab's Dialog; a fake in tests). */
+export interface IStartDialog {
+  readonly isDisposed: boolean;
+  /** A dialog that asks for a value (JupyterLab's kernel picker), not a message. */
+  readonly asksForValue: boolean;
+  addClass(name: string): void;
+  removeClass(name: string): void;
+  /** Show `view` in place of the dialog's body, above its buttons. */
+  mount(view: JSX.Element): void;
+  /** Close it as its default button (Ok) would. */
+  close(): void;
+  /** Close it as Cancel would. */
+  dismiss(): void;
+}
 
-/** Resolve with `check()`'s first truthy value as `node`'s subtree changes, or null after `ms`. */
-function whenReady<T>(
-  node: Node,
-  check: () => T | null,
-  ms: number
-): Promise<T | null> {
-  const now = check();
-  if (now) {
-    return Promise.resolve(now);
+/** JupyterLab's Dialog, through its Lumino layout: a content panel of header, body, footer. */
+export class LabDialog implements IStartDialog {
+  constructor(readonly dialog: Dialog<unknown>) {}
+
+  get isDisposed(): boolean {
+    return this.dialog.isDisposed;
   }
-  return new Promise(resolve => {
-    const observer = new MutationObserver(() => {
-      const value = check();
-      if (value) {
-        finish(value);
-      }
-    });
-    const timer = window.setTimeout(() => finish(null), ms);
-    const finish = (value: T | null) => {
-      observer.disconnect();
-      window.clearTimeout(timer);
-      resolve(value);
-    };
-    observer.observe(node, {
-      childList: true,
-      subtree: true,
-      characterData: true
-    });
-  });
-}
 
-function normalise(text: string): string {
-  return text.replace(/\s+/g, ' ').trim();
-}
-
-/** Press the dialog's own accept button (OK), which closes it the way a user would. */
-function closeDialog(dialog: HTMLElement): void {
-  const button =
-    dialog.querySelector<HTMLButtonElement>(
-      '.jp-Dialog-footer .jp-mod-accept'
-    ) ?? dialog.querySelector<HTMLButtonElement>('.jp-Dialog-footer button');
-  button?.click();
-}
-
-/** The kernel <select> of JupyterLab's "Select Kernel" dialog (about `path`'s notebook), if it is one. */
-async function kernelSelector(
-  dialog: HTMLElement,
-  path: string | null
-): Promise<HTMLSelectElement | null> {
-  const select = await whenReady(
-    dialog,
-    () => dialog.querySelector<HTMLSelectElement>('.jp-Dialog-body select'),
-    1000
-  );
-  if (
-    !select ||
-    (path && !(dialog.textContent ?? '').includes(PathExt.basename(path)))
-  ) {
-    return null;
+  get asksForValue(): boolean {
+    const body = this._content()?.widgets[1] as
+      (Widget & { getValue?: unknown }) | undefined;
+    return typeof body?.getValue === 'function';
   }
-  return select;
-}
 
-/** The option of a kernel selector that starts this kernelspec. */
-function optionFor(
-  select: HTMLSelectElement,
-  name: string
-): HTMLOptionElement | null {
-  for (const option of Array.from(select.options)) {
-    try {
-      if (JSON.parse(option.value)?.name === name) {
-        return option;
-      }
-    } catch {
-      // not a kernel choice
+  addClass(name: string): void {
+    this.dialog.addClass(name);
+  }
+
+  removeClass(name: string): void {
+    this.dialog.removeClass(name);
+  }
+
+  mount(view: JSX.Element): void {
+    const content = this._content();
+    if (!content || this.dialog.hasClass('jp-vgpu-mod-replaced')) {
+      return;
     }
+    const widget = ReactWidget.create(view);
+    widget.addClass('jp-vgpu-DialogBody');
+    content.insertWidget(Math.max(0, content.widgets.length - 1), widget);
+    this.dialog.addClass('jp-vgpu-mod-replaced'); // the stylesheet hides JupyterLab's body
   }
-  return null;
+
+  close(): void {
+    this.dialog.resolve();
+  }
+
+  dismiss(): void {
+    this.dialog.reject();
+  }
+
+  private _content(): Panel | null {
+    const layout = this.dialog.layout;
+    const content = layout instanceof PanelLayout ? layout.widgets[0] : null;
+    return content instanceof Panel ? content : null;
+  }
+}
+
+/** A refused start and the dialogs JupyterLab made for it. */
+interface IPending {
+  start: IRefusedStart;
+  error: IStartDialog | null;
+  picker: IStartDialog | null;
 }
 
 export class RefusalDialogs {
@@ -123,224 +98,139 @@ export class RefusalDialogs {
     this._options = options;
   }
 
-  /** Watch the document for dialogs (only its direct children: dialogs attach there). */
+  /** Follow refused starts and the dialogs that answer them. */
   start(): void {
-    if (this._observer) {
+    if (this._started) {
       return;
     }
-    this._observer = new MutationObserver(records => {
-      for (const record of records) {
-        record.addedNodes.forEach(node => {
-          if (
-            node instanceof HTMLElement &&
-            node.classList.contains('jp-Dialog')
-          ) {
-            const waiting = this._nextDialog.splice(0);
-            waiting.forEach(resolve => resolve(node));
-            void this._handle(node).catch(error =>
-              console.warn('jupyter-vgpu: left a dialog as it is.', error)
-            );
-          }
-        });
-        record.removedNodes.forEach(node => {
-          const widget = this._mounted.get(node);
-          if (widget) {
-            this._mounted.delete(node);
-            widget.dispose();
-          }
-        });
-      }
-    });
-    this._observer.observe(document.body, { childList: true });
+    this._started = true;
+    this._options.refused.connect(this._onRefused, this);
+    this._options.dialogAdded.connect(this._onDialog, this);
   }
 
   dispose(): void {
-    this._observer?.disconnect();
-    this._observer = null;
+    this._options.refused.disconnect(this._onRefused, this);
+    this._options.dialogAdded.disconnect(this._onDialog, this);
+    this._open = [];
   }
 
-  private async _handle(dialog: HTMLElement): Promise<void> {
-    const found = await whenReady(
-      dialog,
-      () => {
-        const header = dialog.querySelector('.jp-Dialog-header');
-        const pre = dialog.querySelector('.jp-Dialog-body pre');
-        return header && pre && pre.textContent ? { header, pre } : null;
-      },
-      RENDER_TIMEOUT_MS
-    );
-    if (!found || !dialog.isConnected) {
+  /**
+   * A refused start: the dialogs JupyterLab makes for it come in this turn of the event loop
+   * (the services reject, JupyterLab's session context shows the error and, for a notebook's
+   * first kernel, asks for another): take those, then lay the refusal out in the error dialog.
+   */
+  private _onRefused(_: unknown, start: IRefusedStart): void {
+    const pending: IPending = { start, error: null, picker: null };
+    this._open.push(pending);
+    setTimeout(() => {
+      this._open = this._open.filter(p => p !== pending);
+      void this._handle(pending).catch(error =>
+        console.warn('jupyter-vgpu: left a dialog as it is.', error)
+      );
+    }, 0);
+  }
+
+  private _onDialog(_: unknown, dialog: unknown): void {
+    const pending = this._open[0];
+    if (!pending) {
       return;
     }
-    const text = found.pre.textContent ?? '';
-    const isKernelError = KERNEL_ERROR_TITLE.test(
-      found.header.textContent ?? ''
-    );
-    const path = this._options.currentPath();
-    if (STOPPED_WAITING.test(text)) {
-      if (!isKernelError) {
-        return;
-      }
-      const byYou = this._options.wasCancelled(path);
-      if (byYou) {
-        // A notification said so already; JupyterLab's kernel picker that may follow is
-        // dismissed too, leaving the notebook without a kernel, as the user asked.
-        const next = this._next(FOLLOW_UP_MS);
-        dialog.classList.add('jp-vgpu-mod-closing');
-        closeDialog(dialog);
-        const follow = await next;
-        if (follow && (await kernelSelector(follow, path))) {
-          follow.classList.add('jp-vgpu-mod-closing');
-          follow
-            .querySelector<HTMLButtonElement>(
-              '.jp-Dialog-footer .jp-mod-reject'
-            )
-            ?.click();
-        }
-        return;
-      }
-      this._mount(dialog, <StoppedWaitingView message={text} byYou={false} />);
-      return;
+    const wrapped = this._options.wrap
+      ? this._options.wrap(dialog)
+      : new LabDialog(dialog as Dialog<unknown>);
+    if (!pending.error && !wrapped.asksForValue) {
+      pending.error = wrapped;
+      // Hidden at once while the refusal is looked up (or the dialog closed, when the
+      // start stopped waiting in line because this browser cancelled it).
+      wrapped.addClass(
+        this._options.wasCancelled(pending.start.path)
+          ? 'jp-vgpu-mod-closing'
+          : 'jp-vgpu-mod-pending'
+      );
+    } else if (pending.error && !pending.picker && wrapped.asksForValue) {
+      pending.picker = wrapped;
     }
-    dialog.classList.add('jp-vgpu-mod-pending');
+  }
+
+  private async _handle(pending: IPending): Promise<void> {
+    const { error, picker, start } = pending;
+    if (!error) {
+      return; // nothing of JupyterLab's answered this start
+    }
     let refusal: IRefusal | null = null;
     try {
       refusal = await Promise.race([
-        this._find(text, isKernelError ? path : null),
+        this._options.client.refusal(start.refusalId).catch(() => null),
         new Promise<null>(resolve =>
-          window.setTimeout(() => resolve(null), LOOKUP_TIMEOUT_MS)
+          setTimeout(() => resolve(null), LOOKUP_TIMEOUT_MS)
         )
       ]);
     } finally {
-      dialog.classList.remove('jp-vgpu-mod-pending');
+      error.removeClass('jp-vgpu-mod-pending');
     }
-    if (!refusal || !dialog.isConnected) {
+    const path = start.path ?? refusal?.path ?? null;
+    if (refusal?.reason === 'cancelled' && this._options.wasCancelled(path)) {
+      // A notification said so already; JupyterLab's kernel picker that may follow is
+      // dismissed too, leaving the notebook without a kernel, as the user asked.
+      error.close();
+      picker?.dismiss();
+      return;
+    }
+    error.removeClass('jp-vgpu-mod-closing');
+    if (!refusal || error.isDisposed) {
+      return;
+    }
+    if (refusal.reason === 'cancelled') {
+      error.mount(
+        <StoppedWaitingView message={refusal.message} byYou={false} />
+      );
       return;
     }
     const shown = refusal;
-    this._mount(
-      dialog,
+    error.mount(
       <RefusalView
         refusal={shown}
         waiting={this._options.waitingKernel(shown)}
-        onStart={name => void this._startKernel(dialog, shown, name)}
+        onStart={name => void this._startKernel(pending, shown, name)}
       />
     );
   }
 
   /**
-   * The refusal this dialog shows: the one with the same text, else (for JupyterLab's kernel
-   * error dialog) the newest of this notebook within the last half minute. Asks twice, in
-   * case the dialog was quicker than the record.
-   */
-  private async _find(
-    text: string,
-    path: string | null
-  ): Promise<IRefusal | null> {
-    const wanted = normalise(text);
-    for (let attempt = 0; attempt < 2; attempt++) {
-      const now = this._options.serverNow();
-      let refusals: IRefusal[];
-      try {
-        refusals = await this._options.client.refusals(
-          now - 2 * SAME_NOTEBOOK_WINDOW_S
-        );
-      } catch {
-        return null; // an older server without the route: leave the dialog as it is
-      }
-      const same = refusals.find(r => normalise(r.message ?? '') === wanted);
-      if (same) {
-        return same;
-      }
-      const recent = path
-        ? refusals
-            .filter(r => r.path === path && now - r.t <= SAME_NOTEBOOK_WINDOW_S)
-            .sort((a, b) => b.t - a.t)[0]
-        : undefined;
-      if (recent) {
-        return recent;
-      }
-      await new Promise(resolve => window.setTimeout(resolve, 400));
-    }
-    return null;
-  }
-
-  /** Hide the dialog's own body and show `view` in its place (above the buttons). */
-  private _mount(dialog: HTMLElement, view: JSX.Element): void {
-    const content = dialog.querySelector<HTMLElement>('.jp-Dialog-content');
-    const footer = dialog.querySelector<HTMLElement>('.jp-Dialog-footer');
-    if (!content || this._mounted.has(dialog)) {
-      return;
-    }
-    const widget = ReactWidget.create(view);
-    widget.addClass('jp-vgpu-DialogBody');
-    Widget.attach(
-      widget,
-      content,
-      footer && footer.parentElement === content ? footer : null
-    );
-    dialog.classList.add('jp-vgpu-mod-replaced');
-    this._mounted.set(dialog, widget);
-  }
-
-  /**
-   * Close the dialog and start the notebook on kernelspec `name`: through JupyterLab's own
-   * "Select Kernel" dialog when it follows (a notebook's first start failed), else through the
-   * notebook's session context.
+   * Close the dialog (and JupyterLab's kernel picker queued behind it) and start the notebook
+   * on kernelspec `name`.
    */
   private async _startKernel(
-    dialog: HTMLElement,
+    pending: IPending,
     refusal: IRefusal,
     name: string
   ): Promise<void> {
-    const path = refusal.path ?? this._options.currentPath();
+    const { contextFor, currentPath } = this._options;
     const context =
-      this._options.contextFor(path) ??
-      this._options.contextFor(this._options.currentPath());
-    const next = this._next(FOLLOW_UP_MS);
-    closeDialog(dialog);
-    const follow = await next;
-    const select = follow ? await kernelSelector(follow, path) : null;
-    const option = select ? optionFor(select, name) : null;
-    if (follow && select && option) {
-      select.value = option.value;
-      select.dispatchEvent(new Event('change', { bubbles: true }));
-      follow
-        .querySelector<HTMLButtonElement>('.jp-Dialog-footer .jp-mod-accept')
-        ?.click();
-      return;
-    }
+      contextFor(pending.start.path) ??
+      contextFor(refusal.path) ??
+      contextFor(currentPath());
+    pending.error?.close();
+    pending.picker?.dismiss();
     if (context) {
       await context.changeKernel({ name });
     }
   }
 
-  /** The next dialog to open within `ms`, or null. */
-  private _next(ms: number): Promise<HTMLElement | null> {
-    return new Promise(resolve => {
-      const timer = window.setTimeout(() => {
-        this._nextDialog = this._nextDialog.filter(r => r !== take);
-        resolve(null);
-      }, ms);
-      const take = (dialog: HTMLElement) => {
-        window.clearTimeout(timer);
-        resolve(dialog);
-      };
-      this._nextDialog.push(take);
-    });
-  }
-
-  private _mounted = new Map<Node, Widget>();
-  private _nextDialog: ((dialog: HTMLElement) => void)[] = [];
-  private _observer: MutationObserver | null = null;
+  private _open: IPending[] = [];
   private _options: RefusalDialogs.IOptions;
+  private _started = false;
 }
 
 export namespace RefusalDialogs {
   export interface IOptions {
-    client: VGPUClient;
-    /** Now on the server's clock (seconds since the epoch). */
-    serverNow: () => number;
+    client: Pick<VGPUClient, 'refusal'>;
+    /** Refused kernel starts, as the services reject them (RefusedStarts). */
+    refused: ISignal<unknown, IRefusedStart>;
+    /** Each dialog JupyterLab makes (`Dialog.tracker.widgetAdded`). */
+    dialogAdded: ISignal<unknown, unknown>;
+    /** The dialogs as handled here (JupyterLab's through LabDialog, by default). */
+    wrap?: (dialog: unknown) => IStartDialog;
     /** The path of the notebook (or console) in the main area's current tab. */
     currentPath: () => string | null;
     /** The session context of the open notebook with this path. */

@@ -213,6 +213,10 @@ export class GPUSidebar extends ReactWidget {
       openNotebook: path =>
         void this._commands.execute('docmanager:open', { path })
     };
+    // The GPUs are read only while the panel shows (the slices always are: see index.ts).
+    this._unsubscribe = this.model.subscribe(() =>
+      this.isVisible ? { devices: true } : null
+    );
     this.id = 'jupyter-vgpu-sidebar';
     this.addClass('jp-vgpu-Sidebar');
     this.title.icon = gpuIcon;
@@ -241,6 +245,14 @@ export class GPUSidebar extends ReactWidget {
   }
 
   readonly model: GPUModel;
+
+  dispose(): void {
+    if (this.isDisposed) {
+      return;
+    }
+    this._unsubscribe();
+    super.dispose();
+  }
 
   protected onAfterShow(): void {
     void this.model.refresh();
@@ -326,6 +338,7 @@ export class GPUSidebar extends ReactWidget {
   private _openDashboard: (() => void) | null;
   private _services: ServiceManager.IManager;
   private _shutDown: ShutDownNotebooks | null;
+  private _unsubscribe: () => void;
   private _waitingActions: IWaitingActions;
 }
 

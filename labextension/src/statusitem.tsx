@@ -5,12 +5,11 @@
  */
 import { ISessionContext } from '@jupyterlab/apputils';
 import { ReactWidget, UseSignal } from '@jupyterlab/ui-components';
-import { Poll } from '@lumino/polling';
 import { ISignal, Signal } from '@lumino/signaling';
 import { Widget } from '@lumino/widgets';
 import * as React from 'react';
 
-import { IHostUsage, ISlice, IWaiting, VGPUClient } from './api';
+import { IHostUsage, ISlice, IWaiting } from './api';
 import { useNoticeCountdown } from './countdown';
 import {
   formatDuration,
@@ -22,6 +21,7 @@ import {
   statusTitle
 } from './format';
 import { gpuIcon } from './icons';
+import { GPUModel } from './model';
 
 /** Where the item learns about the line (the sidebar's model, through a WaitWatcher). */
 export interface ILineSource {
@@ -32,27 +32,20 @@ export interface ILineSource {
 }
 
 /**
- * Follows one session context at a time and keeps its kernel's slice fresh
- * (`GET /api/vgpu/kernels/<id>`); `slice` is null for kernels without one. With a line
- * source, `waiter` is the notebook's request while its kernel waits in line for a slice.
+ * Follows one session context at a time and reads its kernel's slice from the one store the
+ * other views read (`slice` is null for kernels without one); while it follows a kernel, the
+ * store's poll brings that kernel's host use along with the slices. With a line source,
+ * `waiter` is the notebook's request while its kernel waits in line for a slice.
  */
 export class KernelSliceModel {
-  constructor(
-    client: VGPUClient,
-    interval: number,
-    line?: ILineSource,
-    simulated?: () => boolean
-  ) {
-    this._client = client;
+  constructor(model: GPUModel, line?: ILineSource) {
+    this._model = model;
     this._line = line ?? null;
-    this._simulated = simulated ?? (() => false);
     this._line?.changed.connect(this._onLine, this);
-    this._poll = new Poll({
-      auto: true,
-      factory: () => this._fetch(),
-      frequency: { interval, backoff: true, max: 60 * 1000 },
-      name: 'jupyter-vgpu:status',
-      standby: () => (this._kernelId() ? 'when-hidden' : true)
+    this._model.changed.connect(this._onModel, this);
+    this._unsubscribe = model.subscribe(() => {
+      const id = this._kernelId();
+      return id ? { host: id } : null;
     });
   }
 
@@ -71,12 +64,13 @@ export class KernelSliceModel {
 
   /** What the slice's kernel uses of the host (null: unknown, or an older server). */
   get host(): IHostUsage | null {
-    return this._slice ? this._host : null;
+    return this._slice?.host ?? null;
   }
 
   /** Whether the server's GPUs are simulated. */
   get simulated(): boolean {
-    return this._simulated();
+    const snapshot = this._model.snapshot;
+    return !!(snapshot?.slices.simulated || snapshot?.devices.simulated);
   }
 
   /** The request of this notebook waiting in line, while it has no slice. */
@@ -94,13 +88,10 @@ export class KernelSliceModel {
     return this._context?.path ?? null;
   }
 
-  set interval(ms: number) {
-    this._poll.frequency = { ...this._poll.frequency, interval: ms };
-  }
-
   /** Ask the server again now (also re-evaluates whether the item shows). */
   refresh(): Promise<void> {
-    return this._poll.refresh();
+    this._onModel();
+    return this._model.refresh();
   }
 
   /** Follow this session context (a notebook's or console's), or none. */
@@ -119,8 +110,9 @@ export class KernelSliceModel {
 
   dispose(): void {
     this.sessionContext = null;
+    this._unsubscribe();
     this._line?.changed.disconnect(this._onLine, this);
-    this._poll.dispose();
+    this._model.changed.disconnect(this._onModel, this);
     Signal.clearData(this);
   }
 
@@ -128,32 +120,25 @@ export class KernelSliceModel {
     return this._context?.session?.kernel?.id ?? null;
   }
 
+  /** Another kernel (or none): its slice as the store has it now, then fresh data. */
   private _onKernel(): void {
     const id = this._kernelId();
     if (id !== this._lastKernelId) {
       this._lastKernelId = id;
-      this._host = null;
-      this._set(null); // never show the previous kernel's slice for this one
+      this._onModel(); // never show the previous kernel's slice for this one
+      if (id) {
+        void this._model.refresh();
+      }
     }
-    void this._poll.refresh();
   }
 
-  private async _fetch(): Promise<void> {
+  private _onModel(): void {
     const id = this._kernelId();
-    if (!id) {
-      this._set(null);
-      return;
-    }
-    try {
-      const reply = await this._client.kernel(id);
-      if (id === this._kernelId()) {
-        this._host = reply?.host ?? null;
-        this._set(reply?.slice ?? null);
-      }
-    } catch (error) {
-      this._set(null);
-      throw error;
-    }
+    // While the server fails, show nothing rather than what it said a while ago.
+    const slice = id && !this._model.error ? this._model.kernelSlice(id) : null;
+    this._slice = slice;
+    this._received = this._model.snapshot?.taken ?? Date.now();
+    this._changed.emit();
   }
 
   private _onLine(): void {
@@ -164,22 +149,14 @@ export class KernelSliceModel {
     }
   }
 
-  private _set(slice: ISlice | null): void {
-    this._slice = slice;
-    this._received = Date.now();
-    this._changed.emit();
-  }
-
   private _changed = new Signal<this, void>(this);
-  private _client: VGPUClient;
   private _context: ISessionContext | null = null;
   private _lastKernelId: string | null = null;
   private _line: ILineSource | null;
-  private _poll: Poll;
+  private _model: GPUModel;
   private _received = Date.now();
-  private _host: IHostUsage | null = null;
-  private _simulated: () => boolean;
   private _slice: ISlice | null = null;
+  private _unsubscribe: () => void;
   private _waiter: IWaiting | null = null;
 }
 

@@ -68,6 +68,13 @@ def test_the_laptop_lists_the_nodes_sliced_kernels_and_sees_their_slices(laptop:
     assert status == 200 and devices["simulated"] is True and devices["devices"][0]["memory_reserved"] == 4 * GiB
     status, view = laptop.api("GET", f"api/vgpu/kernels/{kernel_id}")
     assert status == 200 and view["slice"]["id"] == mine["id"] and view["slice"]["path"] == "work/train.ipynb"
+    # The one request of the browser's poll: each view's part joined like the routes it holds.
+    status, sample = laptop.api("GET", f"api/vgpu/sample?since=&devices=&history=&host={kernel_id}")
+    assert status == 200 and set(sample) == {"slices", "devices", "history"}, sample
+    assert all(sample[part]["gateway"]["url"].endswith("/node") for part in sample)
+    (there,) = [s for s in sample["slices"]["slices"] if s["kernel_id"] == kernel_id]
+    assert there["path"] == "work/train.ipynb" and there["running_here"] is True and there["host"]["memory_rss"] > 0
+    assert [s["path"] for s in sample["history"]["slices"]] == ["work/train.ipynb"]
     # The node names the notebook too: its path on the laptop came with the kernel start.
     (there,) = [s for s in slices(node) if s["kernel_id"] == kernel_id]
     assert there["path"].endswith("work/train.ipynb"), there
@@ -90,6 +97,11 @@ def test_a_refused_start_reads_as_a_sentence_and_is_in_the_refusals(laptop: Jupy
     status, reply = laptop.api("GET", "api/vgpu/refusals")
     assert status == 200 and reply["refusals"][0]["message"] == message
     assert reply["refusals"][0]["path"] == "second.ipynb"
+    # The node's refusal id comes through: the laptop serves the refusal to the user who was refused.
+    status, one = laptop.api("GET", f"api/vgpu/refusals/{refused['refusal_id']}")
+    assert status == 200 and one["message"] == message and one["path"] == "second.ipynb", one
+    status, none = laptop.api("GET", f"api/vgpu/refusals/{'0' * 24}")
+    assert status == 404, none
     agree(laptop, node)
 
 

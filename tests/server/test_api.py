@@ -28,7 +28,7 @@ def every_route() -> list[tuple[str, tuple[str, ...]]]:
 
 
 ROUTES = every_route()
-assert len(ROUTES) == 9  # devices, slices, a slice (GET, DELETE), keep a slice, a kernel, history, refusals, a place in line
+assert len(ROUTES) == 11  # devices, one sample, slices, a slice (GET, DELETE), keep a slice, a kernel, history, refusals, a refusal, a place in line
 
 
 @pytest.mark.parametrize(("method", "parts"), ROUTES)
@@ -92,6 +92,36 @@ async def test_a_kernel_started_through_the_server_appears_with_its_slice(jp_fet
     assert devices["devices"][0]["memory_reserved"] == 4 * 1024**3
 
 
+async def test_one_sample_answers_the_sidebar_the_status_bar_and_the_dashboard_at_once(
+    jp_fetch: Any, start_kernel: Any
+) -> None:
+    """``GET /api/vgpu/sample``: one request per tick of the browser's poll, from one sample."""
+    kernel = await start_kernel(path="work/train.ipynb")
+    await until(lambda: _kernel_slice(jp_fetch, kernel.id), what="the kernel's slice")
+
+    params = {"since": "", "devices": "", "history": "", "host": kernel.id}
+    both = json.loads((await jp_fetch("api", "vgpu", "sample", params=params)).body)
+
+    assert set(both) == {"slices", "devices", "history"}
+    (mine,) = [s for s in both["slices"]["slices"] if s["kernel_id"] == kernel.id]
+    assert mine["path"] == "work/train.ipynb" and mine["history"]  # all the points: no since
+    assert mine["host"]["memory_rss"] > 0 and mine["host"]["memory_total"] >= mine["host"]["memory_rss"]
+    assert both["devices"]["devices"][0]["slices"] == [mine["id"]]
+    assert [s["id"] for s in both["history"]["slices"]] == [mine["id"]]
+    taken_at = {both[part]["taken_at"] for part in ("slices", "devices", "history")}
+    assert len(taken_at) == 1  # one moment for every view
+    # Each part keeps its own since; a part not asked for is not sent, nor a host not named.
+    since = mine["history"][-1]["t"]
+    later = json.loads((await jp_fetch("api", "vgpu", "sample", params={"since": str(since)})).body)
+    assert set(later) == {"slices"}
+    (again,) = [s for s in later["slices"]["slices"] if s["kernel_id"] == kernel.id]
+    assert "host" not in again and all(p["t"] > since for p in again["history"])
+    with pytest.raises(HTTPClientError) as bad:
+        await jp_fetch("api", "vgpu", "sample", params={"history": "yesterday"})
+    assert bad.value.code == 400
+    assert "history must be a time" in json.loads(bad.value.response.body)["message"]  # type: ignore[union-attr]
+
+
 async def test_a_kernel_without_a_slice_answers_with_slice_null(jp_fetch: Any, start_kernel: Any) -> None:
     kernel = await start_kernel(name="python3")
     data = await get_json(jp_fetch, "api", "vgpu", "kernels", kernel.id)
@@ -104,6 +134,25 @@ async def test_an_unknown_kernel_is_404_with_a_message(jp_fetch: Any, vgpu_serve
         await jp_fetch("api", "vgpu", "kernels", "no-such-kernel")
     assert missing.value.code == 404
     assert "no-such-kernel" in json.loads(missing.value.response.body)["message"]
+
+
+async def test_the_host_use_of_another_servers_kernel_is_null(jp_fetch: Any, vgpu_server: Any) -> None:
+    """A kernel slice this server does not run (another server's, or a kernel just shut down):
+    its host use is unknown here, not a failure of the whole poll."""
+    holder = subprocess.Popen(["sleep", "60"])
+    kernel_id = "00000000-0000-0000-0000-00000000beef"
+    try:
+        ledger = open_ledger()
+        ledger.reserve(SliceRequest.parse(fraction=0.25), Holder("kernel", kernel_id, pid=holder.pid))
+        await until(lambda: _slice_ids(jp_fetch), what="the other server's kernel's slice")
+        reply = json.loads((await jp_fetch("api", "vgpu", "sample", params={"host": kernel_id})).body)
+        (theirs,) = [s for s in reply["slices"]["slices"] if s["kernel_id"] == kernel_id]
+        assert theirs["host"] is None and theirs["running_here"] is False
+        assert (await get_json(jp_fetch, "api", "vgpu", "kernels", kernel_id))["host"] is None
+        ledger.close()
+    finally:
+        holder.kill()
+        holder.wait()
 
 
 async def test_an_unknown_slice_is_404_with_a_message(jp_fetch: Any, vgpu_server: Any) -> None:

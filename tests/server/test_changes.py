@@ -1,5 +1,5 @@
 """``GET /api/vgpu/slices?since=`` carries what changed after ``since``; laid over the poller's
-previous reply (as the sidebar's model does, labextension/src/model.ts ``mergeSlices``) it is
+previous reply (as JupyterLab's store does, labextension/src/model.ts ``mergeSlices``) it is
 the whole reply: what a user sees is the same, for a fraction of the bytes."""
 
 from __future__ import annotations
@@ -89,6 +89,41 @@ async def test_the_changes_since_the_previous_reply_make_the_whole_reply_again(
     (quiet,) = [s for s in (await changes_since(jp_fetch, 1e300))["slices"] if s["kernel_id"] == other.id]
     assert quiet == {"id": quiet["id"], "kernel_id": other.id, "history": []}  # nothing changed after then
     assert all(part < whole / 2 for part, whole in sizes), sizes
+
+
+async def test_the_sample_sends_the_slices_changes_as_slices_does_and_the_host_use_each_time(
+    jp_fetch: Any, start_kernel: Any, simulation_file: Any
+) -> None:
+    """The one poll JupyterLab makes, ``GET /api/vgpu/sample?since=``: its ``slices`` are what
+    ``GET /api/vgpu/slices?since=`` sends (the 64-slice poll stays small), and the followed
+    kernel's ``host`` comes in every reply that asks for it, never as a change to other pollers."""
+    kernel = await start_kernel(path="train.ipynb")
+    other = await start_kernel()
+    simulation_file(processes=[usage(kernel.pid, "1GiB"), usage(other.pid, "1GiB")])
+    shown = await until(partial(slices_where, jp_fetch, None, lambda s: s["memory_used"] == GiB), what="both kernels' usage")
+
+    async def sample_and_whole() -> tuple[Any, Any] | None:
+        """A ``/sample?since=`` reply and a whole ``/slices`` one from the same newer sample."""
+        since = repr(shown["taken_at"])
+        sample = json.loads((await jp_fetch("api", "vgpu", "sample", params={"since": since, "host": kernel.id})).body)
+        whole = await get_json(jp_fetch, "api", "vgpu", "slices")
+        return (sample["slices"], whole) if sample["slices"]["taken_at"] == whole["taken_at"] > shown["taken_at"] else None
+
+    changes, whole = await until(sample_and_whole, what="two replies of one sample")
+    (mine,) = [s for s in changes["slices"] if s["kernel_id"] == kernel.id]
+    assert mine["host"] is not None and mine["host"]["memory_rss"] > 0  # asked for: there, changed or not
+    assert "holder_kind" not in mine and "gpus" not in mine  # unchanged after since: left out
+    assert "watchdog" not in changes
+    without_host = {**changes, "slices": [{k: v for k, v in s.items() if k != "host"} for s in changes["slices"]]}
+    assert_shows_the_whole(merge(shown, without_host), whole)
+    assert len(json.dumps(changes)) < len(json.dumps(whole)) / 2
+    # Another poller's host use is no change to this one: /slices never sends it.
+    plain = await changes_since(jp_fetch, shown["taken_at"])
+    assert [s["id"] for s in plain["slices"]] == [s["id"] for s in changes["slices"]]
+    assert all("host" not in s for s in plain["slices"])
+    # A kernel that is not this server's (or has just ended) has no host use: no failure either.
+    gone = json.loads((await jp_fetch("api", "vgpu", "sample", params={"host": "no-such-kernel"})).body)
+    assert len(gone["slices"]["slices"]) == 2
 
 
 async def slices_where(jp_fetch: Any, kernel_id: str | None, test: Callable[[dict[str, Any]], bool]) -> Any:

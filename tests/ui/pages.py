@@ -95,6 +95,17 @@ def route_json(page: Any, pattern: str, change: Any) -> None:
     page.route(pattern, handle)
 
 
+#: The UI's one request per tick (the sidebar's, the status bar's and the dashboard's data).
+SAMPLE = "**/api/vgpu/sample*"
+
+
+def route_sample(page: Any, part: str, change: Any) -> None:
+    """Answer the UI's poll (``GET /api/vgpu/sample``) with the server's reply, its ``part``
+    ("slices", "devices" or "history": what ``/api/vgpu/<part>`` would answer) changed by ``change``
+    where the poll asked for it."""
+    route_json(page, SAMPLE, lambda body: {**body, part: change(body[part])} if part in body else body)
+
+
 def unroute(page: Any) -> None:
     """Take the routes away, without failing a reply still on its way through one."""
     page.unroute_all(behavior="ignoreErrors")

@@ -249,7 +249,7 @@ def test_a_waiting_notebook_shows_its_place_and_can_cancel(lab: Lab, page: Any, 
 def test_refusal_dialog_text_wraps_and_names_the_holders(lab: Lab, page: Any, opened: dict) -> None:
     """JupyterLab's own dialog, as it is without the formatted view: the message wraps."""
     (lab.root / "work" / "big.ipynb").write_text(notebook_json(WHOLE_GPU, "Python 3 (1 GPU)"))
-    page.route("**/api/vgpu/refusals*", lambda route: route.fulfill(status=404, json={"message": "not here"}))
+    page.route("**/api/vgpu/refusals/**", lambda route: route.fulfill(status=404, json={"message": "not here"}))
     try:
         open_notebook(page, "work/big.ipynb")
         dialog = page.locator(".jp-Dialog")
@@ -265,7 +265,7 @@ def test_refusal_dialog_text_wraps_and_names_the_holders(lab: Lab, page: Any, op
         dismiss_kernel_picker(page)
         expect(dialog).to_have_count(0)
     finally:
-        page.unroute("**/api/vgpu/refusals*")
+        page.unroute("**/api/vgpu/refusals/**")
 
 
 def test_refusal_dialog_shows_holders_advice_and_starts_a_kernel_that_fits(lab: Lab, page: Any, opened: dict) -> None:

@@ -34,7 +34,7 @@ from .pages import (
     expect,
     kernel_slice,
     open_sidebar,
-    route_json,
+    route_sample,
     screenshots,
     set_theme_live,
     unroute,
@@ -139,9 +139,9 @@ def test_a_slice_row_says_how_long_its_kernel_has_been_idle(lab: Lab, page: Any,
     expect(row.locator(".jp-vgpu-SliceRow-idle")).to_have_count(0)  # under a minute: not worth a word
     assert snapshot(lab)["slices"][0]["idle_seconds"] is not None  # the server does judge it
     # As it would read after 42 minutes.
-    route_json(
+    route_sample(
         page,
-        "**/api/vgpu/slices*",
+        "slices",
         lambda body: {**body, "slices": [{**s, "idle_seconds": 2520.4} for s in body.get("slices", [])]},
     )
     try:
@@ -327,7 +327,7 @@ def test_a_gpu_card_in_a_pods_share_says_so(lab: Lab, page: Any, idle: dict[str,
     sidebar = open_sidebar(page)
     line = sidebar.locator(".jp-vgpu-DeviceCard-podShare")
     expect(line).to_have_count(0)
-    route_json(page, "**/api/vgpu/devices*", in_a_pod)
+    route_sample(page, "devices", in_a_pod)
     try:
         expect(line).to_have_text(share)
         expect(line).to_have_attribute("title", re.compile(r"\nThe card itself has 16\.0 GiB\.\nThe pod may use 50%"))

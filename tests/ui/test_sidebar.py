@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from .conftest import ARTIFACTS, KERNEL_DISPLAY_NAME, Lab, notebook_json
-from .pages import SIDEBAR, expect, kernel_slice, lab_screenshot, open_sidebar, wait_for
+from .pages import SAMPLE, SIDEBAR, expect, kernel_slice, lab_screenshot, open_sidebar, route_sample, unroute, wait_for
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -172,14 +172,14 @@ def test_launcher_marks_sliced_kernelspecs(lab: Lab, page: Any, opened: dict) ->
 def test_server_errors_show_in_the_sidebar_until_it_answers_again(lab: Lab, page: Any, opened: dict) -> None:
     sidebar = open_sidebar(page)
     reply = {"status": 500, "content_type": "application/json", "body": json.dumps({"message": "monitor crashed"})}
-    page.route("**/api/vgpu/devices*", lambda route: route.fulfill(**reply))
+    page.route(SAMPLE, lambda route: route.fulfill(**reply))
     try:
         sidebar.locator(".jp-vgpu-Header-refresh").click()
         error = sidebar.locator(".jp-vgpu-Message.jp-vgpu-mod-error")
         expect(error).to_contain_text("monitor crashed")
         expect(notebook_row(page)).to_be_visible()  # the last good data stays
     finally:
-        page.unroute("**/api/vgpu/devices*")
+        unroute(page)
     sidebar.get_by_role("button", name="Retry now").click()
     expect(sidebar.locator(".jp-vgpu-Message.jp-vgpu-mod-error")).to_have_count(0)
 
@@ -188,14 +188,14 @@ def test_no_gpu_is_said_plainly(lab: Lab, page: Any, opened: dict) -> None:
     sidebar = open_sidebar(page)
     body = {"simulated": False, "available": False, "message": "NVML: driver not loaded", "driver": None,
             "interval": 2.0, "devices": []}  # fmt: skip
-    page.route("**/api/vgpu/devices*", lambda route: route.fulfill(status=200, json=body))
+    route_sample(page, "devices", lambda _: body)
     try:
         sidebar.locator(".jp-vgpu-Header-refresh").click()
         message = sidebar.locator(".jp-vgpu-Message.jp-vgpu-mod-no-gpu")
         expect(message).to_contain_text("No GPU on this server.")
         expect(message).to_contain_text("NVML: driver not loaded")
     finally:
-        page.unroute("**/api/vgpu/devices*")
+        unroute(page)
     sidebar.locator(".jp-vgpu-Header-refresh").click()
     expect(notebook_row(page)).to_be_visible()
 

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from .conftest import ARTIFACTS, KERNEL_DISPLAY_NAME, KERNEL_NAME, Lab, notebook_json
-from .pages import SIDEBAR, expect, kernel_slice, open_sidebar, route_json, set_theme_live, unroute, wait_for
+from .pages import SIDEBAR, expect, kernel_slice, open_sidebar, route_sample, set_theme_live, unroute, wait_for
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -264,7 +264,7 @@ def test_an_unknown_use_says_why(lab: Lab, page: Any, untitled: dict[str, dict[s
             s["usage_note"] = SERVER_NOTE if s["state"] == "unknown" else "Measured by NVML."
         return body
 
-    route_json(page, "**/api/vgpu/slices*", with_note)
+    route_sample(page, "slices", with_note)
     try:
         expect(note).to_have_text(SERVER_NOTE)
         expect(row).to_have_attribute("title", re.compile(re.escape(SERVER_NOTE)))
@@ -280,7 +280,8 @@ def test_the_status_bar_says_simulated_and_the_kernels_cpu_and_ram(
 ) -> None:
     held = untitled[UNTITLED]
     lab.simulate([{"gpu": 0, "pid": held["pid"], "memory": "2GiB", "utilization": 20}])
-    route_json(page, "**/api/vgpu/kernels/*", lambda body: {**body, "host": HOST})
+    # The host use comes on the slice of the kernel the status bar follows.
+    route_sample(page, "slices", lambda body: {**body, "slices": [{**s, "host": HOST} if "host" in s else s for s in body["slices"]]})
     try:
         activate_tab(page, "Untitled.ipynb")
         item = page.locator(".jp-vgpu-StatusItem-content")
@@ -294,7 +295,7 @@ def test_the_status_bar_says_simulated_and_the_kernels_cpu_and_ram(
     finally:
         unroute(page)
     # A server without `host` (or one that cannot read it): the tooltip does without.
-    route_json(page, "**/api/vgpu/kernels/*", lambda body: {k: v for k, v in body.items() if k != "host"})
+    route_sample(page, "slices", lambda body: {**body, "slices": [{k: v for k, v in s.items() if k != "host"} for s in body["slices"]]})
     try:
         expect(item).not_to_have_attribute("title", re.compile("CPU"), timeout=10_000)
         expect(item).to_have_text("GPU 2.0 / 20.0 GiB · simulated")

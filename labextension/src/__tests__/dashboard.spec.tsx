@@ -1,20 +1,13 @@
 /**
- * The GPU dashboard: what it draws from a reply (a chart for each series NVML gives, a chart
- * per live slice under its GPU, the banners) and how its model polls.
+ * The GPU dashboard as drawn from a history: a section per GPU with its charts and its slices,
+ * the ranges and the zoom, the banners.
  */
 import * as React from 'react';
 
 import { VGPUApiError } from '../api';
-import {
-  DashboardModel,
-  DashboardView,
-  gpuCharts,
-  IDashboardViewProps,
-  RANGES,
-  sliceChart
-} from '../dashboard';
-import { HistoryStore, IHistoryReply } from '../historyapi';
-import { GiB, gpu, gpuPoint, reply, slice } from './historyfixtures';
+import { DashboardView, IDashboardViewProps, RANGES } from '../dashboard';
+import { HistoryStore } from '../historyapi';
+import { fullReply, reply, storeOf, T0 } from './historyfixtures';
 import { attr, render, tags, texts } from './render';
 
 // JupyterLab's widget and icon packages are ES modules that need a DOM: the view needs neither.
@@ -24,39 +17,6 @@ jest.mock('@jupyterlab/ui-components', () => ({
 }));
 jest.mock('@jupyterlab/apputils', () => ({ MainAreaWidget: class {} }));
 jest.mock('../icons', () => ({ dashboardIcon: {}, gpuIcon: {} }));
-
-const T0 = 1700000000;
-
-/** GPU 0 with every series NVML can give, GPU 1 with memory and utilisation only. */
-function fullReply(fields: Partial<IHistoryReply> = {}): IHistoryReply {
-  const rich = gpu('GPU-0', 0, []);
-  rich.name = 'NVIDIA A100-SXM4-80GB';
-  rich.memory_total = 80 * GiB;
-  rich.power_limit = 400;
-  rich.points = [0, 10, 20].map(dt =>
-    gpuPoint(T0 + dt, {
-      power: 150 + dt,
-      temp: 50,
-      pcie_tx: 1024 ** 2 * dt,
-      pcie_rx: 2 * 1024 ** 2 * dt
-    })
-  );
-  const plain = gpu('GPU-1', 1, [T0, T0 + 10, T0 + 20]);
-  const notebook = slice('train', [T0, T0 + 10, T0 + 20]);
-  const command = {
-    ...slice('cmd', [T0 + 10, T0 + 20]),
-    holder_kind: 'command' as const,
-    kernel_id: null,
-    path: null,
-    kernel_display_name: null,
-    command: ['/opt/conda/bin/python', 'train.py'],
-    request_text: '8 GiB',
-    gpus: ['GPU-1'],
-    gpu_indices: [1],
-    memory_reserved_total: 8 * GiB
-  };
-  return reply(T0 + 20, [rich, plain], [notebook, command], fields);
-}
 
 function view(
   store: HistoryStore,
@@ -78,12 +38,6 @@ function view(
   );
 }
 
-function storeOf(r: IHistoryReply): HistoryStore {
-  const store = new HistoryStore();
-  store.apply(r);
-  return store;
-}
-
 /** The `data-chart` of each chart in a GPU's section, in order. */
 function chartsOf(html: string, index: number): string[] {
   const start = html.indexOf(`data-gpu-index="${index}"`);
@@ -93,49 +47,6 @@ function chartsOf(html: string, index: number): string[] {
     tag => attr(tag, 'data-chart') ?? ''
   );
 }
-
-describe('the charts of a GPU', () => {
-  it('are those of the series that have a value', () => {
-    const [rich, plain] = storeOf(fullReply()).gpus;
-    expect(gpuCharts(rich).map(c => c.kind)).toEqual([
-      'memory',
-      'util',
-      'power',
-      'temp',
-      'pcie'
-    ]);
-    expect(gpuCharts(plain).map(c => c.kind)).toEqual(['memory', 'util']);
-  });
-
-  it('draw memory up to the total, with what the slices reserve', () => {
-    const [rich] = storeOf(fullReply()).gpus;
-    const [memory] = gpuCharts(rich);
-    expect(memory.left.max).toBe(80 * GiB);
-    expect(memory.series.map(s => s.id)).toEqual(['used', 'reserved']);
-    const power = gpuCharts(rich).find(c => c.kind === 'power')!;
-    expect(power.references?.[0].value).toBe(400);
-    const pcie = gpuCharts(rich).find(c => c.kind === 'pcie')!;
-    expect(pcie.series.map(s => s.label)).toEqual(['PCIe TX', 'PCIe RX']);
-  });
-
-  it('leave out a PCIe direction NVML does not give', () => {
-    const r = fullReply();
-    r.gpus[0].points = r.gpus[0].points.map(p => ({ ...p, pcie_rx: null }));
-    const pcie = gpuCharts(storeOf(r).gpus[0]).find(c => c.kind === 'pcie')!;
-    expect(pcie.series.map(s => s.id)).toEqual(['tx']);
-  });
-});
-
-describe('a slice', () => {
-  it('is titled by its notebook or its command, against its reservation', () => {
-    const [notebook, command] = storeOf(fullReply()).slices;
-    const chart = sliceChart(notebook);
-    expect(chart.title).toBe('train.ipynb');
-    expect(chart.references?.[0].value).toBe(4 * GiB);
-    expect(chart.series.map(s => s.id)).toEqual(['used', 'util']);
-    expect(sliceChart(command).title).toBe('python train.py');
-  });
-});
 
 describe('DashboardView', () => {
   it('draws a section per GPU with its charts and its slices', () => {
@@ -260,68 +171,5 @@ describe('DashboardView', () => {
     r.slices = [];
     const html = view(storeOf(r));
     expect(texts(html, 'jp-vgpu-Dashboard-noSlices')).toHaveLength(2);
-  });
-});
-
-describe('DashboardModel', () => {
-  let replies: (IHistoryReply | Error)[];
-  let since: (number | null | undefined)[];
-  let model: DashboardModel;
-
-  beforeEach(() => {
-    jest.useFakeTimers({ doNotFake: ['Date', 'nextTick', 'queueMicrotask'] });
-    replies = [];
-    since = [];
-    model = new DashboardModel({
-      client: {
-        history: (s?: number | null) => {
-          since.push(s);
-          const next = replies.shift();
-          return next instanceof Error || next === undefined
-            ? Promise.reject(next ?? new Error('no reply left'))
-            : Promise.resolve(next);
-        }
-      }
-    });
-  });
-
-  afterEach(() => {
-    model.dispose();
-    jest.clearAllTimers();
-    jest.useRealTimers();
-  });
-
-  async function refreshed(): Promise<void> {
-    const changed = new Promise<void>(resolve => {
-      const done = () => {
-        model.changed.disconnect(done);
-        resolve();
-      };
-      model.changed.connect(done);
-    });
-    await model.refresh();
-    await jest.advanceTimersByTimeAsync(0);
-    await changed;
-  }
-
-  it('appends what follows each reply, and keeps it under an error', async () => {
-    replies.push(
-      reply(T0 + 10, [gpu('GPU-0', 0, [T0, T0 + 10])]),
-      reply(T0 + 20, [gpu('GPU-0', 0, [T0 + 20])]),
-      new VGPUApiError('Down.', 502)
-    );
-    expect(model.loading).toBe(true);
-    await refreshed();
-    expect(model.loading).toBe(false);
-    await refreshed();
-    expect(since).toEqual([null, T0 + 10]);
-    expect(model.store.gpus[0].points.map(p => p.t)).toEqual([
-      T0,
-      T0 + 10,
-      T0 + 20
-    ]);
-    await refreshed();
-    expect(model.error?.message).toBe('Down.');
-    expect(model.store.gpus[0].points).toHaveLength(3);
   });
 });

@@ -2,6 +2,7 @@
  * Plain objects shaped like `GET /api/vgpu/history` replies, for the unit tests.
  */
 import {
+  HistoryStore,
   IGPUHistory,
   IGPUHistoryPoint,
   IHistoryReply,
@@ -76,4 +77,45 @@ export function reply(
     slices,
     ...fields
   };
+}
+
+/** A round time (2023-11-14 22:13:20 UTC): the clock of the replies below. */
+export const T0 = 1700000000;
+
+/** GPU 0 with every series NVML can give, GPU 1 with memory and utilisation only. */
+export function fullReply(fields: Partial<IHistoryReply> = {}): IHistoryReply {
+  const rich = gpu('GPU-0', 0, []);
+  rich.name = 'NVIDIA A100-SXM4-80GB';
+  rich.memory_total = 80 * GiB;
+  rich.power_limit = 400;
+  rich.points = [0, 10, 20].map(dt =>
+    gpuPoint(T0 + dt, {
+      power: 150 + dt,
+      temp: 50,
+      pcie_tx: 1024 ** 2 * dt,
+      pcie_rx: 2 * 1024 ** 2 * dt
+    })
+  );
+  const plain = gpu('GPU-1', 1, [T0, T0 + 10, T0 + 20]);
+  const notebook = slice('train', [T0, T0 + 10, T0 + 20]);
+  const command = {
+    ...slice('cmd', [T0 + 10, T0 + 20]),
+    holder_kind: 'command' as const,
+    kernel_id: null,
+    path: null,
+    kernel_display_name: null,
+    command: ['/opt/conda/bin/python', 'train.py'],
+    request_text: '8 GiB',
+    gpus: ['GPU-1'],
+    gpu_indices: [1],
+    memory_reserved_total: 8 * GiB
+  };
+  return reply(T0 + 20, [rich, plain], [notebook, command], fields);
+}
+
+/** A history that has taken in `r`. */
+export function storeOf(r: IHistoryReply): HistoryStore {
+  const store = new HistoryStore();
+  store.apply(r);
+  return store;
 }

@@ -1,10 +1,13 @@
 /**
  * The model's history and colour bookkeeping, the slices' changes merged into the whole, and
- * its polls against a fake client (a plain object with the two calls the model makes).
+ * its polls against a fake client (a plain object that answers the model's one call with a reply
+ * per part asked).
  */
 import {
   IDevice,
   IDevicesReply,
+  ISampleQuery,
+  ISampleReply,
   ISlice,
   ISliceChanges,
   ISlicesChanges,
@@ -164,7 +167,7 @@ function device(uuid: string, history = points(1)): IDevice {
   };
 }
 
-/** Replies the fake server gives, one per call, and the `since` each call asked with. */
+/** Replies the fake server gives, one per part asked, and the `since` each part was asked with. */
 class FakeClient {
   devicesReplies: (IDevicesReply | Error)[] = [];
   slicesReplies: (ISlicesChanges | Error)[] = [];
@@ -179,6 +182,15 @@ class FakeClient {
   slices(since?: number | null): Promise<ISlicesChanges> {
     this.slicesSince.push(since);
     return FakeClient.answer(this.slicesReplies.shift());
+  }
+
+  /** `GET /api/vgpu/sample`: the replies above, as one (the GPUs only when asked). */
+  async sample(query: ISampleQuery): Promise<ISampleReply> {
+    const [devices, slices] = await Promise.all([
+      query.devices !== undefined ? this.devices(query.devices) : undefined,
+      this.slices(query.since)
+    ]);
+    return devices ? { slices, devices } : { slices };
   }
 
   private static answer<T>(reply: T | Error | undefined): Promise<T> {
@@ -225,9 +237,9 @@ describe('GPUModel', () => {
     visible = true;
     model = new GPUModel({
       client: client as unknown as VGPUClient,
-      interval: 60 * 1000,
-      isVisible: () => visible
+      interval: 60 * 1000
     });
+    model.subscribe(() => ({ devices: visible })); // the sidebar, shown or not
   });
 
   afterEach(() => {
@@ -337,7 +349,11 @@ describe('GPUModel', () => {
 
   it('asks for a whole reply when a since reply names a slice it never saw', async () => {
     const a = makeSlice({ id: 'a', history: points(1) });
-    client.devicesReplies.push(devicesReply([], 2), devicesReply([], 3));
+    client.devicesReplies.push(
+      devicesReply([], 2),
+      devicesReply([], 3),
+      devicesReply([device('GPU-0', points(3))], 3)
+    );
     client.slicesReplies.push(
       slicesReply([a], 2),
       changesReply([{ id: 'z', kernel_id: null, history: points(3) }], 3),
@@ -347,9 +363,36 @@ describe('GPUModel', () => {
     await refreshed();
     await refreshed();
 
-    expect(client.slicesSince).toEqual([null, 2, undefined]);
+    // The same sample asked again, all of it, with the slices whole.
+    expect(client.slicesSince).toEqual([null, 2, null]);
+    expect(client.devicesSince).toEqual([null, 2, 2]);
     expect(model.snapshot?.slices.slices.map(s => s.id)).toEqual(['z']);
     expect(model.sliceHistory('z')).toEqual(points(3));
+    expect(model.snapshot?.devices.devices.map(d => d.uuid)).toEqual(['GPU-0']);
+  });
+
+  it("keeps no slice's host use from a reply before: each reply brings its own", async () => {
+    const host = {
+      cpu_percent: 5,
+      memory_rss: 1,
+      memory_total: 2,
+      cpu_count: 1
+    };
+    const a = makeSlice({ id: 'a', kernel_id: 'ka', history: points(1) });
+    client.devicesReplies.push(devicesReply([], 2));
+    client.slicesReplies.push(
+      slicesReply([{ ...a, host }], 2),
+      changesReply([{ id: 'a', kernel_id: 'ka', history: points(3) }], 3)
+    );
+
+    await refreshed();
+    expect(model.slice('a')?.host).toEqual(host);
+    visible = false;
+    await refreshed();
+
+    expect(client.slicesSince).toEqual([null, 2]);
+    expect(model.slice('a')?.host).toBeUndefined();
+    expect(model.slice('a')?.kernel_id).toBe('ka');
   });
 
   it('takes the whole history each time from a server without taken_at', async () => {
