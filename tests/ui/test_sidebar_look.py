@@ -259,9 +259,13 @@ def test_an_unknown_use_says_why(lab: Lab, page: Any, untitled: dict[str, dict[s
         row.screenshot(path=str(ARTIFACTS / f"look-unknown-{theme}.png"))
 
     # The server's own sentence, in the row and its tooltip; only in the tooltip once it is measured.
+    # A reply with ``since`` names only what changed: a slice's state is the last one it named.
+    states: dict[str, str] = {}
+
     def with_note(body: dict[str, Any]) -> dict[str, Any]:
         for s in body.get("slices", []):
-            s["usage_note"] = SERVER_NOTE if s["state"] == "unknown" else "Measured by NVML."
+            state = states[s["id"]] = s.get("state", states.get(s["id"], "unknown"))
+            s["usage_note"] = SERVER_NOTE if state == "unknown" else "Measured by NVML."
         return body
 
     route_sample(page, "slices", with_note)
