@@ -17,6 +17,7 @@ the default pays nothing for them.
 from __future__ import annotations
 
 import sys
+from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -35,7 +36,7 @@ DEFAULT = "local"
 GROUP = "jupyter_vgpu.launchers"
 
 
-class Launcher:
+class Launcher(ABC):
     """How and where a kernel that holds a slice runs. Each coroutine gets the provisioner
     (jupyter_client's ``LocalProvisioner`` API) and does what the provisioner's method of that
     name does; ``local`` does exactly what jupyter_client does."""
@@ -54,27 +55,29 @@ class Launcher:
             return [sys.executable, "-m", "jupyter_vgpu.cli.enter", "--", *cmd]
         return cmd
 
+    @abstractmethod
     async def launch(self, provisioner: LocalProvisioner, cmd: list[str], **kwargs: Any) -> Any:
         """Start the kernel; returns its connection info (``launch_kernel``)."""
-        raise NotImplementedError
 
+    @abstractmethod
     async def send_signal(self, provisioner: LocalProvisioner, signum: int) -> None:
         """Interrupt (or signal) the kernel."""
-        raise NotImplementedError
 
+    @abstractmethod
     async def kill(self, provisioner: LocalProvisioner, restart: bool = False) -> None:
-        raise NotImplementedError
+        """End the kernel at once (SIGKILL for a process; ``restart``: it is started again)."""
 
+    @abstractmethod
     async def terminate(self, provisioner: LocalProvisioner, restart: bool = False) -> None:
-        raise NotImplementedError
+        """Ask the kernel to end (SIGTERM for a process; ``restart``: it is started again)."""
 
+    @abstractmethod
     async def poll(self, provisioner: LocalProvisioner) -> int | None:
         """None while the kernel runs, else its exit status."""
-        raise NotImplementedError
 
+    @abstractmethod
     def alive(self, pid: int | None, start: float | None = None, stamp: str | None = None) -> bool:
         """Whether the kernel whose slice records holder ``pid`` (with its start and stamp) lives."""
-        raise NotImplementedError
 
     def host_process(self, pid: int | None) -> int | None:
         """The process on this host whose tree is the kernel (its CPU and memory), or None when the
@@ -161,7 +164,10 @@ def launcher_named(name: Any) -> Launcher:
                 raise InvalidRequest(f"launcher {shorten(text)} could not be loaded ({shorten(error)}).") from None
     if not (isinstance(cls, type) and issubclass(cls, Launcher)):
         raise InvalidRequest(f"launcher {shorten(name)} is not a launcher here; use one of: {', '.join(known())}.")
-    made = _made[text] = cls()
+    try:
+        made = _made[text] = cls()
+    except TypeError as error:  # a plug-in that leaves part of the contract out
+        raise InvalidRequest(f"launcher {shorten(text)} could not be loaded ({shorten(error)}).") from None
     return made
 
 
