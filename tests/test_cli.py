@@ -229,6 +229,44 @@ def test_waiting_in_line_shows_in_status_then_runs(vgpu_env: dict[str, str]) -> 
     assert waiter.returncode == 0 and out.strip() == "got it"
 
 
+def _stderr_line(process: subprocess.Popen[str], timeout: float = 30) -> str:
+    """The next line ``process`` writes on stderr, or what it wrote before ``timeout``."""
+    import select
+
+    assert process.stderr is not None
+    ready, _, _ = select.select([process.stderr], [], [], timeout)
+    return process.stderr.readline() if ready else "(nothing)"
+
+
+def test_run_wait_says_it_waits_in_line_and_when_its_place_changes(vgpu_env: dict[str, str]) -> None:
+    """A blank terminal while waiting looks like a hang (issue 33): one line as it joins the line,
+    one when its place changes; nothing per attempt. (-q says nothing: the test above.)"""
+    holder = subprocess.Popen([*JUPYTER_VGPU, "run", "-q", "-p", "1", "--", "sleep", "60"])
+    waiters: list[subprocess.Popen[str]] = []
+    try:
+        wait_until(lambda: len(open_ledger().slices()) == 1)
+        for command in ("true", "echo second"):
+            waiters.append(subprocess.Popen(
+                [*JUPYTER_VGPU, "run", "-p", "1/2", "--wait", "300", "--", *command.split()],
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            ))  # fmt: skip
+            wait_until(lambda: len(open_ledger().waiting()) == len(waiters))
+        first, second = waiters
+        assert _stderr_line(first) == "jupyter vgpu: no room now: waiting in line (#1) up to 300 s for 1/2 GPU; Ctrl+C gives up.\n"
+        assert _stderr_line(second) == "jupyter vgpu: no room now: waiting in line (#2) up to 300 s for 1/2 GPU; Ctrl+C gives up.\n"
+        first.send_signal(signal.SIGINT)  # Ctrl+C gives up: the second moves up
+        assert first.wait(30) == 130
+        assert _stderr_line(second) == "jupyter vgpu: now #1 in line for 1/2 GPU.\n"
+        holder.terminate()
+        out, err = second.communicate(timeout=60)
+        assert second.returncode == 0 and out == "second\n", err
+        assert "in line" not in err  # said once per place, not once per attempt
+    finally:
+        for process in (holder, *waiters):
+            process.kill()
+            process.wait(10)
+
+
 def test_a_cancelled_place_in_line_ends_the_wait_with_exit_75(vgpu_env: dict[str, str]) -> None:
     holder = subprocess.Popen([*JUPYTER_VGPU, "run", "-q", "-p", "1", "--", "sleep", "60"])
     try:

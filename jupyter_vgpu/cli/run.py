@@ -22,6 +22,7 @@ import shlex
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from types import FrameType
 from typing import Any
@@ -33,8 +34,8 @@ from ..enforcement import Tier, by_tier
 from ..enforcement.base import ENV_ENTER
 from ..enforcement.hamicore import library, library_problem
 from ..errors import InvalidRequest, SliceNotFound, VGPUError
-from ..ledger import open_ledger
-from ..slices import Holder, SliceRequest, summary
+from ..ledger import Ledger, open_ledger
+from ..slices import Holder, SliceRequest, Ticket, summary
 from ..slices.environment import DEVICE_NAMES, fit_installed_frameworks, with_slice
 from ..slices.reports import remove_report, write_report
 from ..slices.request import CLI_NAMES
@@ -90,7 +91,8 @@ def run(args: argparse.Namespace) -> int:
     if (refused := library_problem(library())) and not args.quiet:
         print(f"jupyter vgpu: {refused}", file=sys.stderr)  # slices placed here stay cooperative
     # run keeps the slice while it waits for the command's processes (_run_child)
-    slice_ = ledger.reserve(request, Holder("command", shlex.join(command), keeper=os.getpid()), wait=wait)
+    line = None if args.quiet else _PlaceInLine(ledger, request, wait)
+    slice_ = ledger.reserve(request, Holder("command", shlex.join(command), keeper=os.getpid()), wait=wait, waiting=line)
     try:
         env = with_slice(
             os.environ, slice_, ledger_path=str(ledger.path), simulate=settings.resolved_simulate,
@@ -114,6 +116,41 @@ def run(args: argparse.Namespace) -> int:
         except SliceNotFound:
             pass
         remove_report(ledger.path, slice_.id, slice_.tier.value)  # its processes' reports, notices, what its tier kept
+
+
+class _PlaceInLine:
+    """What ``run --wait`` says on stderr while it waits, so a blank terminal is not taken for a
+    hang: one line as it joins the line, one each time its place changes, nothing per attempt.
+    The place is read from the ledger at most once a second."""
+
+    def __init__(self, ledger: Ledger, request: SliceRequest, wait: float) -> None:
+        self.ledger = ledger
+        self.request = request
+        self.wait = wait
+        self.place: int | None = None
+        self.read_at = -1.0
+
+    def __call__(self, ticket: Ticket) -> None:
+        now = time.monotonic()
+        if self.place is not None and now - self.read_at < 1.0:
+            return
+        self.read_at = now
+        try:
+            place = next((w.position for w in self.ledger.waiting() if w.ticket == ticket.number), None)
+        except VGPUError:
+            return  # said by the attempt that fails, if it does
+        if place is None or place == self.place:
+            return
+        if self.place is None:
+            print(
+                f"jupyter vgpu: no room now: waiting in line (#{place}) up to {self.wait:g} s for "
+                f"{self.request.describe()}; Ctrl+C gives up.",
+                file=sys.stderr,
+                flush=True,
+            )
+        else:
+            print(f"jupyter vgpu: now #{place} in line for {self.request.describe()}.", file=sys.stderr, flush=True)
+        self.place = place
 
 
 #: As shells report a command they cannot start.

@@ -163,14 +163,22 @@ class Ledger(ABC):
         return None
 
     # -- built on the operations above ------------------------------------------------------
-    def reserve(self, request: SliceRequest, holder: Holder, *, wait: float = 0.0) -> Slice:
-        """Reserve now, or wait in line (first come, first served) up to ``wait`` seconds.
+    def reserve(
+        self,
+        request: SliceRequest,
+        holder: Holder,
+        *,
+        wait: float = 0.0,
+        waiting: Callable[[Ticket], None] | None = None,
+    ) -> Slice:
+        """Reserve now, or wait in line (first come, first served) up to ``wait`` seconds;
+        ``waiting`` hears about each attempt that has to go on waiting.
 
         For code without an event loop (a command); on a loop use :meth:`reserve_async`, the one
         waiting-in-line loop both run."""
         if wait <= 0:
             return self.reserve_now(request, holder)
-        return asyncio.run(self.reserve_async(request, holder, wait=wait))
+        return asyncio.run(self.reserve_async(request, holder, wait=wait, waiting=waiting))
 
     async def reserve_async(
         self,
