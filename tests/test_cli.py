@@ -208,6 +208,33 @@ def test_full_gpu_refusal_says_who_holds_it(vgpu_env: dict[str, str]) -> None:
         holder.wait(10)
 
 
+def test_a_multi_gpu_refusal_says_how_many_gpus_have_room_and_offers_fewer(
+    vgpu_env: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """GPU 0 full, GPU 1 empty, `-n 2 -p 0.5`: the count is short, not the memory (issue 33)."""
+    monkeypatch.setenv("JUPYTER_VGPU_SIMULATE", "2x16GiB")
+    holder = subprocess.Popen([*JUPYTER_VGPU, "run", "-q", "--gpu", "0", "--", "sleep", "60"])
+    try:
+        wait_until(lambda: len(open_ledger().slices()) == 1)
+        now = vgpu("run", "-n", "2", "-p", "0.5", "--", "true")
+        assert now.returncode == 75, now.stderr
+        first, *_, advice = now.stderr.strip().splitlines()
+        assert first == (
+            "jupyter vgpu: No room for 2 x 1/2 GPU (8.0 GiB per GPU) now: only 1 GPU has room for 1/2 GPU (GPU 1), "
+            "where 2 are needed."
+        )
+        assert "too little for any slice" not in now.stderr
+        assert advice.startswith("What you can do: Ask for 1 GPU (`-n 1`, or `gpus: 1` in a kernelspec): 1/2 GPU on each fits now.")
+        waited = vgpu("run", "-q", "-n", "2", "-p", "0.5", "--wait", "0.5", "--", "true")
+        assert waited.returncode == 75, waited.stderr
+        assert waited.stderr.startswith("jupyter vgpu: Waited 0.5 s in line for 2 x 1/2 GPU. No room for 2 x 1/2 GPU")
+        assert "Wait in line" not in waited.stderr  # it just did
+        assert "Wait longer than 0.5 s: a larger wait_timeout, or a larger `--wait`." in waited.stderr
+    finally:
+        holder.kill()
+        holder.wait(10)
+
+
 def test_waiting_in_line_shows_in_status_then_runs(vgpu_env: dict[str, str]) -> None:
     holder = subprocess.Popen([*JUPYTER_VGPU, "run", "-q", "-p", "1", "--", "sleep", "60"])
     wait_until(lambda: len(open_ledger().slices()) == 1)

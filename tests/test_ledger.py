@@ -133,6 +133,21 @@ def test_free_memory_too_small_for_a_context_is_not_offered(tmp_path: Path) -> N
     assert "Ask for at most" not in message and caught.value.detail["smaller_fits"] is False
 
 
+def test_a_kernel_refused_for_too_few_gpus_with_room_is_offered_fewer_gpus(ledger: Ledger) -> None:
+    """The kernel-start dialog's words for the count that is short (issue 33): not "wait"."""
+    from jupyter_vgpu.launch.refusals import refusal_tips
+
+    reserve(ledger, 1.0)  # GPU 0 full, GPU 1 empty
+    with pytest.raises(SliceUnavailable) as caught:
+        reserve(ledger, 0.5, gpus=2)
+    detail = caught.value.detail
+    assert detail["fewer_gpus_fit"] == 1 and detail["summary"].endswith(
+        "only 1 GPU has room for 1/2 GPU (GPU 1), where 2 are needed."
+    )
+    tips = refusal_tips(detail, kernels=[], wait_timeout=0)
+    assert tips[0] == "A kernel of the same share on 1 GPU fits now (`jupyter vgpu kernelspec install -n 1` and its -p or -m)."
+
+
 def test_a_request_bigger_than_any_gpu_fails_at_once_even_when_waiting(ledger: Ledger) -> None:
     start = time.monotonic()
     with pytest.raises(SliceUnavailable, match="more than the largest GPU"):

@@ -119,6 +119,9 @@ def refusal_tips(detail: dict[str, Any], *, kernels: list[dict[str, str]], wait_
     if kernels:
         names = " or ".join(f'"{k["display_name"]}"' for k in kernels[:2])
         tips.append(f"Start {names} instead: {'it fits' if len(kernels[:2]) == 1 else 'they fit'} now.")
+    elif isinstance(count := detail.get("fewer_gpus_fit"), int) and count > 0:
+        gpus = "1 GPU" if count == 1 else f"{count} GPUs"
+        tips.append(f"A kernel of the same share on {gpus} fits now (`jupyter vgpu kernelspec install -n {count}` and its -p or -m).")
     elif detail.get("smaller_fits") and isinstance((detail.get("fits_now") or {}).get("memory"), int):
         most = format_bytes(detail["fits_now"]["memory"])
         tips.append(f"A kernel of at most {most} fits now (`jupyter vgpu kernelspec install -m {most.replace(' ', '')}`).")

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 
 from ..errors import LeftLine, NeverFits, SliceUnavailable
 from ..slices.records import Holder, Slice, Ticket, Waiter
+from ..slices.refusal import after_waiting
 from ..slices.request import SliceRequest
 
 if TYPE_CHECKING:
@@ -216,7 +217,10 @@ class Ledger(ABC):
         except SliceUnavailable as error:
             # what it waited: the whole wait, or less when the line ended it sooner (a broker's max_wait)
             waited = wait if loop.time() >= deadline else round(wait - (deadline - loop.time()), 1)
-            detail = {**error.detail, "waited": waited} if error.detail is not None else None
-            raise type(error)(f"Waited {waited:g} s in line for {request.describe()}. {error}", detail=detail) from None
+            text, detail = str(error), error.detail
+            if detail is not None:
+                text, advice = after_waiting(text, list(detail.get("advice") or []), waited)
+                detail = {**detail, "waited": waited, "advice": advice}
+            raise type(error)(f"Waited {waited:g} s in line for {request.describe()}. {text}", detail=detail) from None
         finally:
             await asyncio.shield(asyncio.to_thread(self.leave_queue, ticket))

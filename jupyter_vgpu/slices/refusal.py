@@ -9,7 +9,7 @@ waiting in line, or asking the holders.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..units import describe_fraction, format_bytes
@@ -19,6 +19,13 @@ from .request import SliceRequest
 
 #: At most this many GPUs are described; the rest are counted.
 SHOWN_GPUS = 4
+
+#: The advice to wait in line, which a request that has just waited gets as "wait longer" instead
+#: (:func:`after_waiting`).
+WAIT_TIP = (
+    "Wait in line: a kernel with wait_timeout, or `jupyter vgpu run --wait SECONDS`; "
+    "requests are served first come, first served."
+)
 
 
 @dataclass(frozen=True)
@@ -61,6 +68,20 @@ class Refusal:
         """The GPUs with the most room, as many as the request needs."""
         return sorted(self.gpus, key=lambda g: (-self.room(g), g.index))[: self.request.gpus]
 
+    def with_room(self) -> list[GPUOccupancy]:
+        """The GPUs that could hold the asked share of one GPU now, by index."""
+        wanted = needs(self.request, self.gpus)
+        return [g for g in sorted(self.gpus, key=lambda g: g.index) if 0 < wanted[g.uuid] <= self.room(g)]
+
+    @property
+    def fewer_gpus_fit(self) -> int:
+        """How many GPUs could hold the asked share now when that is some, but fewer than the
+        request's GPUs (0 otherwise): then the count is what is short, not the memory."""
+        if self.request.gpus < 2 or self.in_mig_mode or self.ahead:
+            return 0
+        count = len(self.with_room())
+        return count if 0 < count < self.request.gpus else 0
+
     @property
     def fits_now(self) -> int:
         """The most each of the request's GPUs could get now (0: no slice fits anywhere)."""
@@ -86,7 +107,12 @@ class Refusal:
             waiting = f"{self.ahead} earlier request{'s wait' if self.ahead > 1 else ' waits'}"
             return f"{asked} would fit now, but {waiting} in line for a slice (first come, first served)."
         what = "No free MIG device" if self.in_mig_mode else "No room"
-        if self.fits_now > 0:
+        if count := self.fewer_gpus_fit:
+            one = replace(self.request, gpus=1).describe()
+            where = ", ".join(str(g.index) for g in self.with_room())
+            has = "1 GPU has" if count == 1 else f"{count} GPUs have"
+            text = f"{what} for {asked} now: only {has} room for {one} (GPU {where}), where {self.request.gpus} are needed."
+        elif self.fits_now > 0:
             text = f"{what} for {asked} now: at most {self.fits_now_text()} is free."
         elif self.in_mig_mode:
             text = f"{what} for {asked} now: every MIG device is taken."
@@ -109,12 +135,13 @@ class Refusal:
 
     def advice(self) -> list[str]:
         tips = []
-        if self.smaller_fits:
+        if count := self.fewer_gpus_fit:
+            gpus = "1 GPU" if count == 1 else f"{count} GPUs"
+            one = replace(self.request, gpus=1).describe()
+            tips.append(f"Ask for {gpus} (`-n {count}`, or `gpus: {count}` in a kernelspec): {one} on each fits now.")
+        elif self.smaller_fits:
             tips.append(f"Ask for at most {format_bytes(self.fits_now)}: that fits now.")
-        tips.append(
-            "Wait in line: a kernel with wait_timeout, or `jupyter vgpu run --wait SECONDS`; "
-            "requests are served first come, first served."
-        )
+        tips.append(WAIT_TIP)
         tips.append("Or ask the holders above to shut down the kernels they no longer use.")
         return tips
 
@@ -143,6 +170,7 @@ class Refusal:
             "fits_now": {"memory": self.fits_now or None, "text": self.fits_now_text()},
             "ahead": self.ahead,
             "smaller_fits": self.smaller_fits,
+            "fewer_gpus_fit": self.fewer_gpus_fit,
             "gpu_lines": self.gpu_lines(),
             "gpus": [
                 {
@@ -162,6 +190,13 @@ class Refusal:
             ],
             "advice": self.advice(),
         }
+
+
+def after_waiting(text: str, advice: list[str], waited: float) -> tuple[str, list[str]]:
+    """A refusal's text and advice for a request that has waited ``waited`` seconds in line:
+    "wait longer", not "wait in line"."""
+    longer = f"Wait longer than {waited:g} s: a larger wait_timeout, or a larger `--wait`."
+    return text.replace(WAIT_TIP, longer), [longer if tip == WAIT_TIP else tip for tip in advice]
 
 
 def _round_down(share: float) -> float:
