@@ -149,17 +149,25 @@ def parse_fraction(value: str | int | float, *, what: str = "gpu_fraction") -> f
     return result
 
 
-def describe_fraction(fraction: float) -> str:
-    """A share of a GPU in the one style every view uses, a fraction: ``0.25`` -> ``1/4``,
-    ``0.2`` -> ``1/5``, ``0.33`` -> ``33/100`` (what was asked, not "about 1/3"), ``1.0`` -> ``1``.
-    The smallest denominator that gives the share exactly (to a millionth of a GPU)."""
+def describe_fraction(fraction: float, *, percent: bool = False) -> str:
+    """A share of a GPU as a person reads it: a simple fraction where it is one (``0.25`` ->
+    ``1/4``, ``0.2`` -> ``1/5``, ``12.5%`` -> ``1/8``: denominators up to 16, one style in every
+    table), else the number as it was asked for: ``0.33`` -> ``0.33`` (not ``33/100``), or
+    ``33%`` when it was asked as a percentage (``percent``); ``1.0`` -> ``1``."""
     if fraction >= 1:
         return "1"
-    for limit in (16, 100, 1000, 1_000_000):
-        approx = Fraction(fraction).limit_denominator(limit)
-        if approx.numerator > 0 and abs(float(approx) - fraction) <= 1e-6 * fraction:
-            return f"{approx.numerator}/{approx.denominator}"
-    return f"{fraction:.6g}"
+    simple = Fraction(fraction).limit_denominator(16)
+    if simple.numerator > 0 and abs(float(simple) - fraction) <= 1e-6 * fraction:
+        return f"{simple.numerator}/{simple.denominator}"
+    return f"{_decimal(fraction * 100)}%" if percent else _decimal(fraction)
+
+
+def _decimal(number: float) -> str:
+    """``number`` in positional notation (never ``1e-06``), six significant digits."""
+    text = f"{number:.6g}"
+    if "e" in text:
+        text = f"{float(text):.15f}".rstrip("0").rstrip(".")
+    return text
 
 
 #: The longest wait in line anything accepts (a kernelspec's wait_timeout, ``run --wait``,

@@ -195,6 +195,22 @@ def test_bad_arguments_get_one_clear_sentence_and_leave_nothing_behind(
     assert open_ledger().slices() == []
 
 
+@pytest.mark.parametrize(("typed", "said"), [("0.33", "0.33 GPU"), ("33%", "33% of a GPU"), ("1/4", "1/4 GPU")])
+def test_a_share_is_said_back_as_it_was_typed(vgpu_env: dict[str, str], typed: str, said: str) -> None:
+    """`-p 0.33` came back as "33/100 GPU" (issue 33): in run's line and in status."""
+    held = subprocess.Popen([*JUPYTER_VGPU, "run", "-p", typed, "--", "sleep", "30"], stderr=subprocess.PIPE, text=True)
+    try:
+        assert f"({said})" in _stderr_line(held)
+        wait_until(lambda: "sleep 30" in vgpu("status").stdout)
+        line = next(line for line in vgpu("status").stdout.splitlines() if "sleep 30" in line)
+        assert f"[{said}]" in line, line
+        (listed,) = json.loads(vgpu("status", "--json", check=True).stdout)["slices"]
+        assert listed["request_text"] == said
+    finally:
+        held.kill()
+        held.wait(10)
+
+
 def test_full_gpu_refusal_says_who_holds_it(vgpu_env: dict[str, str]) -> None:
     holder = subprocess.Popen([*JUPYTER_VGPU, "run", "-p", "3/4", "--", "sleep", "30"])
     try:

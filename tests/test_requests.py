@@ -108,10 +108,12 @@ def test_requests_describe_themselves(kwargs: dict[str, object], text: str) -> N
 
 @pytest.mark.parametrize(
     ("share", "text"),
-    [("0.33", "33/100 GPU"), ("0.2", "1/5 GPU"), ("20%", "1/5 GPU"), ("1/3", "1/3 GPU"), ("12.5%", "1/8 GPU"), ("0.001", "1/1000 GPU")],
-)
-def test_every_share_reads_in_one_style(share: str, text: str) -> None:
-    """One style for every share (issue 25 found "33% GPU" beside "1/5 GPU" in one table)."""
+    [("0.33", "0.33 GPU"), ("33%", "33% of a GPU"), ("0.2", "1/5 GPU"), ("20%", "1/5 GPU"), ("1/3", "1/3 GPU"),
+     ("12.5%", "1/8 GPU"), ("0.001", "0.001 GPU"), ("0.0000015", "0.0000015 GPU"), ("33/100", "0.33 GPU")],
+)  # fmt: skip
+def test_every_share_reads_as_a_simple_fraction_or_as_asked(share: str, text: str) -> None:
+    """Simple fractions in one style (issue 25 found "33% GPU" beside "1/5 GPU" in one table);
+    others as the user typed them, not "33/100 GPU" for `-p 0.33` (issue 33)."""
     assert parse_share(share).describe() == text
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ..errors import InvalidRequest
@@ -36,6 +36,8 @@ class SliceRequest:
     gpu: str | None = None
     logical_devices: int = 1
     placement: str = "binpack"
+    #: The fraction was asked for as a percentage (``-p 33%``): said back as one ("33% of a GPU").
+    percent: bool = field(default=False, compare=False)
 
     def __post_init__(self) -> None:
         """The invariants of an already-parsed request (a kernelspec's traits build one directly)."""
@@ -103,6 +105,7 @@ class SliceRequest:
             gpu=pinned,
             logical_devices=logical,
             placement=str(placement),
+            percent=parsed_fraction is not None and isinstance(fraction, str) and fraction.strip().endswith("%"),
         )
 
     def amount_on(self, memory_total: int) -> int:
@@ -113,12 +116,14 @@ class SliceRequest:
         return int(math.floor(self.fraction * memory_total))
 
     def describe(self) -> str:
-        """``1/4 GPU``, ``6.0 GiB``, ``2 x 1/2 GPU``, ``1 GPU``."""
+        """``1/4 GPU``, ``0.33 GPU``, ``33% of a GPU``, ``6.0 GiB``, ``2 x 1/2 GPU``, ``1 GPU``: the
+        share as it was asked for (:func:`~jupyter_vgpu.units.describe_fraction`)."""
         if self.memory is not None:
             share = format_bytes(self.memory)
         else:
             assert self.fraction is not None
-            share = "1 GPU" if self.fraction >= 1 else f"{describe_fraction(self.fraction)} GPU"
+            text = describe_fraction(self.fraction, percent=self.percent)
+            share = "1 GPU" if self.fraction >= 1 else f"{text} of a GPU" if text.endswith("%") else f"{text} GPU"
         if self.gpus > 1:
             share = f"{self.gpus} GPUs" if self.fraction == 1 else f"{self.gpus} x {share}"
         if self.gpu is not None:
