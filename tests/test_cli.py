@@ -56,8 +56,10 @@ def test_status_says_the_gpus_are_simulated_and_lists_slices(vgpu_env: dict[str,
         text = vgpu("status", check=True).stdout
         assert "GPU 0  Simulated GPU 16GiB" in text
         assert "reserved 4.0 GiB / 16.0 GiB" in text
-        line = next(line for line in text.splitlines() if "sleep 30" in line)
-        assert "4.0 GiB" in line and "512 MiB" in line and "[1/4 GPU]" in line
+        (slice_id,) = [s.id for s in open_ledger().slices()]
+        row = text[text.index(f"  {slice_id} "):]  # folded to the terminal's width: the holder may be on a line of its own
+        assert "4.0 GiB" in row.splitlines()[0] and "512 MiB" in row.splitlines()[0], text
+        assert "sleep 30 [1/4 GPU]" in row, text
         data = json.loads(vgpu("status", "--json", check=True).stdout)
         assert data["simulated"] is True
         (entry,) = data["slices"]
@@ -90,8 +92,8 @@ def test_status_keeps_its_box_on_long_lines_and_shows_slices_a_second_shell_cann
         other = subprocess.run([*JUPYTER_VGPU, "status"], env=elsewhere, capture_output=True, text=True, timeout=60)
         assert other.returncode == 0, other.stderr
         assert "1 slice in this ledger on GPUs this shell does not see: the GPU source differs" in other.stdout
-        line = next(line for line in other.stdout.splitlines() if held.id in line)
-        assert "sleep 30 [1/4 GPU on GPU 0]" in line and "4.0 GiB" in line
+        row = " ".join(other.stdout[other.stdout.index(held.id):].split())  # the row, as folded to the width
+        assert row.startswith(f"{held.id} root 4.0 GiB") and "sleep 30 [1/4 GPU on GPU 0]" in row
     finally:
         sleeper.terminate()
         sleeper.wait(20)
@@ -193,6 +195,27 @@ def test_bad_arguments_get_one_clear_sentence_and_leave_nothing_behind(
     assert message in result.stderr
     assert "Traceback" not in result.stderr
     assert open_ledger().slices() == []
+
+
+@pytest.mark.parametrize("columns", [50, 80, 100])
+def test_status_keeps_every_line_inside_the_width_of_its_boxes(vgpu_env: dict[str, str], columns: int) -> None:
+    """A long holder ran past the GPU's box (issue 33): every line folds to the terminal's width."""
+    long_path = "/home/someone/projects/" + "a-rather-long-folder-name/" * 3 + "analysis.ipynb"
+    held = subprocess.Popen([*JUPYTER_VGPU, "run", "-q", "-p", "0.33", "--", "sh", "-c", "sleep 30", long_path])
+    try:
+        wait_until(lambda: "sleep 30" in vgpu("status").stdout)
+        shown = subprocess.run(
+            [*JUPYTER_VGPU, "status"], capture_output=True, text=True, timeout=60, env={**os.environ, "COLUMNS": str(columns)}
+        ).stdout
+        lines = shown.splitlines()
+        box = next(line for line in lines if line.startswith("+-"))
+        assert len(box) == columns
+        assert [line for line in lines if len(line) > columns] == []
+        assert "[0.33 GPU]" in shown  # the request stays whole
+        assert "/home/someone/projects/a-rather" in shown and "SIMULATED GPUs" in shown  # folded, not dropped
+    finally:
+        held.kill()
+        held.wait(10)
 
 
 @pytest.mark.parametrize(("typed", "said"), [("0.33", "0.33 GPU"), ("33%", "33% of a GPU"), ("1/4", "1/4 GPU")])

@@ -116,7 +116,7 @@ def render(data: dict[str, Any]) -> str:
     lines = []
     header = f"jupyter-vgpu · GPUs: {data['gpus_source']}"
     if data["simulated"]:
-        header += "  ** SIMULATED GPUs, not real hardware **"
+        header += "  " + "** SIMULATED GPUs, not real hardware **".replace(" ", _KEEP)  # folded whole, if at all
     lines.append(header)
     lines.append(f"slices kept by: {data['location']}")
     if not data["available"]:
@@ -133,7 +133,10 @@ def render(data: dict[str, Any]) -> str:
         util = f"{gpu['utilization']}%" if gpu["utilization"] is not None else "n/a"
         lines.append(rule)
         lines += _boxed(f"GPU {gpu['index']}  {gpu['name']}  {gpu['uuid']}  util {util}", width)
-        bar = _bar([(gpu["memory_reserved"], "#"), (gpu["memory_over_use"], "!"), (gpu["memory_foreign"], "x")], total)
+        bar = _bar(
+            [(gpu["memory_reserved"], "#"), (gpu["memory_over_use"], "!"), (gpu["memory_foreign"], "x")], total,
+            width=max(8, min(BAR_WIDTH, width - 6)),  # inside the box, however narrow
+        )  # fmt: skip
         figures = [
             f"reserved {format_bytes(gpu['memory_reserved'])} / {format_bytes(total)}",
             f"used {format_bytes(gpu['memory_used'])}",
@@ -153,7 +156,7 @@ def render(data: dict[str, Any]) -> str:
         if not rows:
             lines.append("  (no slices)")
             continue
-        lines += _slice_table(rows, gpu["uuid"])
+        lines += _slice_table(rows, gpu["uuid"], width)
     elsewhere = [row for row in data["slices"] if not shown.intersection(row["gpus"])]
     if elsewhere:
         lines.append("")
@@ -162,7 +165,7 @@ def render(data: dict[str, Any]) -> str:
             f"the GPU source differs (here: {data['gpus_source']}). They were reserved by processes that saw other "
             "GPUs, e.g. with JUPYTER_VGPU_SIMULATE set; run `status` with the same setting to see their use."
         )
-        lines += _slice_table(elsewhere, None)
+        lines += _slice_table(elsewhere, None, width)
     if data["waiting"]:
         lines.append("")
         lines.append("Waiting in line:")
@@ -173,7 +176,20 @@ def render(data: dict[str, Any]) -> str:
             )
     if not data["slices"] and data["available"]:
         lines.append("No slices. Start one with `jupyter vgpu run -p 0.25 -- COMMAND` or a sliced kernel.")
-    return "\n".join(lines) + "\n"
+    return "\n".join(folded for line in lines for folded in _fold(line, width)) + "\n"
+
+
+def _fold(line: str, width: int, hang: int | None = None) -> list[str]:
+    """``line`` folded to ``width``, so nothing runs past the GPUs' boxes: at spaces where it can
+    ("16.0 GiB" kept whole), a word longer than a line cut. Continuation lines are indented by
+    ``hang`` (default: the line's own indentation and 2)."""
+    if len(line) <= width:
+        return [line.replace(_KEEP, " ")]
+    lead = len(line) - len(line.lstrip())
+    indent = " " * (lead + 2 if hang is None else hang)
+    kept = _AMOUNT.sub(f"\\1{_KEEP}\\2", line)
+    folded = textwrap.wrap(kept, width, subsequent_indent=indent, break_on_hyphens=False) or [""]
+    return [part.replace(_KEEP, " ") for part in folded]
 
 
 def _boxed(text: str, width: int) -> list[str]:
@@ -186,19 +202,27 @@ def _boxed(text: str, width: int) -> list[str]:
     return [f"| {line.replace(_KEEP, ' '):<{inner}} |" for line in folded]
 
 
-def _slice_table(rows: list[dict[str, Any]], uuid: str | None) -> list[str]:
-    """Slices under a GPU (reserved on that GPU), or slices on GPUs not shown (reserved per GPU)."""
+#: Where the HOLDER column starts in a slice row; a holder folds under it while 24 characters are left.
+HOLDER_COLUMN = 78
+
+
+def _slice_table(rows: list[dict[str, Any]], uuid: str | None, width: int) -> list[str]:
+    """Slices under a GPU (reserved on that GPU), or slices on GPUs not shown (reserved per GPU);
+    each row folded to ``width``."""
+    hang = HOLDER_COLUMN if width - HOLDER_COLUMN >= 24 else 6
     lines = [f"  {'SLICE':<13}{'OWNER':<10}{'RESERVED':>10}{'USED':>11}{'CONTEXT':>10}  {'TIER':<20}HOLDER"]
     for row in rows:
         reserved = row["memory_reserved_by_gpu"][uuid] if uuid else row["memory_reserved"]
         where = "" if uuid else f" on GPU {', '.join(str(i) for i in row['gpu_indices'])}"
-        lines.append(
+        lines += _fold(
             f"  {row['id']:<13}{row['owner'][:9]:<10}{format_bytes(reserved):>10}"
             f"{_used(row):>11}{format_bytes(row['context_allowance']):>10}"
-            f"  {row['tier']:<20}{row['holder_text']} [{row['request_text']}{where}]"
-            + (f" idle {format_duration(row['idle_seconds'])}" if row.get("idle_seconds") is not None else "")
+            f"  {row['tier']:<20}{row['holder_text']} " + f"[{row['request_text']}{where}]".replace(" ", _KEEP)
+            + (f" idle {format_duration(row['idle_seconds'])}" if row.get("idle_seconds") is not None else ""),
+            width,
+            hang,
         )
-        lines += [f"{'':15}{line}" for line in configured_lines(row.get("configured") or [])]
+        lines += [part for line in configured_lines(row.get("configured") or []) for part in _fold(f"{'':15}{line}", width, 17)]
     if any(row.get("usage_source") == REPORTED for row in rows):
         lines.append("  * reported by the kernel's frameworks: NVML's process ids do not match it (e.g. in a container)")
     return lines
