@@ -1,13 +1,16 @@
 """Settings shared by every jupyter-vgpu process of a user: where the ledger lives, the
 CUDA-context allowance, and which GPUs (real or simulated) to use.
 
-Read from (later wins): ``jupyter_vgpu_config.{json,py}`` in Jupyter's config path, the host
-application's own config (``c.VGPU.*`` in ``jupyter_server_config.py``), then environment
-variables, so that a kernel, the server and ``jupyter vgpu`` all agree.
+Read from (later wins): ``jupyter_vgpu_config.json`` in the ledger's folder (what every process
+keeping its slices there shares: ``./scripts/lab`` writes its simulated GPUs there), then
+``jupyter_vgpu_config.{json,py}`` in Jupyter's config path, the host application's own config
+(``c.VGPU.*`` in ``jupyter_server_config.py``), then environment variables, so that a kernel, the
+server and ``jupyter vgpu`` (in any shell on the same ledger) all agree.
 """
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import Any
@@ -146,12 +149,77 @@ def file_config() -> Config:
     return merged
 
 
+#: Settings shared by every process whose slices are kept in one ledger: this file in the ledger's
+#: folder. ``ledger_path`` in it is ignored (the file is found through the ledger).
+LEDGER_CONFIG = "jupyter_vgpu_config.json"
+
+
+def ledger_config_path(settings: VGPU) -> Path:
+    """The shared settings file of the ledger ``settings`` name."""
+    return settings.resolved_ledger_path.parent / LEDGER_CONFIG
+
+
+def ledger_config(path: Path) -> Config:
+    """The ``VGPU`` settings of a ledger's shared file (:data:`LEDGER_CONFIG`); empty when there is none."""
+    if not path.is_file():
+        return Config()
+    try:
+        loaded = JSONFileConfigLoader(path.name, path=str(path.parent)).load_config()
+    except Exception as error:
+        raise InvalidConfig(f"{path} cannot be read: {error}") from None
+    shared = Config({"VGPU": loaded.get("VGPU", Config())})
+    shared.VGPU.pop("ledger_path", None)
+    return shared
+
+
+def share_simulation(spec: str, settings: VGPU | None = None) -> Path:
+    """Make every process on this ledger run on the simulated GPUs ``spec`` (``""``: on what NVML
+    finds), by writing them into the ledger's shared settings (:data:`LEDGER_CONFIG`); other
+    settings there are kept. Returns the file. ``./scripts/lab`` calls it at each start, so a
+    shell outside JupyterLab sees the GPUs the demo's kernels hold slices of."""
+    path = ledger_config_path(settings or load_settings())
+    if spec and Path(spec).expanduser().exists():
+        spec = str(Path(spec).expanduser().resolve())  # a JSON file: the same file from any folder
+    try:
+        data = json.loads(path.read_text()) if path.is_file() else {}
+    except (OSError, ValueError):
+        data = {}
+    section = data.setdefault("VGPU", {}) if isinstance(data, dict) else {}
+    if spec:
+        section["simulate"] = spec
+    else:
+        section.pop("simulate", None)
+    if not section:
+        data.pop("VGPU", None)
+    if data:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(data, indent=2) + "\n")
+    else:
+        path.unlink(missing_ok=True)
+    return path
+
+
+def shared_simulation(settings: VGPU) -> Path | None:
+    """The ledger's shared file when the simulated GPUs in force come from it (not from
+    ``JUPYTER_VGPU_SIMULATE`` nor the user's own config), else None: what ``status`` names."""
+    if ENV_SIMULATE in os.environ or not settings.simulate:
+        return None
+    path = ledger_config_path(settings)
+    shared = ledger_config(path)
+    return path if shared.VGPU.get("simulate") == settings.simulate else None
+
+
 def load_settings(config: Config | None = None) -> VGPU:
-    """The settings in force: config files, then ``config`` (a host app's), then env."""
+    """The settings in force: the ledger's shared file, config files, then ``config`` (a host
+    app's), then env."""
     merged = file_config()
     if config is not None:
         merged.merge(config)
     settings = VGPU(config=merged)
+    shared = ledger_config(ledger_config_path(settings))
+    if shared.VGPU:
+        shared.merge(merged)  # what the user's own config says wins
+        settings = VGPU(config=shared)
     if settings.tiers and not os.environ.get("JUPYTER_VGPU_TIERS"):
         os.environ["JUPYTER_VGPU_TIERS"] = settings.tiers  # enforcement.allowed_tiers, here and in children
     if settings.hami_core_library and not os.environ.get(ENV_HAMI):

@@ -6,6 +6,7 @@ import fcntl
 import json
 import os
 import pty
+import shutil
 import signal
 import struct
 import subprocess
@@ -97,6 +98,46 @@ def test_status_keeps_its_box_on_long_lines_and_shows_slices_a_second_shell_cann
     finally:
         sleeper.terminate()
         sleeper.wait(20)
+
+
+def test_run_with_no_gpu_at_all_exits_69_not_75(vgpu_env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """No GPU here, simulated or real: trying later cannot help (EX_UNAVAILABLE), issue 33."""
+    monkeypatch.setenv("JUPYTER_VGPU_SIMULATE", "")  # real NVML, and this machine has no GPU
+    if shutil.which("nvidia-smi"):
+        pytest.skip("this machine has nvidia-smi")
+    result = vgpu("run", "-p", "0.25", "--", "true")
+    assert result.returncode == 69, result.stderr
+    assert result.stderr.startswith("jupyter vgpu: No NVIDIA GPU is available here") and "Traceback" not in result.stderr
+
+
+def test_the_ledgers_shared_settings_give_every_command_the_same_simulated_gpus(
+    vgpu_env: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What ./scripts/lab writes beside the ledger: a shell without JUPYTER_VGPU_SIMULATE sees
+    the demo's GPUs; the variable still wins; sharing "" takes the simulation out again."""
+    from jupyter_vgpu.config import share_simulation
+
+    monkeypatch.delenv("JUPYTER_VGPU_SIMULATE")
+    shared = share_simulation("2x16GiB")
+    assert shared == Path(vgpu_env["JUPYTER_VGPU_LEDGER"]).parent / "jupyter_vgpu_config.json"
+    data = json.loads(vgpu("status", "--json", check=True).stdout)
+    assert data["simulated"] is True and len(data["gpus"]) == 2 and data["simulation_set_in"] == str(shared)
+    assert vgpu("run", "-q", "-n", "2", "-p", "1/4", "--", "true").returncode == 0
+    monkeypatch.setenv("JUPYTER_VGPU_SIMULATE", "1x16GiB")
+    data = json.loads(vgpu("status", "--json", check=True).stdout)
+    assert len(data["gpus"]) == 1 and data["simulation_set_in"] is None
+    monkeypatch.delenv("JUPYTER_VGPU_SIMULATE")
+    assert share_simulation("") == shared and not shared.exists()
+    assert json.loads(vgpu("status", "--json", check=True).stdout)["simulated"] is False
+
+
+def test_a_broken_shared_settings_file_is_named(vgpu_env: dict[str, str]) -> None:
+    shared = Path(vgpu_env["JUPYTER_VGPU_LEDGER"]).parent / "jupyter_vgpu_config.json"
+    shared.parent.mkdir(parents=True, exist_ok=True)
+    shared.write_text("{not json")
+    result = vgpu("status")
+    assert result.returncode == 1 and result.stderr.startswith(f"jupyter vgpu: {shared} cannot be read:"), result.stderr
+    assert "Traceback" not in result.stderr
 
 
 def test_run_gives_the_command_the_kernel_environment(vgpu_env: dict[str, str]) -> None:

@@ -9,9 +9,11 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -87,6 +89,54 @@ def test_scripts_lab_serves_a_demo_folder_with_the_examples_not_the_checkout(tmp
         status, created = server.api("POST", "api/contents", {"type": "notebook"})
         assert status == 201 and (demo / created["path"]).is_file()
     assert (demo / "train.py").read_text() == "# my own edit\n"
+
+
+@pytest.fixture(scope="module")
+def demo_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[JupyterProcess]:
+    """``./scripts/lab`` serving its demo folder, as a user starts it (no root_dir given)."""
+    tmp = tmp_path_factory.mktemp("demo-lab")
+    demo = tmp / "demo"
+    with start_lab(tmp, [], demo, JUPYTER_VGPU_DEMO_DIR=str(demo)) as server:
+        yield server
+
+
+def test_a_terminal_opens_in_the_demo_folder_not_the_checkout(demo_lab: JupyterProcess) -> None:
+    """Files made in a Lab terminal landed in the git tree (issue 33). JupyterLab asks for the
+    file browser's folder, relative to the server's; "" is its root."""
+    status, terminal = demo_lab.api("POST", "api/terminals", {"cwd": ""})
+    assert status == 200, terminal
+    output = asyncio.run(_type_in_terminal(demo_lab, terminal["name"], "touch made-here; echo END-OF-$((6 * 7))\r"))
+    assert "END-OF-42" in output, output
+    assert (demo_lab.root / "made-here").is_file()
+    assert not (REPO / "made-here").exists()
+
+
+def test_a_shell_outside_lab_sees_the_simulated_gpus_of_the_demo(demo_lab: JupyterProcess) -> None:
+    """An ssh shell on the same ledger said "No GPU" while Lab simulated two, and `run` exited 75
+    (issue 33): the simulation is in the ledger's shared settings, which every process reads."""
+    shell = {k: v for k, v in demo_lab.env.items() if k != "JUPYTER_VGPU_SIMULATE"}  # not Lab's environment
+    command = [str(Path(sys.executable).parent / "jupyter-vgpu")]
+    status = subprocess.run([*command, "status"], env=shell, capture_output=True, text=True, timeout=60)
+    assert status.returncode == 0, status.stderr
+    assert "SIMULATED GPUs, not real hardware" in status.stdout and "GPU 1" in status.stdout, status.stdout
+    assert "No GPU" not in status.stdout
+    shared = Path(shell["JUPYTER_VGPU_LEDGER"]).parent / "jupyter_vgpu_config.json"
+    assert f"simulated for every process on this ledger by {shared}" in " ".join(status.stdout.split())
+    ran = subprocess.run([*command, "run", "-p", "0.25", "--", "true"], env=shell, capture_output=True, text=True, timeout=60)
+    assert ran.returncode == 0, ran.stderr
+    assert "[SIMULATED GPUs, not real hardware]" in ran.stderr
+
+
+def test_tensorflow_says_nothing_at_import_in_the_demo(demo_lab: JupyterProcess) -> None:
+    """TensorFlow's C++ log filled every example cell (issue 33); a terminal and a kernel get the
+    server's environment."""
+    status, terminal = demo_lab.api("POST", "api/terminals")
+    assert status == 200, terminal
+    typed = "python -c 'import tensorflow as tf; print(int(tf.constant(41)) + 1)'; echo END-OF-$((6 * 7))\r"
+    output = asyncio.run(_type_in_terminal(demo_lab, terminal["name"], typed, timeout=120))
+    plain = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", output).replace("\r", "")  # without the terminal's escapes
+    assert "\n42\nEND-OF-42" in plain, output
+    assert "oneDNN" not in output and "I0000" not in output and "cpu_feature_guard" not in output, output
 
 
 def test_a_terminal_in_scripts_lab_runs_jupyter_vgpu(lab: JupyterProcess) -> None:

@@ -12,14 +12,14 @@ import textwrap
 from collections.abc import Sequence
 
 from .._version import __version__
-from ..errors import InvalidRequest, LedgerBusy, NeverFits, NotPermitted, SliceUnavailable, VGPUError
+from ..errors import InvalidRequest, LedgerBusy, NeverFits, NoGPU, NotPermitted, SliceUnavailable, VGPUError
 
 #: Exit codes (README.md, "Exit codes"). ``jupyter vgpu run`` passes its command's own code through,
 #: so the codes of its refusals are the sysexits(3) ones a command rarely uses.
 EXIT_ERROR = 1  # the ledger or a setting cannot be used
 EXIT_USAGE = 2  # a mistake in the command line or a request
 EXIT_UNAVAILABLE = 75  # EX_TEMPFAIL: no room now (or a wait timed out, or the ledger is busy): try again later
-EXIT_NEVER_FITS = 69  # EX_UNAVAILABLE: the request can never fit on these GPUs: trying again cannot help
+EXIT_NEVER_FITS = 69  # EX_UNAVAILABLE: the request can never fit on these GPUs (or there is none): trying again cannot help
 EXIT_REFUSED = 77  # EX_NOPERM: a policy refuses it, or it is another user's
 
 
@@ -70,8 +70,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def exit_code(error: VGPUError) -> int:
-    if isinstance(error, NeverFits):
-        return EXIT_NEVER_FITS
+    if isinstance(error, (NeverFits, NoGPU)):
+        return EXIT_NEVER_FITS  # no GPU here: asking again cannot help either
     if isinstance(error, (SliceUnavailable, LedgerBusy)):
         return EXIT_UNAVAILABLE
     if isinstance(error, NotPermitted):

@@ -12,7 +12,7 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
-from ..config import VGPU, load_settings
+from ..config import VGPU, load_settings, shared_simulation
 from ..enforcement import TIERS, Tier, by_tier
 from ..errors import InvalidRequest, NotPermitted, SliceNotFound
 from ..ledger import Ledger, SQLiteLedger, open_ledger
@@ -92,8 +92,11 @@ def collect(ledger: Ledger) -> dict[str, Any]:
 
 
 def status(args: argparse.Namespace) -> int:
-    ledger = open_ledger(load_settings(), read_only_ok=True)  # a ledger it can only read is still shown
+    settings = load_settings()
+    ledger = open_ledger(settings, read_only_ok=True)  # a ledger it can only read is still shown
     data = collect(ledger)
+    shared = shared_simulation(settings)
+    data["simulation_set_in"] = str(shared) if shared is not None else None
     if args.json:
         json.dump(data, sys.stdout, indent=2)
         sys.stdout.write("\n")
@@ -119,6 +122,11 @@ def render(data: dict[str, Any]) -> str:
         header += "  " + "** SIMULATED GPUs, not real hardware **".replace(" ", _KEEP)  # folded whole, if at all
     lines.append(header)
     lines.append(f"slices kept by: {data['location']}")
+    if data.get("simulation_set_in"):
+        lines.append(
+            f"simulated for every process on this ledger by {data['simulation_set_in']} "
+            "(./scripts/lab writes it; delete it to use the real GPUs)"
+        )
     if not data["available"]:
         lines.append("")
         lines.append(f"No GPU: {data['message']}")
