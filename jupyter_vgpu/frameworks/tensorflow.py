@@ -88,6 +88,18 @@ class TensorFlow(Framework):
                 "to this slice and may take the whole GPU; restart the kernel and import TensorFlow in a cell",
             )
 
+    def holds_gpu(self, tf: Any) -> str | None:
+        # Said in the words %vgpu uses for TensorFlow's record: before its runtime starts the
+        # logical devices can be set again; a TensorFlow that uses no GPU holds none of the slice.
+        if not runtime_started(tf) or not tf.config.list_logical_devices("GPU"):
+            return None
+        return "TensorFlow has created its GPU devices with the current limit (they cannot change in this process)."
+
+    def reapply(self, tf: Any, state: ProcessState) -> FrameworkRecord | None:
+        if runtime_started(tf):
+            return None  # no GPU devices (holds_gpu): nothing to move to the new size
+        return self.configure(tf, state)
+
     def devices(self, tf: Any) -> list[str]:
         lines = []
         if runtime_started(tf):
