@@ -47,7 +47,7 @@ def run(shell: Any, state: KernelState, command: str, args: list[str]) -> None:
     if command == "status":
         _no_arguments(command, args)
         hooks.refresh()
-        usage = measure(state)
+        usage = measure(state, with_occupancy=not state.facts.sliced)  # a plain kernel: what others reserved
         state.write_report()
         show(status_sheet(state, usage))
     elif command == "devices":

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..enforcement import Tier
-from ..errors import InvalidConfig
+from ..errors import InvalidConfig, VGPUError
 from ..frameworks.records import FrameworkRecord
 from ..slices.reports import write_process_report, write_report
 from ..units import shorten
@@ -76,6 +76,19 @@ class SliceFacts:
             no_gpu_reason=env.get("JUPYTER_VGPU_NO_GPU") or None,
             simulate=env.get("JUPYTER_VGPU_SIMULATE", ""),
         )
+
+
+def _simulation() -> str:
+    """The simulated GPUs of a kernel the provisioner did not start (a plain kernel): its
+    environment's, else its ledger's shared settings (what ``./scripts/lab`` writes there)."""
+    if "JUPYTER_VGPU_SIMULATE" in os.environ:
+        return os.environ["JUPYTER_VGPU_SIMULATE"]
+    from ..config import load_settings
+
+    try:
+        return load_settings().resolved_simulate
+    except VGPUError:
+        return ""  # a broken settings file: %vgpu still shows NVML's GPUs
 
 
 def _tier(text: str) -> Tier | None:
@@ -147,7 +160,7 @@ class KernelState:
             if self._inventory is None:
                 from ..gpus import Inventory
 
-                self._inventory = Inventory(self.facts.simulate or os.environ.get("JUPYTER_VGPU_SIMULATE", ""))
+                self._inventory = Inventory(self.facts.simulate or _simulation())
             return self._inventory
 
     def observe(self, used: int | None) -> None:

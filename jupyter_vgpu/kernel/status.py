@@ -239,6 +239,11 @@ def status_sheet(state: KernelState, usage: Usage) -> Sheet:
             sheet.intro.append(f"This kernel runs without a GPU: {facts.no_gpu_reason}")
         else:
             sheet.intro.append("This kernel has no GPU slice, so nothing keeps its frameworks to a share of a GPU.")
+        if held := reserved_by_others(usage):
+            sheet.intro.append(
+                f"{held}: this kernel's frameworks are not kept out of that memory, so what they take "
+                "can make those run out of it."
+            )
         sheet.intro.append(HOW_TO_GET_A_SLICE)
         machine = sheet.section("GPUs on this machine")
         if usage.available:
@@ -255,6 +260,19 @@ def status_sheet(state: KernelState, usage: Usage) -> Sheet:
         sheet.section("Other processes of this slice").rows.extend(others)
     sheet.notes.append("`%vgpu help` lists the other commands.")
     return sheet
+
+
+def reserved_by_others(usage: Usage) -> str:
+    """``Other kernels and commands hold 2 slices: 12.0 GiB of GPU 0, 4.0 GiB of GPU 1``, or ""
+    when nothing is reserved (or the ledger could not be read)."""
+    if usage.occupancy is None:
+        return ""
+    held = [gpu for gpu in usage.occupancy.gpus if gpu.reserved]
+    count = len({share.slice.id for gpu in held for share in gpu.shares})
+    if not count:
+        return ""
+    where = ", ".join(f"{format_bytes(gpu.reserved)} of GPU {gpu.index}" for gpu in held)
+    return f"Other kernels and commands hold {count} GPU slice{'s' if count > 1 else ''}: {where}"
 
 
 def devices_sheet(state: KernelState, usage: Usage) -> Sheet:

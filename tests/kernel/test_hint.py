@@ -49,6 +49,18 @@ def test_vgpu_in_a_plain_kernel_explains_how_to_get_a_slice(workspace: Workspace
     assert "<code>jupyter vgpu kernelspec install</code>" in bundle["text/html"]
 
 
+def test_vgpu_in_a_plain_kernel_says_what_others_have_reserved(workspace: Workspace, kernels: list[Kernel]) -> None:
+    """A plain kernel's frameworks can take memory slices were promised: `%vgpu` said nothing of
+    them (issue 33)."""
+    workspace.reserve(0.25)
+    workspace.reserve(0.5)
+    kernel = start_plain(kernels, workspace.base_env(), f"--InteractiveShellApp.extra_extensions={HINT}")
+    [bundle] = kernel.run("%vgpu").displays
+    text = " ".join(bundle["text/plain"].split())
+    assert "Other kernels and commands hold 2 GPU slices: 12.0 GiB of GPU 0: this kernel's frameworks are not kept out" in text
+    assert "12.0 GiB reserved" in text and "free 4.0 GiB" in text, text  # the GPU's line, as %vgpu devices shows it
+
+
 def test_the_first_vgpu_loads_the_extension_and_later_ones_use_it(workspace: Workspace, kernels: list[Kernel]) -> None:
     kernel = start_plain(kernels, workspace.base_env(), f"--InteractiveShellApp.extra_extensions={HINT}")
     assert kernel.run("%vgpu help").ok
