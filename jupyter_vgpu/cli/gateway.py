@@ -17,7 +17,7 @@ import sys
 from typing import Any
 
 from ..errors import InvalidRequest
-from ..units import shorten
+from ..units import format_bytes, shorten
 
 #: The server options this command owns; given again after ``--`` they would undo the restriction.
 _OWNED = (
@@ -108,6 +108,7 @@ def gateway_command(args: argparse.Namespace) -> int:
     print(
         f"jupyter-vgpu gateway: this GPU node's sliced kernels at {scheme}://{host}:{args.port}/ "
         "(kernels, kernelspecs and the GPU API only).\n"
+        f"{_gpus_line()}\n"
         "On the CPU-only machine run:\n\n"
         f"    jupyter lab --gateway-url={scheme}://{host}:{args.port} --GatewayClient.auth_token={token}\n",
         file=sys.stderr,
@@ -116,6 +117,22 @@ def gateway_command(args: argparse.Namespace) -> int:
     argv = [sys.executable, "-m", "jupyter_server", *command]
     os.execv(sys.executable, argv)
     return 0  # not reached
+
+
+def _gpus_line() -> str:
+    """The GPUs the node's kernels get slices of, for the banner: simulated ones said so."""
+    from ..config import load_settings
+    from ..gpus import Inventory
+
+    inventory = Inventory(load_settings().resolved_simulate)
+    snapshot = inventory.snapshot()
+    if snapshot.simulated:
+        described = ", ".join(f"GPU {gpu.index} {format_bytes(gpu.memory_total)}" for gpu in snapshot.gpus)
+        return f"GPUs: SIMULATED GPUs, not real hardware ({described or snapshot.message})."
+    if not snapshot.available:
+        return f"GPUs: none: {snapshot.message or 'NVML finds no GPU'} Kernels start on the CPU."
+    names = ", ".join(f"GPU {gpu.index} {gpu.name}" for gpu in snapshot.gpus)
+    return f"GPUs: {names}."
 
 
 def _install_default_kernelspecs() -> None:

@@ -104,6 +104,13 @@ REFUSED = [
 ]
 
 
+def test_the_nodes_banner_says_its_gpus_are_simulated(node: JupyterProcess) -> None:
+    """The banner a node's admin reads said nothing of simulated GPUs (issue 33)."""
+    banner = node.log_text()
+    assert "jupyter-vgpu gateway: this GPU node's sliced kernels at http://127.0.0.1:" in banner
+    assert "GPUs: SIMULATED GPUs, not real hardware (GPU 0 16.0 GiB)." in banner
+
+
 def test_the_node_refuses_every_endpoint_but_kernels_kernelspecs_and_the_gpu_api(node: JupyterProcess) -> None:
     answered = {f"{method} {path}": node.api(method, path, body) for method, path, body in REFUSED}
     served = {what: reply for what, reply in answered.items() if reply[0] not in (403, 404)}
