@@ -59,7 +59,7 @@ from .launch.workarounds import CLIENT_NOTEBOOK, forget_when_done, names_vgpu_pr
 from .ledger import Ledger
 from .slices import Holder, Slice, SliceRequest, Ticket, cpu_environment, slice_environment
 from .slices.environment import without_slice
-from .slices.records import notebook_path
+from .slices.records import GATEWAY_CLIENT, notebook_path
 from .slices.reports import remove_report
 from .units import parse_bytes, parse_fraction
 
@@ -221,6 +221,7 @@ class VGPUProvisioner(LocalProvisioner):  # type: ignore[misc]
         if client and os.path.isabs(client):
             # a gateway client's notebook, by its path on the client's own machine
             labels["path"] = os.path.normpath(client)
+            labels[GATEWAY_CLIENT] = "1"
         elif session := env.get("JPY_SESSION_NAME"):
             # jupyter_server joins the notebook's folder and the name the client sent: keep it
             # relative to the server's root and normalised like the paths JupyterLab shows, and

@@ -27,6 +27,10 @@ HIDDEN_HOLDER: dict[str, str] = {"kernel": "another user's kernel", "command": "
 MAX_HOLDER_TEXT = 4096
 MAX_TOKEN = 64
 MAX_LABELS = 32
+#: A label a GPU node gives a kernel a gateway client started: its ``path`` is the notebook's path
+#: on the client's machine, which the client's views map into its own root and the node's own
+#: views show by name only (the node does not know that machine's folders).
+GATEWAY_CLIENT = "gateway_client"
 
 
 @dataclass(frozen=True)
@@ -249,6 +253,8 @@ class Slice:
             return HIDDEN_HOLDER[self.holder_kind]
         if self.holder_kind == "kernel":
             if path := self.labels.get("path"):
+                if self.labels.get(GATEWAY_CLIENT) and os.path.isabs(path):
+                    return f"{os.path.basename(path)} (a gateway client's)"
                 return path
             name = self.labels.get("kernel_display_name") or self.labels.get("kernel_name")
             return f"kernel {self.holder[:8]}" + (f" ({name})" if name else "")

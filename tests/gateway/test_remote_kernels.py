@@ -79,7 +79,9 @@ def test_the_laptop_lists_the_nodes_sliced_kernels_and_sees_their_slices(laptop:
     (there,) = [s for s in slices(node) if s["kernel_id"] == kernel_id]
     assert there["path"].endswith("work/train.ipynb"), there
     shown = vgpu(node, "status")
-    assert "train.ipynb" in shown.stdout, shown.stdout + shown.stderr
+    words = " ".join(shown.stdout.split())  # as folded to the terminal's width
+    assert "train.ipynb (a gateway client's) [1/4 GPU]" in words, shown.stdout + shown.stderr
+    assert str(laptop.root) not in words  # by name, not by the laptop's folders (issue 33)
     # Ending the session on the laptop frees the slice on the node.
     status, _ = laptop.api("DELETE", f"api/sessions/{session['id']}")
     assert status == 204
