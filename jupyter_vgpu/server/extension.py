@@ -340,6 +340,7 @@ class VGPUServer(ExtensionApp):
             self.log.info("jupyter-vgpu: new slices on GPU %s get %s.", ", ".join(indices), words)
 
     def initialize_handlers(self) -> None:
+        self.handlers.append(handlers.INDEX_ROUTE)
         if self.gateway_url is not None:
             self.handlers.extend((pattern, gateway.GatewayProxyHandler) for pattern, _ in handlers.routes())
             self.handlers += [

@@ -444,6 +444,45 @@ class SessionHandler(StartSentences, JupyterSessionHandler):
         return super().finish(chunk)
 
 
+#: What ``GET /api/vgpu`` lists: (method, path under the base URL, what it answers); docs/rest.md
+#: has each in full. Every route of :func:`routes` is here (tests/server/test_api.py checks).
+ENDPOINTS = (
+    ("GET", "api/vgpu/devices", "every GPU: memory, reservations, use, utilisation"),
+    ("GET", "api/vgpu/slices", "every slice with its holder and live use, and the waiting line (?since=: what changed)"),
+    ("GET", "api/vgpu/slices/<slice_id>", "one slice"),
+    ("DELETE", "api/vgpu/slices/<slice_id>", "release a slice a command holds"),
+    ("POST", "api/vgpu/slices/<slice_id>/keep", "keep an idle slice: cancels a reclaim notice"),
+    ("GET", "api/vgpu/kernels/<kernel_id>", "one kernel's slice and use"),
+    ("GET", "api/vgpu/sample", "one sample for a browser tab's views: slices, GPUs, history, host use"),
+    ("GET", "api/vgpu/history", "the GPU dashboard's hour of history (?since=)"),
+    ("GET", "api/vgpu/refusals", "your refused kernel starts of the last ten minutes"),
+    ("GET", "api/vgpu/refusals/<refusal_id>", "one refused kernel start"),
+    ("DELETE", "api/vgpu/waiting/<ticket>", "take your request out of the waiting line"),
+)
+
+
+class IndexHandler(VGPUHandler):
+    """``GET /api/vgpu``: the GPU API's endpoints under this server's base URL, so the path the
+    README's diagram names answers (it answered 404). Behind ``--gateway-url`` this server answers
+    it itself: the endpoints are its own."""
+
+    @web.authenticated
+    @authorized
+    async def get(self) -> None:
+        self.write_json(
+            {
+                "endpoints": [
+                    {"method": method, "path": self.base_url + path, "answers": answers} for method, path, answers in ENDPOINTS
+                ],
+                "docs": "docs/rest.md in the jupyter-vgpu repository",
+            }
+        )
+
+
+#: ``GET /api/vgpu`` (and ``/api/vgpu/``), never forwarded to a GPU node.
+INDEX_ROUTE = (r"/api/vgpu/?", IndexHandler)
+
+
 def routes() -> list[tuple[str, type[VGPUHandler]]]:
     """URL patterns relative to the server's base_url (the extension joins them onto it)."""
     return [

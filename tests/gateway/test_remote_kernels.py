@@ -58,6 +58,10 @@ def test_the_laptop_lists_the_nodes_sliced_kernels_and_sees_their_slices(laptop:
     assert mine["running_here"] is True and mine["memory_reserved_total"] == 4 * GiB
     status, reply = laptop.api("GET", "api/vgpu/slices")
     assert reply["gateway"]["url"].endswith("/node") and reply["gateway"]["node"] == reply["node"]
+    status, index = laptop.api("GET", "api/vgpu")  # the laptop's own endpoints, not the node's
+    assert status == 200 and {"method": "GET", "path": "/laptop/api/vgpu/devices"} in [
+        {k: e[k] for k in ("method", "path")} for e in index["endpoints"]
+    ], index
     # A poll with ?since= (the sidebar's) has only what changed on the node, and still names the
     # slice by the laptop's notebook and says the laptop runs its kernel.
     status, changes = laptop.api("GET", f"api/vgpu/slices?since={reply['taken_at']!r}")

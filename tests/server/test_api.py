@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -12,7 +13,7 @@ from jupyter_server.auth import Authorizer
 from tornado.httpclient import HTTPClientError
 
 from jupyter_vgpu.ledger import open_ledger
-from jupyter_vgpu.server.handlers import routes
+from jupyter_vgpu.server.handlers import INDEX_ROUTE, routes
 from jupyter_vgpu.slices import Holder, SliceRequest
 
 from .conftest import DISPLAY_NAME, KERNEL, get_json, until
@@ -21,14 +22,14 @@ from .conftest import DISPLAY_NAME, KERNEL, get_json, until
 def every_route() -> list[tuple[str, tuple[str, ...]]]:
     """Each method of each route the extension serves, an id in place of each URL parameter."""
     found = []
-    for pattern, handler in routes():
-        parts = tuple(pattern.replace("([^/]+)", "7").strip("/").split("/"))
+    for pattern, handler in [INDEX_ROUTE, *routes()]:
+        parts = tuple(pattern.replace("([^/]+)", "7").replace("/?", "").strip("/").split("/"))
         found += [(method, parts) for method in ("GET", "POST", "PUT", "PATCH", "DELETE") if method.lower() in vars(handler)]
     return found
 
 
 ROUTES = every_route()
-assert len(ROUTES) == 11  # devices, one sample, slices, a slice (GET, DELETE), keep a slice, a kernel, history, refusals, a refusal, a place in line
+assert len(ROUTES) == 12  # the index, devices, one sample, slices, a slice (GET, DELETE), keep a slice, a kernel, history, refusals, a refusal, a place in line
 
 
 @pytest.mark.parametrize(("method", "parts"), ROUTES)
@@ -55,6 +56,21 @@ async def test_every_route_asks_the_authorizer_for_resource_vgpu(
     with pytest.raises(HTTPClientError) as refused:
         await jp_fetch(*parts, method=method, **({"body": "{}"} if method in ("POST", "PUT", "PATCH") else {}))
     assert refused.value.code == 403
+
+
+async def test_api_vgpu_answers_with_every_endpoint_under_the_base_url(jp_fetch: Any, jp_base_url: str, vgpu_server: Any) -> None:
+    """README's diagram names /api/vgpu, which answered 404 (issue 33)."""
+    for path in (("api", "vgpu"), ("api", "vgpu/")):
+        index = await get_json(jp_fetch, *path)
+        listed = {(e["method"], e["path"]) for e in index["endpoints"]}
+        served = set()
+        for method, parts in ROUTES[1:]:
+            template = "/".join(parts)
+            served.add((method, template))
+        shown = {(m, re.sub(r"<[a-z_]+>", "7", p.removeprefix(jp_base_url))) for m, p in listed}
+        assert shown == served, (shown, served)
+        assert all(p.startswith(jp_base_url + "api/vgpu/") for _, p in listed)
+        assert all(e["answers"] for e in index["endpoints"])
 
 
 async def test_devices_describe_the_simulated_gpu(jp_fetch: Any, vgpu_server: Any) -> None:
