@@ -174,6 +174,8 @@ def render(data: dict[str, Any]) -> str:
             "GPUs, e.g. with JUPYTER_VGPU_SIMULATE set; run `status` with the same setting to see their use."
         )
         lines += _slice_table(elsewhere, None, width)
+    if data["simulated"] and any(row.get("memory_used") for row in data["slices"]):
+        lines.append("USED, on simulated GPUs: what each slice's frameworks hold in the host's memory.")
     if data["waiting"]:
         lines.append("")
         lines.append("Waiting in line:")

@@ -132,6 +132,19 @@ class Framework(ABC):
         needs no initialisation; ``(None, None)`` otherwise."""
         return None, None
 
+    # -- on simulated GPUs ----------------------------------------------------------------------
+    def simulated_environment(self) -> dict[str, str]:
+        """Variables a process holding a slice of simulated GPUs starts with, so that this
+        framework can tell what it holds in host memory (:meth:`simulated_memory`)."""
+        return {}
+
+    def simulated_memory(self, module: Any) -> int | None:
+        """On simulated GPUs (where the framework's tensors live in host memory): the bytes it
+        holds now, which count as the process's use of its simulated GPUs. Only where that is
+        cheap (well under a millisecond; it is asked every second) and starts nothing; None when
+        the framework cannot tell."""
+        return None
+
     def oom_errors(self, module: Any) -> tuple[type[BaseException], ...]:
         """The framework's out-of-memory exception classes."""
         return ()

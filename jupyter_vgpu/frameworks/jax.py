@@ -83,6 +83,18 @@ class JAX(Framework):
     def reapply(self, jax: Any, state: ProcessState) -> FrameworkRecord | None:
         return self.configure(jax, state)  # the environment already holds the new size
 
+    def simulated_memory(self, jax: Any) -> int | None:
+        if not backend_started():
+            return 0  # no array yet
+        arrays = getattr(jax, "live_arrays", None)
+        if not callable(arrays):
+            return None
+        try:
+            # its CPU backend keeps no allocator statistics: the arrays alive (1.6 ms for 2,000)
+            return sum(int(array.nbytes) for array in arrays())
+        except Exception:
+            return None
+
     def devices(self, jax: Any) -> list[str]:
         if not backend_started():
             return ["backend not started yet (it starts at JAX's first op)"]

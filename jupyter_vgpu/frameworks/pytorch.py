@@ -119,6 +119,9 @@ class PyTorch(Framework):
             return "PyTorch has initialised CUDA with the current limit."
         return None  # the queued limit reads the slice when CUDA starts
 
+    def simulated_memory(self, torch: Any) -> int | None:
+        return None  # its allocator statistics are CUDA's: PyTorch keeps no count of its CPU tensors
+
     def devices(self, torch: Any) -> list[str]:
         if not cuda_initialised(torch):
             return ["CUDA not initialised yet (the limit is applied when it is)"]

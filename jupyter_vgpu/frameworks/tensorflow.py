@@ -129,5 +129,19 @@ class TensorFlow(Framework):
             peak = (peak or 0) + int(info.get("peak", 0))
         return used, peak
 
+    def simulated_environment(self) -> dict[str, str]:
+        # TensorFlow counts what its CPU allocator holds only with the BFC allocator there (the
+        # one it uses on GPUs): 40 µs to ask, checked on TensorFlow 2.21.
+        return {"TF_CPU_ALLOCATOR_USE_BFC": "true"}
+
+    def simulated_memory(self, tf: Any) -> int | None:
+        if not runtime_started(tf):
+            return 0  # no tensor yet
+        try:
+            # CPU:0 only: logical CPU devices (a split for MirroredStrategy) share one allocator
+            return int(tf.config.experimental.get_memory_info("CPU:0")["current"])
+        except (ValueError, RuntimeError, KeyError, TypeError):
+            return None  # started without TF_CPU_ALLOCATOR_USE_BFC: TensorFlow keeps no count
+
     def oom_errors(self, tf: Any) -> tuple[type[BaseException], ...]:
         return (tf.errors.ResourceExhaustedError,)

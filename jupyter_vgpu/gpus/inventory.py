@@ -14,6 +14,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
 from typing import Any, TypeVar
 
 from ..errors import InvalidConfig
@@ -171,8 +172,12 @@ class Inventory:
     remembered as the "no GPU" state rather than retried on every call.
     """
 
-    def __init__(self, simulate: str = "", nvml: Any = None, env: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self, simulate: str = "", nvml: Any = None, env: Mapping[str, str] | None = None, *, use_folder: Path | None = None
+    ) -> None:
         self.simulate = simulate.strip()
+        #: On simulated GPUs, where sliced processes say what their frameworks hold (:mod:`.simulated_use`).
+        self.use_folder = use_folder
         self._env = env  # where a scheduler's pod share is read (None: this process's environment)
         self._lock = threading.Lock()
         self._nvml: Any = nvml
@@ -205,7 +210,7 @@ class Inventory:
             if self._nvml is None and self.simulated:
                 # InvalidConfig propagates (a user's mistake, or a file caught half-written) and
                 # the next snapshot tries again: only a working NVML is remembered.
-                self._nvml = SimulatedNVML(self.simulate)
+                self._nvml = SimulatedNVML(self.simulate, self.use_folder)
             self._initialised = True
             if self._nvml is None:
                 try:

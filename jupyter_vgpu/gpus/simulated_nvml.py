@@ -12,12 +12,16 @@ import math
 import threading
 import time
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from ..errors import InvalidConfig
-from .simulate_spec import SimulatedDevice, SimulatedMIG, is_file, parse_spec
+from .simulate_spec import SimulatedDevice, SimulatedMIG, SimulatedProcess, is_file, parse_spec
+from .simulated_use import SimulatedUse, read_uses
+
+#: How often the processes' own figures are read again (one snapshot asks for the devices many times).
+USE_READ_SECONDS = 0.5
 
 NVML_SUCCESS = 0
 NVML_ERROR_INVALID_ARGUMENT = 2
@@ -124,8 +128,14 @@ class SimulatedNVML:
     c_nvmlSetMemoryLimits_v1_t = _MemoryLimits
     c_nvmlGetMemoryLimits_v1_t = _MemoryLimits
 
-    def __init__(self, spec: str) -> None:
+    def __init__(self, spec: str, use_folder: Path | None = None) -> None:
         self.spec = spec
+        #: Where sliced processes say what their frameworks hold (:mod:`.simulated_use`): listed
+        #: as their processes on these GPUs. None: only the spec's processes.
+        self.use_folder = use_folder
+        self._uses: tuple[SimulatedUse, ...] = ()
+        self._uses_read = -math.inf
+        self._merged: tuple[int, tuple[SimulatedUse, ...], list[SimulatedDevice]] | None = None
         self._lock = threading.Lock()
         self._stamp: tuple[float, int] | None = None
         self._devices = parse_spec(spec)
@@ -152,7 +162,34 @@ class SimulatedNVML:
                         self._stamp = stamp
                     except InvalidConfig:
                         pass  # a half-written file: keep the last good view
-        return self._devices
+        if self.use_folder is None:
+            return self._devices
+        return self._with_uses(self._devices)
+
+    def _with_uses(self, devices: list[SimulatedDevice]) -> list[SimulatedDevice]:
+        """``devices`` with the processes that say what they hold on them (read again at most
+        every :data:`USE_READ_SECONDS`, since one snapshot asks for the devices many times)."""
+        assert self.use_folder is not None
+        with self._lock:
+            now = time.monotonic()
+            if now - self._uses_read >= USE_READ_SECONDS:
+                self._uses = tuple(read_uses(self.use_folder))
+                self._uses_read = now
+            uses = self._uses
+            if not uses:
+                return devices
+            if self._merged is not None and self._merged[0] == id(devices) and self._merged[1] == uses:
+                return self._merged[2]
+            merged = []
+            for device in devices:
+                extra = [
+                    SimulatedProcess(pid=u.pid, used=u.used, utilization=u.utilization)
+                    for u in uses
+                    if u.gpu == device.uuid and device.mig is None  # a MIG device's processes are not simulated
+                ]
+                merged.append(replace(device, processes=[*device.processes, *extra]) if extra else device)
+            self._merged = (id(devices), uses, merged)
+            return merged
 
     def _device(self, handle: Any) -> SimulatedDevice:
         devices = self._current()

@@ -71,6 +71,10 @@ def configure(framework: Framework, module: Any) -> None:
         state.record(framework.name, record)
     except Exception:
         pass
+    if state.facts.simulate:  # its tensors live in host memory: they count as its simulated GPU use
+        from . import simulated
+
+        simulated.start(state)
     if "jupyter_vgpu.kernel.oom" in sys.modules:  # a kernel (the extension loaded it); a plain process has no shell
         try:
             sys.modules["jupyter_vgpu.kernel.oom"].watch(framework, module)

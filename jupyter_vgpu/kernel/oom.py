@@ -109,7 +109,7 @@ def _handle(shell: Any, etype: type[BaseException], value: BaseException, tb: An
 def explain(state: KernelState, framework: Framework, error: BaseException) -> list[str]:
     """The lines shown under the traceback (the views' modules are imported here, when one is
     shown, not with the handler at every kernel's start)."""
-    from .status import how_to_grow, slice_rows
+    from .status import how_to_grow, slice_rows, used_how
     from .usage import measure
 
     facts = state.facts
@@ -133,7 +133,7 @@ def explain(state: KernelState, framework: Framework, error: BaseException) -> l
     used = usage.total_used
     peak = state.peak_used
     lines.append(
-        f"  {'used':<{width}}{format_bytes(used)} now, {format_bytes(peak)} peak (NVML, this kernel's processes)"
+        f"  {'used':<{width}}{format_bytes(used)} now, {format_bytes(peak)} peak ({used_how(usage)})"
     )
     now, most = framework_memory(state)
     if most is not None:

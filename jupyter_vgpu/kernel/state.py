@@ -78,17 +78,16 @@ class SliceFacts:
         )
 
 
-def _simulation() -> str:
-    """The simulated GPUs of a kernel the provisioner did not start (a plain kernel): its
-    environment's, else its ledger's shared settings (what ``./scripts/lab`` writes there)."""
-    if "JUPYTER_VGPU_SIMULATE" in os.environ:
-        return os.environ["JUPYTER_VGPU_SIMULATE"]
+def _plain_kernels_gpus() -> tuple[str, str | None]:
+    """The simulated GPUs and the ledger of a kernel the provisioner did not start (a plain
+    kernel): its environment's, else its ledger's shared settings (what ``./scripts/lab`` writes)."""
     from ..config import load_settings
 
     try:
-        return load_settings().resolved_simulate
-    except VGPUError:
-        return ""  # a broken settings file: %vgpu still shows NVML's GPUs
+        settings = load_settings()
+    except VGPUError:  # a broken settings file: %vgpu still shows NVML's GPUs
+        return os.environ.get("JUPYTER_VGPU_SIMULATE", ""), None
+    return settings.resolved_simulate, str(settings.resolved_ledger_path)
 
 
 def _tier(text: str) -> Tier | None:
@@ -158,9 +157,14 @@ class KernelState:
         """NVML (or the simulated NVML), opened on first use only."""
         with self._lock:
             if self._inventory is None:
-                from ..gpus import Inventory
+                from pathlib import Path
 
-                self._inventory = Inventory(self.facts.simulate or _simulation())
+                from ..gpus import Inventory
+                from ..gpus.simulated_use import use_folder
+
+                spec, ledger = (self.facts.simulate, self.facts.ledger_path) if self.facts.sliced else _plain_kernels_gpus()
+                folder = use_folder(Path(ledger).parent) if ledger else None  # what the slices' processes hold there
+                self._inventory = Inventory(spec, use_folder=folder)
             return self._inventory
 
     def observe(self, used: int | None) -> None:

@@ -92,6 +92,15 @@ def slice_rows(state: KernelState, usage: Usage) -> list[tuple[str, str]]:
     return rows
 
 
+def used_how(usage: Usage) -> str:
+    """Where the kernel's "used" figure comes from, in the words every ``%vgpu`` view uses."""
+    if usage.source == "reported":  # slices.usage.REPORTED, without importing it at extension load
+        return "reported by this kernel's frameworks: NVML's pids do not match it"
+    if usage.simulated:
+        return "simulated: what its frameworks hold in the host's memory, or the simulation file's figure"
+    return "NVML, this kernel's processes"
+
+
 def use_rows(state: KernelState, usage: Usage) -> list[tuple[str, str]]:
     facts = state.facts
     rows = []
@@ -99,9 +108,7 @@ def use_rows(state: KernelState, usage: Usage) -> list[tuple[str, str]]:
         used = usage.total_used
         whole = (facts.memory_reserved or 0) * max(1, len(usage.mine))
         share = f" of {format_bytes(whole)}, {used / whole:.0%}" if whole and used is not None else ""
-        reported = usage.source == "reported"  # slices.usage.REPORTED, without importing it at extension load
-        how = "reported by this kernel's frameworks: NVML's pids do not match it" if reported else "NVML, this kernel's processes"
-        rows.append(("used now", f"{format_bytes(used)}{share} ({how})"))
+        rows.append(("used now", f"{format_bytes(used)}{share} ({used_how(usage)})"))
     else:
         rows.append(("used now", f"not available: {usage.message or 'NVML cannot be read'}"))
     rows.append(("peak", format_bytes(state.peak_used) if state.peak_used is not None else "n/a"))

@@ -41,6 +41,7 @@ def open_ledger(settings: VGPU | None = None, *, read_only_ok: bool = False) -> 
 
     from ..config import load_settings
     from ..gpus import Inventory
+    from ..gpus.simulated_use import use_folder
     from .broker_client import ENV_BROKER, BrokerLedger
     from .sqlite import SQLiteLedger
 
@@ -49,7 +50,8 @@ def open_ledger(settings: VGPU | None = None, *, read_only_ok: bool = False) -> 
         return BrokerLedger(broker, path=settings.resolved_ledger_path)
     return SQLiteLedger(
         settings.resolved_ledger_path,
-        Inventory(settings.resolved_simulate),
+        # on simulated GPUs, the use its processes' frameworks say they hold (gpus.simulated_use)
+        Inventory(settings.resolved_simulate, use_folder=use_folder(settings.resolved_ledger_path.parent)),
         context_allowance=settings.context_allowance_bytes,
         poll_interval=settings.poll_interval,
         read_only_ok=read_only_ok,

@@ -152,7 +152,7 @@ class Watchdog:
         else:
             why = ""
         words = (
-            f"{slice_.describe_holder()} uses {format_bytes(usage.memory_used)} of GPU memory ({usage.source}), more "
+            f"{slice_.describe_holder()} uses {format_bytes(usage.memory_used)} of GPU memory ({usage.source_text}), more "
             f"than the {format_bytes(usage.memory_reserved_total)} its slice {slice_.id} reserves, for {over_for:.0f} s"
         )
         if action != "warn" and self.notice_seconds > 0:

@@ -126,6 +126,8 @@ def slice_environment(
         env[ENV_ENTER] = slice_.tier.value
     if simulate:
         env["JUPYTER_VGPU_SIMULATE"] = simulate
+        for framework in FRAMEWORKS:  # so each can say what it holds in host memory (kernel.simulated)
+            env.update(framework.simulated_environment())
     return env
 
 

@@ -73,6 +73,13 @@ class SliceUsage:
     report: dict[str, Any] | None
     #: Where the figure comes from or, when it is unknown, why (one sentence for the views).
     note: str = ""
+    #: The GPUs are simulated: the figure is what the slice's frameworks hold in host memory.
+    simulated: bool = False
+
+    @property
+    def source_text(self) -> str:
+        """How the figure was found, in a word: ``measured``, ``reported`` or ``simulated``."""
+        return "simulated" if self.simulated and self.source == MEASURED else self.source
 
     @property
     def tier_text(self) -> str:
@@ -124,7 +131,7 @@ def slice_usage(
     reported = report_bytes(report.get("memory_used")) if report else None
     used, total, util, source = usage_of(slice_.id, slice_.gpus, sum(slice_.memory_total), attribution, snapshot, reported)
     note = usage_note(slice_, source, attribution, snapshot)
-    return SliceUsage(slice_, pid, used, total, util, source, report, note)
+    return SliceUsage(slice_, pid, used, total, util, source, report, note, snapshot.simulated)
 
 
 def usage_note(slice_: Slice, source: str, attribution: Attribution, snapshot: Snapshot) -> str:
@@ -132,6 +139,11 @@ def usage_note(slice_: Slice, source: str, attribution: Attribution, snapshot: S
     ``unknown`` is never shown without its reason)."""
     holder = "kernel" if slice_.holder_kind == "kernel" else "command"
     if source == MEASURED:
+        if attribution.used.get(slice_.id) and snapshot.simulated:
+            return (
+                f"Simulated: these GPUs are simulated; this {holder}'s use of them is what its frameworks hold in the "
+                "host's memory (or what the simulation file says)."
+            )
         if attribution.used.get(slice_.id):
             return f"Measured by NVML: the memory of this {holder}'s GPU processes."
         return f"Measured by NVML: no process on its GPUs is this {holder}'s, so it uses none."

@@ -56,7 +56,7 @@ def test_status_shows_the_slice(sliced: tuple[Workspace, Slice, Kernel], kernel:
 
 def test_status_shows_current_use_and_utilisation(kernel: Kernel) -> None:
     text = status(kernel)["text/plain"]
-    assert row(text, "used now") == "1.0 GiB of 4.0 GiB, 25% (NVML, this kernel's processes)"
+    assert row(text, "used now") == "1.0 GiB of 4.0 GiB, 25% (simulated: what its frameworks hold in the host's memory, or the simulation file's figure)"
     assert row(text, "utilisation") == "30%"
 
 

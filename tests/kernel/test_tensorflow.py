@@ -129,7 +129,7 @@ def test_out_of_memory_shows_the_slice_under_the_normal_traceback(session: Sessi
     explanation = "\n".join(lines[ours:])
     assert re.search(r"\n  share +1/4 GPU", explanation)
     assert re.search(r"\n  reserved +4.0 GiB per GPU", explanation)
-    assert re.search(r"\n  used +0 B now, ", explanation)
+    assert re.search(r"\n  used +[\d.]+ [KMG]?i?B now, .* peak \(simulated: what its frameworks hold in the host's memory", explanation)
     assert "To get a bigger slice:" in explanation
     assert "`%vgpu resize 1/2`" in explanation and "\"Python 3 (1/2 GPU)\"" in explanation
     assert "`jupyter vgpu status`" in explanation

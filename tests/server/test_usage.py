@@ -6,11 +6,20 @@ import asyncio
 import json
 import os
 import re
+from pathlib import Path
 from typing import Any
+
+import pytest
+from jupyter_process import write_sliced_kernelspec
 
 from jupyter_vgpu.slices.reports import write_report
 
 from .conftest import GiB, get_json, until, unused_pid, usage
+
+SIMULATED_NOTE = (
+    "Simulated: these GPUs are simulated; this kernel's use of them is what its frameworks hold in the host's memory "
+    "(or what the simulation file says)."
+)
 
 
 async def kernel_view(jp_fetch: Any, kernel_id: str) -> Any:
@@ -36,10 +45,39 @@ async def test_memory_of_the_kernel_process_counts_against_its_slice(
     assert view["utilization"] == 30
     assert view["state"] == "ok"
     assert view["memory_used_by_gpu"] == {view["gpus"][0]: 1 * GiB}
-    assert view["usage_note"] == "Measured by NVML: the memory of this kernel's GPU processes."
+    assert view["usage_note"] == SIMULATED_NOTE  # the simulation file's figure
     devices = await get_json(jp_fetch, "api", "vgpu", "devices")
     assert devices["devices"][0]["memory_used"] == 1 * GiB
     assert devices["devices"][0]["memory_foreign"] == 0
+
+
+@pytest.mark.tensorflow
+async def test_on_simulated_gpus_a_kernels_tensors_are_its_use_and_the_watchdog_sees_it(
+    jp_fetch: Any, jp_data_dir: Path, start_kernel: Any, simulation_file: Any
+) -> None:
+    """Every "used" figure of the demo read 0 B (issue 33): a TensorFlow kernel's tensors, in host
+    memory on simulated GPUs, are its slice's use, the GPU's, the dashboard's and the watchdog's."""
+    write_sliced_kernelspec(jp_data_dir, {"gpu_memory": "1GiB"}, name="python3-vgpu-1gib", display_name="Python 3 (1 GiB GPU)")
+    kernel = await start_kernel(name="python3-vgpu-1gib", path="near.ipynb")
+    reply, _ = await kernel.run("import tensorflow as tf\nx = tf.zeros([232, 1024, 1024])")  # 928 MiB of 1 GiB
+    assert reply["status"] == "ok", reply
+    view = await wait_for(jp_fetch, kernel.id, lambda v: (v["memory_used"] or 0) > 900 << 20, "the kernel's tensors as its use")
+    assert view["state"] == "near" and view["usage_source"] == "measured"
+    assert view["usage_note"] == SIMULATED_NOTE
+    devices = await get_json(jp_fetch, "api", "vgpu", "devices")
+    assert devices["simulated"] is True and devices["devices"][0]["memory_used"] >= view["memory_used"]
+    reply, _ = await kernel.run("y = tf.zeros([96, 1024, 1024])")  # 1.3 GiB in all: over the slice
+    assert reply["status"] == "ok", reply
+    view = await wait_for(jp_fetch, kernel.id, lambda v: v["watchdog"]["events"], "the watchdog's warning")
+    (event,) = view["watchdog"]["events"]
+    assert event["action"] == "warn" and "of GPU memory (simulated), more than the 1.0 GiB its slice" in event["message"]
+
+
+    async def charted() -> bool:  # the dashboard's chart moves
+        history = await get_json(jp_fetch, "api", "vgpu", "history")
+        return any((p["used"] or 0) > GiB for s in history["slices"] if s["id"] == view["id"] for p in s["points"])
+
+    await until(charted, what="the use in the dashboard's history")
 
 
 async def test_a_child_process_of_the_kernel_counts_against_the_kernel(

@@ -43,7 +43,7 @@ async def test_warn_logs_and_shows_an_event_and_leaves_the_kernel_alone(
     (event,) = view["watchdog"]["events"]
     assert event["action"] == "warn" and event["ok"] is True
     assert event["message"].startswith(
-        f"train.ipynb uses 8.0 GiB of GPU memory (measured), more than the 4.0 GiB its slice {slice_id} reserves, for "
+        f"train.ipynb uses 8.0 GiB of GPU memory (simulated), more than the 4.0 GiB its slice {slice_id} reserves, for "
     )
     assert event["message"].endswith(": warned (the admin's over-limit policy only warns; the slice's memory is not enforced).")
     assert (event["path"], event["memory_used"], event["memory_reserved"]) == ("train.ipynb", 8 * GiB, 4 * GiB)

@@ -1,0 +1,126 @@
+"""What processes hold on simulated GPUs: a simulated driver's per-process memory.
+
+On a real GPU the driver knows each process's memory and NVML lists it. On simulated GPUs a
+framework's tensors live in host memory, so the process itself says what its frameworks hold
+there: each sliced process that imported a framework writes a small file of its own
+(``<pid>.json``) in a folder beside the ledger, and :class:`~.simulated_nvml.SimulatedNVML` lists
+it as a process on its GPUs with that memory, as a driver would. Every view (the server's
+monitor, ``jupyter vgpu status``, ``%vgpu``) then shows the slice's use, the GPU's, the near-limit
+colours and the watchdog's warnings, under their "simulated" label.
+
+File shape::
+
+    {"pid": 1234, "stamp": "<process start time>", "used": {"GPU-...": 123456},
+     "utilization": {"GPU-...": 40}, "updated": 1700000000.0}
+
+A file whose process has ended (or whose pid now names another process) is ignored and removed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+
+#: The folder's name beside the ledger.
+FOLDER = "simulated-use"
+
+#: Largest file read (a few hundred bytes are written).
+MAX_FILE = 16 * 1024
+
+#: Most files read per scan: the processes of one user's slices.
+MAX_FILES = 256
+
+
+def use_folder(ledger_dir: str | Path) -> Path:
+    """Where the processes of the ledger in ``ledger_dir`` say what they hold on simulated GPUs."""
+    return Path(ledger_dir) / FOLDER
+
+
+@dataclass(frozen=True)
+class SimulatedUse:
+    """What one process holds on one simulated GPU."""
+
+    pid: int
+    gpu: str  # the GPU's UUID
+    used: int
+    utilization: int
+
+
+def _stamp(pid: int) -> str | None:
+    try:
+        return f"{psutil.Process(pid).create_time():.2f}"
+    except (psutil.Error, OSError):
+        return None
+
+
+def write_use(folder: Path, used: dict[str, int], utilization: dict[str, int]) -> None:
+    """Say what this process holds on each simulated GPU (by UUID); atomic, so a reader never
+    sees half a file."""
+    pid = os.getpid()
+    data = {"pid": pid, "stamp": _stamp(pid), "used": used, "utilization": utilization, "updated": time.time()}
+    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{pid}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as handle:
+            json.dump(data, handle)
+        os.replace(tmp, folder / f"{pid}.json")
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def remove_use(folder: Path) -> None:
+    """This process holds nothing any more (it is ending)."""
+    (folder / f"{os.getpid()}.json").unlink(missing_ok=True)
+
+
+def read_uses(folder: Path) -> list[SimulatedUse]:
+    """What the running processes say they hold, per GPU; the files of ended processes are
+    removed. Files not this user's, or not in the shape above, are ignored."""
+    try:
+        names = sorted(entry.name for entry in os.scandir(folder) if entry.name.endswith(".json"))[:MAX_FILES]
+    except OSError:
+        return []
+    found = []
+    for name in names:
+        path = folder / name
+        data = _read_own(path)
+        pid = data.get("pid") if isinstance(data, dict) else None
+        if not isinstance(data, dict) or isinstance(pid, bool) or not isinstance(pid, int) or name != f"{pid}.json":
+            continue
+        if data.get("stamp") != _stamp(pid):
+            path.unlink(missing_ok=True)  # ended, or the pid is another process's now
+            continue
+        used, busy = data.get("used"), data.get("utilization")
+        if not isinstance(used, dict):
+            continue
+        for gpu, amount in used.items():
+            if isinstance(gpu, str) and isinstance(amount, int) and not isinstance(amount, bool) and 0 <= amount < 1 << 50:
+                util = busy.get(gpu) if isinstance(busy, dict) else None
+                util = util if isinstance(util, int) and not isinstance(util, bool) and 0 <= util <= 100 else 0
+                found.append(SimulatedUse(pid, gpu, amount, util))
+    return found
+
+
+def _read_own(path: Path) -> object:
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        if os.fstat(fd).st_uid != os.geteuid():
+            return None
+        with os.fdopen(fd, "rb") as handle:
+            fd = -1
+            return json.loads(handle.read(MAX_FILE + 1))
+    except (OSError, ValueError, RecursionError):
+        return None
+    finally:
+        if fd >= 0:
+            os.close(fd)
