@@ -146,3 +146,27 @@ def test_a_simulation_file_caught_half_written_is_read_again_at_the_next_snapsho
     spec.write_text(json.dumps({"devices": [{"name": "Simulated T4", "memory": "4GiB"}]}))
     snapshot = inventory.snapshot()
     assert snapshot.available and snapshot.gpus[0].memory_total == 4 * GiB
+
+
+def test_processes_that_say_what_they_hold_on_simulated_gpus_are_listed_there(tmp_path: Path) -> None:
+    """What a sliced process's frameworks hold in host memory, written beside the ledger, is its
+    GPU memory in the simulated NVML (issue 33); a file of an ended process counts for nothing."""
+    import os
+    import subprocess
+    import sys
+
+    from jupyter_vgpu.gpus.simulated_use import use_folder, write_use
+
+    folder = use_folder(tmp_path)
+    inventory = Inventory("2x16GiB", use_folder=folder)
+    first, second = inventory.snapshot().gpus
+    write_use(folder, {second.uuid: 3 << 30}, {second.uuid: 40})
+    ended = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    gone = int(ended.stdout)
+    (folder / f"{gone}.json").write_text(json.dumps({"pid": gone, "stamp": "1.00", "used": {first.uuid: 1 << 30}}))
+    fresh = Inventory("2x16GiB", use_folder=folder).snapshot()
+    assert [(p.pid, p.used) for p in fresh.gpus[1].processes] == [(os.getpid(), 3 << 30)]
+    assert fresh.gpus[1].memory_used == 3 << 30 and fresh.gpus[1].utilization == 40
+    assert fresh.gpus[0].processes == () and fresh.gpus[0].memory_used == 0
+    assert not (folder / f"{gone}.json").exists()
+    assert Inventory("2x16GiB").snapshot().gpus[1].memory_used == 0  # no folder: the spec alone
