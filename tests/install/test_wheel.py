@@ -1,11 +1,14 @@
-"""What users install is what we test: the wheel built from this checkout, in a fresh venv.
+"""What users install is what we test: README.md's "Install" section, run as written on a fresh
+copy of the checkout, in a fresh venv.
 
-`python -m build` builds the sdist from a clean copy of the checkout (tracked files only, so the
-labextension is built the way a release builds it) and the wheel from that sdist. The wheel goes
-into a new venv with no extras (plus JupyterLab), then gets the `[hub]` extra; each time every
-command a user meets first runs from outside the source tree, in Jupyter dirs of its own, on
-simulated GPUs. A wheel that misses a file (the labextension, the server config) or a dependency
-fails here.
+Its commands are read from README.md, not copied here: each line of the section's bash block runs
+in a clean copy of the checkout (tracked files only, as a fresh clone has them) with the new venv
+first on PATH, so `python -m build` builds the sdist and the wheel from it the way a release does
+(the labextension with Node). Its last line, `jupyter lab`, starts as written (this test's config
+gives it a port and a token) and must serve JupyterLab with the GPU API. Then every command a user
+meets first runs from outside the source tree, in Jupyter dirs of its own, on simulated GPUs,
+without extras and then with `[hub]`. A wheel that misses a file (the labextension, the server
+config) or a dependency, or a README line that does not work, fails here.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from jupyter_process import KERNEL_NAME, isolated_env, start_jupyter
+from jupyter_process import KERNEL_NAME, TOKEN, JupyterProcess, free_port, isolated_env, start_jupyter
 
 pytestmark = [pytest.mark.install, pytest.mark.slow]
 
@@ -75,21 +78,24 @@ def _checkout_copy(target: Path) -> Path:
     return target
 
 
+def install_lines(readme: Path = REPO / "README.md") -> list[str]:
+    """The command lines of README.md's "Install" section: the lines of its bash block, comments
+    and blank lines left out (a line's own trailing comment is bash's to skip)."""
+    text = readme.read_text()
+    start = text.index("\n## Install\n")
+    section = text[start : text.index("\n## ", start + 1)]
+    block = re.search(r"```bash\n(.*?)```", section, re.S)
+    assert block is not None, "README.md's Install section has no bash block"
+    return [line for line in block.group(1).splitlines() if line.strip() and not line.lstrip().startswith("#")]
+
+
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Installed]:
     if shutil.which("git") is None or not (REPO / ".git").exists():
         pytest.skip("needs a git checkout to build the wheel from")
     tmp = tmp_path_factory.mktemp("wheel")
     timings: dict[str, float] = {}
-    started = time.monotonic()
     source = _checkout_copy(tmp / "checkout")
-    build = subprocess.run(
-        [sys.executable, "-m", "build", "--outdir", str(tmp / "dist"), str(source)],
-        capture_output=True, text=True, timeout=900,
-    )  # fmt: skip
-    assert build.returncode == 0, build.stdout[-3000:] + build.stderr[-3000:]
-    timings["python -m build (sdist, then wheel from it)"] = time.monotonic() - started
-    (wheel,) = (tmp / "dist").glob("jupyter_vgpu-*.whl")
     started = time.monotonic()
     subprocess.run([sys.executable, "-m", "venv", str(tmp / "venv")], check=True, timeout=300)
     timings["python -m venv"] = time.monotonic() - started
@@ -99,11 +105,46 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Installed]:
     env["PATH"] = f"{tmp / 'venv' / 'bin'}{os.pathsep}{env.get('PATH', '')}"
     env.pop("PYTHONPATH", None)
     env["PIP_DISABLE_PIP_VERSION_CHECK"] = "1"
+    *commands, serve = install_lines()
+    assert serve == "jupyter lab", f"README's install section should end by starting JupyterLab, not {serve!r}"
+    for line in commands:  # as a user pastes them, in the clone
+        started = time.monotonic()
+        done = subprocess.run(["bash", "-c", line], cwd=source, env=env, capture_output=True, text=True, timeout=1200)
+        assert done.returncode == 0, f"README's `{line}` failed:\n{done.stdout[-3000:]}{done.stderr[-3000:]}"
+        timings[line.split("  #")[0].strip()] = time.monotonic() - started
+    (wheel,) = (source / "dist").glob("jupyter_vgpu-*.whl")
     result = Installed(tmp / "venv", wheel, work, env, timings)
-    result.pip_install(str(wheel), "jupyterlab")
+    _serve_as_written(result, serve)
     yield result
     sizes = ", ".join(f"{name} {seconds:.0f} s" for name, seconds in timings.items())
     print(f"\nwheel {wheel.name}: {wheel.stat().st_size / 1024:.0f} KiB; {sizes}")
+
+
+def _serve_as_written(installed: Installed, line: str) -> None:
+    """README's last line (`jupyter lab`), typed as written; its port, its token and (as root)
+    allow_root come from the user's Jupyter config, as they would on a machine of one's own."""
+    port = free_port()
+    config = Path(installed.env["JUPYTER_CONFIG_DIR"])
+    config.mkdir(parents=True, exist_ok=True)
+    server_config = {"port": port, "port_retries": 0, "open_browser": False, "allow_root": os.geteuid() == 0}
+    (config / "jupyter_server_config.json").write_text(
+        json.dumps({"ServerApp": server_config, "IdentityProvider": {"token": TOKEN}})
+    )
+    root = installed.work / "lab-root"
+    root.mkdir()
+    log = installed.work / "jupyter-lab.log"
+    with log.open("w") as out:
+        process = subprocess.Popen(["bash", "-c", f"exec {line}"], cwd=root, env=installed.env, stdout=out, stderr=subprocess.STDOUT)
+    server = JupyterProcess(process, f"http://localhost:{port}/", root, installed.env, log)
+    try:
+        server.wait_ready(timeout=120)
+        status, page = server.api("GET", "lab")
+        assert status == 200 and "jupyter-vgpu" in page, "JupyterLab does not load the labextension"
+        status, devices = server.api("GET", "api/vgpu/devices")
+        assert status == 200 and devices["simulated"] is True, devices
+    finally:
+        assert server.stop(signal.SIGTERM, timeout=15) is not None, server.log_tail()
+        (config / "jupyter_server_config.json").unlink()
 
 
 def test_the_wheel_ships_the_labextension_and_the_server_config(installed: Installed) -> None:
