@@ -1,8 +1,8 @@
 """Settings shared by every jupyter-vgpu process of a user: where the ledger lives, the
 CUDA-context allowance, and which GPUs (real or simulated) to use.
 
-Read from (later wins): ``jupyter_vgpu_config.json`` in the ledger's folder (what every process
-keeping its slices there shares: ``./scripts/lab`` writes its simulated GPUs there), then
+Read from (later wins): ``jupyter_vgpu_config.json`` in the ledger's folder (the simulated GPUs
+every process keeping its slices there shares: ``./scripts/lab`` writes them), then
 ``jupyter_vgpu_config.{json,py}`` in Jupyter's config path, the host application's own config
 (``c.VGPU.*`` in ``jupyter_server_config.py``), then environment variables, so that a kernel, the
 server and ``jupyter vgpu`` (in any shell on the same ledger) all agree.
@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,7 @@ from traitlets.config.loader import JSONFileConfigLoader, PyFileConfigLoader
 
 from .errors import InvalidConfig, InvalidRequest
 from .gpus.context import UNKNOWN as UNKNOWN_ALLOWANCE
+from .ownfiles import write_json
 from .units import format_bytes, parse_bytes
 
 ENV_LEDGER = "JUPYTER_VGPU_LEDGER"
@@ -149,9 +151,12 @@ def file_config() -> Config:
     return merged
 
 
-#: Settings shared by every process whose slices are kept in one ledger: this file in the ledger's
-#: folder. ``ledger_path`` in it is ignored (the file is found through the ledger).
+#: What every process whose slices are kept in one ledger shares: this file in the ledger's folder.
+#: Only ``VGPU.simulate`` is read from it, and only from a file of this user's (or root's) that
+#: no one else may write: the folder may be one others can write into, and a setting such as the
+#: HAMi-core library would run its code in every kernel.
 LEDGER_CONFIG = "jupyter_vgpu_config.json"
+SHARED_SETTINGS = ("simulate",)
 
 
 def ledger_config_path(settings: VGPU) -> Path:
@@ -160,16 +165,21 @@ def ledger_config_path(settings: VGPU) -> Path:
 
 
 def ledger_config(path: Path) -> Config:
-    """The ``VGPU`` settings of a ledger's shared file (:data:`LEDGER_CONFIG`); empty when there is none."""
-    if not path.is_file():
+    """The settings a ledger's shared file (:data:`LEDGER_CONFIG`) gives, :data:`SHARED_SETTINGS`
+    only; empty when there is none, or it is not a file of this user's (or root's) that only its
+    owner may write."""
+    try:
+        st = path.stat()
+    except OSError:
+        return Config()  # none; a name too long, a folder not ours to read: opening the ledger says so
+    if not stat.S_ISREG(st.st_mode) or st.st_uid not in (os.geteuid(), 0) or st.st_mode & 0o022:
         return Config()
     try:
         loaded = JSONFileConfigLoader(path.name, path=str(path.parent)).load_config()
     except Exception as error:
         raise InvalidConfig(f"{path} cannot be read: {error}") from None
-    shared = Config({"VGPU": loaded.get("VGPU", Config())})
-    shared.VGPU.pop("ledger_path", None)
-    return shared
+    section = loaded.get("VGPU", Config())
+    return Config({"VGPU": {name: section[name] for name in SHARED_SETTINGS if name in section}})
 
 
 def share_simulation(spec: str, settings: VGPU | None = None) -> Path:
@@ -192,8 +202,7 @@ def share_simulation(spec: str, settings: VGPU | None = None) -> Path:
     if not section:
         data.pop("VGPU", None)
     if data:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(data, indent=2) + "\n")
+        write_json(path, data, prefix=LEDGER_CONFIG)  # 0600: the owner's alone (ledger_config reads no other)
     else:
         path.unlink(missing_ok=True)
     return path

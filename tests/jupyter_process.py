@@ -169,6 +169,18 @@ class JupyterProcess:
         return self.stopped_in
 
 
+def stop_group(process: subprocess.Popen[bytes]) -> None:
+    """End a process started with ``start_new_session=True`` and everything in its group:
+    SIGTERM, then SIGKILL after 15 s (no test leaves a server behind)."""
+    if process.poll() is None:
+        os.killpg(process.pid, signal.SIGTERM)
+    try:
+        process.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+
+
 def start_jupyter(
     tmp: Path,
     *,

@@ -131,6 +131,25 @@ def test_the_ledgers_shared_settings_give_every_command_the_same_simulated_gpus(
     assert json.loads(vgpu("status", "--json", check=True).stdout)["simulated"] is False
 
 
+def test_the_ledgers_shared_settings_give_the_gpus_only_and_only_from_the_owners_own_file(
+    vgpu_env: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The ledger's folder may be one others can write into: a setting that runs code (the
+    HAMi-core library, preloaded into every kernel) is never read from it, nor a file others may write."""
+    from jupyter_vgpu.config import load_settings
+
+    monkeypatch.delenv("JUPYTER_VGPU_SIMULATE")
+    monkeypatch.delenv("JUPYTER_VGPU_HAMI_CORE", raising=False)
+    shared = Path(vgpu_env["JUPYTER_VGPU_LEDGER"]).parent / "jupyter_vgpu_config.json"
+    shared.parent.mkdir(parents=True, exist_ok=True)
+    shared.write_text(json.dumps({"VGPU": {"simulate": "3x8GiB", "hami_core_library": "/tmp/planted.so"}}))
+    shared.chmod(0o644)
+    settings = load_settings()
+    assert settings.resolved_simulate == "3x8GiB" and settings.hami_core_library == ""
+    shared.chmod(0o666)
+    assert load_settings().resolved_simulate == ""
+
+
 def test_a_broken_shared_settings_file_is_named(vgpu_env: dict[str, str]) -> None:
     shared = Path(vgpu_env["JUPYTER_VGPU_LEDGER"]).parent / "jupyter_vgpu_config.json"
     shared.parent.mkdir(parents=True, exist_ok=True)

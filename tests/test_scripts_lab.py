@@ -8,10 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -20,7 +18,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from jupyter_process import TOKEN, JupyterProcess, free_port, isolated_env
+from jupyter_process import TOKEN, JupyterProcess, free_port, isolated_env, stop_group
 
 pytestmark = pytest.mark.slow
 
@@ -56,14 +54,7 @@ def start_lab(tmp_path: Path, arguments: list[str], root: Path, **variables: str
         server.wait_ready(timeout=180)
         yield server
     finally:
-        # scripts/lab execs jupyter lab; its own process group holds nothing else
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGTERM)
-        try:
-            process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
+        stop_group(process)  # scripts/lab execs jupyter lab; its own process group holds nothing else
 
 
 def test_scripts_lab_says_the_gpus_are_simulated(lab: JupyterProcess) -> None:

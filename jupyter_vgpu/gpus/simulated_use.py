@@ -18,14 +18,14 @@ A file whose process has ended (or whose pid now names another process) is ignor
 
 from __future__ import annotations
 
-import json
 import os
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
+
+from ..ownfiles import read_own_json, write_json
 
 #: The folder's name beside the ledger.
 FOLDER = "simulated-use"
@@ -64,15 +64,7 @@ def write_use(folder: Path, used: dict[str, int], utilization: dict[str, int]) -
     sees half a file."""
     pid = os.getpid()
     data = {"pid": pid, "stamp": _stamp(pid), "used": used, "utilization": utilization, "updated": time.time()}
-    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{pid}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as handle:
-            json.dump(data, handle)
-        os.replace(tmp, folder / f"{pid}.json")
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_json(folder / f"{pid}.json", data, prefix=str(pid))
 
 
 def remove_use(folder: Path) -> None:
@@ -90,7 +82,7 @@ def read_uses(folder: Path) -> list[SimulatedUse]:
     found = []
     for name in names:
         path = folder / name
-        data = _read_own(path)
+        data = read_own_json(path, MAX_FILE)
         pid = data.get("pid") if isinstance(data, dict) else None
         if not isinstance(data, dict) or isinstance(pid, bool) or not isinstance(pid, int) or name != f"{pid}.json":
             continue
@@ -106,21 +98,3 @@ def read_uses(folder: Path) -> list[SimulatedUse]:
                 util = util if isinstance(util, int) and not isinstance(util, bool) and 0 <= util <= 100 else 0
                 found.append(SimulatedUse(pid, gpu, amount, util))
     return found
-
-
-def _read_own(path: Path) -> object:
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except OSError:
-        return None
-    try:
-        if os.fstat(fd).st_uid != os.geteuid():
-            return None
-        with os.fdopen(fd, "rb") as handle:
-            fd = -1
-            return json.loads(handle.read(MAX_FILE + 1))
-    except (OSError, ValueError, RecursionError):
-        return None
-    finally:
-        if fd >= 0:
-            os.close(fd)

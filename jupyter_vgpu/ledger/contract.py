@@ -165,12 +165,7 @@ class Ledger(ABC):
 
     # -- built on the operations above ------------------------------------------------------
     def reserve(
-        self,
-        request: SliceRequest,
-        holder: Holder,
-        *,
-        wait: float = 0.0,
-        waiting: Callable[[Ticket], None] | None = None,
+        self, request: SliceRequest, holder: Holder, *, wait: float = 0.0, waiting: Callable[[Ticket], None] | None = None
     ) -> Slice:
         """Reserve now, or wait in line (first come, first served) up to ``wait`` seconds;
         ``waiting`` hears about each attempt that has to go on waiting.

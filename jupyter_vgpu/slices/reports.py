@@ -29,14 +29,13 @@ The server writes back what its watchdog says to the slice's holder, beside the 
 
 from __future__ import annotations
 
-import json
 import math
 import os
-import stat
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+from ..ownfiles import read_own_json, write_json
 
 
 def report_dir(ledger_path: str | Path) -> Path:
@@ -84,15 +83,7 @@ def read_idle(ledger_path: str | Path, slice_id: str, now: float | None = None) 
 
 
 def _write_json(target: Path, slice_id: str, data: dict[str, Any]) -> None:
-    target.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{slice_id}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as handle:
-            json.dump(data, handle)
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_json(target, data, prefix=slice_id)
 
 
 def add_notice(ledger_path: str | Path, slice_id: str, notice: dict[str, Any]) -> None:
@@ -112,22 +103,7 @@ MAX_BYTES = 1 << 50
 def _read_own(path: Path) -> Any:
     """The JSON in ``path`` if this user owns the file (another user's file in a shared folder is
     not a report or a notice of ours), at most :data:`MAX_REPORT` bytes; None otherwise."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except OSError:
-        return None
-    try:
-        st = os.fstat(fd)
-        if st.st_uid != os.geteuid() or not stat.S_ISREG(st.st_mode):
-            return None
-        with os.fdopen(fd, "rb") as handle:
-            fd = -1
-            return json.loads(handle.read(MAX_REPORT + 1))
-    except (OSError, ValueError, RecursionError):
-        return None
-    finally:
-        if fd >= 0:
-            os.close(fd)
+    return read_own_json(path, MAX_REPORT)
 
 
 def read_notices(ledger_path: str | Path, slice_id: str) -> list[dict[str, Any]]:

@@ -7,12 +7,11 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import subprocess
 from pathlib import Path
 
 import pytest
-from jupyter_process import TOKEN, JupyterProcess, free_port, isolated_env
+from jupyter_process import TOKEN, JupyterProcess, free_port, isolated_env, stop_group
 
 from .test_wheel import REPO, _checkout_copy
 
@@ -55,10 +54,4 @@ def test_scripts_lab_as_written_in_a_fresh_clone_serves_the_demo(tmp_path: Path)
         status, page = lab.api("GET", "lab")
         assert status == 200 and "jupyter-vgpu" in page, "JupyterLab does not load the labextension"
     finally:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGTERM)
-        try:
-            process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
+        stop_group(process)
