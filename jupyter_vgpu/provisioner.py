@@ -25,8 +25,7 @@ import time
 from typing import Any
 
 from jupyter_client.provisioning.local_provisioner import LocalProvisioner
-from traitlets import Any as AnyTrait
-from traitlets import validate
+from traitlets import Enum, Float, Int, Unicode, Union
 
 from .config import VGPU
 from .errors import (
@@ -43,14 +42,15 @@ from .launch.launchers import LABEL as LAUNCHER_LABEL
 from .launch.launchers import Launcher, launcher_named
 from .launch.refusals import START_REQUEST, refusal_gpu, refusal_text, refusal_tips, refusals_of
 from .launch.settings import (
+    NO_GPU_CHOICES,
     SET_BY_JUPYTER_CLIENT,
     VGPU_SETTINGS,
+    Setting,
     check_device_names,
     check_no_gpu,
     check_pinned,
     check_placement,
     check_seconds,
-    converted,
     server_settings,
     shared_ledger,
     unknown_keys_message,
@@ -58,10 +58,11 @@ from .launch.settings import (
 from .launch.workarounds import CLIENT_NOTEBOOK, forget_when_done, names_vgpu_provisioner
 from .ledger import Ledger
 from .slices import Holder, Slice, SliceRequest, Ticket, cpu_environment, slice_environment
-from .slices.environment import without_slice
+from .slices.environment import DEVICE_NAMES, without_slice
 from .slices.records import notebook_path
 from .slices.reports import remove_report
-from .units import parse_bytes, parse_fraction
+from .slices.request import MAX_COUNT, PLACEMENTS
+from .units import ALLOWED_FRACTIONS, ALLOWED_WAITS, parse_bytes, parse_fraction
 
 EXTENSION_ARG = "--ext=jupyter_vgpu"
 
@@ -97,75 +98,91 @@ class VGPUProvisioner(LocalProvisioner):  # type: ignore[misc]
     takes; a value that is not allowed fails the kernel start before anything is reserved.
     """
 
-    gpu_fraction = AnyTrait(
-        None,
-        allow_none=True,
+    gpu_fraction = Setting(
+        Union([Float(), Unicode()]),
+        parse_fraction,
+        ALLOWED_FRACTIONS,
         help="""Share of each GPU's memory for this kernel, in (0, 1]: 0.25, "1/4" or "25%".
         Exclusive with gpu_memory. With neither set the kernel gets whole GPUs.""",
     ).tag(config=True)
 
-    gpu_memory = AnyTrait(
-        None,
-        allow_none=True,
+    gpu_memory = Setting(
+        Union([Int(min=1), Unicode()]),
+        lambda v: parse_bytes(v, what="gpu_memory"),
+        "a size such as 6GiB or 512MiB",
         help="""Absolute GPU memory per GPU for this kernel, e.g. "6GiB" or "512MiB"
         (the CUDA-context allowance is counted inside it). Exclusive with gpu_fraction.""",
     ).tag(config=True)
 
-    gpus = AnyTrait(1, help="How many GPUs this kernel gets; each gets the same share.").tag(config=True)
+    gpus = Setting(
+        Int(min=1, max=MAX_COUNT),
+        lambda v: SliceRequest.parse(gpus=v).gpus,
+        f"a whole number of GPUs, 1 or more (at most {MAX_COUNT})",
+        default=1,
+        help="How many GPUs this kernel gets; each gets the same share.",
+    ).tag(config=True)
 
-    gpu = AnyTrait(
-        None,
-        allow_none=True,
+    gpu = Setting(
+        Union([Int(min=0), Unicode()]),
+        check_pinned,
+        "a GPU index (0, 1, ...) or UUID",
         help="Pin the kernel to one GPU, by index or UUID (needs gpus=1).",
     ).tag(config=True)
 
-    logical_devices = AnyTrait(
-        1,
+    logical_devices = Setting(
+        Int(min=1, max=MAX_COUNT),
+        lambda v: SliceRequest.parse(logical_devices=v).logical_devices,
+        f"a whole number, 1 or more (at most {MAX_COUNT})",
+        default=1,
         help="""Split each reserved GPU (or the CPU when there is none) into this many TensorFlow
         logical devices sharing the slice, so MirroredStrategy runs on one physical GPU.""",
     ).tag(config=True)
 
-    placement = AnyTrait(
-        "binpack",
+    placement = Setting(
+        Enum(PLACEMENTS),
+        check_placement,
+        f"one of: {', '.join(PLACEMENTS)}",
+        default="binpack",
         help="""Which GPU to use when several fit: "binpack" fills the fullest GPU that still
         fits (keeps whole GPUs free for big requests), "spread" uses the emptiest.""",
     ).tag(config=True)
 
-    wait_timeout = AnyTrait(
-        0.0,
+    wait_timeout = Setting(
+        Union([Float(min=0), Unicode()]),
+        check_seconds,
+        ALLOWED_WAITS,
+        default=0.0,
         help="""Seconds to wait in line (first come, first served) for a slice when the GPUs are
         full; 0 fails the kernel start at once with a message saying who holds what.""",
     ).tag(config=True)
 
-    no_gpu = AnyTrait(
-        "cpu",
+    no_gpu = Setting(
+        Enum(NO_GPU_CHOICES),
+        check_no_gpu,
+        f"one of: {', '.join(NO_GPU_CHOICES)}",
+        default="cpu",
         help="""What to do when the machine has no GPU (and none is simulated): "cpu" starts the
         kernel on the CPU and says so in %vgpu and the server log; "fail" refuses to start it.""",
     ).tag(config=True)
 
-    device_names = AnyTrait(
-        "uuid",
+    device_names = Setting(
+        Enum(DEVICE_NAMES),
+        check_device_names,
+        f"one of: {', '.join(DEVICE_NAMES)}",
+        default="uuid",
         help="""How CUDA_VISIBLE_DEVICES names the kernel's GPUs: "uuid" (default; what CUDA,
         PyTorch, TensorFlow and JAX accept) or "index", for tools that read it as numbers (vLLM
         before 0.24). A MIG slice always names its MIG device by UUID.""",
     ).tag(config=True)
 
-    launcher = AnyTrait(
-        "local",
+    launcher = Setting(
+        Unicode(),
+        lambda v: launcher_named(v).name,
+        "the name of a launcher, such as local",
+        default="local",
         help="""Where the kernel runs (jupyter_vgpu.launch.launchers): "local", a process on this
         host, or a launcher another package registers (entry point group jupyter_vgpu.launchers).""",
     ).tag(config=True)
-
-    _check_fraction = validate("gpu_fraction")(converted(parse_fraction))
-    _check_memory = validate("gpu_memory")(converted(lambda v: parse_bytes(v, what="gpu_memory")))
-    _check_gpus = validate("gpus")(converted(lambda v: SliceRequest.parse(gpus=v).gpus))
-    _check_gpu = validate("gpu")(converted(check_pinned))
-    _check_logical = validate("logical_devices")(converted(lambda v: SliceRequest.parse(logical_devices=v).logical_devices))
-    _check_placement = validate("placement")(converted(check_placement))
-    _check_wait = validate("wait_timeout")(converted(check_seconds))
-    _check_no_gpu = validate("no_gpu")(converted(check_no_gpu))
-    _check_names = validate("device_names")(converted(check_device_names))
-    _check_launcher = validate("launcher")(converted(lambda v: launcher_named(v).name))
 
     def _launcher(self) -> Launcher:
         """This kernel's launcher (the trait holds a name its validator found)."""
