@@ -315,6 +315,11 @@ async def test_a_launcher_plug_in_starts_signals_and_watches_the_kernel(
             calls.append("alive")
             return super().alive(pid, start, stamp)
 
+        def report_folder(self, ledger_path: Any, labels: Any) -> Path:
+            return elsewhere  # its kernels report where this host reads them, not the ledger's folder
+
+    elsewhere = kernels_dir.parent / "elsewhere" / "reports"
+
     class Entry:
         name = "recording"
 
@@ -327,6 +332,13 @@ async def test_a_launcher_plug_in_starts_signals_and_watches_the_kernel(
     (slice_,) = open_ledger().slices()
     assert slice_.labels["launcher"] == "recording" and launchers.launcher_of(slice_.labels).alive(slice_.pid)
     assert await km.is_alive()
+    # the views read the kernel's own report where its launcher says it lies
+    from jupyter_vgpu.cli.status import collect
+    from jupyter_vgpu.slices.reports import write_report
+
+    write_report(elsewhere.parent / "ledger.db", slice_.id, {"memory_used": 3 * 2**20})  # writes elsewhere/<id>.json
+    (row,) = collect(open_ledger())["slices"]
+    assert row["id"] == slice_.id and row["memory_used"] == 3 * 2**20 and row["usage_source"] == "reported"
     await km.interrupt_kernel()
     assert calls[0] == "launch" and "poll" in calls and f"signal {signal.SIGINT}" in calls and "alive" in calls
     await km.shutdown_kernel(now=True)

@@ -15,6 +15,7 @@ from typing import Any
 from ..config import VGPU, load_settings
 from ..enforcement import TIERS, Tier, by_tier
 from ..errors import InvalidRequest, NotPermitted, SliceNotFound
+from ..launch.launchers import report_folder
 from ..ledger import Ledger, SQLiteLedger, open_ledger
 from ..ledger.broker_client import ENV_BROKER
 from ..ledger.file import LedgerFile
@@ -64,11 +65,11 @@ def collect(ledger: Ledger) -> dict[str, Any]:
     read_only = isinstance(ledger, SQLiteLedger) and ledger.file.read_only
     attribution = attribute(snapshot, {s.id: s.pid for s in slices})
     gpus = occupancy_of(snapshot, slices, attribution)
-    reports = ReportCache(ledger.path)
+    reports = ReportCache(ledger.path, report_folder)
     slice_rows = []
     for s in slices:
         row = s.to_dict()
-        usage = slice_usage(s, s.pid, attribution, snapshot, None if s.hidden else reports.get(s.id))
+        usage = slice_usage(s, s.pid, attribution, snapshot, None if s.hidden else reports.get(s))
         row["memory_used"] = usage.memory_used  # the server's figure: measured, else what the kernel reports
         row["memory_used_by_gpu"] = dict(usage.used_by_gpu) if snapshot.available else None
         row["usage_source"] = usage.source

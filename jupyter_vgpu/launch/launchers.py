@@ -84,8 +84,10 @@ class Launcher(ABC):
         kernel does not run here."""
         return None
 
-    def reports(self, ledger_path: str | Path) -> Path:
-        """The folder the kernel's processes write their reports to (``slices.reports``)."""
+    def report_folder(self, ledger_path: str | Path, labels: Mapping[str, str]) -> Path:
+        """Where this host reads the reports (``slices.reports``) of the kernel whose slice has
+        ``labels``: the ledger's reports folder for a kernel of this host; a launcher whose kernels
+        run elsewhere has them write where this host can read (and says where here)."""
         from ..slices.reports import report_dir
 
         return report_dir(ledger_path)
@@ -178,3 +180,13 @@ def launcher_of(labels: Mapping[str, str]) -> Launcher:
         return launcher_named(labels.get(LABEL) or DEFAULT)
     except InvalidRequest:
         return launcher_named(DEFAULT)
+
+
+def report_folder(ledger_path: str | Path, slice_: Any) -> Path | None:
+    """Where the reports of ``slice_``'s kernel are read (its launcher's
+    :meth:`Launcher.report_folder`); None for a slice of the default launcher, whose reports lie
+    in the ledger's own folder (a kernel start that uses the default looks no launcher up)."""
+    labels = getattr(slice_, "labels", None) or {}
+    if (labels.get(LABEL) or DEFAULT) == DEFAULT:
+        return None
+    return launcher_of(labels).report_folder(ledger_path, labels)

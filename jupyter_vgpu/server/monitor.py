@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 
 from ..errors import SliceNotFound, VGPUError
 from ..gpus import Snapshot
-from ..launch.launchers import launcher_of
+from ..launch.launchers import launcher_of, report_folder
 from ..ledger import Ledger
 from ..slices import Occupancy, Slice, Waiter, occupancy_of
 from ..slices.holders import Attribution, ProcessOwners
@@ -106,7 +106,7 @@ class UsageMonitor:
         self.tell: Callable[[SliceUsage, str], Awaitable[None]] | None = None
         self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="jupyter-vgpu-monitor")
         self._owners = ProcessOwners()
-        self._reports = ReportCache(ledger.path) if ledger is not None else None
+        self._reports = ReportCache(ledger.path, report_folder) if ledger is not None else None
         self._ticks = 0
         self._reap_soon = False
         self._known_pids: list[int] = []
@@ -156,7 +156,7 @@ class UsageMonitor:
         the tick for every other slice (the watchdog and the reaper run on it)."""
         assert self._reports is not None
         try:
-            return slice_usage(s, pid, attribution, snapshot, self._reports.get(s.id))
+            return slice_usage(s, pid, attribution, snapshot, self._reports.get(s))
         except Exception:
             if s.id not in self._broken:
                 self._broken.add(s.id)

@@ -246,7 +246,12 @@ def read_report(ledger_path: str | Path, slice_id: str) -> dict[str, Any] | None
     """The slice's last report, or None if there is none (it cannot be read, or is not this
     user's). Its byte counts are checked (:func:`report_bytes`): one that is not a plausible count
     reads as None."""
-    data = _read_own(report_path(ledger_path, slice_id))
+    return read_report_file(report_path(ledger_path, slice_id))
+
+
+def read_report_file(path: str | Path) -> dict[str, Any] | None:
+    """:func:`read_report` of the report at ``path`` (a launcher's folder: ``folder/<slice>.json``)."""
+    data = _read_own(Path(path))
     if not isinstance(data, dict):
         return None
     for key in ("memory_used", "peak_memory_used"):
