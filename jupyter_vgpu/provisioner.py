@@ -369,7 +369,7 @@ class VGPUProvisioner(LocalProvisioner):  # type: ignore[misc]
                 )
             except (InvalidRequest, TypeError, AttributeError):
                 continue
-            fitting = [request.amount_on(total) for total, room in free if 0 < request.amount_on(total) <= room]
+            fitting = [need for total, room in free if 0 < (need := request.amount_on(total)) <= room]
             if len(fitting) >= request.gpus:
                 display = str(spec.get("display_name") or name)
                 found.append((max(fitting) * request.gpus, display, name))
