@@ -190,6 +190,7 @@ class VGPUProvisioner(LocalProvisioner):  # type: ignore[misc]
 
     #: The slice this kernel holds: the provisioner's own state, never configuration.
     slice_id: str | None = None
+    _slice_tier = ""  # its tier: what the slice's end asks to clean up in the owner's folder
     _slice_ledger: Ledger | None = None
     _start_labels: dict[str, str] | None = None  # the notebook path and kernel name of this start
 
@@ -273,7 +274,7 @@ class VGPUProvisioner(LocalProvisioner):  # type: ignore[misc]
             pass  # reaped already
         except VGPUError as error:
             self.log.warning("Could not release GPU slice %s: %s", slice_id, error)
-        await asyncio.to_thread(remove_report, ledger.path, slice_id)
+        await asyncio.to_thread(remove_report, ledger.path, slice_id, self._slice_tier)
 
     # -- provisioner API ----------------------------------------------------------------
     async def pre_launch(self, **kwargs: Any) -> dict[str, Any]:
@@ -399,7 +400,7 @@ class VGPUProvisioner(LocalProvisioner):  # type: ignore[misc]
         try:
             slice_ = await self._slice(ledger, request, env)
             if slice_ is not None:  # None: no GPU at all, and no_gpu="cpu"
-                self.slice_id = slice_.id
+                self.slice_id, self._slice_tier = slice_.id, slice_.tier.value
                 env.update(
                     slice_environment(
                         slice_,
