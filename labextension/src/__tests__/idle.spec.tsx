@@ -364,16 +364,20 @@ describe("a GPU card in a pod's share", () => {
     sm_limit: 50
   });
 
-  it('shows the share under the name, muted', () => {
-    const html = render(
+  function card(shown: IDevice): string {
+    return render(
       <DeviceCard
-        device={shared}
+        device={shown}
         slices={[]}
         colour={() => 0}
         actions={actions()}
         history={history}
       />
     );
+  }
+
+  it('shows the share under the name, muted', () => {
+    const html = card(shared);
     expect(texts(html, 'jp-vgpu-DeviceCard-podShare')).toEqual([
       "this pod's share: 4.0 GiB of 16.0 GiB (HAMi)"
     ]);
@@ -396,15 +400,7 @@ describe("a GPU card in a pod's share", () => {
       slurm_job: '1234',
       card_memory: 16 * GiB
     });
-    const html = render(
-      <DeviceCard
-        device={job}
-        slices={[]}
-        colour={() => 0}
-        actions={actions()}
-        history={history}
-      />
-    );
+    const html = card(job);
     expect(texts(html, 'jp-vgpu-DeviceCard-podShare')).toEqual([
       'Slurm job 1234: 16/32 shards of GPU 0, 8.0 GiB'
     ]);
@@ -416,15 +412,7 @@ describe("a GPU card in a pod's share", () => {
 
   it('shows nothing of the kind outside such a pod', () => {
     for (const d of [device(), device({ pod_share: null })]) {
-      const html = render(
-        <DeviceCard
-          device={d}
-          slices={[]}
-          colour={() => 0}
-          actions={actions()}
-          history={history}
-        />
-      );
+      const html = card(d);
       expect(tags(html, 'div', 'jp-vgpu-DeviceCard-podShare')).toEqual([]);
     }
   });
