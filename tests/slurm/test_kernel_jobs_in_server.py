@@ -59,7 +59,8 @@ def test_a_session_shows_its_kernels_job_and_node_in_the_rest_slices(slurm: Slur
         row = wait_for(lambda: job_row(server, kernel_id), "the kernel's job in /api/vgpu/slices", timeout=30)
         (line,) = squeue(slurm)
         job, name, state, node = line.split("|")
-        assert (row["job_id"], row["node"], row["slurm_state"], name) == (job, node, "RUNNING", f"jupyter-vgpu-kernel-{kernel_id}")
+        assert (row["job_id"], row["node"], row["slurm_state"], name) == (job, node, state, f"jupyter-vgpu-kernel-{kernel_id}")
+        assert state == "RUNNING"
         assert row["shards"] == 8 and row["shards_per_gpu"] == 32 and row["fraction"] == 0.25
         assert row["path"] == "train.ipynb" and row["kernel_display_name"] == DISPLAY and row["running_here"]
         assert row["request_text"] == "1/4 GPU: 8 of 32 shards" and row["gpu_indices"] in ([0], [1])
