@@ -112,7 +112,8 @@ def job_row(job: slurmctl.KernelJob, record: SlurmKernel | None = None) -> dict[
     ``slurm_reason``, ``position``, ``shards`` and ``shards_per_gpu``."""
     facts, report = kernel_report(job.kernel_id)
     shards = job.shards
-    per_gpu = record.asked.per_gpu if record else None
+    noted = job.starter.get("per_gpu", "")
+    per_gpu = record.asked.per_gpu if record else (int(noted) if noted.isdigit() else None)
     whole = job.whole_gpus
     fraction = (shards / per_gpu) if shards and per_gpu else (1.0 if whole else (record.asked.fraction if record else None))
     gpus = record.gpus if record and record.gpus else [int(g) for g in str(facts.get("gpus") or "").split(",") if g.isdigit()]
@@ -142,6 +143,11 @@ def job_row(job: slurmctl.KernelJob, record: SlurmKernel | None = None) -> dict[
         "labels": dict(record.labels) if record else {},
         "created": record.created if record else None,
     }
+
+
+def user_rows(env: Mapping[str, str]) -> list[dict[str, Any]]:
+    """This user's kernel jobs, for ``jupyter vgpu status`` on a login node."""
+    return [job_row(job) for job in slurmctl.kernel_jobs(env)]
 
 
 def server_rows(env: Mapping[str, str]) -> list[dict[str, Any]]:
@@ -210,7 +216,7 @@ class SlurmLauncher(Launcher):
         """Submit the allocation and wait for Slurm to grant it; the job id."""
         salloc = shutil.which("salloc", path=env.get("PATH")) or "salloc"
         argv = [
-            salloc, "--no-shell", f"--job-name={slurmctl.job_name(record.kernel_id)}", f"--comment={slurmctl.starter_comment()}",
+            salloc, "--no-shell", f"--job-name={slurmctl.job_name(record.kernel_id)}", f"--comment={slurmctl.starter_comment(per_gpu=asked.per_gpu)}",
             f"--gres={asked.gres}", "--nodes=1", "--ntasks=1", *slurm_args,
         ]  # fmt: skip
         try:

@@ -247,8 +247,9 @@ def job_name(kernel_id: str) -> str:
     return f"{JOB_PREFIX}{kernel_id}"
 
 
-def starter_comment(pid: int | None = None) -> str:
-    """Which process on which host starts a kernel's job (its orphans are found by it)."""
+def starter_comment(pid: int | None = None, per_gpu: int | None = None) -> str:
+    """Which process on which host starts a kernel's job (its orphans are found by it), and the
+    shards of one GPU its share was counted in (for views that did not start it)."""
     import psutil
 
     pid = os.getpid() if pid is None else pid
@@ -256,7 +257,8 @@ def starter_comment(pid: int | None = None) -> str:
         start = int(psutil.Process(pid).create_time())
     except psutil.Error:
         start = 0
-    return f"{COMMENT_PREFIX} host={socket.gethostname()} pid={pid} start={start}"
+    text = f"{COMMENT_PREFIX} host={socket.gethostname()} pid={pid} start={start}"
+    return text + (f" per_gpu={per_gpu}" if per_gpu else "")
 
 
 @dataclass

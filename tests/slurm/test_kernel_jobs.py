@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import os
+import subprocess
+import sys
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -87,6 +89,11 @@ async def test_a_share_is_asked_as_shards_and_vgpu_says_the_job_and_node(login: 
     node = login.kernel_jobs()[job]["node"]
     assert out.startswith("11\n")
     assert f"Slurm job {job} on {node} · asked 1/3 GPU: 11 of 32 shards, 10.67 rounded up" in out
+    shown = await asyncio.to_thread(
+        subprocess.run, [sys.executable, "-m", "jupyter_vgpu.cli", "status"], capture_output=True, text=True, timeout=30
+    )
+    gpu = login.cluster.run("scontrol", "--details", "show", "job", job, timeout=10).stdout.split("IDX:")[1][0]
+    assert f"  Slurm job {job} on {node}  GPU {gpu}  11/32 shards (11/32 GPU)  kernel {km.kernel_id}" in shown.stdout, shown.stderr
 
 
 async def test_interrupt_reaches_the_kernel_through_slurm(login: Login) -> None:
