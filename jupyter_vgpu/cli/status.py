@@ -177,8 +177,8 @@ def render(data: dict[str, Any]) -> str:
             f"free {format_bytes(gpu['memory_free'])}",
         ]
         lines += _boxed(f"{bar} " + "  ".join(f.replace(" ", _KEEP) for f in figures), width)
-        if gpu.get("pod_share"):
-            lines += _boxed(f"  {gpu['pod_share']}: slices are fractions of it", width)
+        if share := gpu.get("share") or gpu.get("pod_share"):
+            lines += _boxed(f"  {share}: slices are fractions of it", width)
         if gpu["memory_over_use"]:
             lines += _boxed(f"  ! = {format_bytes(gpu['memory_over_use'])} used beyond reservations", width)
         if gpu["memory_foreign"]:

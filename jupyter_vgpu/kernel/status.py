@@ -66,8 +66,8 @@ def gpu_line(gpu: GPU, usage: Usage, *, mine: bool = False) -> str:
         parts += [f"{format_bytes(held.reserved)} reserved", f"free {format_bytes(held.free)}"]
     if gpu.utilization is not None:
         parts.append(f"util {gpu.utilization}%")
-    if gpu.pod_share:
-        parts.append(gpu.pod_share)
+    if share := gpu.share or gpu.pod_share:
+        parts.append(share)
     mark = "  ← this slice" if mine else ""
     return " · ".join(parts) + f" · {gpu.uuid}{mark}"
 

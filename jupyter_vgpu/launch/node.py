@@ -42,12 +42,6 @@ def write_connection_file(env: dict[str, str]) -> None:
         handle.write(content)
 
 
-def job_ledger(env: dict[str, str]) -> str:
-    """The job's ledger on this node's disk."""
-    folder = Path(env.get("TMPDIR") or "/tmp") / f"jupyter-vgpu-{env.get('SLURM_JOB_ID', 'nojob')}"
-    return str(folder / "ledger.sqlite")
-
-
 def take_share(env: dict[str, str]) -> str | None:
     """Reserve the job's whole share for this kernel in the job's ledger and put the slice's
     environment in ``env``; why it could not, in one sentence (the kernel then starts on what
@@ -106,7 +100,11 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     env = dict(os.environ)
     write_connection_file(env)
-    env["JUPYTER_VGPU_LEDGER"] = job_ledger(env)
+    from ..config import ENV_LEDGER, job_ledger_path
+
+    ledger = job_ledger_path(env)
+    if ledger is not None:
+        env[ENV_LEDGER] = str(ledger)  # never the login node's, which srun passed on
     os.environ.clear()
     os.environ.update(env)  # the settings below read the job's ledger from here
     problem = take_share(env)

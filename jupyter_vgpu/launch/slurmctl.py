@@ -38,11 +38,8 @@ def client_timeout() -> float:
         return CLIENT_TIMEOUT
 JOB_PREFIX = "jupyter-vgpu-kernel-"
 COMMENT_PREFIX = "jupyter-vgpu"
-#: The admin's shards per GPU (also ``c.VGPU.slurm_shards_per_gpu`` where the job share reads it).
-ENV_SHARDS_PER_GPU = "JUPYTER_VGPU_SLURM_SHARDS_PER_GPU"
 #: Options that ask Slurm for GPUs: the kernelspec's share says that, not ``slurm_args``.
 GPU_OPTIONS = ("--gres", "--gpus", "-G", "--gpus-per-node", "--gpus-per-task", "--tres-per-node", "--mem-per-gpu")
-_GRES_COUNT = re.compile(r"^(\d+)([KMG]?)$", re.ASCII)
 _DOWN = ("Unable to contact slurm controller", "Socket timed out", "Connection refused", "Zero Bytes were transmitted")
 
 
@@ -137,37 +134,15 @@ def check_args(value: Any) -> tuple[str, ...]:
     return tuple(value)
 
 
-def split_gres(gres: str) -> tuple[int, int]:
-    """(GPUs, shards) of a node's GRES (``gpu:2,shard:64``; types and sockets allowed)."""
-    counts: dict[str, int] = {}
-    depth, part, parts = 0, "", []
-    for char in gres:
-        depth += {"(": 1, ")": -1}.get(char, 0)
-        if char == "," and depth == 0:
-            parts.append(part)
-            part = ""
-        else:
-            part += char
-    parts.append(part)
-    for entry in parts:
-        fields = entry.split("(", 1)[0].strip().split(":")
-        match = _GRES_COUNT.match(fields[-1]) if len(fields) >= 2 else None
-        if match:
-            count = int(match.group(1)) * {"": 1, "K": 1024, "M": 1024**2, "G": 1024**3}[match.group(2)]
-            counts[fields[0]] = counts.get(fields[0], 0) + count
-    return counts.get("gpu", 0), counts.get("shard", 0)
-
-
 def shards_per_gpu(partition: str | None, env: Mapping[str, str]) -> int:
     """How many shards Slurm splits each GPU of ``partition`` (the default one: None) into: the
     admin's setting, else the nodes' GRES as ``sinfo`` lists them."""
+    from ..gpus.slurmshare import ENV_SHARDS_PER_GPU, parse_shards_per_gpu, split_gres
+
     fix = f"set {ENV_SHARDS_PER_GPU} (c.VGPU.slurm_shards_per_gpu) to the shards of one GPU"
     admin = env.get(ENV_SHARDS_PER_GPU, "").strip()
     if admin:
-        parts = [p.strip() for p in admin.split(",")]
-        if not all(p.isascii() and p.isdigit() and int(p) > 0 for p in parts):
-            raise InvalidConfig(f"{ENV_SHARDS_PER_GPU}={shorten(admin)} is not a number of shards; use a whole number such as 32.")
-        return min(int(p) for p in parts)  # uneven GPUs: the smallest, so a share never asks too few
+        return min(parse_shards_per_gpu(admin))  # uneven GPUs: the smallest, so a share never asks too few
     out = call(["sinfo", "--noheader", "--format=%P|%G"], env)
     found: set[int] = set()
     where = f"partition {partition}" if partition else "the default partition"
@@ -178,9 +153,10 @@ def shards_per_gpu(partition: str | None, env: Mapping[str, str]) -> int:
         name, _, gres = line.partition("|")
         if name.rstrip("*") != partition if partition else not name.endswith("*"):
             continue
-        gpus, shards = split_gres(gres)
-        if gpus and shards:
-            found.add(shards // gpus)
+        try:
+            found.add(split_gres(gres, name.rstrip("*"), fix))
+        except InvalidConfig:
+            continue  # a group of nodes without shards
     if not found:
         raise InvalidConfig(f"No node of {where} has GPU shards (Gres=gpu:N,shard:M in slurm.conf); {fix}.")
     if len(found) > 1:

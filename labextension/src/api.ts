@@ -56,6 +56,13 @@ export interface IDevice {
   card_memory?: number | null;
   /** The pod's share of the SMs (CUDA_DEVICE_SM_LIMIT), percent. */
   sm_limit?: number | null;
+  /**
+   * A scheduler's share in words: the pod's (as `pod_share`) or the Slurm job's ("Slurm job
+   * 1234: 16/32 shards of GPU 0, 8.0 GiB"); `memory_total` is then the share.
+   */
+  share?: string | null;
+  /** Inside a Slurm job: its id; only the job's GPUs are listed. */
+  slurm_job?: string | null;
   slices: string[];
 }
 

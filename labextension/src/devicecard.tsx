@@ -11,10 +11,13 @@ import { Disclosure, WatchedChip } from './chips';
 import { formatBytes, formatPercent, formatUsage } from './format';
 import { IHistorySource, ISliceActions, SliceRow } from './slicerow';
 
-/** Why a GPU's total is not the card's: the share a Kubernetes scheduler gave this pod. */
+/** Why a GPU's total is not the card's: the share a Kubernetes scheduler gave this pod, or
+ * the shards of a Slurm job. */
 export function podShareTitle(device: IDevice): string {
   const lines = [
-    `This server runs in a pod that a scheduler placed on a shared GPU: ${formatBytes(device.memory_total)} is the pod's share, and slices are fractions of it.`
+    device.slurm_job
+      ? `This server runs in Slurm job ${device.slurm_job}: ${formatBytes(device.memory_total)} is the job's share of the GPU, and slices are fractions of it.`
+      : `This server runs in a pod that a scheduler placed on a shared GPU: ${formatBytes(device.memory_total)} is the pod's share, and slices are fractions of it.`
   ];
   if (typeof device.card_memory === 'number') {
     lines.push(`The card itself has ${formatBytes(device.card_memory)}.`);
@@ -70,12 +73,12 @@ export function DeviceCard(props: {
         >
           {device.name}
         </div>
-        {device.pod_share && (
+        {(device.share || device.pod_share) && (
           <div
             className="jp-vgpu-DeviceCard-podShare"
             title={podShareTitle(device)}
           >
-            {device.pod_share}
+            {device.share || device.pod_share}
           </div>
         )}
       </header>

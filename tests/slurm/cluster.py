@@ -58,6 +58,12 @@ def _which(name: str) -> str | None:
     return shutil.which(name, path=os.environ.get("PATH", "") + ":/usr/sbin:/sbin")
 
 
+def spare_port(offset: int = 10) -> int:
+    """A port for a server a test starts beside the cluster (in the cluster's range when
+    ``JUPYTER_VGPU_TEST_SLURM_PORT`` fixes one: that plus ``offset``)."""
+    return _ports(offset + 1)[offset]
+
+
 def _ports(count: int) -> list[int]:
     base = os.environ.get(PORTS_VARIABLE, "").strip()
     if base:
@@ -89,17 +95,21 @@ class SlurmCluster:
         self._munged: subprocess.Popen[bytes] | None = None
         self._controller: subprocess.Popen[bytes] | None = None
         self._slurmd: dict[str, subprocess.Popen[bytes]] = {}
+        # What every client command and (srun passing it on) every job gets: this cluster, the
+        # simulated GPUs, and a TMPDIR of its own, so that a job's node-local ledger
+        # ($TMPDIR/jupyter-vgpu-<job id>) is not a previous cluster's job of the same id.
         self.env: dict[str, str] = {
-            **{k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "SLURMD_"))},
+            **{k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "SLURMD_", "JUPYTER_VGPU_"))},
             "SLURM_CONF": str(self.conf),
             "JUPYTER_VGPU_SIMULATE": SIMULATE,
+            "TMPDIR": str(folder / "tmp"),
         }
         self.env["PATH"] = self.env.get("PATH", "") + ":/usr/sbin:/sbin"
 
     # -- configuration ------------------------------------------------------------------------
 
     def _write_config(self) -> None:
-        for sub in ("munge", "state", "log"):
+        for sub in ("munge", "state", "log", "tmp"):
             (self.folder / sub).mkdir(parents=True, exist_ok=True)
         os.chmod(self.folder / "munge", 0o755)  # munged wants its socket reachable
         key = self.folder / "munge" / "munge.key"

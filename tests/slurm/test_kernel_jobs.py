@@ -107,6 +107,14 @@ async def test_interrupt_reaches_the_kernel_through_slurm(login: Login) -> None:
     assert time.monotonic() - began < 20
 
 
+async def test_the_kernel_on_its_node_holds_the_jobs_share_as_its_slice(login: Login) -> None:
+    km = await login.start(login.spec("quarter", gpu_fraction=0.25))
+    out = await run_code(km, "import os; print(os.environ['JUPYTER_VGPU_MEMORY_RESERVED'], os.environ['JUPYTER_VGPU_LEDGER'])")
+    reserved, ledger = out.split()
+    assert int(reserved) == 4 * 2**30  # 8 of 32 shards of a 16 GiB GPU
+    assert ledger == str(login.folder / "node-tmp" / f"jupyter-vgpu-{login.job_of(km)}" / "ledger.sqlite")
+
+
 async def test_a_restart_keeps_the_job_and_a_shutdown_cancels_it(login: Login) -> None:
     km = await login.start(login.spec("quarter", gpu_fraction=0.25))
     job = login.job_of(km)

@@ -364,16 +364,20 @@ describe("a GPU card in a pod's share", () => {
     sm_limit: 50
   });
 
-  it('shows the share under the name, muted', () => {
-    const html = render(
+  function card(shown: IDevice): string {
+    return render(
       <DeviceCard
-        device={shared}
+        device={shown}
         slices={[]}
         colour={() => 0}
         actions={actions()}
         history={history}
       />
     );
+  }
+
+  it('shows the share under the name, muted', () => {
+    const html = card(shared);
     expect(texts(html, 'jp-vgpu-DeviceCard-podShare')).toEqual([
       "this pod's share: 4.0 GiB of 16.0 GiB (HAMi)"
     ]);
@@ -389,17 +393,26 @@ describe("a GPU card in a pod's share", () => {
     ]);
   });
 
+  it("says a Slurm job's shards the same way", () => {
+    const job = device({
+      memory_total: 8 * GiB,
+      share: 'Slurm job 1234: 16/32 shards of GPU 0, 8.0 GiB',
+      slurm_job: '1234',
+      card_memory: 16 * GiB
+    });
+    const html = card(job);
+    expect(texts(html, 'jp-vgpu-DeviceCard-podShare')).toEqual([
+      'Slurm job 1234: 16/32 shards of GPU 0, 8.0 GiB'
+    ]);
+    expect(podShareTitle(job).split('\n')).toEqual([
+      "This server runs in Slurm job 1234: 8.0 GiB is the job's share of the GPU, and slices are fractions of it.",
+      'The card itself has 16.0 GiB.'
+    ]);
+  });
+
   it('shows nothing of the kind outside such a pod', () => {
     for (const d of [device(), device({ pod_share: null })]) {
-      const html = render(
-        <DeviceCard
-          device={d}
-          slices={[]}
-          colour={() => 0}
-          actions={actions()}
-          history={history}
-        />
-      );
+      const html = card(d);
       expect(tags(html, 'div', 'jp-vgpu-DeviceCard-podShare')).toEqual([]);
     }
   });
