@@ -25,7 +25,7 @@ import time
 from typing import Any
 
 from jupyter_client.provisioning.local_provisioner import LocalProvisioner
-from traitlets import Enum, Float, Int, Unicode, Union
+from traitlets import Enum, Float, Int, List, Unicode, Union
 
 from .config import VGPU
 from .errors import (
@@ -51,6 +51,7 @@ from .launch.settings import (
     check_pinned,
     check_placement,
     check_seconds,
+    check_slurm_args,
     server_settings,
     shared_ledger,
     unknown_keys_message,
@@ -178,10 +179,30 @@ class VGPUProvisioner(LocalProvisioner):  # type: ignore[misc]
     launcher = Setting(
         Unicode(),
         lambda v: launcher_named(v).name,
-        "the name of a launcher, such as local",
+        "the name of a launcher, such as local or slurm",
         default="local",
         help="""Where the kernel runs (jupyter_vgpu.launch.launchers): "local", a process on this
-        host, or a launcher another package registers (entry point group jupyter_vgpu.launchers).""",
+        host; "slurm", a Slurm job on a GPU node Slurm picks (asking for the slice's GPU shards,
+        with slurm_args); or a launcher another package registers (entry point group
+        jupyter_vgpu.launchers).""",
+    ).tag(config=True)
+
+    slurm_args = Setting(
+        List(Unicode()),
+        check_slurm_args,
+        'a list of salloc options, such as ["--partition=gpu", "--time=8:00:00"]',
+        help="""With launcher "slurm": the site's options for the kernel's job (partition, account,
+        time limit, QOS), given to salloc as they are. The GPU share is the kernel's (gpu_fraction,
+        gpus): options that ask for GPUs are refused.""",
+    ).tag(config=True)
+
+    slurm_gpu_memory = Setting(
+        Union([Int(min=1), Unicode()]),
+        lambda v: parse_bytes(v, what="slurm_gpu_memory"),
+        "a size such as 16GiB",
+        help="""With launcher "slurm", for the admin (c.VGPUProvisioner.slurm_gpu_memory): the
+        memory of one GPU of the partition, so that a kernel asking for gpu_memory can be asked
+        of Slurm as shards. Without it such a kernel is refused: Slurm shares GPUs in shards.""",
     ).tag(config=True)
 
     def _launcher(self) -> Launcher:
@@ -193,6 +214,8 @@ class VGPUProvisioner(LocalProvisioner):  # type: ignore[misc]
     _slice_tier = ""  # its tier: what the slice's end asks to clean up in the owner's folder
     _slice_ledger: Ledger | None = None
     _start_labels: dict[str, str] | None = None  # the notebook path and kernel name of this start
+    #: What the launcher keeps of this kernel (a Slurm kernel's job and node), saved with it.
+    launch_state: dict[str, Any]
 
     def __init__(self, **kwargs: Any) -> None:
         # jupyter_client passes the kernelspec's provisioner config as keyword arguments, which
@@ -200,6 +223,7 @@ class VGPUProvisioner(LocalProvisioner):  # type: ignore[misc]
         unknown = sorted(set(kwargs) - SET_BY_JUPYTER_CLIENT - set(VGPU_SETTINGS))
         if unknown:
             raise InvalidKernelConfig(unknown_keys_message(unknown, kwargs.get("kernel_spec")))
+        self.launch_state = {}
         super().__init__(**kwargs)
 
     def _ledger(self) -> Ledger:
@@ -385,6 +409,7 @@ class VGPUProvisioner(LocalProvisioner):  # type: ignore[misc]
             return await self._launcher().launch(self, cmd, **kwargs)
         except BaseException:
             await self._release()
+            await self._launcher().cleanup(self, restart=False)
             forget_when_done(getattr(self.parent, "parent", None), str(self.kernel_id))
             raise
 
@@ -397,8 +422,14 @@ class VGPUProvisioner(LocalProvisioner):  # type: ignore[misc]
             self._slice_ledger = await asyncio.to_thread(shared_ledger, settings)
         ledger = self._slice_ledger
         kept = self.slice_id
+        launcher = self._launcher()
         try:
-            slice_ = await self._slice(ledger, request, env)
+            if launcher.books_elsewhere:  # Slurm is the book: nothing is reserved here
+                slice_ = None
+                await launcher.allocate(self, request, env)
+                self._local_address()
+            else:
+                slice_ = await self._slice(ledger, request, env)
             if slice_ is not None:  # None: no GPU at all, and no_gpu="cpu"
                 self.slice_id, self._slice_tier = slice_.id, slice_.tier.value
                 env.update(
@@ -415,12 +446,22 @@ class VGPUProvisioner(LocalProvisioner):  # type: ignore[misc]
             cmd = list(kwargs.get("cmd") or [])
             if self._is_ipykernel(cmd) and EXTENSION_ARG not in cmd:
                 cmd.append(EXTENSION_ARG)
-            kwargs["cmd"] = self._launcher().command(cmd, env)
+            kwargs["cmd"] = launcher.command(cmd, env)
             return kwargs
         except BaseException:
             if self.slice_id and self.slice_id != kept:  # reserved just now: nothing kept
                 await self._release()
+            await launcher.cleanup(self, restart=False)
             raise
+
+    def _local_address(self) -> None:
+        """jupyter_client writes the connection file only for an address of this host; the
+        launcher puts the kernel's node address in it at launch (a restart finds that one)."""
+        from jupyter_client.localinterfaces import is_local_ip, localhost
+
+        km = self.parent
+        if km is not None and getattr(km, "transport", "tcp") == "tcp" and not is_local_ip(km.ip):
+            km.ip = localhost()
 
     async def _slice(self, ledger: Ledger, request: SliceRequest, env: dict[str, str]) -> Slice | None:
         """The kernel's slice: the one it kept across a restart, or a new one (waiting in line up
@@ -501,12 +542,15 @@ class VGPUProvisioner(LocalProvisioner):  # type: ignore[misc]
         await super().cleanup(restart=restart)
         if not restart:
             await self._release()
+        await self._launcher().cleanup(self, restart=restart)
 
     async def get_provisioner_info(self) -> dict[str, Any]:
         """jupyter_client saves this with the kernel (a restarted server loads it): super()'s
         information first, plus the slice this kernel holds."""
         info: dict[str, Any] = await super().get_provisioner_info()
         info["vgpu_slice_id"] = self.slice_id
+        if self.launch_state:
+            info["vgpu_launch"] = dict(self.launch_state)
         return info
 
     async def load_provisioner_info(self, provisioner_info: dict[str, Any]) -> None:
@@ -514,6 +558,7 @@ class VGPUProvisioner(LocalProvisioner):  # type: ignore[misc]
         kernel's slice, which is attached to the kernel's process again."""
         await super().load_provisioner_info(provisioner_info)
         self.slice_id = provisioner_info.get("vgpu_slice_id")
+        self.launch_state = dict(provisioner_info.get("vgpu_launch") or {})
         if self.slice_id and self.pid:
             ledger = self._ledger()
             try:

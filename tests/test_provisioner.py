@@ -212,7 +212,7 @@ async def test_a_server_restart_with_running_kernels_keeps_their_slices(
         ({"gpus": 0}, "gpus 0 is not allowed"),
         ({"placement": "random"}, "placement 'random' is not allowed"),
         ({"wait_timeout": -3}, "wait_timeout -3 is not allowed"),
-        ({"launcher": "slurmx"}, "launcher 'slurmx' is not a launcher here; use one of: local."),
+        ({"launcher": "slurmx"}, "launcher 'slurmx' is not a launcher here; use one of: local, slurm."),
         # the settings are typed traits: what the type refuses is said in the same one sentence
         ({"gpus": "2"}, "gpus '2' is not allowed; use a whole number of GPUs, 1 or more"),
         ({"gpus": True}, "gpus True is not allowed"),
@@ -343,5 +343,5 @@ async def test_a_launcher_plug_in_starts_signals_and_watches_the_kernel(
     assert calls[0] == "launch" and "poll" in calls and f"signal {signal.SIGINT}" in calls and "alive" in calls
     await km.shutdown_kernel(now=True)
     assert "kill" in calls and open_ledger().slices() == []
-    with pytest.raises(VGPUError, match=r"launcher 'nowhere' is not a launcher here; use one of: local, recording\.$"):
+    with pytest.raises(VGPUError, match=r"launcher 'nowhere' is not a launcher here; use one of: local, slurm, recording\.$"):
         await start(make_spec(kernels_dir, "nowhere", {"gpu_fraction": "1/4", "launcher": "nowhere"}), started)

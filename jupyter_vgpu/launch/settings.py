@@ -114,6 +114,12 @@ def check_pinned(value: Any) -> str:
     return text
 
 
+def check_slurm_args(value: Any) -> tuple[str, ...]:
+    from .slurmctl import check_args  # here: a local kernel's start never imports Slurm's side
+
+    return check_args(value)
+
+
 NO_GPU_CHOICES = ("cpu", "fail")
 
 #: What jupyter_client itself passes to a provisioner, besides the kernelspec's config.
@@ -124,7 +130,7 @@ SET_BY_JUPYTER_CLIENT = frozenset({"kernel_id", "kernel_spec", "parent", "config
 #: inherited from LocalProvisioner are not the user's to set.
 VGPU_SETTINGS = (
     "gpu_fraction", "gpu_memory", "gpus", "gpu", "logical_devices", "placement", "wait_timeout", "no_gpu", "device_names",
-    "launcher",
+    "launcher", "slurm_args",
 )  # fmt: skip
 
 

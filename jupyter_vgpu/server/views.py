@@ -111,6 +111,83 @@ def waiting_view(waiter: Waiter, monitor: UsageMonitor) -> dict[str, Any]:
     return view
 
 
+def _job_holder(job: Mapping[str, Any], kernels: Mapping[str, KernelInfo]) -> dict[str, Any]:
+    kernel = kernels.get(job["kernel_id"])
+    labels = job.get("labels") or {}
+    return {
+        "kernel_id": job["kernel_id"],
+        "kernel_name": labels.get("kernel_name") or (kernel.name if kernel else None),
+        "kernel_display_name": labels.get("kernel_display_name"),
+        "path": notebook_path(kernel.path if kernel else None) or labels.get("path"),
+        "command": None,
+        "running_here": kernel is not None,
+        "yours": True,  # squeue lists this user's jobs only
+    }
+
+
+def _job_request(job: Mapping[str, Any]) -> dict[str, Any]:
+    return {"fraction": job.get("fraction"), "memory": None, "gpus": max(1, len(job.get("gpu_indices") or [])), "gpu": None}
+
+
+def job_view(job: Mapping[str, Any], watchdog: Watchdog, kernels: Mapping[str, KernelInfo]) -> dict[str, Any]:
+    """A kernel running in a Slurm job (``SLICE`` in docs/rest.md, plus ``job_id``, ``node``,
+    ``slurm_state``, ``slurm_reason``, ``shards`` and ``shards_per_gpu``): the fields of a slice,
+    its use as the kernel reports it; its GPUs are the node's, not this host's."""
+    view = {key: value for key, value in job.items() if key != "position"}
+    view.update(
+        {
+            **_job_holder(job, kernels),
+            "owner": None,
+            "pid": None,
+            "request": _job_request(job),
+            "memory_reserved": None,
+            "memory_reserved_total": None,
+            "memory_reserved_by_gpu": {},
+            "memory_limit": None,
+            "context_allowance": None,
+            "logical_devices": 1,
+            "tier_kind": "cooperative",
+            "share_note": f"Slurm job {job['job_id']} on {job.get('node') or '?'}",
+            "visible_devices": [],
+            "mig_devices": [],
+            "mig_profiles": [],
+            "memory_used_by_gpu": None,
+            "utilization": None,
+            "watched": False,
+            "memory_peak": None,
+            "usage_note": "as the kernel reports it from its node" if job.get("memory_used") is not None else None,
+            "idle_seconds": None,
+            "idle_notice": None,
+            "history": [],
+            "watchdog": {"action": watchdog.action, "events": []},
+        }
+    )
+    return view
+
+
+def pending_job_view(job: Mapping[str, Any], kernels: Mapping[str, KernelInfo]) -> dict[str, Any]:
+    """A kernel whose job waits in Slurm's queue (``WAITING`` in docs/rest.md, plus ``job_id``,
+    ``slurm_state`` and ``slurm_reason``): its place is among the partition's pending jobs."""
+    created = job.get("created") or time.time()
+    return {
+        "ticket": job["id"],
+        "position": job.get("position"),
+        "owner": None,
+        "holder_kind": "kernel",
+        "holder": job["kernel_id"],
+        "pid": None,
+        "request": _job_request(job),
+        "request_text": job.get("request_text"),
+        "labels": job.get("labels") or {},
+        "created": created,
+        "waiting_seconds": max(0.0, time.time() - created),
+        **_job_holder(job, kernels),
+        "job_id": job["job_id"],
+        "slurm_state": job["slurm_state"],
+        "slurm_reason": job.get("slurm_reason"),
+    }
+
+
 def slices_view(
     sample: Sample,
     monitor: UsageMonitor,
@@ -126,8 +203,10 @@ def slices_view(
         "interval": monitor.interval,
         "history_step": monitor.history_step,
         "taken_at": sample.taken_at,
-        "slices": [slice_view(u, monitor, watchdog, kernels, since) for u in sample.slices],
-        "waiting": [waiting_view(w, monitor) for w in sample.waiting],
+        "slices": [slice_view(u, monitor, watchdog, kernels, since) for u in sample.slices]
+        + [job_view(j, watchdog, kernels) for j in sample.jobs if j["slurm_state"] != "PENDING"],
+        "waiting": [waiting_view(w, monitor) for w in sample.waiting]
+        + [pending_job_view(j, kernels) for j in sample.jobs if j["slurm_state"] == "PENDING"],
         "watchdog": {
             "action": watchdog.action,
             "tolerance": watchdog.tolerance,

@@ -38,9 +38,14 @@ import time
 from pathlib import Path
 from typing import Any
 
+#: Where this process writes its slice's reports instead (a Slurm kernel: a folder the login node
+#: reads, set by the ``slurm`` launcher).
+ENV_REPORTS = "JUPYTER_VGPU_REPORTS"
+
 
 def report_dir(ledger_path: str | Path) -> Path:
-    return Path(ledger_path).parent / "reports"
+    override = os.environ.get(ENV_REPORTS)
+    return Path(override) if override else Path(ledger_path).parent / "reports"
 
 
 def report_path(ledger_path: str | Path, slice_id: str) -> Path:

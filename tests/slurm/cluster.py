@@ -269,10 +269,11 @@ class SlurmCluster:
     ) -> subprocess.CompletedProcess[str]:  # fmt: skip
         """A Slurm client command (``srun``, ``scontrol``, ``squeue``...) against this cluster;
         raises subprocess.TimeoutExpired after ``timeout`` seconds, and CalledProcessError on a
-        failure when ``check``."""
+        failure when ``check``. It runs in the cluster's folder, so a batch job's output file
+        (``slurm-<id>.out``) lands there, never in the source tree."""
         return subprocess.run(
             list(args), env={**self.env, **(env or {})}, capture_output=True, text=True, timeout=timeout,
-            check=check, input=input, stdin=None if input is not None else subprocess.DEVNULL,
+            check=check, input=input, stdin=None if input is not None else subprocess.DEVNULL, cwd=self.folder,
         )  # fmt: skip
 
     def jobs(self) -> list[str]:
