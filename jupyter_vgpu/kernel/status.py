@@ -95,6 +95,8 @@ def slice_rows(state: KernelState, usage: Usage) -> list[tuple[str, str]]:
     rows.append(("share", share_text(state)))
     if slurm := slurm_text(os.environ):
         rows.append(("Slurm", slurm))
+        if ended := os.environ.get("JUPYTER_VGPU_SLURM_ENDED"):
+            rows.append(("previous job", ended))
     rows.append(("reserved", f"{format_bytes(facts.memory_reserved)} per GPU (context allowance included)"))
     rows.append(("limit", f"{format_bytes(facts.memory_limit)} per GPU for frameworks"))
     rows.append(("context allowance", f"{format_bytes(facts.context_allowance)} per GPU for the CUDA context"))

@@ -29,6 +29,9 @@ ENV_CONNECTION_FILE = "JUPYTER_VGPU_CONNECTION_FILE"
 ENV_KERNEL = "JUPYTER_VGPU_KERNEL_ID"
 #: What the kernel asked Slurm for, in words ("1/4 GPU: 8 of 32 shards"), for %vgpu.
 ENV_ASKED = "JUPYTER_VGPU_SLURM_ASKED"
+#: Why Slurm ended the job of the kernel this one replaces, in one sentence (%vgpu and the first
+#: cell say it).
+ENV_ENDED = "JUPYTER_VGPU_SLURM_ENDED"
 JOB_FILE = "job.json"
 
 

@@ -37,7 +37,7 @@ from ..errors import SliceUnavailable
 from ..slices.reports import ENV_REPORTS, read_report_file, report_bytes
 from . import slurmctl
 from .launchers import Launcher
-from .node import ENV_ASKED, ENV_CONNECTION, ENV_CONNECTION_FILE, ENV_KERNEL, JOB_FILE
+from .node import ENV_ASKED, ENV_CONNECTION, ENV_CONNECTION_FILE, ENV_ENDED, ENV_KERNEL, JOB_FILE
 
 if TYPE_CHECKING:
     from jupyter_client.provisioning.local_provisioner import LocalProvisioner
@@ -60,6 +60,29 @@ REASONS = {
 }
 
 
+#: How Slurm ends a job, in words (``JobState`` of a job that ended).
+ENDINGS = {
+    "TIMEOUT": "its time limit was reached",
+    "PREEMPTED": "it was preempted",
+    "CANCELLED": "it was cancelled outside this server (scancel by you or an administrator)",
+    "NODE_FAIL": "its node failed",
+    "BOOT_FAIL": "its node failed to boot",
+    "DEADLINE": "its deadline passed",
+    "OUT_OF_MEMORY": "it ran out of memory",
+    "FAILED": "it failed",
+    "COMPLETED": "it completed",
+}
+
+
+def ending_text(job_id: str, state: str, reason: str) -> str:
+    """``Slurm ended this kernel's job 12: its time limit was reached (TIMEOUT, TimeLimit).``"""
+    if not state:
+        return f"Slurm ended this kernel's job {job_id} and no longer remembers why."
+    words = ENDINGS.get(state, state.lower())
+    said = state + (f", {reason}" if reason not in ("", "None") else "")
+    return f"Slurm ended this kernel's job {job_id}: {words} ({said})."
+
+
 def reason_text(reason: str) -> str:
     words = REASONS.get(reason)
     return f"{reason}: {words}" if words else reason
@@ -79,6 +102,8 @@ class SlurmKernel:
     node: str | None = None
     gpus: list[int] = field(default_factory=list)
     created: float = field(default_factory=time.time)
+    #: Why Slurm ended the job of the kernel this one replaced (a restart in a new job).
+    ended: str | None = None
 
 
 #: This process's Slurm kernels by kernel id (the server's views list them).
@@ -142,6 +167,7 @@ def job_row(job: slurmctl.KernelJob, record: SlurmKernel | None = None) -> dict[
         "tier": f"Slurm job {job.job_id}" + (f" on {node}" if node else "") + " (shards fence nothing: cooperative limits)",
         "labels": dict(record.labels) if record else {},
         "created": record.created if record else None,
+        "slurm_ended": record.ended if record else None,
     }
 
 
@@ -175,15 +201,15 @@ class SlurmLauncher(Launcher):
     async def allocate(self, provisioner: LocalProvisioner, request: SliceRequest, env: dict[str, str]) -> None:
         state = _state(provisioner)
         kernel_id = str(provisioner.kernel_id)
+        ended = None
         if state.get("job_id"):  # a restart: the kernel keeps its job while Slurm runs it
             job_state, why = await asyncio.to_thread(slurmctl.job_state, state["job_id"], env)
             if job_state == "RUNNING":
                 state.pop("ended", None)
+                state.pop("slurm_ended", None)  # said once, by the kernel that replaced the ended one
                 return
-            provisioner.log.warning(
-                "Kernel %s: Slurm ended job %s (%s%s); a new job is asked for.",
-                kernel_id, state["job_id"], job_state.lower() or "forgotten", f": {why}" if why not in ("", "None") else "",
-            )  # fmt: skip
+            ended = state.get("slurm_ended") or ending_text(state["job_id"], job_state, why)
+            provisioner.log.warning("Kernel %s: %s A new job is asked for.", kernel_id, ended)
             state.clear()
         slurm_args = list(getattr(provisioner, "slurm_args", None) or ())
         per_gpu = None
@@ -194,7 +220,7 @@ class SlurmLauncher(Launcher):
         )
         provisioner.log.info("Kernel %s asks Slurm for %s.", kernel_id, asked.text)
         labels = {k: v for k, v in (getattr(provisioner, "_start_labels", None) or {}).items()}
-        record = KERNELS[kernel_id] = SlurmKernel(kernel_id, asked, labels)
+        record = KERNELS[kernel_id] = SlurmKernel(kernel_id, asked, labels, ended=ended)
         try:
             record.job_id = await self._salloc(provisioner, asked, slurm_args, env, record)
             state["job_id"] = record.job_id
@@ -207,6 +233,9 @@ class SlurmLauncher(Launcher):
             raise
         record.state, record.reason, record.position, record.node, record.gpus = "RUNNING", "", None, node, gpus
         state.update(node=node, address=address, gpus=gpus, asked=asked.text)
+        if ended:
+            state["slurm_ended"] = f"{ended} This kernel was restarted in job {record.job_id}: variables were lost."
+            record.ended = state["slurm_ended"]
         on = ", ".join(map(str, gpus)) or "?"
         provisioner.log.info("Kernel %s runs in Slurm job %s on node %s (GPU %s, %s).", kernel_id, record.job_id, node, on, asked.text)
 
@@ -325,6 +354,8 @@ class SlurmLauncher(Launcher):
         folder = report_folder_of(kernel_id)
         folder.mkdir(parents=True, exist_ok=True, mode=0o700)
         env.update({ENV_KERNEL: kernel_id, ENV_REPORTS: str(folder), ENV_ASKED: str(state.get("asked", ""))})
+        if state.get("slurm_ended"):
+            env[ENV_ENDED] = state["slurm_ended"]
         srun = shutil.which("srun", path=env.get("PATH")) or "srun"
         argv = [
             srun, f"--jobid={state['job_id']}", "--nodes=1", "--ntasks=1", "--input=none", "--kill-on-bad-exit=1",
@@ -371,7 +402,8 @@ class SlurmLauncher(Launcher):
             job_state, why = await asyncio.to_thread(slurmctl.job_state, state["job_id"], _env(provisioner))
             if job_state not in ("RUNNING", "COMPLETING", ""):
                 state["ended"] = f"{job_state.lower()}{f': {why}' if why not in ('', 'None') else ''}"
-                provisioner.log.warning("Kernel %s ended: Slurm ended its job %s (%s).", provisioner.kernel_id, state["job_id"], state["ended"])
+                state["slurm_ended"] = ending_text(state["job_id"], job_state, why)
+                provisioner.log.warning("Kernel %s ended: %s", provisioner.kernel_id, state["slurm_ended"])
         return status
 
     async def cleanup(self, provisioner: LocalProvisioner, restart: bool = False) -> None:

@@ -135,16 +135,33 @@ async def test_a_forced_kill_cancels_the_job_and_leaves_no_kernel_running(login:
     await login.until(lambda: not _exists(kernel_pid), "the kernel under slurmstepd ended")
 
 
-async def test_a_restarted_kernel_after_slurm_ended_its_job_runs_in_a_new_job(login: Login) -> None:
+async def test_a_restarted_kernel_after_slurm_ended_its_job_runs_in_a_new_job_and_says_why(login: Login) -> None:
+    from jupyter_vgpu.launch.slurm import server_rows
+
     km = await login.start(login.spec("quarter", gpu_fraction=0.25))
     job = login.job_of(km)
-    login.cluster.run("scancel", job, timeout=10)  # as a time limit or a preemption would
+    login.cluster.run("scancel", job, timeout=10)  # as an administrator would, outside the server
     await login.until(lambda: not login.kernel_jobs(), "the job ended")
     await asyncio.sleep(0.5)
     assert await km.provisioner.poll() is not None  # type: ignore[union-attr]
     await asyncio.wait_for(km.restart_kernel(now=True), BOUND)
-    assert login.job_of(km) != job
-    assert (await run_code(km, "import os; print(os.environ['SLURM_JOB_ID'])")).strip() == login.job_of(km)
+    new_job = login.job_of(km)
+    assert new_job != job
+    why = (
+        f"Slurm ended this kernel's job {job}: it was cancelled outside this server (scancel by you or an administrator) "
+        f"(CANCELLED). This kernel was restarted in job {new_job}: variables were lost."
+    )
+    out = await run_code(km, "import os; print(os.environ['SLURM_JOB_ID'])")
+    assert out.splitlines() == [f"jupyter-vgpu: {why}", new_job]  # under the first cell, once
+    shown = await run_code(km, "%vgpu")
+    assert why in " ".join(shown.split())  # %vgpu's "previous job" row
+    assert "jupyter-vgpu: Slurm ended" not in shown  # said once
+    rows = await asyncio.to_thread(server_rows, dict(os.environ))
+    assert [(r["job_id"], r["slurm_ended"]) for r in rows] == [(new_job, why)]  # the REST row says it too
+    await asyncio.wait_for(km.restart_kernel(), BOUND)  # a restart in the same job: nothing more to say
+    assert login.job_of(km) == new_job
+    assert (await run_code(km, "print('x')")).strip() == "x"
+    assert "previous job" not in await run_code(km, "%vgpu")
 
 
 def _exists(pid: int) -> bool:
