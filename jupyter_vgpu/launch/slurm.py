@@ -412,8 +412,13 @@ class SlurmLauncher(Launcher):
         state = _state(provisioner)
         kernel_id = str(provisioner.kernel_id)
         KERNELS.pop(kernel_id, None)
-        if state.get("job_id"):
-            await asyncio.to_thread(slurmctl.cancel, state["job_id"], _env(provisioner))
+        if job := state.get("job_id"):
+            env = _env(provisioner)
+            await asyncio.to_thread(slurmctl.cancel, job, env)
+            # The job keeps its shards until its steps have ended: a start right after this
+            # shutdown would otherwise be refused ("Resources") for shards that are being freed.
+            if not await asyncio.to_thread(slurmctl.wait_gone, job, env, timeout=slurmctl.client_timeout()):
+                provisioner.log.warning("Kernel %s: Slurm job %s is still ending %.0f s after its cancel.", kernel_id, job, slurmctl.client_timeout())
         state.clear()
         await asyncio.to_thread(shutil.rmtree, report_folder_of(kernel_id), True)
 

@@ -323,6 +323,25 @@ def cancel(job: str, env: Mapping[str, str], *, signal: str | None = None) -> No
     call(args, env, check=False)
 
 
+#: Job states in which a job still holds its node's resources.
+HOLDING = ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "STOPPED", "RESIZING", "SIGNALING", "STAGE_OUT")
+
+
+def wait_gone(job: str, env: Mapping[str, str], *, timeout: float) -> bool:
+    """Wait until a cancelled job holds nothing (ended, or forgotten by Slurm), at most ``timeout``
+    seconds; whether it did. A cancelled job keeps its GPU shards until its steps have ended."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while True:
+        state, _ = job_state(job, env)
+        if state.split("+")[0] not in HOLDING:
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.1)
+
+
 def orphans(env: Mapping[str, str]) -> list[KernelJob]:
     """This user's kernel jobs started from this host by a process that has gone."""
     import psutil

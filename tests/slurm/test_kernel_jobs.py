@@ -189,6 +189,19 @@ async def test_a_start_that_would_wait_is_refused_with_slurms_reason(login: Logi
     assert [j["name"] for j in login.kernel_jobs().values()] == ["filler", "filler"]  # its job cancelled
 
 
+async def test_a_start_right_after_a_shutdown_gets_the_freed_gpu_without_waiting(login: Login) -> None:
+    fill(login.cluster, 1)  # one node full
+    login.cluster.run("salloc", "--no-shell", "--job-name=filler", "--gres=gpu:1", "--nodes=1", timeout=20)  # and one GPU of the other
+    name = login.spec("whole", gpu_fraction=1, wait_timeout=0)
+    km = await login.start(name)
+    for now in (True, False, True, False):  # the last free GPU, handed from a kernel shut down to one started at once
+        job = login.job_of(km)
+        await asyncio.wait_for(km.shutdown_kernel(now=now), BOUND)
+        km = await login.start(name)  # refused with "Resources" if the cancelled job still held it
+        assert login.job_of(km) != job
+        assert (await run_code(km, "import os; print(os.environ['SLURM_JOB_ID'])")).strip() == login.job_of(km)
+
+
 async def test_a_kernel_waits_pending_with_its_reason_and_starts_when_a_job_ends(login: Login) -> None:
     from jupyter_vgpu.launch.slurm import KERNELS
 
