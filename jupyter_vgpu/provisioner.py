@@ -519,6 +519,11 @@ class VGPUProvisioner(LocalProvisioner):  # type: ignore[misc]
         """jupyter_client's interrupt (and any signal the server sends): through the launcher."""
         await self._launcher().send_signal(self, signum)
 
+    @property
+    def has_process(self) -> bool:
+        """jupyter_client asks before it polls or ends the kernel: through the launcher."""
+        return self._launcher().has_kernel(self)
+
     async def poll(self) -> int | None:
         """jupyter_client's liveness check (None while the kernel runs): through the launcher."""
         return await self._launcher().poll(self)

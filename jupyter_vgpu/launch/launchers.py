@@ -88,6 +88,11 @@ class Launcher(ABC):
     async def terminate(self, provisioner: LocalProvisioner, restart: bool = False) -> None:
         """Ask the kernel to end (SIGTERM for a process; ``restart``: it is started again)."""
 
+    def has_kernel(self, provisioner: LocalProvisioner) -> bool:
+        """Whether the provisioner has a kernel to poll and end (jupyter_client's ``has_process``):
+        the process it started, here."""
+        return provisioner.process is not None
+
     @abstractmethod
     async def poll(self, provisioner: LocalProvisioner) -> int | None:
         """None while the kernel runs, else its exit status."""

@@ -396,8 +396,13 @@ class SlurmLauncher(Launcher):
     async def poll(self, provisioner: LocalProvisioner) -> int | None:
         from jupyter_client.provisioning.local_provisioner import LocalProvisioner
 
-        status: int | None = await LocalProvisioner.poll(provisioner)
         state = _state(provisioner)
+        # A server started again (load_provisioner_info): its srun is another process's child.
+        # The kernel lives while its step runs in the job.
+        orphaned = getattr(provisioner, "process", None) is None and state.get("job_id") and not state.get("ended")
+        if orphaned and await asyncio.to_thread(slurmctl.has_step, state["job_id"], _env(provisioner)):
+            return None
+        status: int | None = await LocalProvisioner.poll(provisioner)
         if status is not None and state.get("job_id") and not state.get("ended"):
             job_state, why = await asyncio.to_thread(slurmctl.job_state, state["job_id"], _env(provisioner))
             if job_state not in ("RUNNING", "COMPLETING", ""):
@@ -405,6 +410,11 @@ class SlurmLauncher(Launcher):
                 state["slurm_ended"] = ending_text(state["job_id"], job_state, why)
                 provisioner.log.warning("Kernel %s ended: %s", provisioner.kernel_id, state["slurm_ended"])
         return status
+
+    def has_kernel(self, provisioner: LocalProvisioner) -> bool:
+        """Also a kernel this process did not start (a server started again): its job."""
+        state = _state(provisioner)
+        return provisioner.process is not None or bool(state.get("job_id") and not state.get("ended"))
 
     async def cleanup(self, provisioner: LocalProvisioner, restart: bool = False) -> None:
         if restart:

@@ -342,6 +342,13 @@ def wait_gone(job: str, env: Mapping[str, str], *, timeout: float) -> bool:
         time.sleep(0.1)
 
 
+def has_step(job: str, env: Mapping[str, str]) -> bool:
+    """Whether the job runs a step (the kernel, for a kernel job): what a server that did not
+    start the kernel's ``srun`` asks instead of polling it."""
+    out = call(["squeue", "--noheader", "--steps", f"--jobs={job}", "--format=%i"], env, check=False)
+    return any(line.strip().startswith(f"{job}.") for line in out.splitlines())
+
+
 def orphans(env: Mapping[str, str]) -> list[KernelJob]:
     """This user's kernel jobs started from this host by a process that has gone."""
     import psutil

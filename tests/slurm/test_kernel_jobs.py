@@ -164,6 +164,33 @@ async def test_a_restarted_kernel_after_slurm_ended_its_job_runs_in_a_new_job_an
     assert "previous job" not in await run_code(km, "%vgpu")
 
 
+async def test_a_restarted_server_talks_to_the_running_jobs_kernel_and_its_shutdown_cancels_the_job(login: Login) -> None:
+    from jupyter_client import AsyncKernelManager
+    from jupyter_client.provisioning import KernelProvisionerFactory
+
+    name = login.spec("quarter", gpu_fraction=0.25)
+    km = await login.start(name)
+    job = login.job_of(km)
+    await run_code(km, "x = 41")
+    info = await km.provisioner.get_provisioner_info()  # type: ignore[union-attr]
+    connection = km.get_connection_info()
+    assert info["vgpu_launch"]["job_id"] == job
+    # The server goes away without shutting the kernel down; a new one loads what it saved.
+    reborn = AsyncKernelManager(kernel_name=name, kernel_id=km.kernel_id)
+    reborn.load_connection_info(connection)
+    factory = KernelProvisionerFactory.instance(parent=reborn.parent)
+    reborn.provisioner = factory.create_provisioner_instance(km.kernel_id, reborn.kernel_spec, parent=reborn)
+    await reborn.provisioner.load_provisioner_info(info)  # type: ignore[union-attr]
+    km.provisioner = None  # the old manager is gone: it must cancel nothing
+    login.managers.remove(km)
+    login.managers.append(reborn)
+    assert await reborn.is_alive()
+    assert (await run_code(reborn, "print(x + 1)")).strip() == "42"  # the same kernel, in the same job
+    assert login.job_of(reborn) == job and list(login.kernel_jobs()) == [job]
+    await asyncio.wait_for(reborn.shutdown_kernel(), BOUND)
+    assert login.kernel_jobs() == {}  # the shutdown waited for the job to end
+
+
 def _exists(pid: int) -> bool:
     try:
         os.kill(pid, 0)
