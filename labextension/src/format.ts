@@ -259,18 +259,24 @@ export function formatDuration(seconds: number | null | undefined): string {
 }
 
 /**
- * "45 s", "42 min", "3 h 5 min": how long, rounded as people say it (idle times). The server's
- * rule (`jupyter_vgpu.units.format_duration`, ties to the even number as Python rounds), so an
- * idle time reads the same in `jupyter vgpu status`, `%vgpu` and here.
+ * "45 s", "1 min 31 s", "42 min", "3 h 5 min": how long (idle times), never more than it was:
+ * each unit is cut, not rounded up (91 s reads "1 min 31 s", not "2 min"), and seconds are said
+ * under 10 minutes. The server's rule (`jupyter_vgpu.units.format_duration`), so an idle time
+ * reads the same in `jupyter vgpu status`, `%vgpu`, the server's messages and here.
  */
 export function formatSpan(seconds: number | null | undefined): string {
   if (seconds === null || seconds === undefined || !isFinite(seconds)) {
     return '–';
   }
-  if (seconds < 90) {
-    return `${fixed(seconds, 0)} s`;
+  const whole = Math.max(0, Math.floor(seconds));
+  if (whole < 60) {
+    return `${whole} s`;
   }
-  const minutes = Number(fixed(seconds / 60, 0));
+  const minutes = Math.floor(whole / 60);
+  const rest = whole % 60;
+  if (minutes < 10) {
+    return rest ? `${minutes} min ${rest} s` : `${minutes} min`;
+  }
   return minutes < 60
     ? `${minutes} min`
     : `${Math.floor(minutes / 60)} h ${minutes % 60} min`;
