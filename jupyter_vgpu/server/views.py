@@ -6,6 +6,8 @@ notebook path of each kernel (session manager) and the kernel's name (kernel man
 
 from __future__ import annotations
 
+import hashlib
+import os
 import socket
 import threading
 import time
@@ -240,7 +242,8 @@ def history_view(
     sample: Sample, monitor: UsageMonitor, dashboard: DashboardHistory, kernels: Mapping[str, KernelInfo], since: float = 0.0
 ) -> dict[str, Any]:
     """The GPU dashboard's series (``GET /api/vgpu/history`` in docs/rest.md): per GPU and per
-    live slice, the points after ``since``."""
+    live slice, the points after ``since``; every slice that ended within the history, whatever
+    ``since`` (a few at most, and a slice that lived seconds is seen nowhere else)."""
     gpus = []
     for entry in sample.occupancy.gpus:
         gpu = entry.gpu
@@ -266,9 +269,26 @@ def history_view(
                 "gpus": list(s.gpus),
                 "gpu_indices": list(s.gpu_indices),
                 "memory_reserved_total": sum(s.memory),
+                "created": s.created,
                 "points": points(dashboard.slices.get(s.id), SLICE_FIELDS, since),
             }
         )
+    ended = [
+        {
+            "id": e.slice.id,
+            "holder_kind": e.slice.holder_kind,
+            **_holder(e.slice, monitor, kernels),
+            "request_text": e.slice.request.describe(),
+            "gpus": list(e.slice.gpus),
+            "gpu_indices": list(e.slice.gpu_indices),
+            "memory_reserved_total": sum(e.slice.memory),
+            "created": e.slice.created,
+            "last_seen": e.last_seen,
+            "ended": e.end,
+            "memory_peak": e.peak,
+        }
+        for e in dashboard.ended
+    ]
     return {
         "node": NODE,
         "simulated": sample.snapshot.simulated,
@@ -279,6 +299,7 @@ def history_view(
         "seconds": dashboard.seconds,
         "gpus": gpus,
         "slices": slices,
+        "ended": ended,
     }
 
 
@@ -323,6 +344,55 @@ class HostMeter:
 
 
 _HOST = HostMeter()
+
+
+class MachineMeter:
+    """This machine as a whole, as jupyter-resource-usage shows a server: CPU busy since the
+    previous reading (None on the first), memory in use (all but what is available) and totals."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._primed = False
+
+    def read(self) -> dict[str, Any]:
+        with self._lock:
+            percent = psutil.cpu_percent(interval=None)  # since the previous call in this process
+            primed, self._primed = self._primed, True
+        memory = psutil.virtual_memory()
+        return {
+            "cpu_percent": round(percent, 1) if primed else None,
+            "cpu_count": psutil.cpu_count(),
+            "memory_used": int(memory.total - memory.available),
+            "memory_total": int(memory.total),
+        }
+
+
+_MACHINE = MachineMeter()
+
+
+def machine_view() -> dict[str, Any]:
+    """This machine's CPU and memory (``host`` of the GPUs' reply, docs/rest.md). Blocking
+    (psutil): run it on the monitor's worker thread."""
+    return _MACHINE.read()
+
+
+def kernelspecs_stamp(dirs: Iterable[str]) -> str:
+    """A short text that changes when a kernelspec is added to, removed from or rewritten in
+    ``dirs`` (``jupyter vgpu kernelspec install``): JupyterLab reads the kernelspecs again when it
+    changes, instead of a minute later. One stat per kernelspec. Blocking: the worker thread."""
+    seen = []
+    for folder in dirs:
+        try:
+            with os.scandir(folder) as entries:
+                for entry in entries:
+                    try:
+                        info = os.stat(os.path.join(entry.path, "kernel.json"))
+                    except OSError:
+                        continue  # not a kernelspec (or gone meanwhile)
+                    seen.append(f"{entry.path}\0{info.st_mtime_ns}\0{info.st_size}")
+        except OSError:
+            continue
+    return hashlib.sha1("\n".join(sorted(seen)).encode(), usedforsecurity=False).hexdigest()[:12]
 
 
 def host_view(pid: int) -> dict[str, Any] | None:

@@ -139,9 +139,11 @@ def usage_note(slice_: Slice, source: str, attribution: Attribution, snapshot: S
     ``unknown`` is never shown without its reason)."""
     holder = "kernel" if slice_.holder_kind == "kernel" else "command"
     if source == MEASURED:
+        # On simulated GPUs nothing is measured: the figure is the simulation's (say only that).
+        how = "Simulated (JUPYTER_VGPU_SIMULATE)" if snapshot.simulated else "Measured by NVML"
         if attribution.used.get(slice_.id):
-            return f"Measured by NVML: the memory of this {holder}'s GPU processes."
-        return f"Measured by NVML: no process on its GPUs is this {holder}'s, so it uses none."
+            return f"{how}: the memory of this {holder}'s GPU processes."
+        return f"{how}: no process on its GPUs is this {holder}'s, so it uses none."
     if source == REPORTED:
         return (
             f"Reported by this {holder}'s frameworks: NVML's process ids do not match it "

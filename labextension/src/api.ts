@@ -82,6 +82,16 @@ export interface IGateway {
   node: string | null;
 }
 
+/** This machine as a whole (the GPUs' reply's `host`), as jupyter-resource-usage shows a server. */
+export interface IMachineUsage {
+  /** Busy since the previous reading, all cores together (null on the first). */
+  cpu_percent: number | null;
+  cpu_count: number | null;
+  /** All memory but what is available (bytes). */
+  memory_used: number | null;
+  memory_total: number | null;
+}
+
 export interface IDevicesReply {
   simulated: boolean;
   available: boolean;
@@ -96,6 +106,8 @@ export interface IDevicesReply {
   node?: string;
   /** Present when the server answers from a GPU node behind `--gateway-url`. */
   gateway?: IGateway;
+  /** This machine's CPU and memory; absent on older servers. */
+  host?: IMachineUsage | null;
 }
 
 /** The state of a slice's usage against its reservation, decided by the server. */
@@ -356,6 +368,8 @@ export interface ISampleReply {
   devices?: IDevicesReply;
   /** When asked (`history=`). */
   history?: IHistoryReply;
+  /** Changes when a kernelspec is installed, removed or rewritten; absent on older servers. */
+  kernelspecs?: string;
 }
 
 /**

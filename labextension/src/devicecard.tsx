@@ -28,6 +28,12 @@ export function podShareTitle(device: IDevice): string {
   return lines.join('\n');
 }
 
+/** What "free to reserve" means: not what NVML calls free. */
+export const FREE_TITLE =
+  'What a new slice can still reserve on this GPU now: its memory less what slices reserve, ' +
+  'what they use beyond that, and what processes without a slice use. Memory reserved but ' +
+  'not in use is not free: its slice may use it at any time.';
+
 export function DeviceCard(props: {
   device: IDevice;
   slices: ISlice[];
@@ -39,6 +45,8 @@ export function DeviceCard(props: {
 }): JSX.Element {
   const { device, slices, colour, actions, history, received } = props;
   const [expanded, setExpanded] = React.useState(false);
+  // The slice under the pointer: its part of the bar and its row light up together.
+  const [hovered, setHovered] = React.useState<string | null>(null);
   const points = history.device(device.uuid);
   const utilization = points.map(p => p.util);
   const detailsId = `jp-vgpu-gpu-history-${device.index}`;
@@ -82,7 +90,13 @@ export function DeviceCard(props: {
           </div>
         )}
       </header>
-      <DeviceBar device={device} slices={slices} colour={colour} />
+      <DeviceBar
+        device={device}
+        slices={slices}
+        colour={colour}
+        highlighted={hovered}
+        onHover={setHovered}
+      />
       <div className="jp-vgpu-DeviceCard-stats">
         <span
           className="jp-vgpu-DeviceCard-memory"
@@ -90,11 +104,8 @@ export function DeviceCard(props: {
         >
           {formatUsage(used, device.memory_total)}
         </span>
-        <span
-          className="jp-vgpu-DeviceCard-free"
-          title="Memory a new slice can still reserve"
-        >
-          free {formatBytes(device.memory_free)}
+        <span className="jp-vgpu-DeviceCard-free" title={FREE_TITLE}>
+          {formatBytes(device.memory_free)} free to reserve
         </span>
         <span className="jp-vgpu-DeviceCard-util" title="GPU utilisation">
           util {formatPercent(device.utilization)}
@@ -123,6 +134,8 @@ export function DeviceCard(props: {
               actions={actions}
               history={history}
               received={received}
+              highlighted={hovered === slice.id}
+              onHover={setHovered}
             />
           ))}
           {device.memory_foreign > 0 && (

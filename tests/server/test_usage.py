@@ -36,7 +36,8 @@ async def test_memory_of_the_kernel_process_counts_against_its_slice(
     assert view["utilization"] == 30
     assert view["state"] == "ok"
     assert view["memory_used_by_gpu"] == {view["gpus"][0]: 1 * GiB}
-    assert view["usage_note"] == "Measured by NVML: the memory of this kernel's GPU processes."
+    # simulated GPUs: the figure is the simulation's, and the note says only that
+    assert view["usage_note"] == "Simulated (JUPYTER_VGPU_SIMULATE): the memory of this kernel's GPU processes."
     devices = await get_json(jp_fetch, "api", "vgpu", "devices")
     assert devices["devices"][0]["memory_used"] == 1 * GiB
     assert devices["devices"][0]["memory_foreign"] == 0

@@ -112,18 +112,20 @@ describe('formatSpan', () => {
   const server: [number, string][] = [
     [0, '0 s'],
     [0.5, '0 s'],
-    [1.5, '2 s'],
-    [2.5, '2 s'],
+    [1.5, '1 s'],
     [42, '42 s'],
-    [59.6, '60 s'],
-    [89, '89 s'],
-    [89.5, '90 s'],
-    [90, '2 min'],
-    [150, '2 min'],
-    [210, '4 min'],
+    [59.6, '59 s'],
+    [60, '1 min'],
+    [89.5, '1 min 29 s'],
+    [91, '1 min 31 s'], // not "2 min": an idle time is never said longer than it was
+    [119.9, '1 min 59 s'],
+    [150, '2 min 30 s'],
+    [599, '9 min 59 s'],
+    [600, '10 min'],
     [2520.4, '42 min'],
     [3569, '59 min'],
-    [3570, '1 h 0 min'],
+    [3599.9, '59 min'],
+    [3600, '1 h 0 min'],
     [5400, '1 h 30 min'],
     [86400, '24 h 0 min']
   ];
@@ -141,7 +143,8 @@ describe('formatSpan', () => {
 describe('idleText', () => {
   it('says how long a slice has been idle, from a minute on', () => {
     expect(idleText(idleSlice({ idle_seconds: 2520.4 }))).toBe('idle 42 min');
-    expect(idleText(idleSlice({ idle_seconds: 60 }))).toBe('idle 60 s');
+    expect(idleText(idleSlice({ idle_seconds: 60 }))).toBe('idle 1 min');
+    expect(idleText(idleSlice({ idle_seconds: 91 }))).toBe('idle 1 min 31 s');
     expect(idleText(idleSlice({ idle_seconds: 7230 }))).toBe('idle 2 h 0 min');
   });
 
