@@ -22,6 +22,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from jupyter_client.manager import AsyncKernelManager
@@ -56,14 +57,20 @@ async def time_start(name: str) -> float:
     return elapsed
 
 
-async def run(pairs: int) -> None:
-    times: dict[str, list[float]] = {"plain": [], "sliced": []}
-    await time_start("plain")  # warm the file cache for both
-    await time_start("sliced")
+async def abba(first: str, second: str, pairs: int, timed: Callable[[str], Awaitable[float]]) -> dict[str, list[float]]:
+    """Each of two kernels started ``pairs`` times, in ABBA order after one untimed start of each
+    (warm file caches for both); the seconds of each start, by name."""
+    times: dict[str, list[float]] = {first: [], second: []}
+    await timed(first)
+    await timed(second)
     for i in range(pairs):
-        order = ("plain", "sliced") if i % 2 == 0 else ("sliced", "plain")
-        for name in order:
-            times[name].append(await time_start(name))
+        for name in (first, second) if i % 2 == 0 else (second, first):
+            times[name].append(await timed(name))
+    return times
+
+
+async def run(pairs: int) -> None:
+    times = await abba("plain", "sliced", pairs, time_start)
     plain, sliced = statistics.median(times["plain"]), statistics.median(times["sliced"])
     paired = statistics.median(s / p for s, p in zip(times["sliced"], times["plain"], strict=True))
     print(f"kernel start to ready, {pairs} pairs (ABBA), simulated 1x16GiB GPU:")

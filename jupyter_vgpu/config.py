@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import stat
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,7 @@ ENV_SIMULATE = "JUPYTER_VGPU_SIMULATE"
 ENV_CONTEXT = "JUPYTER_VGPU_CONTEXT_ALLOWANCE"
 ENV_HAMI = "JUPYTER_VGPU_HAMI_CORE"
 ENV_CGROUP_ROOT = "JUPYTER_VGPU_CGROUP_ROOT"  # gpus.memory_cgroups
+ENV_SLURM_SHARDS = "JUPYTER_VGPU_SLURM_SHARDS_PER_GPU"  # gpus.slurmshare
 
 #: The context allowance chosen per GPU from its compute capability (jupyter_vgpu.gpus.context).
 AUTO = "auto"
@@ -43,7 +45,9 @@ class VGPU(Configurable):
         help=f"""Path of the SQLite ledger that records every GPU slice of this user (or node,
         when a broker owns it). The Jupyter server, its kernels and `jupyter vgpu` commands must
         agree on it. Environment variable {ENV_LEDGER} overrides it. Default:
-        <jupyter data dir>/vgpu/ledger.sqlite.""",
+        <jupyter data dir>/vgpu/ledger.sqlite; inside a Slurm job, a folder of the job's on the
+        node's own disk: $TMPDIR/jupyter-vgpu-<job id>/ledger.sqlite (/tmp without TMPDIR), since
+        SQLite's locks are not safe on the network file systems clusters share homes over.""",
     ).tag(config=True)
 
     simulate = Unicode(
@@ -85,6 +89,24 @@ class VGPU(Configurable):
         Environment variable JUPYTER_VGPU_TIERS overrides it.""",
     ).tag(config=True)
 
+    slurm_shards_per_gpu = Unicode(
+        "",
+        help=f"""Inside a Slurm job with GPU shards (--gres=shard:N), how many shards each GPU of
+        the node has: one number for every GPU ("32"), or one per GPU index ("40,24") where
+        gres.conf splits a node's GPUs unevenly. The job's budget on its GPU is its shards / this
+        x the GPU's memory. Empty (the default): asked of Slurm (`scontrol show node`, the node's
+        shards / its GPUs). Environment variable {ENV_SLURM_SHARDS} overrides it.""",
+    ).tag(config=True)
+
+    @validate("slurm_shards_per_gpu")
+    def _check_slurm_shards(self, proposal: Any) -> str:
+        from .gpus.slurmshare import parse_shards_per_gpu
+
+        value = str(proposal["value"])
+        if value.strip():
+            parse_shards_per_gpu(value, "c.VGPU.slurm_shards_per_gpu")
+        return value
+
     poll_interval = Float(
         0.25,
         help="Seconds between attempts of a request that waits in line for a slice.",
@@ -92,7 +114,7 @@ class VGPU(Configurable):
 
     @default("ledger_path")
     def _default_ledger_path(self) -> str:
-        return os.environ.get(ENV_LEDGER) or str(Path(jupyter_data_dir()) / "vgpu" / "ledger.sqlite")
+        return os.environ.get(ENV_LEDGER) or str(job_ledger_path(os.environ) or Path(jupyter_data_dir()) / "vgpu" / "ledger.sqlite")
 
     @default("simulate")
     def _default_simulate(self) -> str:
@@ -132,6 +154,16 @@ class VGPU(Configurable):
     def resolved_simulate(self) -> str:
         """The simulation spec in force ('' for real NVML), environment first."""
         return os.environ.get(ENV_SIMULATE, self.simulate)
+
+
+def job_ledger_path(env: Mapping[str, str]) -> Path | None:
+    """Inside a Slurm job on its node, the job's own ledger on the node's disk (homes on clusters
+    are shared over NFS or Lustre, where SQLite's locks are not safe); None elsewhere."""
+    from .gpus.slurmshare import JOB, in_job
+
+    if not in_job(env):
+        return None
+    return Path(env.get("TMPDIR") or "/tmp") / f"jupyter-vgpu-{env[JOB].strip()}" / "ledger.sqlite"
 
 
 def file_config() -> Config:
@@ -236,4 +268,6 @@ def load_settings(config: Config | None = None) -> VGPU:
         os.environ[ENV_HAMI] = settings.hami_core_library
     if settings.cgroup_root and not os.environ.get(ENV_CGROUP_ROOT):
         os.environ[ENV_CGROUP_ROOT] = settings.cgroup_root  # gpus.memory_cgroups, here and in children
+    if settings.slurm_shards_per_gpu.strip() and not os.environ.get(ENV_SLURM_SHARDS):
+        os.environ[ENV_SLURM_SHARDS] = settings.slurm_shards_per_gpu  # gpus.slurmshare, here and in children
     return settings

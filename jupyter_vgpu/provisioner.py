@@ -25,8 +25,7 @@ import time
 from typing import Any
 
 from jupyter_client.provisioning.local_provisioner import LocalProvisioner
-from traitlets import Any as AnyTrait
-from traitlets import validate
+from traitlets import Enum, Float, Int, List, Unicode, Union
 
 from .config import VGPU
 from .errors import (
@@ -43,14 +42,16 @@ from .launch.launchers import LABEL as LAUNCHER_LABEL
 from .launch.launchers import Launcher, launcher_named
 from .launch.refusals import START_REQUEST, refusal_gpu, refusal_text, refusal_tips, refusals_of
 from .launch.settings import (
+    NO_GPU_CHOICES,
     SET_BY_JUPYTER_CLIENT,
     VGPU_SETTINGS,
+    Setting,
     check_device_names,
     check_no_gpu,
     check_pinned,
     check_placement,
     check_seconds,
-    converted,
+    check_slurm_args,
     server_settings,
     shared_ledger,
     unknown_keys_message,
@@ -58,10 +59,11 @@ from .launch.settings import (
 from .launch.workarounds import CLIENT_NOTEBOOK, forget_when_done, names_vgpu_provisioner
 from .ledger import Ledger
 from .slices import Holder, Slice, SliceRequest, Ticket, cpu_environment, slice_environment
-from .slices.environment import without_slice
+from .slices.environment import DEVICE_NAMES, without_slice
 from .slices.records import GATEWAY_CLIENT, notebook_path
 from .slices.reports import remove_report
-from .units import parse_bytes, parse_fraction
+from .slices.request import MAX_COUNT, PLACEMENTS
+from .units import ALLOWED_FRACTIONS, ALLOWED_WAITS, parse_bytes, parse_fraction
 
 EXTENSION_ARG = "--ext=jupyter_vgpu"
 
@@ -97,75 +99,111 @@ class VGPUProvisioner(LocalProvisioner):  # type: ignore[misc]
     takes; a value that is not allowed fails the kernel start before anything is reserved.
     """
 
-    gpu_fraction = AnyTrait(
-        None,
-        allow_none=True,
+    gpu_fraction = Setting(
+        Union([Float(), Unicode()]),
+        parse_fraction,
+        ALLOWED_FRACTIONS,
         help="""Share of each GPU's memory for this kernel, in (0, 1]: 0.25, "1/4" or "25%".
         Exclusive with gpu_memory. With neither set the kernel gets whole GPUs.""",
     ).tag(config=True)
 
-    gpu_memory = AnyTrait(
-        None,
-        allow_none=True,
+    gpu_memory = Setting(
+        Union([Int(min=1), Unicode()]),
+        lambda v: parse_bytes(v, what="gpu_memory"),
+        "a size such as 6GiB or 512MiB",
         help="""Absolute GPU memory per GPU for this kernel, e.g. "6GiB" or "512MiB"
         (the CUDA-context allowance is counted inside it). Exclusive with gpu_fraction.""",
     ).tag(config=True)
 
-    gpus = AnyTrait(1, help="How many GPUs this kernel gets; each gets the same share.").tag(config=True)
+    gpus = Setting(
+        Int(min=1, max=MAX_COUNT),
+        lambda v: SliceRequest.parse(gpus=v).gpus,
+        f"a whole number of GPUs, 1 or more (at most {MAX_COUNT})",
+        default=1,
+        help="How many GPUs this kernel gets; each gets the same share.",
+    ).tag(config=True)
 
-    gpu = AnyTrait(
-        None,
-        allow_none=True,
+    gpu = Setting(
+        Union([Int(min=0), Unicode()]),
+        check_pinned,
+        "a GPU index (0, 1, ...) or UUID",
         help="Pin the kernel to one GPU, by index or UUID (needs gpus=1).",
     ).tag(config=True)
 
-    logical_devices = AnyTrait(
-        1,
+    logical_devices = Setting(
+        Int(min=1, max=MAX_COUNT),
+        lambda v: SliceRequest.parse(logical_devices=v).logical_devices,
+        f"a whole number, 1 or more (at most {MAX_COUNT})",
+        default=1,
         help="""Split each reserved GPU (or the CPU when there is none) into this many TensorFlow
         logical devices sharing the slice, so MirroredStrategy runs on one physical GPU.""",
     ).tag(config=True)
 
-    placement = AnyTrait(
-        "binpack",
+    placement = Setting(
+        Enum(PLACEMENTS),
+        check_placement,
+        f"one of: {', '.join(PLACEMENTS)}",
+        default="binpack",
         help="""Which GPU to use when several fit: "binpack" fills the fullest GPU that still
         fits (keeps whole GPUs free for big requests), "spread" uses the emptiest.""",
     ).tag(config=True)
 
-    wait_timeout = AnyTrait(
-        0.0,
+    wait_timeout = Setting(
+        Union([Float(min=0), Unicode()]),
+        check_seconds,
+        ALLOWED_WAITS,
+        default=0.0,
         help="""Seconds to wait in line (first come, first served) for a slice when the GPUs are
         full; 0 fails the kernel start at once with a message saying who holds what.""",
     ).tag(config=True)
 
-    no_gpu = AnyTrait(
-        "cpu",
+    no_gpu = Setting(
+        Enum(NO_GPU_CHOICES),
+        check_no_gpu,
+        f"one of: {', '.join(NO_GPU_CHOICES)}",
+        default="cpu",
         help="""What to do when the machine has no GPU (and none is simulated): "cpu" starts the
         kernel on the CPU and says so in %vgpu and the server log; "fail" refuses to start it.""",
     ).tag(config=True)
 
-    device_names = AnyTrait(
-        "uuid",
+    device_names = Setting(
+        Enum(DEVICE_NAMES),
+        check_device_names,
+        f"one of: {', '.join(DEVICE_NAMES)}",
+        default="uuid",
         help="""How CUDA_VISIBLE_DEVICES names the kernel's GPUs: "uuid" (default; what CUDA,
         PyTorch, TensorFlow and JAX accept) or "index", for tools that read it as numbers (vLLM
         before 0.24). A MIG slice always names its MIG device by UUID.""",
     ).tag(config=True)
 
-    launcher = AnyTrait(
-        "local",
+    launcher = Setting(
+        Unicode(),
+        lambda v: launcher_named(v).name,
+        "the name of a launcher, such as local or slurm",
+        default="local",
         help="""Where the kernel runs (jupyter_vgpu.launch.launchers): "local", a process on this
-        host, or a launcher another package registers (entry point group jupyter_vgpu.launchers).""",
+        host; "slurm", a Slurm job on a GPU node Slurm picks (asking for the slice's GPU shards,
+        with slurm_args); or a launcher another package registers (entry point group
+        jupyter_vgpu.launchers).""",
     ).tag(config=True)
 
-    _check_fraction = validate("gpu_fraction")(converted(parse_fraction))
-    _check_memory = validate("gpu_memory")(converted(lambda v: parse_bytes(v, what="gpu_memory")))
-    _check_gpus = validate("gpus")(converted(lambda v: SliceRequest.parse(gpus=v).gpus))
-    _check_gpu = validate("gpu")(converted(check_pinned))
-    _check_logical = validate("logical_devices")(converted(lambda v: SliceRequest.parse(logical_devices=v).logical_devices))
-    _check_placement = validate("placement")(converted(check_placement))
-    _check_wait = validate("wait_timeout")(converted(check_seconds))
-    _check_no_gpu = validate("no_gpu")(converted(check_no_gpu))
-    _check_names = validate("device_names")(converted(check_device_names))
-    _check_launcher = validate("launcher")(converted(lambda v: launcher_named(v).name))
+    slurm_args = Setting(
+        List(Unicode()),
+        check_slurm_args,
+        'a list of salloc options, such as ["--partition=gpu", "--time=8:00:00"]',
+        help="""With launcher "slurm": the site's options for the kernel's job (partition, account,
+        time limit, QOS), given to salloc as they are. The GPU share is the kernel's (gpu_fraction,
+        gpus): options that ask for GPUs are refused.""",
+    ).tag(config=True)
+
+    slurm_gpu_memory = Setting(
+        Union([Int(min=1), Unicode()]),
+        lambda v: parse_bytes(v, what="slurm_gpu_memory"),
+        "a size such as 16GiB",
+        help="""With launcher "slurm", for the admin (c.VGPUProvisioner.slurm_gpu_memory): the
+        memory of one GPU of the partition, so that a kernel asking for gpu_memory can be asked
+        of Slurm as shards. Without it such a kernel is refused: Slurm shares GPUs in shards.""",
+    ).tag(config=True)
 
     def _launcher(self) -> Launcher:
         """This kernel's launcher (the trait holds a name its validator found)."""
@@ -173,8 +211,11 @@ class VGPUProvisioner(LocalProvisioner):  # type: ignore[misc]
 
     #: The slice this kernel holds: the provisioner's own state, never configuration.
     slice_id: str | None = None
+    _slice_tier = ""  # its tier: what the slice's end asks to clean up in the owner's folder
     _slice_ledger: Ledger | None = None
     _start_labels: dict[str, str] | None = None  # the notebook path and kernel name of this start
+    #: What the launcher keeps of this kernel (a Slurm kernel's job and node), saved with it.
+    launch_state: dict[str, Any]
 
     def __init__(self, **kwargs: Any) -> None:
         # jupyter_client passes the kernelspec's provisioner config as keyword arguments, which
@@ -182,6 +223,7 @@ class VGPUProvisioner(LocalProvisioner):  # type: ignore[misc]
         unknown = sorted(set(kwargs) - SET_BY_JUPYTER_CLIENT - set(VGPU_SETTINGS))
         if unknown:
             raise InvalidKernelConfig(unknown_keys_message(unknown, kwargs.get("kernel_spec")))
+        self.launch_state = {}
         super().__init__(**kwargs)
 
     def _ledger(self) -> Ledger:
@@ -257,7 +299,7 @@ class VGPUProvisioner(LocalProvisioner):  # type: ignore[misc]
             pass  # reaped already
         except VGPUError as error:
             self.log.warning("Could not release GPU slice %s: %s", slice_id, error)
-        await asyncio.to_thread(remove_report, ledger.path, slice_id)
+        await asyncio.to_thread(remove_report, ledger.path, slice_id, self._slice_tier)
 
     # -- provisioner API ----------------------------------------------------------------
     async def pre_launch(self, **kwargs: Any) -> dict[str, Any]:
@@ -353,7 +395,7 @@ class VGPUProvisioner(LocalProvisioner):  # type: ignore[misc]
                 )
             except (InvalidRequest, TypeError, AttributeError):
                 continue
-            fitting = [request.amount_on(total) for total, room in free if 0 < request.amount_on(total) <= room]
+            fitting = [need for total, room in free if 0 < (need := request.amount_on(total)) <= room]
             if len(fitting) >= request.gpus:
                 display = str(spec.get("display_name") or name)
                 found.append((max(fitting) * request.gpus, display, name))
@@ -368,6 +410,7 @@ class VGPUProvisioner(LocalProvisioner):  # type: ignore[misc]
             return await self._launcher().launch(self, cmd, **kwargs)
         except BaseException:
             await self._release()
+            await self._launcher().cleanup(self, restart=False)
             forget_when_done(getattr(self.parent, "parent", None), str(self.kernel_id))
             raise
 
@@ -380,10 +423,16 @@ class VGPUProvisioner(LocalProvisioner):  # type: ignore[misc]
             self._slice_ledger = await asyncio.to_thread(shared_ledger, settings)
         ledger = self._slice_ledger
         kept = self.slice_id
+        launcher = self._launcher()
         try:
-            slice_ = await self._slice(ledger, request, env)
+            if launcher.books_elsewhere:  # Slurm is the book: nothing is reserved here
+                slice_ = None
+                await launcher.allocate(self, request, env)
+                self._local_address()
+            else:
+                slice_ = await self._slice(ledger, request, env)
             if slice_ is not None:  # None: no GPU at all, and no_gpu="cpu"
-                self.slice_id = slice_.id
+                self.slice_id, self._slice_tier = slice_.id, slice_.tier.value
                 env.update(
                     slice_environment(
                         slice_,
@@ -398,12 +447,22 @@ class VGPUProvisioner(LocalProvisioner):  # type: ignore[misc]
             cmd = list(kwargs.get("cmd") or [])
             if self._is_ipykernel(cmd) and EXTENSION_ARG not in cmd:
                 cmd.append(EXTENSION_ARG)
-            kwargs["cmd"] = self._launcher().command(cmd, env)
+            kwargs["cmd"] = launcher.command(cmd, env)
             return kwargs
         except BaseException:
             if self.slice_id and self.slice_id != kept:  # reserved just now: nothing kept
                 await self._release()
+            await launcher.cleanup(self, restart=False)
             raise
+
+    def _local_address(self) -> None:
+        """jupyter_client writes the connection file only for an address of this host; the
+        launcher puts the kernel's node address in it at launch (a restart finds that one)."""
+        from jupyter_client.localinterfaces import is_local_ip, localhost
+
+        km = self.parent
+        if km is not None and getattr(km, "transport", "tcp") == "tcp" and not is_local_ip(km.ip):
+            km.ip = localhost()
 
     async def _slice(self, ledger: Ledger, request: SliceRequest, env: dict[str, str]) -> Slice | None:
         """The kernel's slice: the one it kept across a restart, or a new one (waiting in line up
@@ -461,6 +520,11 @@ class VGPUProvisioner(LocalProvisioner):  # type: ignore[misc]
         """jupyter_client's interrupt (and any signal the server sends): through the launcher."""
         await self._launcher().send_signal(self, signum)
 
+    @property
+    def has_process(self) -> bool:
+        """jupyter_client asks before it polls or ends the kernel: through the launcher."""
+        return self._launcher().has_kernel(self)
+
     async def poll(self) -> int | None:
         """jupyter_client's liveness check (None while the kernel runs): through the launcher."""
         return await self._launcher().poll(self)
@@ -484,12 +548,15 @@ class VGPUProvisioner(LocalProvisioner):  # type: ignore[misc]
         await super().cleanup(restart=restart)
         if not restart:
             await self._release()
+        await self._launcher().cleanup(self, restart=restart)
 
     async def get_provisioner_info(self) -> dict[str, Any]:
         """jupyter_client saves this with the kernel (a restarted server loads it): super()'s
         information first, plus the slice this kernel holds."""
         info: dict[str, Any] = await super().get_provisioner_info()
         info["vgpu_slice_id"] = self.slice_id
+        if self.launch_state:
+            info["vgpu_launch"] = dict(self.launch_state)
         return info
 
     async def load_provisioner_info(self, provisioner_info: dict[str, Any]) -> None:
@@ -497,6 +564,7 @@ class VGPUProvisioner(LocalProvisioner):  # type: ignore[misc]
         kernel's slice, which is attached to the kernel's process again."""
         await super().load_provisioner_info(provisioner_info)
         self.slice_id = provisioner_info.get("vgpu_slice_id")
+        self.launch_state = dict(provisioner_info.get("vgpu_launch") or {})
         if self.slice_id and self.pid:
             ledger = self._ledger()
             try:

@@ -189,8 +189,13 @@ def parse_seconds(value: object, *, what: str = "wait_timeout") -> float:
 
 
 def format_duration(seconds: float) -> str:
-    """``45 s``, ``42 min``, ``3 h 5 min``: how long, for people (idle times, waits)."""
-    if seconds < 90:
-        return f"{seconds:.0f} s"
-    minutes = round(seconds / 60)
+    """``45 s``, ``1 min 31 s``, ``42 min``, ``3 h 5 min``: how long, for people (idle times,
+    waits). Never more than it was: each unit is cut, not rounded up (91 s is "1 min 31 s", not
+    "2 min"); seconds are said under 10 minutes, where they still matter."""
+    whole = max(0, int(seconds)) if math.isfinite(seconds) else 0
+    if whole < 60:
+        return f"{whole} s"
+    minutes, rest = divmod(whole, 60)
+    if minutes < 10:
+        return f"{minutes} min {rest} s" if rest else f"{minutes} min"
     return f"{minutes} min" if minutes < 60 else f"{minutes // 60} h {minutes % 60} min"

@@ -106,6 +106,16 @@ def test_names_and_display_names_read_well_in_the_picker(
     assert data["metadata"]["kernel_provisioner"]["config"] == config  # type: ignore[index]
 
 
+def test_slurm_installs_a_kernel_started_as_a_slurm_job_with_the_sites_options(jupyter_dirs: Path) -> None:
+    result = vgpu("install", "-p", "1/4", "--slurm", "--slurm-arg=--partition=gpu", "--slurm-arg=--time=8:00:00", "--source", "lab-python", "--user")
+    assert result.returncode == 0, result.stderr
+    installed = spec(jupyter_dirs, "lab-python-vgpu-1-4-slurm")
+    assert installed["display_name"] == "Lab Python (1/4 GPU, Slurm)"
+    assert installed["metadata"]["kernel_provisioner"]["config"] == {  # type: ignore[index]
+        "gpu_fraction": 0.25, "launcher": "slurm", "slurm_args": ["--partition=gpu", "--time=8:00:00"],
+    }  # fmt: skip
+
+
 def test_prefix_installs_under_prefix(jupyter_dirs: Path, tmp_path: Path) -> None:
     result = vgpu("install", "-p", "1/2", "--prefix", str(tmp_path / "env"))
     assert result.returncode == 0, result.stderr
@@ -136,6 +146,8 @@ def test_list_shows_only_sliced_specs_and_remove_takes_them_away(jupyter_dirs: P
         (["install", "-p", "1/4", "--name", "bad name", "--user"], "may use only letters"),
         (["remove", "python3"], "'python3' is not a sliced kernelspec"),
         (["remove"], "Name the kernelspecs to remove"),
+        (["install", "-p", "1/4", "--slurm-arg=--partition=gpu", "--user"], "--slurm-arg is for kernels started as Slurm jobs; add --slurm."),
+        (["install", "-p", "1/4", "--slurm", "--slurm-arg=--gres=gpu:1", "--user"], "slurm_args '--gres=gpu:1' asks Slurm for GPUs"),
     ],
 )
 def test_mistakes_get_one_sentence(jupyter_dirs: Path, args: list[str], message: str) -> None:

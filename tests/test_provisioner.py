@@ -19,6 +19,7 @@ from jupyter_client.provisioning.factory import KernelProvisionerFactory
 
 from jupyter_vgpu.errors import SliceUnavailable, VGPUError
 from jupyter_vgpu.ledger import open_ledger
+from jupyter_vgpu.provisioner import VGPUProvisioner
 
 pytestmark = pytest.mark.slow
 
@@ -211,7 +212,15 @@ async def test_a_server_restart_with_running_kernels_keeps_their_slices(
         ({"gpus": 0}, "gpus 0 is not allowed"),
         ({"placement": "random"}, "placement 'random' is not allowed"),
         ({"wait_timeout": -3}, "wait_timeout -3 is not allowed"),
-        ({"launcher": "slurmx"}, "launcher 'slurmx' is not a launcher here; use one of: local."),
+        ({"launcher": "slurmx"}, "launcher 'slurmx' is not a launcher here; use one of: local, slurm."),
+        # the settings are typed traits: what the type refuses is said in the same one sentence
+        ({"gpus": "2"}, "gpus '2' is not allowed; use a whole number of GPUs, 1 or more"),
+        ({"gpus": True}, "gpus True is not allowed"),
+        ({"logical_devices": 0}, "logical_devices 0 is not allowed; use a whole number, 1 or more"),
+        ({"gpu_fraction": [0.5]}, "gpu_fraction [0.5] is not a share of a GPU"),
+        ({"gpu": -1}, "gpu -1 is not allowed; use a GPU index (0, 1, ...) or UUID."),
+        ({"no_gpu": "maybe"}, "no_gpu 'maybe' is not allowed; use one of: cpu, fail."),
+        ({"device_names": "name"}, "device_names 'name' is not allowed; use one of: uuid, index."),
     ],
 )
 async def test_bad_kernelspec_config_fails_with_one_clear_message_and_no_slice(
@@ -223,6 +232,25 @@ async def test_bad_kernelspec_config_fails_with_one_clear_message_and_no_slice(
     assert message in str(caught.value)
     assert open_ledger().slices() == []
     assert open_ledger().waiting() == []
+
+
+def test_server_wide_settings_are_typed_traits_read_from_a_command_line() -> None:
+    """``c.VGPUProvisioner.*`` from a command line or config file: each setting's type reads the
+    text (``--VGPUProvisioner.gpus=2`` is the number 2), and ``--help-all`` says what is allowed."""
+    from traitlets.config import Application
+
+    class Server(Application):  # type: ignore[misc]
+        classes = [VGPUProvisioner]
+
+    server = Server()
+    server.parse_command_line(["--VGPUProvisioner.gpus=2", "--VGPUProvisioner.wait_timeout=30", "--VGPUProvisioner.placement=spread", "--VGPUProvisioner.gpu_fraction=1/4"])
+    provisioner = VGPUProvisioner(config=server.config)
+    assert (provisioner.gpus, provisioner.wait_timeout, provisioner.placement, provisioner.gpu_fraction) == (2, 30.0, "spread", 0.25)
+    shown = " ".join(VGPUProvisioner.class_get_help().split())
+    assert "Allowed: a whole number of GPUs, 1 or more" in shown
+    assert "Allowed: one of: binpack, spread." in shown
+    with pytest.raises(VGPUError, match=r"^gpus 0 is not allowed; use a whole number of GPUs, 1 or more \(at most \d+\)\.$"):
+        VGPUProvisioner(config=Server().config, gpus=0)
 
 
 async def test_no_gpu_starts_on_the_cpu_and_says_so(
@@ -287,6 +315,11 @@ async def test_a_launcher_plug_in_starts_signals_and_watches_the_kernel(
             calls.append("alive")
             return super().alive(pid, start, stamp)
 
+        def report_folder(self, ledger_path: Any, labels: Any) -> Path:
+            return elsewhere  # its kernels report where this host reads them, not the ledger's folder
+
+    elsewhere = kernels_dir.parent / "elsewhere" / "reports"
+
     class Entry:
         name = "recording"
 
@@ -299,9 +332,16 @@ async def test_a_launcher_plug_in_starts_signals_and_watches_the_kernel(
     (slice_,) = open_ledger().slices()
     assert slice_.labels["launcher"] == "recording" and launchers.launcher_of(slice_.labels).alive(slice_.pid)
     assert await km.is_alive()
+    # the views read the kernel's own report where its launcher says it lies
+    from jupyter_vgpu.cli.status import collect
+    from jupyter_vgpu.slices.reports import write_report
+
+    write_report(elsewhere.parent / "ledger.db", slice_.id, {"memory_used": 3 * 2**20})  # writes elsewhere/<id>.json
+    (row,) = collect(open_ledger())["slices"]
+    assert row["id"] == slice_.id and row["memory_used"] == 3 * 2**20 and row["usage_source"] == "reported"
     await km.interrupt_kernel()
     assert calls[0] == "launch" and "poll" in calls and f"signal {signal.SIGINT}" in calls and "alive" in calls
     await km.shutdown_kernel(now=True)
     assert "kill" in calls and open_ledger().slices() == []
-    with pytest.raises(VGPUError, match=r"launcher 'nowhere' is not a launcher here; use one of: local, recording\.$"):
+    with pytest.raises(VGPUError, match=r"launcher 'nowhere' is not a launcher here; use one of: local, slurm, recording\.$"):
         await start(make_spec(kernels_dir, "nowhere", {"gpu_fraction": "1/4", "launcher": "nowhere"}), started)

@@ -14,6 +14,7 @@ import re
 import shutil
 import sys
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +48,13 @@ def add_parser(commands: Any) -> None:
     install.add_argument("--name", help="kernelspec name (default derived, e.g. python3-vgpu-1-4)")
     install.add_argument("--display-name", help='name in the kernel picker (default e.g. "Python 3 (1/4 GPU)")')
     install.add_argument("--replace", action="store_true", help="replace a kernelspec of the same name that differs")
+    install.add_argument(
+        "--slurm", action="store_true", help="start each kernel as a Slurm job on a GPU node Slurm picks (launcher slurm)"
+    )
+    install.add_argument(
+        "--slurm-arg", action="append", default=[], metavar="ARG",
+        help="an salloc option for the kernels' jobs (partition, account, time, QOS), once per option: --slurm-arg=--partition=gpu",
+    )  # fmt: skip
     where = install.add_mutually_exclusive_group()
     where.add_argument("--user", action="store_true", help="install for the current user")
     where.add_argument("--sys-prefix", action="store_true", help="install into this Python environment")
@@ -69,8 +77,9 @@ def _base_display(display_name: str) -> str:
     return re.sub(r"\s*\([^)]*\)\s*$", "", display_name).strip() or display_name
 
 
-def describe_slice(request: SliceRequest, wait: float = 0.0) -> str:
-    """What the picker shows in parentheses: ``1/4 GPU``, ``8 GiB GPU``, ``2 GPUs``, ``1/2 GPU, waits 60 s``."""
+def describe_slice(request: SliceRequest, wait: float = 0.0, slurm: bool = False) -> str:
+    """What the picker shows in parentheses: ``1/4 GPU``, ``8 GiB GPU``, ``2 GPUs``, ``1/2 GPU, waits 60 s``,
+    ``1/4 GPU, Slurm``."""
     if request.memory is not None:
         share = f"{format_bytes(request.memory, precision=0 if request.memory % (1 << 30) == 0 else 1)} GPU"
     else:
@@ -84,10 +93,12 @@ def describe_slice(request: SliceRequest, wait: float = 0.0) -> str:
         share += f", {request.logical_devices} devices"
     if wait:
         share += f", waits {wait:g} s"
+    if slurm:
+        share += ", Slurm"
     return share
 
 
-def default_name(source: str, request: SliceRequest, wait: float = 0.0) -> str:
+def default_name(source: str, request: SliceRequest, wait: float = 0.0, slurm: bool = False) -> str:
     if request.memory is not None:
         part = format_bytes(request.memory, precision=1).replace(" ", "").replace(".0", "").replace(".", "_").lower()
     else:
@@ -101,6 +112,8 @@ def default_name(source: str, request: SliceRequest, wait: float = 0.0) -> str:
         name += f"-ld{request.logical_devices}"
     if wait:
         name += f"-wait{wait:g}".replace(".", "_")
+    if slurm:
+        name += "-slurm"
     return name
 
 
@@ -116,11 +129,13 @@ def install(
     manager: KernelSpecManager | None = None,
     replace: bool = False,
     keep: bool = False,
+    slurm: Sequence[str] | None = None,
 ) -> tuple[str, str, str, str]:
     """Install one sliced kernelspec; returns (name, display name, path, what happened:
     ``installed``, ``replaced``, ``unchanged`` or ``kept``). An existing kernelspec of the same
     name that differs is replaced only with ``replace``; with ``keep`` it stays (``--defaults``,
-    which ``scripts/lab`` runs at every start); otherwise the install is refused, saying so."""
+    which ``scripts/lab`` runs at every start); otherwise the install is refused, saying so.
+    ``slurm``: the kernels start as Slurm jobs (launcher ``slurm``) with these salloc options."""
     manager = manager or KernelSpecManager()
     try:
         spec = manager.get_kernel_spec(source)
@@ -143,12 +158,19 @@ def install(
         config["logical_devices"] = request.logical_devices
     if wait:
         config["wait_timeout"] = wait
+    if slurm is not None:
+        from ..launch.slurmctl import check_args
+
+        config["launcher"] = "slurm"
+        if slurm:
+            config["slurm_args"] = list(check_args(list(slurm)))
     metadata = dict(data.get("metadata") or {})
     metadata["kernel_provisioner"] = {"provisioner_name": PROVISIONER_NAME, "config": config}
-    metadata["jupyter_vgpu"] = {"slice": describe_slice(request, wait), "source": source}
+    described = describe_slice(request, wait, slurm=slurm is not None)
+    metadata["jupyter_vgpu"] = {"slice": described, "source": source}
     data["metadata"] = metadata
-    data["display_name"] = display_name or f"{_base_display(str(data.get('display_name') or source))} ({describe_slice(request, wait)})"
-    kernel_name = name or default_name(source, request, wait)
+    data["display_name"] = display_name or f"{_base_display(str(data.get('display_name') or source))} ({described})"
+    kernel_name = name or default_name(source, request, wait, slurm=slurm is not None)
     if not re.fullmatch(r"[a-zA-Z0-9._-]+", kernel_name):
         raise InvalidRequest(f"Kernelspec name {shorten(kernel_name)} may use only letters, digits, '.', '_' and '-'.")
     action = "installed"
@@ -212,6 +234,8 @@ def sliced_specs(manager: KernelSpecManager | None = None) -> dict[str, dict[str
 def install_command(args: argparse.Namespace) -> int:
     prefix = sys.prefix if args.sys_prefix else args.prefix
     seconds = parse_seconds(args.wait, what="--wait")
+    if args.slurm_arg and not args.slurm:
+        raise InvalidRequest("--slurm-arg is for kernels started as Slurm jobs; add --slurm.")
     if args.defaults:
         if args.name or args.display_name:
             raise InvalidRequest("--defaults installs several kernelspecs; it cannot take --name or --display-name.")
@@ -234,6 +258,7 @@ def install_command(args: argparse.Namespace) -> int:
             prefix=prefix,
             replace=args.replace,
             keep=args.defaults and not args.replace,
+            slurm=args.slurm_arg if args.slurm else None,
         )
         if action == "kept":
             print(f"Kept your kernelspec {name} ({display!r}) in {path}; --replace installs the default over it.")

@@ -14,7 +14,8 @@ from typing import Any
 
 from ..config import VGPU, load_settings, shared_simulation
 from ..enforcement import TIERS, Tier, by_tier
-from ..errors import InvalidRequest, NotPermitted, SliceNotFound
+from ..errors import InvalidRequest, NotPermitted, SliceNotFound, VGPUError
+from ..launch.launchers import report_folder
 from ..ledger import Ledger, SQLiteLedger, open_ledger
 from ..ledger.broker_client import ENV_BROKER
 from ..ledger.file import LedgerFile
@@ -22,7 +23,7 @@ from ..slices import Slice, occupancy_of
 from ..slices.holders import attribute
 from ..slices.reports import configured_processes, frameworks_text, read_idle
 from ..slices.usage import REPORTED, ReportCache, slice_usage
-from ..units import format_bytes, format_duration, shorten
+from ..units import describe_fraction, format_bytes, format_duration, shorten
 
 BAR_WIDTH = 40
 _KEEP = "\u00a0"  # a space the box never breaks a line at
@@ -64,11 +65,11 @@ def collect(ledger: Ledger) -> dict[str, Any]:
     read_only = isinstance(ledger, SQLiteLedger) and ledger.file.read_only
     attribution = attribute(snapshot, {s.id: s.pid for s in slices})
     gpus = occupancy_of(snapshot, slices, attribution)
-    reports = ReportCache(ledger.path)
+    reports = ReportCache(ledger.path, report_folder)
     slice_rows = []
     for s in slices:
         row = s.to_dict()
-        usage = slice_usage(s, s.pid, attribution, snapshot, None if s.hidden else reports.get(s.id))
+        usage = slice_usage(s, s.pid, attribution, snapshot, None if s.hidden else reports.get(s))
         row["memory_used"] = usage.memory_used  # the server's figure: measured, else what the kernel reports
         row["memory_used_by_gpu"] = dict(usage.used_by_gpu) if snapshot.available else None
         row["usage_source"] = usage.source
@@ -88,7 +89,43 @@ def collect(ledger: Ledger) -> dict[str, Any]:
         "gpus": [g.to_dict() for g in gpus.gpus],
         "slices": slice_rows,
         "waiting": [w.to_dict() for w in waiting],
+        **slurm_jobs(),
     }
+
+
+def slurm_jobs() -> dict[str, Any]:
+    """Where this user has started kernels as Slurm jobs from this host (their reports folder
+    exists) and outside a job: this user's kernel jobs (``slurm_jobs``), or why they cannot be
+    listed (``slurm_message``). Elsewhere nothing is asked of Slurm."""
+    if os.environ.get("SLURM_JOB_ID") or not shutil.which("squeue"):
+        return {}
+    from ..launch.slurm import report_root, user_rows
+
+    if not report_root().is_dir():
+        return {}
+
+    try:
+        return {"slurm_jobs": user_rows(os.environ)}
+    except VGPUError as error:
+        return {"slurm_jobs": [], "slurm_message": str(error)}
+
+
+def slurm_lines(data: dict[str, Any]) -> list[str]:
+    """``Slurm kernel jobs:`` and a line per job: id, node, GPU, shards and fraction, state, use."""
+    from ..launch.slurm import job_summary
+
+    if not data.get("slurm_jobs") and not data.get("slurm_message"):
+        return []
+    lines = ["", "Slurm kernel jobs:"]
+    if data.get("slurm_message"):
+        lines.append(f"  {data['slurm_message']}")
+    for row in data.get("slurm_jobs", []):
+        gpu = ",".join(map(str, row["gpu_indices"])) or "?"
+        share = f"{row['shards']}/{row['shards_per_gpu'] or '?'} shards" if row["shards"] else row["request_text"]
+        share += f" ({describe_fraction(row['fraction'])} GPU)" if row.get("fraction") else ""
+        used = f"  used {format_bytes(row['memory_used'])}*" if row.get("memory_used") is not None else ""
+        lines.append(f"  {job_summary(row)}  GPU {gpu}  {share}  kernel {row['kernel_id']}{used}")
+    return lines
 
 
 def status(args: argparse.Namespace) -> int:
@@ -151,8 +188,8 @@ def render(data: dict[str, Any]) -> str:
             f"free {format_bytes(gpu['memory_free'])}",
         ]
         lines += _boxed(f"{bar} " + "  ".join(f.replace(" ", _KEEP) for f in figures), width)
-        if gpu.get("pod_share"):
-            lines += _boxed(f"  {gpu['pod_share']}: slices are fractions of it", width)
+        if share := gpu.get("share") or gpu.get("pod_share"):
+            lines += _boxed(f"  {share}: slices are fractions of it", width)
         if gpu["memory_over_use"]:
             lines += _boxed(f"  ! = {format_bytes(gpu['memory_over_use'])} used beyond reservations", width)
         if gpu["memory_foreign"]:
@@ -184,6 +221,7 @@ def render(data: dict[str, Any]) -> str:
                 f"  #{w['position']:<3} {w['owner'][:9]:<10} {w['request_text']:<14} "
                 f"{w['holder_kind']} {w['holder']}  waiting {w['waiting_seconds']:.0f} s"
             )
+    lines += slurm_lines(data)
     if not data["slices"] and data["available"]:
         lines.append("No slices. Start one with `jupyter vgpu run -p 0.25 -- COMMAND` or a sliced kernel.")
     return "\n".join(folded for line in lines for folded in _fold(line, width)) + "\n"

@@ -40,7 +40,8 @@ class PlacedGPU(Protocol):
     @property
     def mig_mode(self) -> bool | None: ...
 
-    # and, where known, ``pod_share`` / ``sm_limit`` (a scheduler's share of the GPU in a pod)
+    # and, where known, ``pod_share`` / ``sm_limit`` (a scheduler's share of the GPU in a pod),
+    # ``share`` / ``slurm_job`` (a pod's or a Slurm job's share)
 
 
 class HeldSlice(Protocol):

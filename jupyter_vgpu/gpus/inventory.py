@@ -25,6 +25,7 @@ from .podshare import PodShare, pod_share
 from .simulate_spec import describe
 from .simulated_nvml import NVMLError as SimulatedNVMLError
 from .simulated_nvml import SimulatedNVML
+from .slurmshare import SlurmShare, slurm_share
 
 T = TypeVar("T")
 
@@ -98,6 +99,10 @@ class GPU:
     pod_share: str | None = None
     card_memory: int | None = None
     sm_limit: int | None = None
+    #: A scheduler's share of this GPU in words, a pod's (``pod_share``) or a Slurm job's
+    #: (gpus.slurmshare: "Slurm job 1234: 16/32 shards of GPU 0, 8.0 GiB"); and the Slurm job.
+    share: str | None = None
+    slurm_job: str | None = None
     #: Where this process can give a slice a driver-enforced memory limit (MPS memory
     #: partitioning, gpus.memory_cgroups): the backend, "dmem" (the kernel's controller) or "driver"
     #: (the driver's fallback on kernels without it); None where it cannot.
@@ -237,13 +242,23 @@ class Inventory:
             return Snapshot(gpus=(), simulated=False, available=False, message=self._error)
         count = _safe(nvml.nvmlDeviceGetCount) or 0
         mps = self.mps.status().active
-        share = pod_share(os.environ if self._env is None else self._env)  # InvalidConfig: a user's mistake
+        env = os.environ if self._env is None else self._env
+        share = pod_share(env)  # InvalidConfig: a user's mistake
+        job = slurm_share(env)
         self._partition_regions = None if memory_cgroups.manage_problem() else memory_cgroups.dmem_regions()
         gpus = tuple(g for g in (self._read_gpu(nvml, i, mps, telemetry) for i in range(count)) if g is not None)
+        message = None if gpus else "NVML reports no GPU on this machine."
+        if job is not None:
+            by_nvml = job.nvml_map(count)
+            gpus = tuple(_in_job(g, job, by_nvml[g.index]) for g in gpus if g.index in by_nvml)
+            if not job.gpus:
+                message = (
+                    f"Slurm job {job.job} holds no GPU on node {job.node} (it asked for no gpu or shard GRES): "
+                    "ask for --gres=shard:N or --gres=gpu:N."
+                )
         if share is not None:
             gpus = tuple(_in_pod(g, share) for g in gpus)
         self._forget_names({p.pid for g in gpus for p in g.processes})
-        message = None if gpus else "NVML reports no GPU on this machine."
         return Snapshot(
             gpus=gpus,
             simulated=self.simulated,
@@ -518,9 +533,42 @@ def _in_pod(gpu: GPU, share: PodShare) -> GPU:
         memory_reserved_by_driver=0,
         processes=(),
         pod_share=share.describe(gpu.index, gpu.memory_usable),
+        share=share.describe(gpu.index, gpu.memory_usable),
         card_memory=gpu.memory_total,
         sm_limit=share.sm_limit,
     )
+
+
+def _in_job(gpu: GPU, job: SlurmShare, slurm_index: int) -> GPU:
+    """The GPU as this Slurm job has it. With shards, capacity is the job's shards of the card and
+    only the job's own processes count against it: other jobs' processes use their own shards
+    (Slurm fences none of them: docs/cluster.md). A whole GPU stays as NVML sees it, other
+    jobs' use included (a whole-GPU job may land on a GPU whose shards are in use)."""
+    described = job.describe(slurm_index, gpu.memory_usable)
+    limit = job.limit_for(slurm_index, gpu.memory_usable)
+    if gpu.mig_mode or limit is None:
+        return replace(gpu, share=described, slurm_job=job.job)
+    own = tuple(p for p in gpu.processes if _in_this_job(p.pid, job.job))
+    return replace(
+        gpu,
+        memory_total=limit,
+        memory_used=None if any(p.used is None for p in own) else sum(p.used or 0 for p in own),
+        memory_reserved_by_driver=0,
+        processes=own,
+        share=described,
+        slurm_job=job.job,
+        card_memory=gpu.memory_total,
+    )
+
+
+def _in_this_job(pid: int, job: str) -> bool:
+    """Whether process ``pid`` runs in Slurm job ``job`` (its environment says so; another user's
+    process cannot be read, and is not this job's)."""
+    try:
+        environ = Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:
+        return False
+    return f"SLURM_JOB_ID={job}".encode() in environ.split(b"\0")
 
 
 def _text(value: Any) -> str:

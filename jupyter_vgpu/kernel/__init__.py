@@ -47,6 +47,10 @@ def load_ipython_extension(ipython: Any) -> None:
     _check_tier(state)
     state.write_report()
     notices.start(ipython, state.facts.ledger_path, state.facts.slice_id)
+    import os
+
+    if ended := os.environ.get("JUPYTER_VGPU_SLURM_ENDED"):  # launch.node.ENV_ENDED
+        notices.say_at_first_cell(ipython, ended)
 
 
 def _hook_frameworks() -> None:

@@ -29,6 +29,17 @@ from .usage import Usage, measure
 DEFAULT_INTERVAL = 1.0
 DEFAULT_MINUTES = 10.0
 
+#: The class of a live view's box (its header and Stop button add ``-header``, ``-stop``).
+VIEW_CLASS = "jp-vgpu-Monitor"
+#: Added once the view stops: no later event may say it stopped again.
+STOPPED_CLASS = "jp-vgpu-mod-stopped"
+#: On simulated GPUs, beside the title, as the sidebar's badge reads.
+SIMULATED_BADGE = (
+    '<span class="jp-vgpu-Monitor-badge" title="These GPUs are simulated (JUPYTER_VGPU_SIMULATE): '
+    'no real hardware is used." style="padding:0 6px;border-radius:8px;font-size:85%;'
+    'background:var(--jp-warn-color3,#ffe0b2);color:var(--jp-warn-color0,#bf360c)">simulated</span>'
+)
+
 _running: list[Monitor] = []
 
 
@@ -73,11 +84,16 @@ class Monitor:
         self.history: deque[tuple[float, int, int | None]] = deque()  # (monotonic time, bytes, percent)
         self.peak: int | None = None  # the highest use this view measured
         self._handle: asyncio.TimerHandle | None = None
-        self.header = widgets.HTML()
+        # JupyterLab's jupyter-vgpu extension finds the view by these classes: after a kernel
+        # restart it says so in the header and takes the Stop button away (the kernel cannot).
+        self.header = widgets.HTML(_dom_classes=(f"{VIEW_CLASS}-header",))
         self.chart = widgets.HTML(layout=widgets.Layout(width="100%"))
-        self.button = widgets.Button(description="Stop", icon="stop", tooltip="Stop this live view")
+        self.button = widgets.Button(
+            description="Stop", icon="stop", tooltip="Stop this live view", _dom_classes=(f"{VIEW_CLASS}-stop",)
+        )
         self.button.on_click(lambda _button: self.stop("stopped"))
-        self.widget = widgets.VBox([self.header, self.chart, self.button])
+        self.widget = widgets.VBox([self.header, self.chart, self.button], _dom_classes=(VIEW_CLASS,))
+        self.simulated = bool(state.facts.simulate)
 
     # -- lifecycle ------------------------------------------------------------------------
     def start(self) -> None:
@@ -94,6 +110,7 @@ class Monitor:
         if self in _running:
             _running.remove(self)
         self.button.disabled = True
+        self.widget.add_class(STOPPED_CLASS)
         self.header.value = self._header_html(f"{reason} at {time.strftime('%H:%M:%S')}")
 
     def _tick(self) -> None:
@@ -113,9 +130,14 @@ class Monitor:
 
     # -- measuring and drawing ------------------------------------------------------------
     def _header_html(self, when: str) -> str:
-        return f"<b>{html.escape(title(self.state))}</b> · GPU monitor · {html.escape(when)}"
+        badge = f" · {SIMULATED_BADGE}" if self.simulated else ""
+        return (
+            f"<b>{html.escape(title(self.state))}</b> · GPU monitor{badge} · "
+            f'<span class="{VIEW_CLASS}-when">{html.escape(when)}</span>'
+        )
 
     def _update(self, usage: Usage) -> None:
+        self.simulated = self.simulated or usage.simulated
         if not usage.available:
             self.header.value = self._header_html(f"not available: {usage.message or 'no GPU'}")
             return

@@ -211,6 +211,20 @@ def start(shell: Any, ledger_path: str | None, slice_id: str | None) -> NoticeWa
     return _watcher
 
 
+def say_at_first_cell(shell: Any, line: str) -> None:
+    """Print ``line`` under the first cell that runs (what happened before this kernel started,
+    such as Slurm ending the job of the kernel it replaces): once, then the hook is gone."""
+
+    def once(info: Any = None) -> None:
+        try:
+            shell.events.unregister("pre_run_cell", once)
+        except ValueError:
+            pass
+        _say(PREFIX + line)
+
+    shell.events.register("pre_run_cell", once)
+
+
 def stop() -> None:
     """Stop watching (``%unload_ext jupyter_vgpu``)."""
     global _watcher

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from ..enforcement import Tier, by_tier
@@ -65,10 +66,20 @@ def gpu_line(gpu: GPU, usage: Usage, *, mine: bool = False) -> str:
         parts += [f"{format_bytes(held.reserved)} reserved", f"free {format_bytes(held.free)}"]
     if gpu.utilization is not None:
         parts.append(f"util {gpu.utilization}%")
-    if gpu.pod_share:
-        parts.append(gpu.pod_share)
+    if share := gpu.share or gpu.pod_share:
+        parts.append(share)
     mark = "  ← this slice" if mine else ""
     return " · ".join(parts) + f" · {gpu.uuid}{mark}"
+
+
+def slurm_text(env: Mapping[str, str]) -> str | None:
+    """``Slurm job 1234 on node1 · asked 1/4 GPU: 8 of 32 shards`` for a kernel the ``slurm``
+    launcher started (launch.node says what it asked in JUPYTER_VGPU_SLURM_ASKED)."""
+    job, node = env.get("SLURM_JOB_ID"), env.get("SLURMD_NODENAME")
+    if not job or not node:
+        return None
+    asked = env.get("JUPYTER_VGPU_SLURM_ASKED")
+    return f"Slurm job {job} on {node}" + (f" · asked {asked}" if asked else "")
 
 
 def slice_rows(state: KernelState, usage: Usage) -> list[tuple[str, str]]:
@@ -82,6 +93,10 @@ def slice_rows(state: KernelState, usage: Usage) -> list[tuple[str, str]]:
     if facts.devices and facts.devices != facts.gpus:
         rows.append(("MIG device", ", ".join(facts.devices)))
     rows.append(("share", share_text(state)))
+    if slurm := slurm_text(os.environ):
+        rows.append(("Slurm", slurm))
+        if ended := os.environ.get("JUPYTER_VGPU_SLURM_ENDED"):
+            rows.append(("previous job", ended))
     rows.append(("reserved", f"{format_bytes(facts.memory_reserved)} per GPU (context allowance included)"))
     rows.append(("limit", f"{format_bytes(facts.memory_limit)} per GPU for frameworks"))
     rows.append(("context allowance", f"{format_bytes(facts.context_allowance)} per GPU for the CUDA context"))

@@ -8,7 +8,7 @@ assuming a process on this host. A slice's launcher travels with it as the label
 (absent: ``local``).
 
 ``local`` is the kernel as a process of this host, the way jupyter_client's LocalProvisioner starts
-it. Adding a launcher (a kernel in a Slurm job, say) is one module: a :class:`Launcher` subclass,
+it; ``slurm`` (:mod:`.slurm`) a Slurm job on a node Slurm picks. Adding a launcher is one module: a :class:`Launcher` subclass,
 registered under the entry point group ``jupyter_vgpu.launchers`` (name -> class), or in
 :data:`BUILT_IN`. Entry points are read only when a name is not built in, so a kernel start with
 the default pays nothing for them.
@@ -29,6 +29,8 @@ from ..units import shorten
 if TYPE_CHECKING:
     from jupyter_client.provisioning.local_provisioner import LocalProvisioner
 
+    from ..slices import SliceRequest
+
 #: The label that names a slice's launcher (absent: ``local``).
 LABEL = "launcher"
 DEFAULT = "local"
@@ -45,6 +47,21 @@ class Launcher(ABC):
     name = ""
     #: What it is, in a few words (``jupyter vgpu kernelspec list`` and the refusal of a wrong name).
     description = ""
+    #: Whether the kernel's GPU share is booked by another engine (Slurm) rather than the ledger of
+    #: this host: then the provisioner reserves nothing here and asks :meth:`allocate` instead.
+    books_elsewhere = False
+
+    async def allocate(self, provisioner: LocalProvisioner, request: SliceRequest, env: dict[str, str]) -> None:
+        """For a launcher that :attr:`books_elsewhere`: get the kernel's share from that engine
+        before the connection file is written (``pre_launch``, at each start; a restart may keep
+        what the first start got). Keeps what it learns in ``provisioner.launch_state``. A
+        refusal is a VGPUError in one sentence."""
+        return None
+
+    async def cleanup(self, provisioner: LocalProvisioner, restart: bool = False) -> None:
+        """After the kernel ended (the provisioner's ``cleanup``): give back what :meth:`allocate`
+        got, unless the kernel is restarted. Also called when a start fails after allocating."""
+        return None
 
     def command(self, cmd: list[str], env: Mapping[str, str]) -> list[str]:
         """The command that starts the kernel ``cmd`` with the slice's environment ``env``: where
@@ -71,6 +88,11 @@ class Launcher(ABC):
     async def terminate(self, provisioner: LocalProvisioner, restart: bool = False) -> None:
         """Ask the kernel to end (SIGTERM for a process; ``restart``: it is started again)."""
 
+    def has_kernel(self, provisioner: LocalProvisioner) -> bool:
+        """Whether the provisioner has a kernel to poll and end (jupyter_client's ``has_process``):
+        the process it started, here."""
+        return provisioner.process is not None
+
     @abstractmethod
     async def poll(self, provisioner: LocalProvisioner) -> int | None:
         """None while the kernel runs, else its exit status."""
@@ -84,8 +106,10 @@ class Launcher(ABC):
         kernel does not run here."""
         return None
 
-    def reports(self, ledger_path: str | Path) -> Path:
-        """The folder the kernel's processes write their reports to (``slices.reports``)."""
+    def report_folder(self, ledger_path: str | Path, labels: Mapping[str, str]) -> Path:
+        """Where this host reads the reports (``slices.reports``) of the kernel whose slice has
+        ``labels``: the ledger's reports folder for a kernel of this host; a launcher whose kernels
+        run elsewhere has them write where this host can read (and says where here)."""
         from ..slices.reports import report_dir
 
         return report_dir(ledger_path)
@@ -133,8 +157,9 @@ class LocalLauncher(Launcher):
         return pid
 
 
-#: The launchers this package has, by name.
-BUILT_IN: dict[str, type[Launcher]] = {"local": LocalLauncher}
+#: The launchers this package has, by name: a class, or where to import it from when first asked
+#: for (so that a kernel start with ``local`` imports no other).
+BUILT_IN: dict[str, type[Launcher] | str] = {"local": LocalLauncher, "slurm": "jupyter_vgpu.launch.slurm:SlurmLauncher"}
 _made: dict[str, Launcher] = {}
 
 
@@ -155,6 +180,11 @@ def launcher_named(name: Any) -> Launcher:
     if isinstance(text, str) and text in _made:
         return _made[text]
     cls: Any = BUILT_IN.get(text) if isinstance(text, str) else None
+    if isinstance(cls, str):
+        from importlib import import_module
+
+        module, _, attribute = cls.partition(":")
+        cls = getattr(import_module(module), attribute)
     if cls is None and isinstance(text, str):
         entry = _plug_ins().get(text)
         if entry is not None:
@@ -178,3 +208,13 @@ def launcher_of(labels: Mapping[str, str]) -> Launcher:
         return launcher_named(labels.get(LABEL) or DEFAULT)
     except InvalidRequest:
         return launcher_named(DEFAULT)
+
+
+def report_folder(ledger_path: str | Path, slice_: Any) -> Path | None:
+    """Where the reports of ``slice_``'s kernel are read (its launcher's
+    :meth:`Launcher.report_folder`); None for a slice of the default launcher, whose reports lie
+    in the ledger's own folder (a kernel start that uses the default looks no launcher up)."""
+    labels = getattr(slice_, "labels", None) or {}
+    if (labels.get(LABEL) or DEFAULT) == DEFAULT:
+        return None
+    return launcher_of(labels).report_folder(ledger_path, labels)

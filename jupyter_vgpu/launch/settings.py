@@ -7,6 +7,8 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from traitlets import TraitError, TraitType
+
 from ..config import VGPU, load_settings
 from ..errors import InvalidRequest
 from ..ledger import Ledger, open_ledger
@@ -41,19 +43,46 @@ def shared_ledger(settings: VGPU) -> Ledger:
         return _ledgers[key]
 
 
-def converted(parse: Callable[[Any], Any]) -> Callable[[Any, Any], Any]:
-    """A trait validator that stores ``parse(value)`` (None stays None): parsed once, here."""
+class Setting(TraitType[Any, Any]):
+    """A provisioner setting: its trait's type (``Int(min=1)``, ``Enum``, a ``Union``) first, then
+    ``parse``, which turns the value into what the slice request takes (stored parsed: parsed once,
+    here). A value either refuses is said in ``parse``'s one sentence, naming the setting and what is
+    allowed (never traitlets' "The 'gpus' trait of a VGPUProvisioner instance expected ..."); empty
+    text is the setting left out (None)."""
 
-    def validate(self: Any, proposal: Any) -> Any:
-        value = proposal["value"]
-        if value is None or (isinstance(value, str) and not value.strip()):
+    def __init__(self, kind: TraitType[Any, Any], parse: Callable[[Any], Any], allowed: str, default: Any = None, help: str = "") -> None:
+        super().__init__(default, allow_none=True, help=f"{help.rstrip()}\n        Allowed: {allowed}.")
+        self.kind = kind
+        self.parse = parse
+        self.allowed = allowed
+
+    def class_init(self, cls: Any, name: str | None) -> None:
+        super().class_init(cls, name)
+        self.kind.class_init(cls, name)
+
+    def from_string(self, s: str) -> Any:
+        return self.kind.from_string(s)  # c.VGPUProvisioner.gpus=2 on a command line
+
+    def validate(self, obj: Any, value: Any) -> Any:
+        if isinstance(value, str) and not value.strip():
             return None
         try:
-            return parse(value)
+            if isinstance(value, bool):  # a bool is an int to Python, never a count, share or size
+                raise TraitError
+            self.kind._validate(obj, value)
+            typed = True
+        except TraitError:
+            typed = False
+        try:
+            parsed = self.parse(value)  # the value as written, so that a refusal names it so
         except InvalidRequest as error:
             raise InvalidKernelConfig(str(error)) from None
+        if not typed:  # parse took what the type refuses: the type is the contract
+            raise InvalidKernelConfig(f"{self.name} {shorten(value)} is not allowed; use {self.allowed}.")
+        return parsed
 
-    return validate
+    def info(self) -> str:
+        return self.allowed
 
 
 def check_seconds(value: Any) -> float:
@@ -85,6 +114,12 @@ def check_pinned(value: Any) -> str:
     return text
 
 
+def check_slurm_args(value: Any) -> tuple[str, ...]:
+    from .slurmctl import check_args  # here: a local kernel's start never imports Slurm's side
+
+    return check_args(value)
+
+
 NO_GPU_CHOICES = ("cpu", "fail")
 
 #: What jupyter_client itself passes to a provisioner, besides the kernelspec's config.
@@ -95,7 +130,7 @@ SET_BY_JUPYTER_CLIENT = frozenset({"kernel_id", "kernel_spec", "parent", "config
 #: inherited from LocalProvisioner are not the user's to set.
 VGPU_SETTINGS = (
     "gpu_fraction", "gpu_memory", "gpus", "gpu", "logical_devices", "placement", "wait_timeout", "no_gpu", "device_names",
-    "launcher",
+    "launcher", "slurm_args",
 )  # fmt: skip
 
 

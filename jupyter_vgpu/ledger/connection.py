@@ -46,6 +46,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from ..errors import LedgerError
+from .filesystem import warn_if_shared
 from .handles import PARKED, close_without_checkpoint, uri
 from .schema import RECOVERY, SCHEMA_VERSION, build, newer, schema_version, set_up
 from .turn import Turn, lock_timeout
@@ -90,6 +91,7 @@ class Connection:
         except OSError as error:
             raise LedgerError(f"Cannot create the ledger folder {path.parent}: {error.strerror or error}.") from None
         _check_folder(path.parent)
+        warn_if_shared(path)
         try:
             turn = self.turn = Turn(path, self.timeout)
             try:

@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 from ..errors import InvalidRequest, NotPermitted
 from ..slices.occupancy import GPUOccupancy
-from ..slices.placement import Placement, place
+from ..slices.placement import Placement, needs, place
 from ..slices.request import SliceRequest
 
 #: A place in line whose requester has not asked for it for this many seconds is dropped: a
@@ -75,7 +75,8 @@ def backfill(
         except (InvalidRequest, NotPermitted):
             continue  # pinned to a GPU that is gone or not its own: it waits for nothing here
         if now - row["created"] >= BACKFILL_SECONDS:
-            big_enough = [g for g in gpus if not g.in_mig_mode and waiting.amount_on(g.total) <= g.total]
+            need = needs(waiting, gpus)
+            big_enough = [g for g in gpus if not g.in_mig_mode and need[g.uuid] <= g.total]
             big_enough.sort(key=lambda g: (-g.free, g.index))
             drained.update(g.uuid for g in big_enough[: waiting.gpus])
     if not drained:

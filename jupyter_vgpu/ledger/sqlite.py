@@ -25,7 +25,7 @@ from ..gpus import Inventory, Snapshot
 from ..gpus.context import context_allowance
 from ..slices.holders import attribute, boot_clock, held, process_alive, process_start, start_stamp
 from ..slices.occupancy import GPUOccupancy, Occupancy, occupancy_of
-from ..slices.placement import place
+from ..slices.placement import needs, place
 from ..slices.records import Actor, Holder, Slice, Ticket, Waiter, clean_labels
 from ..slices.refusal import Refusal
 from ..slices.reports import report_dir
@@ -354,12 +354,16 @@ class SQLiteLedger(Ledger):
                 )
             others = [s for s in read_slices(db) if s.id != found.id]
             gpus = self._occupancy(db, snapshot, others)
-            changes = []
+            present = []
             for gpu_uuid in found.gpus:
                 gpu = gpus.gpu(gpu_uuid)
                 if gpu is None:
                     raise SliceUnavailable(f"GPU {gpu_uuid} of slice {found.id} is no longer present.")
-                need = request.amount_on(gpu.total)
+                present.append(gpu)
+            need_on = needs(request, present)
+            changes = []
+            for gpu in present:
+                need = need_on[gpu.uuid]
                 if need <= found.context_allowance:
                     raise InvalidRequest(
                         f"{request.describe()} is {format_bytes(need)}, not more than the CUDA-context allowance "
@@ -367,7 +371,7 @@ class SQLiteLedger(Ledger):
                     )
                 if need > gpu.free:
                     raise SliceUnavailable(f"Cannot resize slice {found.id} to {request.describe()}: {gpu.explain()}.")
-                changes.append((need, found.id, gpu_uuid))
+                changes.append((need, found.id, gpu.uuid))
             db.executemany("UPDATE slice_gpus SET memory = ? WHERE slice_id = ? AND gpu_uuid = ?", changes)
             stored = {**request.to_dict(), "gpu": found.request.gpu, "placement": found.request.placement}
             db.execute(

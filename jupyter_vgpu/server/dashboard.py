@@ -1,5 +1,6 @@
 """The GPU dashboard's history: an hour (``dashboard_seconds``) of every GPU's and every live
-slice's figures, one point per ``dashboard_step`` seconds.
+slice's figures, one point per ``dashboard_step`` seconds, and the slices that ended in that hour
+(a ``jupyter vgpu run`` that lived 3 s is an event on the dashboard's timeline, not a chart).
 
 The sidebar's few minutes of sparkline are single samples; a dashboard point sums up the ticks
 of its step instead, so a spike between two points is not lost: memory is the most seen (what
@@ -13,6 +14,7 @@ import math
 from collections import deque
 from dataclasses import dataclass, field
 
+from ..slices.records import Slice
 from .monitor import Sample
 
 #: What one GPU point holds, in the REST API's names (docs/rest.md, "GET /api/vgpu/history").
@@ -46,8 +48,31 @@ class _Step:
         return tuple(out)
 
 
+#: At most this many ended slices are remembered (the oldest go first).
+MAX_ENDED = 200
+
+
+@dataclass(frozen=True)
+class EndedSlice:
+    """A slice the monitor saw and then saw no more: from ``slice.created`` until ``end`` (the
+    first sample without it), its most memory seen ``peak`` (None: never known)."""
+
+    slice: Slice
+    last_seen: float
+    end: float
+    peak: int | None
+
+
+@dataclass
+class _Seen:
+    slice: Slice
+    last_seen: float
+    peak: int | None = None
+
+
 class DashboardHistory:
-    """Points of ``(t, *GPU_FIELDS)`` per GPU uuid and ``(t, *SLICE_FIELDS)`` per slice id."""
+    """Points of ``(t, *GPU_FIELDS)`` per GPU uuid and ``(t, *SLICE_FIELDS)`` per slice id; the
+    slices that ended within ``seconds``, oldest first."""
 
     def __init__(self, seconds: float = 3600.0, step: float = 10.0) -> None:
         self.seconds = seconds
@@ -58,6 +83,8 @@ class DashboardHistory:
         self._gpu_steps: dict[str, _Step] = {}
         self._slice_steps: dict[str, _Step] = {}
         self._step_started: float | None = None
+        self.ended: deque[EndedSlice] = deque(maxlen=MAX_ENDED)
+        self._seen: dict[str, _Seen] = {}
 
     def add(self, sample: Sample) -> None:
         """Count one tick; close the step (one point per GPU and slice) when it is over."""
@@ -82,8 +109,28 @@ class DashboardHistory:
             )
         for usage in sample.slices:
             self._slice_steps.setdefault(usage.slice.id, _Step()).add({"used": usage.memory_used, "util": usage.utilization})
+        self._note_ends(sample)
         if sample.taken_at - self._step_started >= self.step - 1e-6 or not self.gpus:
             self._close(sample)
+
+    def _note_ends(self, sample: Sample) -> None:
+        """Remember each live slice, and as ended each one a good sample no longer lists."""
+        t = sample.taken_at
+        for usage in sample.slices:
+            seen = self._seen.get(usage.slice.id)
+            if seen is None:
+                seen = self._seen[usage.slice.id] = _Seen(usage.slice, t)
+            seen.slice, seen.last_seen = usage.slice, t  # a resize changes the record
+            if usage.memory_used is not None:
+                seen.peak = max(usage.memory_used, seen.peak or 0)
+        if sample.message is not None:
+            return  # a failed tick says nothing about what has gone
+        live = {u.slice.id for u in sample.slices}
+        for sid in [sid for sid in self._seen if sid not in live]:
+            gone = self._seen.pop(sid)
+            self.ended.append(EndedSlice(gone.slice, gone.last_seen, t, gone.peak))
+        while self.ended and self.ended[0].end < t - self.seconds:
+            self.ended.popleft()
 
     def _close(self, sample: Sample) -> None:
         t = sample.taken_at

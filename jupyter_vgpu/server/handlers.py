@@ -31,7 +31,16 @@ from .changes import Changes
 from .dashboard import DashboardHistory
 from .monitor import UsageMonitor
 from .reclaim import IdleReclaimer
-from .views import KernelInfo, devices_view, history_view, host_view, slice_view, slices_view
+from .views import (
+    KernelInfo,
+    devices_view,
+    history_view,
+    host_view,
+    kernelspecs_stamp,
+    machine_view,
+    slice_view,
+    slices_view,
+)
 from .watchdog import Watchdog
 
 MONITOR = "jupyter_vgpu_monitor"
@@ -115,7 +124,9 @@ class DevicesHandler(VGPUHandler):
     @authorized
     async def get(self) -> None:
         sample = await self.monitor.current()
-        self.write_json(devices_view(sample, self.monitor, self.watchdog, self.since()))
+        reply = devices_view(sample, self.monitor, self.watchdog, self.since())
+        reply["host"] = await self.monitor.call(machine_view)
+        self.write_json(reply)
 
 
 class SlicesHandler(VGPUHandler):
@@ -151,6 +162,8 @@ class SampleHandler(VGPUHandler):
         reply: dict[str, Any] = {"slices": slices}
         if self.get_query_argument("devices", None) is not None:
             reply["devices"] = devices_view(sample, self.monitor, self.watchdog, self.since("devices"))
+            reply["devices"]["host"] = await self.monitor.call(machine_view)
+        reply["kernelspecs"] = await self.monitor.call(kernelspecs_stamp, list(self.kernel_spec_manager.kernel_dirs))
         if self.get_query_argument("history", None) is not None:
             dashboard: DashboardHistory = self.settings[DASHBOARD]
             reply["history"] = history_view(sample, self.monitor, dashboard, kernels, self.since("history"))

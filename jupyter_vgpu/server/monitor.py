@@ -12,6 +12,7 @@ import asyncio
 import logging
 import math
 import os
+import sys
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
@@ -21,7 +22,7 @@ from typing import Any, TypeVar
 
 from ..errors import SliceNotFound, VGPUError
 from ..gpus import Snapshot
-from ..launch.launchers import launcher_of
+from ..launch.launchers import launcher_of, report_folder
 from ..ledger import Ledger
 from ..slices import Occupancy, Slice, Waiter, occupancy_of
 from ..slices.holders import Attribution, ProcessOwners
@@ -48,6 +49,8 @@ class Sample:
     slices: tuple[SliceUsage, ...]
     waiting: tuple[Waiter, ...]
     message: str | None = None
+    #: The user's kernel jobs in Slurm (launch.slurm.job_row), where this server starts any.
+    jobs: tuple[dict[str, Any], ...] = ()
 
     def find(self, slice_id: str) -> SliceUsage | None:
         return next((u for u in self.slices if u.slice.id == slice_id), None)
@@ -106,7 +109,7 @@ class UsageMonitor:
         self.tell: Callable[[SliceUsage, str], Awaitable[None]] | None = None
         self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="jupyter-vgpu-monitor")
         self._owners = ProcessOwners()
-        self._reports = ReportCache(ledger.path) if ledger is not None else None
+        self._reports = ReportCache(ledger.path, report_folder) if ledger is not None else None
         self._ticks = 0
         self._reap_soon = False
         self._known_pids: list[int] = []
@@ -116,6 +119,7 @@ class UsageMonitor:
         self._kernel_slices: dict[str, Slice] = {}  # kernel id -> the slice it held at the last tick
         self._untold: list[tuple[SliceUsage, str]] = []  # kernels whose slice was not booked again
         self._last_error: str | None = None
+        self._slurm_problem: str | None = None
         self._lock: asyncio.Lock | None = None
         self._task: asyncio.Task[None] | None = None
 
@@ -149,14 +153,31 @@ class UsageMonitor:
         assert self._reports is not None
         self._reports.forget({s.id for s in slices})
         usages = tuple(self._usage(s, holder_pids[s.id], attribution, snapshot) for s in slices)
-        return Sample(now, snapshot, occupancy_of(snapshot, slices, attribution), usages, waiting, snapshot.message)
+        occupancy = occupancy_of(snapshot, slices, attribution)
+        return Sample(now, snapshot, occupancy, usages, waiting, snapshot.message, self._slurm_jobs())
+
+    def _slurm_jobs(self) -> tuple[dict[str, Any], ...]:
+        """The user's kernel jobs, once this server has started a kernel through the ``slurm``
+        launcher (before that its module is not even imported: nothing asked of Slurm)."""
+        slurm = sys.modules.get("jupyter_vgpu.launch.slurm")
+        if slurm is None:
+            return ()
+        try:
+            rows = tuple(slurm.server_rows(os.environ))
+        except VGPUError as error:
+            if str(error) != self._slurm_problem:
+                self.log.warning("jupyter-vgpu: cannot list the Slurm kernel jobs: %s", error)
+            self._slurm_problem = str(error)
+            return self.latest.jobs if self.latest is not None else ()
+        self._slurm_problem = None
+        return rows
 
     def _usage(self, s: Slice, pid: int | None, attribution: Attribution, snapshot: Snapshot) -> SliceUsage:
         """One slice's usage; a slice whose figures cannot be read shows none, and never stops
         the tick for every other slice (the watchdog and the reaper run on it)."""
         assert self._reports is not None
         try:
-            return slice_usage(s, pid, attribution, snapshot, self._reports.get(s.id))
+            return slice_usage(s, pid, attribution, snapshot, self._reports.get(s))
         except Exception:
             if s.id not in self._broken:
                 self._broken.add(s.id)

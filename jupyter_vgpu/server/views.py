@@ -6,6 +6,8 @@ notebook path of each kernel (session manager) and the kernel's name (kernel man
 
 from __future__ import annotations
 
+import hashlib
+import os
 import socket
 import threading
 import time
@@ -111,6 +113,83 @@ def waiting_view(waiter: Waiter, monitor: UsageMonitor) -> dict[str, Any]:
     return view
 
 
+def _job_holder(job: Mapping[str, Any], kernels: Mapping[str, KernelInfo]) -> dict[str, Any]:
+    kernel = kernels.get(job["kernel_id"])
+    labels = job.get("labels") or {}
+    return {
+        "kernel_id": job["kernel_id"],
+        "kernel_name": labels.get("kernel_name") or (kernel.name if kernel else None),
+        "kernel_display_name": labels.get("kernel_display_name"),
+        "path": notebook_path(kernel.path if kernel else None) or labels.get("path"),
+        "command": None,
+        "running_here": kernel is not None,
+        "yours": True,  # squeue lists this user's jobs only
+    }
+
+
+def _job_request(job: Mapping[str, Any]) -> dict[str, Any]:
+    return {"fraction": job.get("fraction"), "memory": None, "gpus": max(1, len(job.get("gpu_indices") or [])), "gpu": None}
+
+
+def job_view(job: Mapping[str, Any], watchdog: Watchdog, kernels: Mapping[str, KernelInfo]) -> dict[str, Any]:
+    """A kernel running in a Slurm job (``SLICE`` in docs/rest.md, plus ``job_id``, ``node``,
+    ``slurm_state``, ``slurm_reason``, ``shards`` and ``shards_per_gpu``): the fields of a slice,
+    its use as the kernel reports it; its GPUs are the node's, not this host's."""
+    view = {key: value for key, value in job.items() if key != "position"}
+    view.update(
+        {
+            **_job_holder(job, kernels),
+            "owner": None,
+            "pid": None,
+            "request": _job_request(job),
+            "memory_reserved": None,
+            "memory_reserved_total": None,
+            "memory_reserved_by_gpu": {},
+            "memory_limit": None,
+            "context_allowance": None,
+            "logical_devices": 1,
+            "tier_kind": "cooperative",
+            "share_note": f"Slurm job {job['job_id']} on {job.get('node') or '?'}",
+            "visible_devices": [],
+            "mig_devices": [],
+            "mig_profiles": [],
+            "memory_used_by_gpu": None,
+            "utilization": None,
+            "watched": False,
+            "memory_peak": None,
+            "usage_note": "as the kernel reports it from its node" if job.get("memory_used") is not None else None,
+            "idle_seconds": None,
+            "idle_notice": None,
+            "history": [],
+            "watchdog": {"action": watchdog.action, "events": []},
+        }
+    )
+    return view
+
+
+def pending_job_view(job: Mapping[str, Any], kernels: Mapping[str, KernelInfo]) -> dict[str, Any]:
+    """A kernel whose job waits in Slurm's queue (``WAITING`` in docs/rest.md, plus ``job_id``,
+    ``slurm_state`` and ``slurm_reason``): its place is among the partition's pending jobs."""
+    created = job.get("created") or time.time()
+    return {
+        "ticket": job["id"],
+        "position": job.get("position"),
+        "owner": None,
+        "holder_kind": "kernel",
+        "holder": job["kernel_id"],
+        "pid": None,
+        "request": _job_request(job),
+        "request_text": job.get("request_text"),
+        "labels": job.get("labels") or {},
+        "created": created,
+        "waiting_seconds": max(0.0, time.time() - created),
+        **_job_holder(job, kernels),
+        "job_id": job["job_id"],
+        "slurm_state": job["slurm_state"],
+        "slurm_reason": job.get("slurm_reason"),
+    }
+
+
 def slices_view(
     sample: Sample,
     monitor: UsageMonitor,
@@ -126,8 +205,10 @@ def slices_view(
         "interval": monitor.interval,
         "history_step": monitor.history_step,
         "taken_at": sample.taken_at,
-        "slices": [slice_view(u, monitor, watchdog, kernels, since) for u in sample.slices],
-        "waiting": [waiting_view(w, monitor) for w in sample.waiting],
+        "slices": [slice_view(u, monitor, watchdog, kernels, since) for u in sample.slices]
+        + [job_view(j, watchdog, kernels) for j in sample.jobs if j["slurm_state"] != "PENDING"],
+        "waiting": [waiting_view(w, monitor) for w in sample.waiting]
+        + [pending_job_view(j, kernels) for j in sample.jobs if j["slurm_state"] == "PENDING"],
         "watchdog": {
             "action": watchdog.action,
             "tolerance": watchdog.tolerance,
@@ -161,7 +242,8 @@ def history_view(
     sample: Sample, monitor: UsageMonitor, dashboard: DashboardHistory, kernels: Mapping[str, KernelInfo], since: float = 0.0
 ) -> dict[str, Any]:
     """The GPU dashboard's series (``GET /api/vgpu/history`` in docs/rest.md): per GPU and per
-    live slice, the points after ``since``."""
+    live slice, the points after ``since``; every slice that ended within the history, whatever
+    ``since`` (a few at most, and a slice that lived seconds is seen nowhere else)."""
     gpus = []
     for entry in sample.occupancy.gpus:
         gpu = entry.gpu
@@ -187,9 +269,26 @@ def history_view(
                 "gpus": list(s.gpus),
                 "gpu_indices": list(s.gpu_indices),
                 "memory_reserved_total": sum(s.memory),
+                "created": s.created,
                 "points": points(dashboard.slices.get(s.id), SLICE_FIELDS, since),
             }
         )
+    ended = [
+        {
+            "id": e.slice.id,
+            "holder_kind": e.slice.holder_kind,
+            **_holder(e.slice, monitor, kernels),
+            "request_text": e.slice.request.describe(),
+            "gpus": list(e.slice.gpus),
+            "gpu_indices": list(e.slice.gpu_indices),
+            "memory_reserved_total": sum(e.slice.memory),
+            "created": e.slice.created,
+            "last_seen": e.last_seen,
+            "ended": e.end,
+            "memory_peak": e.peak,
+        }
+        for e in dashboard.ended
+    ]
     return {
         "node": NODE,
         "simulated": sample.snapshot.simulated,
@@ -200,6 +299,7 @@ def history_view(
         "seconds": dashboard.seconds,
         "gpus": gpus,
         "slices": slices,
+        "ended": ended,
     }
 
 
@@ -244,6 +344,55 @@ class HostMeter:
 
 
 _HOST = HostMeter()
+
+
+class MachineMeter:
+    """This machine as a whole, as jupyter-resource-usage shows a server: CPU busy since the
+    previous reading (None on the first), memory in use (all but what is available) and totals."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._primed = False
+
+    def read(self) -> dict[str, Any]:
+        with self._lock:
+            percent = psutil.cpu_percent(interval=None)  # since the previous call in this process
+            primed, self._primed = self._primed, True
+        memory = psutil.virtual_memory()
+        return {
+            "cpu_percent": round(percent, 1) if primed else None,
+            "cpu_count": psutil.cpu_count(),
+            "memory_used": int(memory.total - memory.available),
+            "memory_total": int(memory.total),
+        }
+
+
+_MACHINE = MachineMeter()
+
+
+def machine_view() -> dict[str, Any]:
+    """This machine's CPU and memory (``host`` of the GPUs' reply, docs/rest.md). Blocking
+    (psutil): run it on the monitor's worker thread."""
+    return _MACHINE.read()
+
+
+def kernelspecs_stamp(dirs: Iterable[str]) -> str:
+    """A short text that changes when a kernelspec is added to, removed from or rewritten in
+    ``dirs`` (``jupyter vgpu kernelspec install``): JupyterLab reads the kernelspecs again when it
+    changes, instead of a minute later. One stat per kernelspec. Blocking: the worker thread."""
+    seen = []
+    for folder in dirs:
+        try:
+            with os.scandir(folder) as entries:
+                for entry in entries:
+                    try:
+                        info = os.stat(os.path.join(entry.path, "kernel.json"))
+                    except OSError:
+                        continue  # not a kernelspec (or gone meanwhile)
+                    seen.append(f"{entry.path}\0{info.st_mtime_ns}\0{info.st_size}")
+        except OSError:
+            continue
+    return hashlib.sha1("\n".join(sorted(seen)).encode(), usedforsecurity=False).hexdigest()[:12]
 
 
 def host_view(pid: int) -> dict[str, Any] | None:

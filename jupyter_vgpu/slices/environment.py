@@ -74,14 +74,20 @@ def with_slice(
 DEVICE_NAMES = ("uuid", "index")
 
 
-def _kai_portion() -> float | None:
+def _scheduler_portion() -> float | None:
+    """The part of the card a scheduler gave this process without making CUDA report it: a KAI
+    pod's portion, a Slurm job's shards (a Slurm job's shards never span GPUs)."""
     from ..gpus.podshare import pod_share
+    from ..gpus.slurmshare import slurm_share
 
     try:
         share = pod_share(os.environ)
+        job = slurm_share(os.environ)
     except VGPUError:
         return None  # said where the GPUs are read; the slice's own size is still right
-    return share.portion if share is not None else None
+    if share is not None and share.portion is not None:
+        return share.portion
+    return job.portion(job.gpus[0]) if job is not None and job.sharded else None
 
 
 def slice_environment(
@@ -91,10 +97,10 @@ def slice_environment(
     limit = slice_.memory_limit
     # What CUDA reports as the device's total: the MIG device itself on a MIG slice.
     smallest_total: float = min(slice_.device_memory)
-    if slice_.tier is not Tier.MIG and (portion := _kai_portion()) is not None:
-        # In a KAI-Scheduler pod the slice's GPU is the pod's portion of the card, but CUDA (and so
-        # every framework's fraction) still sees the whole card; HAMi-core, which HAMi preloads,
-        # makes CUDA report the pod's share itself.
+    if slice_.tier is not Tier.MIG and (portion := _scheduler_portion()) is not None:
+        # In a KAI-Scheduler pod or a Slurm job with shards the slice's GPU is the pod's or job's
+        # portion of the card, but CUDA (and so every framework's fraction) still sees the whole
+        # card; HAMi-core, which HAMi preloads, makes CUDA report a HAMi pod's share itself.
         smallest_total = smallest_total / portion
     fraction = f"{math.floor(limit / smallest_total * 1000) / 1000:.3f}"
     env = {

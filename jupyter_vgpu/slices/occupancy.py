@@ -199,6 +199,9 @@ class GPUOccupancy:
             "pod_share": gpu.pod_share,
             "card_memory": gpu.card_memory,
             "sm_limit": gpu.sm_limit,
+            # a scheduler's share in words, a pod's or a Slurm job's (gpus.slurmshare), else null
+            "share": gpu.share,
+            "slurm_job": gpu.slurm_job,
         }
 
 

@@ -37,9 +37,14 @@ from typing import Any
 
 from ..ownfiles import read_own_json, write_json
 
+#: Where this process writes its slice's reports instead (a Slurm kernel: a folder the login node
+#: reads, set by the ``slurm`` launcher).
+ENV_REPORTS = "JUPYTER_VGPU_REPORTS"
+
 
 def report_dir(ledger_path: str | Path) -> Path:
-    return Path(ledger_path).parent / "reports"
+    override = os.environ.get(ENV_REPORTS)
+    return Path(override) if override else Path(ledger_path).parent / "reports"
 
 
 def report_path(ledger_path: str | Path, slice_id: str) -> Path:
@@ -222,7 +227,12 @@ def read_report(ledger_path: str | Path, slice_id: str) -> dict[str, Any] | None
     """The slice's last report, or None if there is none (it cannot be read, or is not this
     user's). Its byte counts are checked (:func:`report_bytes`): one that is not a plausible count
     reads as None."""
-    data = _read_own(report_path(ledger_path, slice_id))
+    return read_report_file(report_path(ledger_path, slice_id))
+
+
+def read_report_file(path: str | Path) -> dict[str, Any] | None:
+    """:func:`read_report` of the report at ``path`` (a launcher's folder: ``folder/<slice>.json``)."""
+    data = _read_own(Path(path))
     if not isinstance(data, dict):
         return None
     for key in ("memory_used", "peak_memory_used"):

@@ -11,6 +11,7 @@ says what its frameworks hold, and ``none`` when neither can say.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,7 +20,7 @@ from ..enforcement import by_tier
 from ..gpus import Snapshot
 from .holders import Attribution
 from .records import Slice
-from .reports import read_report, report_bytes, report_path
+from .reports import read_report_file, report_bytes, report_path
 
 #: A slice at or above this share of its reservation is "near" its limit.
 NEAR = 0.9
@@ -30,17 +31,23 @@ NO_USAGE = "none"
 
 
 class ReportCache:
-    """The kernels' own reports (``slices.reports``), re-read only when a file changes."""
+    """The kernels' own reports (``slices.reports``), re-read only when a file changes. Where a
+    slice's report lies is ``folder_of(slice)`` (its launcher's answer: a kernel that runs elsewhere
+    writes its reports where this host can read them); None, or none given: the ledger's reports folder."""
 
-    def __init__(self, ledger_path: str | Path) -> None:
+    def __init__(self, ledger_path: str | Path, folder_of: Callable[[Path, Slice], Path | None] | None = None) -> None:
         self.ledger_path = Path(ledger_path)
+        self.folder_of = folder_of
         self._cache: dict[str, tuple[tuple[float, int], dict[str, Any] | None]] = {}
         self._paths: dict[str, str] = {}  # building paths costs more than the stat itself
 
-    def get(self, slice_id: str) -> dict[str, Any] | None:
+    def get(self, slice_: Slice) -> dict[str, Any] | None:
+        slice_id = slice_.id
         path = self._paths.get(slice_id)
         if path is None:
-            path = self._paths[slice_id] = str(report_path(self.ledger_path, slice_id))
+            folder = self.folder_of(self.ledger_path, slice_) if self.folder_of is not None else None
+            where = report_path(self.ledger_path, slice_id) if folder is None else Path(folder) / f"{slice_id}.json"
+            path = self._paths[slice_id] = str(where)
         try:
             st = os.stat(path)
         except OSError:
@@ -50,7 +57,7 @@ class ReportCache:
         cached = self._cache.get(slice_id)
         if cached is not None and cached[0] == stamp:
             return cached[1]
-        report = read_report(self.ledger_path, slice_id)
+        report = read_report_file(path)
         self._cache[slice_id] = (stamp, report)
         return report
 
@@ -139,14 +146,16 @@ def usage_note(slice_: Slice, source: str, attribution: Attribution, snapshot: S
     ``unknown`` is never shown without its reason)."""
     holder = "kernel" if slice_.holder_kind == "kernel" else "command"
     if source == MEASURED:
+        # On simulated GPUs nothing is measured: the figure is the simulation's (say only that).
+        how = "Simulated (JUPYTER_VGPU_SIMULATE)" if snapshot.simulated else "Measured by NVML"
         if attribution.used.get(slice_.id) and snapshot.simulated:
             return (
-                f"Simulated: these GPUs are simulated; this {holder}'s use of them is what its frameworks hold in the "
-                "host's memory (or what the simulation file says)."
+                f"{how}: the memory of this {holder}'s GPU processes, which is what their frameworks hold in the "
+                "host's memory (or the simulation file's figure)."
             )
         if attribution.used.get(slice_.id):
-            return f"Measured by NVML: the memory of this {holder}'s GPU processes."
-        return f"Measured by NVML: no process on its GPUs is this {holder}'s, so it uses none."
+            return f"{how}: the memory of this {holder}'s GPU processes."
+        return f"{how}: no process on its GPUs is this {holder}'s, so it uses none."
     if source == REPORTED:
         return (
             f"Reported by this {holder}'s frameworks: NVML's process ids do not match it "

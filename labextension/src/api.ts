@@ -56,6 +56,13 @@ export interface IDevice {
   card_memory?: number | null;
   /** The pod's share of the SMs (CUDA_DEVICE_SM_LIMIT), percent. */
   sm_limit?: number | null;
+  /**
+   * A scheduler's share in words: the pod's (as `pod_share`) or the Slurm job's ("Slurm job
+   * 1234: 16/32 shards of GPU 0, 8.0 GiB"); `memory_total` is then the share.
+   */
+  share?: string | null;
+  /** Inside a Slurm job: its id; only the job's GPUs are listed. */
+  slurm_job?: string | null;
   slices: string[];
 }
 
@@ -75,6 +82,16 @@ export interface IGateway {
   node: string | null;
 }
 
+/** This machine as a whole (the GPUs' reply's `host`), as jupyter-resource-usage shows a server. */
+export interface IMachineUsage {
+  /** Busy since the previous reading, all cores together (null on the first). */
+  cpu_percent: number | null;
+  cpu_count: number | null;
+  /** All memory but what is available (bytes). */
+  memory_used: number | null;
+  memory_total: number | null;
+}
+
 export interface IDevicesReply {
   simulated: boolean;
   available: boolean;
@@ -89,6 +106,8 @@ export interface IDevicesReply {
   node?: string;
   /** Present when the server answers from a GPU node behind `--gateway-url`. */
   gateway?: IGateway;
+  /** This machine's CPU and memory; absent on older servers. */
+  host?: IMachineUsage | null;
 }
 
 /** The state of a slice's usage against its reservation, decided by the server. */
@@ -349,6 +368,8 @@ export interface ISampleReply {
   devices?: IDevicesReply;
   /** When asked (`history=`). */
   history?: IHistoryReply;
+  /** Changes when a kernelspec is installed, removed or rewritten; absent on older servers. */
+  kernelspecs?: string;
 }
 
 /**

@@ -33,8 +33,11 @@ export function DeviceBar(props: {
   device: IDevice;
   slices: ISlice[];
   colour: (sliceId: string) => number;
+  /** The slice whose row is hovered: its part of the bar stands out. */
+  highlighted?: string | null;
+  onHover?: (sliceId: string | null) => void;
 }): JSX.Element {
-  const { device, slices, colour } = props;
+  const { device, slices, colour, highlighted, onHover } = props;
   const total = device.memory_total;
   return (
     <div
@@ -47,8 +50,10 @@ export function DeviceBar(props: {
         return (
           <div
             key={slice.id}
-            className={`jp-vgpu-DeviceBar-slice jp-vgpu-colour-${colour(slice.id)} jp-vgpu-mod-${slice.state}`}
+            className={`jp-vgpu-DeviceBar-slice jp-vgpu-colour-${colour(slice.id)} jp-vgpu-mod-${slice.state}${highlighted === slice.id ? ' jp-vgpu-mod-highlighted' : ''}`}
             data-slice-id={slice.id}
+            onMouseEnter={() => onHover?.(slice.id)}
+            onMouseLeave={() => onHover?.(null)}
             style={{ width: percent(share(slice.memory_reserved, total)) }}
             title={`${holderLabel(slice)}: ${formatBytes(used)} used of ${formatBytes(slice.memory_reserved)} reserved`}
           >
@@ -131,7 +136,11 @@ export function BarLegend(): JSX.Element {
       'other processes',
       'Memory used by processes without a slice: hatched'
     ],
-    ['free', 'free', 'Memory neither reserved nor used: empty']
+    [
+      'free',
+      'free',
+      'Memory neither reserved nor used, which a new slice can reserve: empty'
+    ]
   ];
   return (
     <ul className="jp-vgpu-Legend" aria-label="How to read the memory bars">

@@ -8,6 +8,7 @@ import { MainAreaWidget } from '@jupyterlab/apputils';
 import { ReactWidget, refreshIcon } from '@jupyterlab/ui-components';
 import * as React from 'react';
 
+import { preferredColour } from './colours';
 import { gpuCharts, IChartSpec, sliceChart } from './dashboardcharts';
 import { DashboardModel } from './dashboardmodel';
 import { formatBytes, gatewayText } from './format';
@@ -15,6 +16,7 @@ import { HistoryStore, ISliceHistory } from './historyapi';
 import { dashboardIcon } from './icons';
 import { GPUModel } from './model';
 import { clockTime, ITimePoint } from './scales';
+import { SliceTimeline } from './timeline';
 import { TimeSeries } from './timeseries';
 
 /** The id of the dashboard's main-area widget. */
@@ -129,6 +131,8 @@ export interface IDashboardViewProps {
   onZoom: (start: number, end: number) => void;
   onResetZoom: () => void;
   onRefresh: () => void;
+  /** A slice's colour (the sidebar's); by default the one its id asks for. */
+  colour?: (sliceId: string) => number;
 }
 
 /** "GPUs 0, 1": where a slice is. */
@@ -222,6 +226,7 @@ export function DashboardView(props: IDashboardViewProps): JSX.Element {
     props.onZoom(a, b);
   };
   const maxGap = GAP_STEPS * step;
+  const colour = props.colour ?? preferredColour;
   const gpus = store.gpus;
   const slices = store.slices;
   const placed = new Set<string>();
@@ -281,6 +286,14 @@ export function DashboardView(props: IDashboardViewProps): JSX.Element {
               />
             ))}
           </div>
+          <SliceTimeline
+            gpuIndex={gpu.index}
+            live={on}
+            ended={store.endedOn(gpu)}
+            start={start}
+            end={end}
+            colour={colour}
+          />
           {on.length > 0 ? (
             <>
               <h3 className="jp-vgpu-Dashboard-slicesTitle">
@@ -300,7 +313,9 @@ export function DashboardView(props: IDashboardViewProps): JSX.Element {
               </div>
             </>
           ) : (
-            <p className="jp-vgpu-Dashboard-noSlices">No slice on this GPU.</p>
+            <p className="jp-vgpu-Dashboard-noSlices">
+              No slice on this GPU now.
+            </p>
           )}
         </section>
       );
@@ -439,6 +454,7 @@ export function Dashboard(props: { model: DashboardModel }): JSX.Element {
       onZoom={(a, b) => setZoom([a, b])}
       onResetZoom={() => setZoom(null)}
       onRefresh={() => void model.refresh()}
+      colour={id => model.colour(id)}
     />
   );
 }

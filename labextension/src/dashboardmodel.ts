@@ -28,6 +28,11 @@ export class DashboardModel {
     return this._model.history;
   }
 
+  /** A slice's colour, as the sidebar draws it. */
+  colour(sliceId: string): number {
+    return this._model.colour(sliceId);
+  }
+
   /** Emits after every read of the history, successful or not. */
   get changed(): ISignal<this, void> {
     return this._changed;

@@ -11,10 +11,13 @@ import { Disclosure, WatchedChip } from './chips';
 import { formatBytes, formatPercent, formatUsage } from './format';
 import { IHistorySource, ISliceActions, SliceRow } from './slicerow';
 
-/** Why a GPU's total is not the card's: the share a Kubernetes scheduler gave this pod. */
+/** Why a GPU's total is not the card's: the share a Kubernetes scheduler gave this pod, or
+ * the shards of a Slurm job. */
 export function podShareTitle(device: IDevice): string {
   const lines = [
-    `This server runs in a pod that a scheduler placed on a shared GPU: ${formatBytes(device.memory_total)} is the pod's share, and slices are fractions of it.`
+    device.slurm_job
+      ? `This server runs in Slurm job ${device.slurm_job}: ${formatBytes(device.memory_total)} is the job's share of the GPU, and slices are fractions of it.`
+      : `This server runs in a pod that a scheduler placed on a shared GPU: ${formatBytes(device.memory_total)} is the pod's share, and slices are fractions of it.`
   ];
   if (typeof device.card_memory === 'number') {
     lines.push(`The card itself has ${formatBytes(device.card_memory)}.`);
@@ -24,6 +27,12 @@ export function podShareTitle(device: IDevice): string {
   }
   return lines.join('\n');
 }
+
+/** What "free to reserve" means: not what NVML calls free. */
+export const FREE_TITLE =
+  'What a new slice can still reserve on this GPU now: its memory less what slices reserve, ' +
+  'what they use beyond that, and what processes without a slice use. Memory reserved but ' +
+  'not in use is not free: its slice may use it at any time.';
 
 export function DeviceCard(props: {
   device: IDevice;
@@ -36,6 +45,8 @@ export function DeviceCard(props: {
 }): JSX.Element {
   const { device, slices, colour, actions, history, received } = props;
   const [expanded, setExpanded] = React.useState(false);
+  // The slice under the pointer: its part of the bar and its row light up together.
+  const [hovered, setHovered] = React.useState<string | null>(null);
   const points = history.device(device.uuid);
   const utilization = points.map(p => p.util);
   const detailsId = `jp-vgpu-gpu-history-${device.index}`;
@@ -70,16 +81,22 @@ export function DeviceCard(props: {
         >
           {device.name}
         </div>
-        {device.pod_share && (
+        {(device.share || device.pod_share) && (
           <div
             className="jp-vgpu-DeviceCard-podShare"
             title={podShareTitle(device)}
           >
-            {device.pod_share}
+            {device.share || device.pod_share}
           </div>
         )}
       </header>
-      <DeviceBar device={device} slices={slices} colour={colour} />
+      <DeviceBar
+        device={device}
+        slices={slices}
+        colour={colour}
+        highlighted={hovered}
+        onHover={setHovered}
+      />
       <div className="jp-vgpu-DeviceCard-stats">
         <span
           className="jp-vgpu-DeviceCard-memory"
@@ -87,11 +104,8 @@ export function DeviceCard(props: {
         >
           {formatUsage(used, device.memory_total)}
         </span>
-        <span
-          className="jp-vgpu-DeviceCard-free"
-          title="Memory a new slice can still reserve"
-        >
-          free {formatBytes(device.memory_free)}
+        <span className="jp-vgpu-DeviceCard-free" title={FREE_TITLE}>
+          {formatBytes(device.memory_free)} free to reserve
         </span>
         <span className="jp-vgpu-DeviceCard-util" title="GPU utilisation">
           util {formatPercent(device.utilization)}
@@ -120,6 +134,8 @@ export function DeviceCard(props: {
               actions={actions}
               history={history}
               received={received}
+              highlighted={hovered === slice.id}
+              onHover={setHovered}
             />
           ))}
           {device.memory_foreign > 0 && (

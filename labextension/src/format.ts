@@ -8,6 +8,7 @@ import {
   IGateway,
   IHostUsage,
   IIdleNotice,
+  IMachineUsage,
   ISlice,
   IWaiting
 } from './api';
@@ -137,15 +138,8 @@ export function commandText(slice: ISlice): string {
  */
 export function holderLabel(slice: ISlice): string {
   if (slice.holder_kind === 'command') {
-    const text = commandText(slice);
-    if (text === VOCABULARY.hidden_holder.command) {
-      return text; // another user's command, which the server does not show
-    }
     // "/opt/conda/bin/python train.py" reads as "python train.py"; the tooltip has it all.
-    const [program, ...args] = text.trim().split(/\s+/);
-    return program
-      ? [PathExt.basename(program), ...args].join(' ')
-      : `slice ${slice.id}`;
+    return commandLabel(commandText(slice)) || `slice ${slice.id}`;
   }
   if (slice.path) {
     return PathExt.basename(slice.path);
@@ -163,6 +157,18 @@ export function kernelLabel(kernelId: string): string {
     : `kernel ${kernelId.slice(0, 8)}`;
 }
 
+/**
+ * A command line as a user reads it: "/opt/conda/bin/python train.py" is "python train.py" (the
+ * program's name, its arguments); another user's command as the server names it.
+ */
+export function commandLabel(text: string): string {
+  if (text === VOCABULARY.hidden_holder.command) {
+    return text;
+  }
+  const [program, ...args] = text.trim().split(/\s+/);
+  return program ? [PathExt.basename(program), ...args].join(' ') : '';
+}
+
 /** What a user calls a waiting request: its notebook's name, the kernel, or the command. */
 export function waiterLabel(w: IWaiting): string {
   if (w.holder_kind === 'kernel') {
@@ -172,7 +178,7 @@ export function waiterLabel(w: IWaiting): string {
     const id = w.kernel_id ?? w.holder;
     return id ? kernelLabel(id) : `request ${w.ticket}`;
   }
-  return w.holder || `request ${w.ticket}`;
+  return commandLabel(w.holder ?? '') || `request ${w.ticket}`;
 }
 
 /** Words for the server's usage state. */
@@ -259,18 +265,24 @@ export function formatDuration(seconds: number | null | undefined): string {
 }
 
 /**
- * "45 s", "42 min", "3 h 5 min": how long, rounded as people say it (idle times). The server's
- * rule (`jupyter_vgpu.units.format_duration`, ties to the even number as Python rounds), so an
- * idle time reads the same in `jupyter vgpu status`, `%vgpu` and here.
+ * "45 s", "1 min 31 s", "42 min", "3 h 5 min": how long (idle times), never more than it was:
+ * each unit is cut, not rounded up (91 s reads "1 min 31 s", not "2 min"), and seconds are said
+ * under 10 minutes. The server's rule (`jupyter_vgpu.units.format_duration`), so an idle time
+ * reads the same in `jupyter vgpu status`, `%vgpu`, the server's messages and here.
  */
 export function formatSpan(seconds: number | null | undefined): string {
   if (seconds === null || seconds === undefined || !isFinite(seconds)) {
     return '–';
   }
-  if (seconds < 90) {
-    return `${fixed(seconds, 0)} s`;
+  const whole = Math.max(0, Math.floor(seconds));
+  if (whole < 60) {
+    return `${whole} s`;
   }
-  const minutes = Number(fixed(seconds / 60, 0));
+  const minutes = Math.floor(whole / 60);
+  const rest = whole % 60;
+  if (minutes < 10) {
+    return rest ? `${minutes} min ${rest} s` : `${minutes} min`;
+  }
   return minutes < 60
     ? `${minutes} min`
     : `${Math.floor(minutes / 60)} h ${minutes % 60} min`;
@@ -459,6 +471,44 @@ export function formatHost(host: IHostUsage | null | undefined): string | null {
   return parts.length ? parts.join(' · ') : null;
 }
 
+/** "CPU 12% · RAM 310 MiB": a kernel's use of the host at a glance (the status bar); null: unknown. */
+export function hostGlance(host: IHostUsage | null | undefined): string | null {
+  if (!host) {
+    return null;
+  }
+  const parts: string[] = [];
+  if (typeof host.cpu_percent === 'number' && isFinite(host.cpu_percent)) {
+    parts.push(`CPU ${Math.round(host.cpu_percent)}%`);
+  }
+  if (typeof host.memory_rss === 'number' && isFinite(host.memory_rss)) {
+    parts.push(`RAM ${formatBytes(host.memory_rss)}`);
+  }
+  return parts.length ? parts.join(' · ') : null;
+}
+
+/** "CPU 23% of 16 cores · RAM 8.5 / 23.5 GiB": the machine as a whole (the sidebar's header). */
+export function machineGlance(
+  machine: IMachineUsage | null | undefined
+): string | null {
+  if (!machine) {
+    return null;
+  }
+  const parts: string[] = [];
+  const cores = machine.cpu_count ? ` of ${machine.cpu_count} cores` : '';
+  if (
+    typeof machine.cpu_percent === 'number' &&
+    isFinite(machine.cpu_percent)
+  ) {
+    parts.push(`CPU ${Math.round(machine.cpu_percent)}%${cores}`);
+  } else if (cores) {
+    parts.push(`CPU –${cores}`); // the first reading has no figure yet
+  }
+  if (typeof machine.memory_used === 'number' && machine.memory_total) {
+    parts.push(`RAM ${formatUsage(machine.memory_used, machine.memory_total)}`);
+  }
+  return parts.length ? parts.join(' · ') : null;
+}
+
 /** What the status bar item says of a kernel's slice: "GPU 2.1 / 4.0 GiB". */
 export function statusText(slice: ISlice): string {
   return `GPU ${formatUsage(usedPerGPU(slice), slice.memory_reserved)}`;
@@ -485,8 +535,8 @@ export function statusTitle(
     lines.push(hostText);
   }
   const note = usageNote(slice);
-  if (note) {
-    lines.push(note);
+  if (note && !(simulated && /\bNVML\b/.test(note) && /^Measured/.test(note))) {
+    lines.push(note); // an older server's "Measured by NVML" is not true of simulated GPUs
   }
   const warning = stateText(slice);
   if (warning) {

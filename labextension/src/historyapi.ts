@@ -56,7 +56,20 @@ export interface ISliceHistory {
   /** What the slice reserves on all its GPUs (bytes). */
   memory_reserved_total: number;
   yours: boolean;
+  /** When it was reserved (the server's clock); absent on older servers. */
+  created?: number;
   points: ISliceHistoryPoint[];
+}
+
+/** A slice that ended within the history (`ended` of the reply): no chart, an event. */
+export interface IEndedSlice extends Omit<ISliceHistory, 'points'> {
+  created: number;
+  /** The last sample that listed it. */
+  last_seen: number;
+  /** The first sample that did not: it ended between the two. */
+  ended: number;
+  /** The most memory it was seen using (null: never known). */
+  memory_peak: number | null;
 }
 
 /** `GET /api/vgpu/history`. */
@@ -72,6 +85,8 @@ export interface IHistoryReply {
   seconds: number;
   gpus: IGPUHistory[];
   slices: ISliceHistory[];
+  /** The slices that ended within `seconds`, whole in every reply; absent on older servers. */
+  ended?: IEndedSlice[];
   /** Present when the server answers from a GPU node behind `--gateway-url`. */
   gateway?: IGateway;
 }
@@ -132,6 +147,16 @@ export function appendPoints<P extends { t: number }>(
   return start > 0 ? out.slice(start) : out;
 }
 
+/** Whether a slice is (or was) on a GPU: by uuid, or by index where the server sent no uuids. */
+function isOn(
+  slice: Pick<ISliceHistory, 'gpus' | 'gpu_indices'>,
+  gpu: IGPUHistory
+): boolean {
+  return (slice.gpus ?? []).length > 0
+    ? slice.gpus.includes(gpu.uuid)
+    : (slice.gpu_indices ?? []).includes(gpu.index);
+}
+
 /**
  * The history the browser holds: each reply's points appended to what came before (up to the
  * server's `seconds`), GPUs and slices the reply no longer lists dropped.
@@ -171,13 +196,20 @@ export class HistoryStore {
       : DEFAULT_SECONDS;
   }
 
+  /** The slices that ended within the history, oldest first. */
+  get ended(): IEndedSlice[] {
+    const ended = this._latest?.ended;
+    return Array.isArray(ended) ? ended : [];
+  }
+
   /** The slices on the GPU `uuid`. */
   slicesOn(gpu: IGPUHistory): ISliceHistory[] {
-    return this.slices.filter(s =>
-      (s.gpus ?? []).length > 0
-        ? s.gpus.includes(gpu.uuid)
-        : (s.gpu_indices ?? []).includes(gpu.index)
-    );
+    return this.slices.filter(s => isOn(s, gpu));
+  }
+
+  /** The slices that ended on the GPU `uuid`. */
+  endedOn(gpu: IGPUHistory): IEndedSlice[] {
+    return this.ended.filter(s => isOn(s, gpu));
   }
 
   /** Take in a reply: append its points, forget what it no longer lists. */

@@ -22,15 +22,20 @@ import { ISlice, VGPUClient } from './api';
 import { addDashboard } from './dashboardplugin';
 import { gpuIcon } from './icons';
 import { IdleNotifier, keepSlice } from './idlenotes';
+import { KernelPickerHints } from './kernelpicker';
 import { RefusedStarts } from './kernelstarts';
 import { waitingAlternative } from './kernelspecs';
+import { KernelspecWatch } from './kernelspecwatch';
 import { LauncherOrder } from './launcherorder';
 import { GPUModel } from './model';
+import { MonitorStops } from './monitorstops';
 import { RefusalDialogs } from './refusaldialog';
+import { ResizedKernelNames } from './resized';
 import { heldBackText, ShutDownNotebooks } from './shutdownmemory';
 import { GPUSidebar } from './sidebar';
 import {
   GPUStatusItem,
+  HostStatusItem,
   KernelSliceModel,
   sessionContextOf
 } from './statusitem';
@@ -172,6 +177,27 @@ const plugin: JupyterFrontEndPlugin<void> = {
     labShell?.layoutModified.connect(scanLaunchers);
     app.restored.then(scanLaunchers).catch(console.error);
 
+    // GPU hints in JupyterLab's kernel picker; new kernelspecs shown at once, and said.
+    new KernelPickerHints({
+      model,
+      kernelspecs: app.serviceManager.kernelspecs,
+      dialogAdded: Dialog.tracker.widgetAdded
+    });
+    new KernelspecWatch({ model, kernelspecs: app.serviceManager.kernelspecs });
+    // A notebook's toolbar says the size of its kernel's slice after `%vgpu resize`; a
+    // `%vgpu monitor` whose kernel restarted says so.
+    const mainWidgets = () => app.shell.widgets('main');
+    new ResizedKernelNames({
+      model,
+      kernelspecs: app.serviceManager.kernelspecs,
+      widgets: mainWidgets
+    });
+    const monitors = new MonitorStops({ widgets: mainWidgets });
+    const scanMonitors = () => monitors.scan();
+    app.shell.currentChanged?.connect(scanMonitors);
+    labShell?.layoutModified.connect(scanMonitors);
+    app.restored.then(scanMonitors).catch(console.error);
+
     // The GPU dashboard (main area): the command palette and the panel's header open it.
     const openDashboard = addDashboard(app, {
       model,
@@ -229,6 +255,17 @@ const plugin: JupyterFrontEndPlugin<void> = {
         isActive: () =>
           showStatusItem &&
           (kernelSlice?.slice !== null || kernelSlice?.waiter !== null),
+        activeStateChanged: kernelSlice.changed
+      });
+      // The kernel's CPU and RAM beside its GPU (as jupyter-resource-usage shows them).
+      const host = new HostStatusItem(kernelSlice, () =>
+        app.commands.execute(CommandIDs.show)
+      );
+      statusBar.registerStatusItem(PLUGIN_ID + ':host', {
+        item: host,
+        align: 'left',
+        rank: 6,
+        isActive: () => showStatusItem && host.hasFigures,
         activeStateChanged: kernelSlice.changed
       });
     }

@@ -4,6 +4,9 @@
  */
 import { KernelSpec } from '@jupyterlab/services';
 
+import { IDevice } from './api';
+import { formatBytes } from './format';
+
 const UNITS: { [unit: string]: number } = {
   b: 1,
   k: 1e3,
@@ -84,7 +87,7 @@ export function sliceSize(
 }
 
 /** The provisioner's config of a sliced kernelspec, or null for any other kernelspec. */
-function sliceConfig(
+export function sliceConfig(
   spec: KernelSpec.ISpecModel | undefined
 ): { [key: string]: unknown } | null {
   const provisioner = (spec?.metadata as any)?.kernel_provisioner;
@@ -124,4 +127,74 @@ export function waitingAlternative(
     }
   }
   return best;
+}
+
+/** Whether a sliced kernelspec's slice fits on the GPUs now, in words for the kernel picker. */
+export interface IKernelspecFit {
+  fits: boolean;
+  /** "fits now" / "no room now": beside the kernel's name in the picker's list. */
+  short: string;
+  /** "Asks for 4.0 GiB on 1 GPU: fits now on GPU 0 (12.0 GiB free to reserve)." */
+  sentence: string;
+}
+
+/**
+ * Whether a new kernel of `spec` would get its slice now, from the GPUs' `memory_free` (what one
+ * new slice can reserve: the server's figure): each of its GPUs needs its share of that GPU (or
+ * its amount). Null for a kernelspec without a slice or when no GPU is known.
+ */
+export function kernelspecFit(
+  spec: KernelSpec.ISpecModel | undefined,
+  devices: readonly IDevice[]
+): IKernelspecFit | null {
+  const config = sliceConfig(spec);
+  if (!config || devices.length === 0) {
+    return null;
+  }
+  const gpus = Math.max(1, Math.floor(Number(config.gpus ?? 1)) || 1);
+  const fraction = parseFraction(config.gpu_fraction);
+  const bytes = fraction === null ? parseBytes(config.gpu_memory) : null;
+  const need = (d: IDevice) =>
+    fraction !== null
+      ? Math.min(1, fraction) * d.memory_total
+      : (bytes ?? d.memory_total); // neither: a whole GPU
+  // A byte's rounding never turns "fits" into "does not".
+  const room = devices.filter(d => d.memory_free + 1024 >= need(d));
+  const asked = `${formatBytes(need(devices[0]))} on ${gpus === 1 ? '1 GPU' : `${gpus} GPUs`}`;
+  const wait = Number(config.wait_timeout ?? 0);
+  if (room.length >= gpus) {
+    const where = room
+      .slice(0, 3)
+      .map(
+        d => `GPU ${d.index} (${formatBytes(d.memory_free)} free to reserve)`
+      )
+      .join(', ');
+    return {
+      fits: true,
+      short: 'fits now',
+      sentence: `Asks for ${asked}: fits now on ${where}.`
+    };
+  }
+  const most = [...devices].sort((a, b) => b.memory_free - a.memory_free)[0];
+  const then =
+    wait > 0
+      ? `it waits in line up to ${formatWait(wait)} for room`
+      : 'its start would be refused';
+  return {
+    fits: false,
+    short: wait > 0 ? 'no room now: waits' : 'no room now',
+    sentence:
+      `Asks for ${asked}: no room now (the most free to reserve is ${formatBytes(most.memory_free)} on GPU ${most.index}), ` +
+      `so ${then}.`
+  };
+}
+
+/** "300 s", "5 min", "2 h": a kernelspec's wait_timeout. */
+function formatWait(seconds: number): string {
+  if (seconds < 120) {
+    return `${Math.round(seconds)} s`;
+  }
+  return seconds < 7200
+    ? `${Math.round(seconds / 60)} min`
+    : `${Math.round(seconds / 3600)} h`;
 }

@@ -17,10 +17,10 @@ import {
   VGPUApiError,
   VGPUClient
 } from './api';
+import { PALETTE_SIZE, SliceColours } from './colours';
 import { HistoryStore } from './historyapi';
 
-/** How many kernel colours the stylesheet defines (`--jp-vgpu-slice-color-<n>`). */
-export const PALETTE_SIZE = 8;
+export { PALETTE_SIZE };
 
 /** The longest pause between two refreshes while the server keeps failing. */
 const MAX_BACKOFF_MS = 60 * 1000;
@@ -250,18 +250,20 @@ export class GPUModel {
   }
 
   /**
-   * The colour index of a slice: fixed the first time the slice is seen, and the least used
-   * one among live slices then, so a kernel keeps its colour in the bar and in its row.
+   * The colour index of a slice: the one its id asks for unless an older live slice has it
+   * (`SliceColours`), so a kernel has the same colour in the bar, in its row, on the dashboard
+   * and after a reload.
    */
   colour(sliceId: string): number {
-    let colour = this._colours.get(sliceId);
-    if (colour === undefined) {
-      const counts = new Array<number>(PALETTE_SIZE).fill(0);
-      this._colours.forEach(c => counts[c]++);
-      colour = counts.indexOf(Math.min(...counts));
-      this._colours.set(sliceId, colour);
-    }
-    return colour;
+    return this._colours.colour(sliceId);
+  }
+
+  /**
+   * A word from the server that changes when a kernelspec is installed, removed or rewritten
+   * (null until it has said): JupyterLab then reads the kernelspecs again.
+   */
+  get kernelspecs(): string | null {
+    return this._kernelspecs;
   }
 
   dispose(): void {
@@ -354,7 +356,10 @@ export class GPUModel {
       }
       this._snapshot = { devices, slices, taken };
       this._error = null;
-      this._forgetColours(slices.slices);
+      this._colours.assign(slices.slices);
+      if (typeof reply.kernelspecs === 'string') {
+        this._kernelspecs = reply.kernelspecs;
+      }
     } catch (error) {
       this._error =
         error instanceof VGPUApiError
@@ -424,22 +429,14 @@ export class GPUModel {
     return incremental ? takenAt! : null;
   }
 
-  private _forgetColours(live: ISlice[]): void {
-    const ids = new Set(live.map(s => s.id));
-    for (const id of Array.from(this._colours.keys())) {
-      if (!ids.has(id)) {
-        this._colours.delete(id);
-      }
-    }
-  }
-
   private _changed = new Signal<this, void>(this);
   private _historyChanged = new Signal<this, void>(this);
   private _historyFetched = 0;
   private _historyForced = false;
   private _subscribers = new Set<SampleSubscriber>();
   private _clockOffset = 0;
-  private _colours = new Map<string, number>();
+  private _colours = new SliceColours();
+  private _kernelspecs: string | null = null;
   private _deviceHistory = new Map<string, IHistoryPoint[]>();
   private _devicesSince: number | null = null;
   private _sliceHistory = new Map<string, IHistoryPoint[]>();

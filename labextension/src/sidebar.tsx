@@ -15,10 +15,11 @@ import * as React from 'react';
 import { IGateway, ISlice, IWaiting } from './api';
 import { BarLegend } from './bars';
 import { DeviceCard } from './devicecard';
-import { gatewayText, holderLabel } from './format';
+import { gatewayText, holderLabel, machineGlance } from './format';
 import { dashboardIcon, gpuIcon } from './icons';
 import { keepSlice } from './idlenotes';
 import { GPUModel } from './model';
+import { sliceKernelName } from './resized';
 import { ShutDownNotebooks } from './shutdownmemory';
 import { IHistorySource, ISliceActions } from './slicerow';
 import { IWaitingActions, WaitingList } from './waiting';
@@ -36,6 +37,7 @@ function Header(props: {
   const snapshot = model.snapshot;
   const count = snapshot?.devices.devices.length ?? 0;
   const gateway = gatewayOf(snapshot);
+  const machine = machineGlance(snapshot?.devices.host);
   return (
     <div className="jp-vgpu-Header">
       <h2 className="jp-vgpu-Header-title">GPUs</h2>
@@ -72,6 +74,22 @@ function Header(props: {
           <refreshIcon.react tag="span" elementSize="normal" />
         </button>
       </span>
+      {machine && (
+        <div
+          className="jp-vgpu-Header-host"
+          title={`${gateway ? 'The GPU node' : 'This machine'}, as a whole: CPU busy (all cores) and memory in use`}
+        >
+          <span className="jp-vgpu-Header-hostLabel">
+            {gateway ? 'GPU node' : 'Host'}
+          </span>{' '}
+          {machine.split(' · ').map((part, i) => (
+            <React.Fragment key={i}>
+              {i > 0 && ' · '}
+              <span className="jp-vgpu-Header-hostPart">{part}</span>
+            </React.Fragment>
+          ))}
+        </div>
+      )}
       {gateway && (
         <div
           className="jp-vgpu-Header-node"
@@ -224,13 +242,18 @@ export class GPUSidebar extends ReactWidget {
     this._actions = {
       openNotebook: path =>
         void this._commands.execute('docmanager:open', { path }),
-      kernelDisplayName: slice =>
-        slice.kernel_display_name ??
-        (slice.kernel_name &&
-          this._services.kernelspecs.specs?.kernelspecs[slice.kernel_name]
-            ?.display_name) ??
-        slice.kernel_name ??
-        'kernel',
+      kernelDisplayName: slice => {
+        const spec = slice.kernel_name
+          ? this._services.kernelspecs.specs?.kernelspecs[slice.kernel_name]
+          : undefined;
+        const name =
+          slice.kernel_display_name ??
+          spec?.display_name ??
+          slice.kernel_name ??
+          'kernel';
+        // After `%vgpu resize`, the size the slice has now, not the kernelspec's.
+        return sliceKernelName(name, slice, spec).name;
+      },
       shutdownKernel: slice => void this._shutdownKernel(slice),
       releaseSlice: slice => void this._releaseSlice(slice),
       copySliceId: slice => {

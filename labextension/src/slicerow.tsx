@@ -41,7 +41,10 @@ export interface IHistorySource {
 /** What a row can ask the application to do. */
 export interface ISliceActions {
   openNotebook(path: string): void;
-  /** The kernelspec's display name, for servers that do not send one with the slice. */
+  /**
+   * The kernel's name as the row shows it: its kernelspec's display name, with the slice's size
+   * when `%vgpu resize` changed it.
+   */
   kernelDisplayName(slice: ISlice): string;
   shutdownKernel(slice: ISlice): void;
   releaseSlice(slice: ISlice): void;
@@ -152,7 +155,28 @@ function details(slice: ISlice): string {
   return lines.join('\n');
 }
 
-/** A row of the GPU card for one slice; its caret shows the slice's history. */
+/** The kernel's name, and in its tooltip what its slice reserves (and that it was resized). */
+function KernelName(props: { slice: ISlice; name: string }): JSX.Element {
+  const { slice, name } = props;
+  const started = slice.kernel_display_name;
+  const resized = !!started && started !== name;
+  const title = resized
+    ? `${shareSentence(slice)}\nResized with %vgpu resize: its kernelspec, “${started}”, asks for another size.`
+    : shareSentence(slice);
+  return (
+    <span
+      className={`jp-vgpu-SliceRow-kernel${resized ? ' jp-vgpu-mod-resized' : ''}`}
+      title={title}
+    >
+      {name}
+    </span>
+  );
+}
+
+/**
+ * A row of the GPU card for one slice; its caret shows the slice's history. Hovering it (or its
+ * part of the GPU's bar) highlights both: `highlighted`, `onHover`.
+ */
 export function SliceRow(props: {
   slice: ISlice;
   colour: number;
@@ -160,8 +184,10 @@ export function SliceRow(props: {
   history: IHistorySource;
   /** When the reply holding `slice` arrived (ms, the browser's clock); now by default. */
   received?: number;
+  highlighted?: boolean;
+  onHover?: (sliceId: string | null) => void;
 }): JSX.Element {
-  const { slice, colour, actions, history } = props;
+  const { slice, colour, actions, history, onHover } = props;
   const received = props.received ?? Date.now();
   const idle = idleText(slice);
   const [expanded, setExpanded] = React.useState(false);
@@ -176,10 +202,14 @@ export function SliceRow(props: {
   const note = slice.state === 'unknown' ? usageNote(slice) : null;
   return (
     <li
-      className={`jp-vgpu-SliceRow jp-vgpu-mod-${slice.state}`}
+      className={`jp-vgpu-SliceRow jp-vgpu-colour-${colour} jp-vgpu-mod-${slice.state}${props.highlighted ? ' jp-vgpu-mod-highlighted' : ''}`}
       data-slice-id={slice.id}
       data-kernel-id={slice.kernel_id ?? ''}
       title={details(slice)}
+      onMouseEnter={() => onHover?.(slice.id)}
+      onMouseLeave={() => onHover?.(null)}
+      onFocus={() => onHover?.(slice.id)}
+      onBlur={() => onHover?.(null)}
     >
       <span
         className={`jp-vgpu-SliceRow-dot jp-vgpu-colour-${colour}`}
@@ -227,22 +257,25 @@ export function SliceRow(props: {
             elementSize="small"
             className="jp-vgpu-SliceRow-kind"
           />
-          <span
-            className="jp-vgpu-SliceRow-kernel"
-            title={shareSentence(slice)}
-          >
-            {isKernel
-              ? actions.kernelDisplayName(slice)
-              : `jupyter vgpu run, ${slice.request_text}`}
+          {/* The kernel's name is cut before "idle 5 min" ever goes to a line of its own. */}
+          <span className="jp-vgpu-SliceRow-kernelGroup">
+            <KernelName
+              slice={slice}
+              name={
+                isKernel
+                  ? actions.kernelDisplayName(slice)
+                  : `jupyter vgpu run, ${slice.request_text}`
+              }
+            />
+            {idle && (
+              <span
+                className="jp-vgpu-SliceRow-idle"
+                title="No cell run, no message from the kernel and no GPU use for this long"
+              >
+                {idle}
+              </span>
+            )}
           </span>
-          {idle && (
-            <span
-              className="jp-vgpu-SliceRow-idle"
-              title="No cell run, no message from the kernel and no GPU use for this long"
-            >
-              {idle}
-            </span>
-          )}
           <span className="jp-vgpu-SliceRow-enforcement">
             <span className="jp-vgpu-SliceRow-tier" title="Enforcement tier">
               {slice.tier}

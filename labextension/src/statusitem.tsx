@@ -6,13 +6,14 @@
 import { ISessionContext } from '@jupyterlab/apputils';
 import { ReactWidget, UseSignal } from '@jupyterlab/ui-components';
 import { ISignal, Signal } from '@lumino/signaling';
-import { Widget } from '@lumino/widgets';
 import * as React from 'react';
 
 import { IHostUsage, ISlice, IWaiting } from './api';
 import { useNoticeCountdown } from './countdown';
 import {
   formatDuration,
+  formatHost,
+  hostGlance,
   idleNoticeDetails,
   pathLabel,
   SIMULATED_NOTE,
@@ -22,6 +23,8 @@ import {
 } from './format';
 import { gpuIcon } from './icons';
 import { GPUModel } from './model';
+
+export { sessionContextOf } from './sessions';
 
 /** Where the item learns about the line (the sidebar's model, through a WaitWatcher). */
 export interface ILineSource {
@@ -160,17 +163,6 @@ export class KernelSliceModel {
   private _waiter: IWaiting | null = null;
 }
 
-/** Whether a widget has a kernel session (notebooks and consoles do). */
-export function sessionContextOf(
-  widget: Widget | null
-): ISessionContext | null {
-  const context = (widget as { sessionContext?: ISessionContext } | null)
-    ?.sessionContext;
-  return context && typeof context.kernelChanged?.connect === 'function'
-    ? context
-    : null;
-}
-
 /** "GPU: waiting #2 (1/2 GPU) 42 s": the notebook's place in line; a click opens the sidebar. */
 function Waiting(props: {
   waiter: IWaiting;
@@ -296,6 +288,50 @@ export class GPUStatusItem extends ReactWidget {
                 </span>
               )}
             </span>
+          );
+        }}
+      </UseSignal>
+    );
+  }
+
+  private _onClick: () => void;
+}
+
+/**
+ * "CPU 12% · RAM 310 MiB": the kernel's use of the host at a glance, beside its GPU item, as
+ * jupyter-resource-usage shows it (its process and every descendant). A click opens the sidebar,
+ * whose header has the host's own.
+ */
+export class HostStatusItem extends ReactWidget {
+  constructor(model: KernelSliceModel, onClick: () => void) {
+    super();
+    this.model = model;
+    this._onClick = onClick;
+    this.addClass('jp-vgpu-HostItem');
+  }
+
+  readonly model: KernelSliceModel;
+
+  /** Whether there is anything to show: the followed kernel's use of the host is known. */
+  get hasFigures(): boolean {
+    return hostGlance(this.model.host) !== null;
+  }
+
+  render(): JSX.Element {
+    return (
+      <UseSignal signal={this.model.changed}>
+        {() => {
+          const text = hostGlance(this.model.host);
+          return text ? (
+            <span
+              className="jp-vgpu-HostItem-content"
+              title={`This kernel's use of the host: ${formatHost(this.model.host)}.\nIts process and every process it started, as jupyter-resource-usage counts them. Click to show the GPUs panel (its header has the host's own).`}
+              onClick={this._onClick}
+            >
+              {text}
+            </span>
+          ) : (
+            <span />
           );
         }}
       </UseSignal>

@@ -55,7 +55,6 @@ function WaitingRow(props: {
               {label}
             </span>
           )}
-          <span className="jp-vgpu-Waiting-request">{w.request_text}</span>
           {mine && (
             <button
               className="jp-Button jp-mod-minimal jp-mod-styled jp-vgpu-Waiting-cancel"
@@ -67,6 +66,7 @@ function WaitingRow(props: {
             </button>
           )}
         </div>
+        {/* What it asks for under its name, which keeps the line's room (the command). */}
         <div className="jp-vgpu-SliceRow-line jp-vgpu-SliceRow-sub">
           <KindIcon.react
             tag="span"
@@ -79,6 +79,7 @@ function WaitingRow(props: {
               : 'jupyter vgpu run'}
             {!mine && w.owner ? `, ${w.owner}` : ''}
           </span>
+          <span className="jp-vgpu-Waiting-request">{w.request_text}</span>
           <span className="jp-vgpu-Waiting-time" title="Time waited so far">
             waiting {waited}
           </span>

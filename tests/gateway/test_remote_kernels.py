@@ -74,8 +74,10 @@ def test_the_laptop_lists_the_nodes_sliced_kernels_and_sees_their_slices(laptop:
     assert status == 200 and view["slice"]["id"] == mine["id"] and view["slice"]["path"] == "work/train.ipynb"
     # The one request of the browser's poll: each view's part joined like the routes it holds.
     status, sample = laptop.api("GET", f"api/vgpu/sample?since=&devices=&history=&host={kernel_id}")
-    assert status == 200 and set(sample) == {"slices", "devices", "history"}, sample
-    assert all(sample[part]["gateway"]["url"].endswith("/node") for part in sample)
+    assert status == 200 and set(sample) == {"slices", "devices", "history", "kernelspecs"}, sample
+    assert all(sample[part]["gateway"]["url"].endswith("/node") for part in ("slices", "devices", "history"))
+    assert isinstance(sample["kernelspecs"], str)  # the node's word: its kernelspecs are the ones shown
+    assert sample["devices"]["host"]["memory_total"] > 0  # the node's machine
     (there,) = [s for s in sample["slices"]["slices"] if s["kernel_id"] == kernel_id]
     assert there["path"] == "work/train.ipynb" and there["running_here"] is True and there["host"]["memory_rss"] > 0
     assert [s["path"] for s in sample["history"]["slices"]] == ["work/train.ipynb"]

@@ -126,3 +126,25 @@ def test_stop_button_stops_the_monitor(kernel: Kernel) -> None:
     assert any("stopped" in u.get("value", "") for u in updates(after_click, comms, "HTMLModel"))
     assert {"disabled": True} in [{k: v for k, v in u.items() if k == "disabled"} for u in updates(after_click, comms, "ButtonModel")]
     assert [m for m in kernel.listen(1.0) if m["msg_type"] == "comm_msg"] == []
+
+
+def test_monitor_on_simulated_gpus_says_so_and_can_be_found_by_the_lab(kernel: Kernel) -> None:
+    started = kernel.run("%vgpu monitor --interval 0.25")
+    states = {
+        m["content"]["data"]["state"]["_model_name"]: m["content"]["data"]["state"]
+        for m in started.messages
+        if m["msg_type"] == "comm_open"
+    }
+    # JupyterLab's extension finds the view, its header and its Stop button by these classes
+    # (after a kernel restart it says so there: tests/ui/test_second_hour.py).
+    assert "jp-vgpu-Monitor" in states["VBoxModel"]["_dom_classes"]
+    assert "jp-vgpu-Monitor-stop" in states["ButtonModel"]["_dom_classes"]
+    messages = started.messages + kernel.listen(1.0)
+    headers = [v for v in html_values(messages, models(started)) if "GPU monitor" in v]
+    assert headers, [m["content"] for m in messages if m["msg_type"].startswith("comm")]
+    assert re.search(r'GPU monitor · <span class="jp-vgpu-Monitor-badge"[^>]*>simulated</span> · ', headers[-1])
+    assert '<span class="jp-vgpu-Monitor-when">updated ' in headers[-1]
+    stopped = kernel.run("%vgpu monitor stop")
+    assert any(
+        "jp-vgpu-mod-stopped" in u.get("_dom_classes", ()) for u in updates(stopped.messages, models(started), "VBoxModel")
+    )

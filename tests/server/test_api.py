@@ -118,7 +118,7 @@ async def test_one_sample_answers_the_sidebar_the_status_bar_and_the_dashboard_a
     params = {"since": "", "devices": "", "history": "", "host": kernel.id}
     both = json.loads((await jp_fetch("api", "vgpu", "sample", params=params)).body)
 
-    assert set(both) == {"slices", "devices", "history"}
+    assert set(both) == {"slices", "devices", "history", "kernelspecs"}
     (mine,) = [s for s in both["slices"]["slices"] if s["kernel_id"] == kernel.id]
     assert mine["path"] == "work/train.ipynb" and mine["history"]  # all the points: no since
     assert mine["host"]["memory_rss"] > 0 and mine["host"]["memory_total"] >= mine["host"]["memory_rss"]
@@ -129,7 +129,7 @@ async def test_one_sample_answers_the_sidebar_the_status_bar_and_the_dashboard_a
     # Each part keeps its own since; a part not asked for is not sent, nor a host not named.
     since = mine["history"][-1]["t"]
     later = json.loads((await jp_fetch("api", "vgpu", "sample", params={"since": str(since)})).body)
-    assert set(later) == {"slices"}
+    assert set(later) == {"slices", "kernelspecs"}  # the kernelspecs' word is always there
     (again,) = [s for s in later["slices"]["slices"] if s["kernel_id"] == kernel.id]
     assert "host" not in again and all(p["t"] > since for p in again["history"])
     with pytest.raises(HTTPClientError) as bad:

@@ -17,8 +17,8 @@ from jupyter_vgpu.slices.reports import write_report
 from .conftest import GiB, get_json, until, unused_pid, usage
 
 SIMULATED_NOTE = (
-    "Simulated: these GPUs are simulated; this kernel's use of them is what its frameworks hold in the host's memory "
-    "(or what the simulation file says)."
+    "Simulated (JUPYTER_VGPU_SIMULATE): the memory of this kernel's GPU processes, which is what their frameworks hold "
+    "in the host's memory (or the simulation file's figure)."
 )
 
 
@@ -45,7 +45,8 @@ async def test_memory_of_the_kernel_process_counts_against_its_slice(
     assert view["utilization"] == 30
     assert view["state"] == "ok"
     assert view["memory_used_by_gpu"] == {view["gpus"][0]: 1 * GiB}
-    assert view["usage_note"] == SIMULATED_NOTE  # the simulation file's figure
+    # simulated GPUs: the figure is the simulation's, and the note says only that
+    assert view["usage_note"] == SIMULATED_NOTE
     devices = await get_json(jp_fetch, "api", "vgpu", "devices")
     assert devices["devices"][0]["memory_used"] == 1 * GiB
     assert devices["devices"][0]["memory_foreign"] == 0

@@ -69,6 +69,14 @@ def set_theme_live(page: Any, theme: str) -> None:
     page.wait_for_timeout(400)  # the theme's stylesheet applies
 
 
+def themes(page: Any) -> Any:
+    """Run the block after each of ``light`` and ``dark`` (the page goes back to light)."""
+    for theme in ("light", "dark"):
+        set_theme_live(page, theme)
+        yield theme
+    set_theme_live(page, "light")
+
+
 def screenshots(page: Any, folder: Path, name: str, target: Any = None) -> None:
     """``<name>-light.png`` and ``<name>-dark.png`` of ``target`` (a locator, or the page)."""
     folder.mkdir(parents=True, exist_ok=True)

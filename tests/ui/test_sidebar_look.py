@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from .conftest import ARTIFACTS, KERNEL_DISPLAY_NAME, KERNEL_NAME, Lab, notebook_json
-from .pages import SIDEBAR, expect, kernel_slice, open_sidebar, route_sample, set_theme_live, unroute, wait_for
+from .pages import SIDEBAR, expect, kernel_slice, open_sidebar, route_sample, themes, unroute, wait_for
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -126,14 +126,6 @@ def inside(inner: Any, outer: Any) -> bool:
         and a["y"] + a["height"] <= b["y"] + b["height"] + 0.5
         and a["height"] > 0
     )
-
-
-def themes(page: Any) -> Any:
-    """Run the block after each of ``light`` and ``dark`` (the page goes back to light)."""
-    for theme in ("light", "dark"):
-        set_theme_live(page, theme)
-        yield theme
-    set_theme_live(page, "light")
 
 
 @pytest.fixture(scope="module")

@@ -112,18 +112,20 @@ describe('formatSpan', () => {
   const server: [number, string][] = [
     [0, '0 s'],
     [0.5, '0 s'],
-    [1.5, '2 s'],
-    [2.5, '2 s'],
+    [1.5, '1 s'],
     [42, '42 s'],
-    [59.6, '60 s'],
-    [89, '89 s'],
-    [89.5, '90 s'],
-    [90, '2 min'],
-    [150, '2 min'],
-    [210, '4 min'],
+    [59.6, '59 s'],
+    [60, '1 min'],
+    [89.5, '1 min 29 s'],
+    [91, '1 min 31 s'], // not "2 min": an idle time is never said longer than it was
+    [119.9, '1 min 59 s'],
+    [150, '2 min 30 s'],
+    [599, '9 min 59 s'],
+    [600, '10 min'],
     [2520.4, '42 min'],
     [3569, '59 min'],
-    [3570, '1 h 0 min'],
+    [3599.9, '59 min'],
+    [3600, '1 h 0 min'],
     [5400, '1 h 30 min'],
     [86400, '24 h 0 min']
   ];
@@ -141,7 +143,8 @@ describe('formatSpan', () => {
 describe('idleText', () => {
   it('says how long a slice has been idle, from a minute on', () => {
     expect(idleText(idleSlice({ idle_seconds: 2520.4 }))).toBe('idle 42 min');
-    expect(idleText(idleSlice({ idle_seconds: 60 }))).toBe('idle 60 s');
+    expect(idleText(idleSlice({ idle_seconds: 60 }))).toBe('idle 1 min');
+    expect(idleText(idleSlice({ idle_seconds: 91 }))).toBe('idle 1 min 31 s');
     expect(idleText(idleSlice({ idle_seconds: 7230 }))).toBe('idle 2 h 0 min');
   });
 
@@ -364,16 +367,20 @@ describe("a GPU card in a pod's share", () => {
     sm_limit: 50
   });
 
-  it('shows the share under the name, muted', () => {
-    const html = render(
+  function card(shown: IDevice): string {
+    return render(
       <DeviceCard
-        device={shared}
+        device={shown}
         slices={[]}
         colour={() => 0}
         actions={actions()}
         history={history}
       />
     );
+  }
+
+  it('shows the share under the name, muted', () => {
+    const html = card(shared);
     expect(texts(html, 'jp-vgpu-DeviceCard-podShare')).toEqual([
       "this pod's share: 4.0 GiB of 16.0 GiB (HAMi)"
     ]);
@@ -389,17 +396,26 @@ describe("a GPU card in a pod's share", () => {
     ]);
   });
 
+  it("says a Slurm job's shards the same way", () => {
+    const job = device({
+      memory_total: 8 * GiB,
+      share: 'Slurm job 1234: 16/32 shards of GPU 0, 8.0 GiB',
+      slurm_job: '1234',
+      card_memory: 16 * GiB
+    });
+    const html = card(job);
+    expect(texts(html, 'jp-vgpu-DeviceCard-podShare')).toEqual([
+      'Slurm job 1234: 16/32 shards of GPU 0, 8.0 GiB'
+    ]);
+    expect(podShareTitle(job).split('\n')).toEqual([
+      "This server runs in Slurm job 1234: 8.0 GiB is the job's share of the GPU, and slices are fractions of it.",
+      'The card itself has 16.0 GiB.'
+    ]);
+  });
+
   it('shows nothing of the kind outside such a pod', () => {
     for (const d of [device(), device({ pod_share: null })]) {
-      const html = render(
-        <DeviceCard
-          device={d}
-          slices={[]}
-          colour={() => 0}
-          actions={actions()}
-          history={history}
-        />
-      );
+      const html = card(d);
       expect(tags(html, 'div', 'jp-vgpu-DeviceCard-podShare')).toEqual([]);
     }
   });

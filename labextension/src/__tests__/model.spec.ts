@@ -23,6 +23,7 @@ import {
   mergeSlices,
   PALETTE_SIZE
 } from '../model';
+import { preferredColour } from '../colours';
 import { makeSlice, points } from './fixtures';
 
 describe('appendHistory', () => {
@@ -190,8 +191,15 @@ class FakeClient {
       query.devices !== undefined ? this.devices(query.devices) : undefined,
       this.slices(query.since)
     ]);
-    return devices ? { slices, devices } : { slices };
+    const reply: ISampleReply = devices ? { slices, devices } : { slices };
+    if (this.kernelspecs !== undefined) {
+      reply.kernelspecs = this.kernelspecs;
+    }
+    return reply;
   }
+
+  /** The sample's word for the kernelspecs (none: an older server). */
+  kernelspecs?: string;
 
   private static answer<T>(reply: T | Error | undefined): Promise<T> {
     if (reply === undefined) {
@@ -486,26 +494,77 @@ describe('GPUModel', () => {
     expect(Math.abs(model.serverNow() - serverTime)).toBeLessThan(5);
   });
 
-  it('gives each slice a lasting colour, the least used one', async () => {
-    const ids = Array.from({ length: PALETTE_SIZE + 1 }, (_, i) => `s${i}`);
-    const colours = ids.map(id => model.colour(id));
-    expect(colours.slice(0, PALETTE_SIZE)).toEqual(
-      Array.from({ length: PALETTE_SIZE }, (_, i) => i)
-    );
-    expect(colours[PALETTE_SIZE]).toBe(0); // all used once: the first again
-    expect(model.colour('s3')).toBe(3);
-
-    // Once s1 is gone, its colour is the least used.
+  it('gives each slice the colour its id asks for, the same after a reload', async () => {
+    const ids = ['3f2a9c01b7de', '77ab01c2d3e4', 'c0ffee123456'];
     client.devicesReplies.push(devicesReply([], 2));
     client.slicesReplies.push(
       slicesReply(
-        ids.filter(id => id !== 's1').map(id => makeSlice({ id })),
+        ids.map((id, i) => makeSlice({ id, created: 100 + i })),
         2
       )
     );
     await refreshed();
-    expect(model.colour('new')).toBe(1);
-    expect(model.colour('s3')).toBe(3);
+    const colours = ids.map(id => model.colour(id));
+    expect(new Set(colours).size).toBe(ids.length); // live slices never share a colour
+
+    // A page loaded later, whose first reply lists the slices in another order.
+    const other = new GPUModel({
+      client: client as unknown as VGPUClient,
+      interval: 60 * 1000
+    });
+    other.subscribe(() => ({ devices: true }));
+    client.devicesReplies.push(devicesReply([], 3));
+    client.slicesReplies.push(
+      slicesReply(
+        [...ids].reverse().map((id, i) => makeSlice({ id, created: 102 - i })),
+        3
+      )
+    );
+    const changed = new Promise<void>(resolve =>
+      other.changed.connect(() => resolve())
+    );
+    await other.refresh();
+    await jest.advanceTimersByTimeAsync(0);
+    await changed;
+    expect(ids.map(id => other.colour(id))).toEqual(colours);
+    other.dispose();
+  });
+
+  it('keeps a colour while its slice lives; a newcomer takes a free one', async () => {
+    const a = 'aaaaaaaaaaaa';
+    // Another id that asks for the same colour as `a`.
+    let b = 'b0';
+    for (let i = 1; preferredColour(b) !== preferredColour(a); i++) {
+      b = `b${i}`;
+    }
+    client.devicesReplies.push(devicesReply([], 2));
+    client.slicesReplies.push(
+      slicesReply([makeSlice({ id: a, created: 1 })], 2)
+    );
+    await refreshed();
+    expect(model.colour(a)).toBe(preferredColour(a));
+    client.devicesReplies.push(devicesReply([], 3));
+    client.slicesReplies.push(
+      slicesReply(
+        [makeSlice({ id: a, created: 1 }), makeSlice({ id: b, created: 2 })],
+        3
+      )
+    );
+    await refreshed();
+    expect(model.colour(a)).toBe(preferredColour(a));
+    expect(model.colour(b)).toBe((preferredColour(a) + 1) % PALETTE_SIZE);
+  });
+
+  it("keeps the server's word for the kernelspecs, and an older server's silence", async () => {
+    client.devicesReplies.push(devicesReply([], 2));
+    client.slicesReplies.push(slicesReply([], 2));
+    await refreshed();
+    expect(model.kernelspecs).toBeNull();
+    client.kernelspecs = 'abc';
+    client.devicesReplies.push(devicesReply([], 3));
+    client.slicesReplies.push(slicesReply([], 3));
+    await refreshed();
+    expect(model.kernelspecs).toBe('abc');
   });
 
   it('polls at its interval once started', async () => {

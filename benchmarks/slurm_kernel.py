@@ -1,0 +1,116 @@
+"""Kernel start to ready through Slurm vs a local sliced kernel:
+``python benchmarks/slurm_kernel.py [--pairs N]`` (as root, with Slurm installed: ``scripts/test``).
+
+It starts the test cluster of tests/slurm/cluster.py (munged, slurmctld, two slurmd on loopback)
+and two kernelspecs that differ only in ``launcher``: ``local`` (a process of this host holding a
+1/4 slice of a simulated GPU) and ``slurm`` (two phases: ``salloc --no-shell`` for 8 of 32 shards,
+the node learnt, the connection file written, ``srun --jobid`` starting the kernel through
+``jupyter_vgpu.launch.node``). They are started alternately (ABBA order), each timed from
+``start_kernel()`` to the first ``kernel_info`` reply, then shut down (the job cancelled).
+Target: median Slurm / median local <= 1.5.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from jupyter_client.manager import AsyncKernelManager
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def write_specs(root: Path) -> None:
+    argv = [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"]
+    for name, launcher in (("local", "local"), ("slurm", "slurm")):
+        folder = root / "kernels" / name
+        folder.mkdir(parents=True)
+        config = {"gpu_fraction": 0.25, "launcher": launcher}
+        metadata = {"kernel_provisioner": {"provisioner_name": "vgpu-provisioner", "config": config}}
+        spec = {"argv": argv, "display_name": name, "language": "python", "metadata": metadata}
+        (folder / "kernel.json").write_text(json.dumps(spec))
+
+
+async def time_start(name: str) -> float:
+    km = AsyncKernelManager(kernel_name=name)
+    t0 = time.perf_counter()
+    await asyncio.wait_for(km.start_kernel(), 120)
+    client = km.client()
+    client.start_channels()
+    try:
+        await client.wait_for_ready(timeout=120)
+        elapsed = time.perf_counter() - t0
+    finally:
+        client.stop_channels()
+        await asyncio.wait_for(km.shutdown_kernel(now=True), 60)
+        await no_jobs()  # untimed: the next start finds the node as the first did
+    return elapsed
+
+
+async def no_jobs() -> None:
+    """Until squeue lists no job (a cancelled job holds its shards until it has completed)."""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        listed = await asyncio.create_subprocess_exec("squeue", "--noheader", stdout=asyncio.subprocess.PIPE)
+        out, _ = await asyncio.wait_for(listed.communicate(), 10)
+        if not out.strip():
+            return
+        await asyncio.sleep(0.05)
+
+
+async def run(pairs: int) -> None:
+    from kernel_start import abba  # benchmarks/kernel_start.py, beside this script
+
+    times = await abba("local", "slurm", pairs, time_start)
+    local, slurm = statistics.median(times["local"]), statistics.median(times["slurm"])
+    paired = statistics.median(s / p for s, p in zip(times["slurm"], times["local"], strict=True))
+    print(f"kernel start to ready, {pairs} pairs (ABBA), Slurm test cluster on loopback, simulated 2x16GiB GPUs:")
+    print(f"  local 1/4 slice   median {local * 1000:7.1f} ms   min {min(times['local']) * 1000:7.1f} ms")
+    print(f"  Slurm 8/32 shards median {slurm * 1000:7.1f} ms   min {min(times['slurm']) * 1000:7.1f} ms")
+    ratio = slurm / local
+    print(f"  ratio of medians {ratio:.3f}  median of paired ratios {paired:.3f}  (target <= 1.5: {'met' if ratio <= 1.5 else 'MISSED'})")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--pairs", type=int, default=8)
+    args = parser.parse_args()
+    sys.path.insert(0, str(REPO))  # this checkout's jupyter_vgpu, for the provisioner and the kernels
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p)
+    from tests.slurm.cluster import SlurmCluster, missing
+
+    reason = missing()
+    if reason:
+        sys.exit(f"benchmarks/slurm_kernel.py cannot run here: {reason}.")
+    with tempfile.TemporaryDirectory(prefix="vgpu-slurm-bench-") as tmp:
+        root = Path(tmp)
+        cluster = SlurmCluster(root / "cluster")
+        (root / "cluster").mkdir()
+        try:
+            cluster.start()
+            write_specs(root)
+            (root / "node-tmp").mkdir()
+            os.environ.update(
+                SLURM_CONF=cluster.env["SLURM_CONF"],
+                PATH=cluster.env["PATH"],
+                JUPYTER_VGPU_SIMULATE=cluster.simulate,
+                JUPYTER_PATH=str(root),
+                JUPYTER_DATA_DIR=str(root / "data"),
+                JUPYTER_RUNTIME_DIR=str(root / "runtime"),
+                JUPYTER_VGPU_LEDGER=str(root / "ledger.sqlite"),
+                TMPDIR=str(root / "node-tmp"),
+            )
+            asyncio.run(run(args.pairs))
+        finally:
+            cluster.stop()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,130 @@
+"""``python -m jupyter_vgpu.launch.node -- KERNEL COMMAND...``: a Slurm kernel's start on its node.
+
+The ``slurm`` launcher (:mod:`.slurm`) runs this in the kernel's job step (``srun --jobid``); it
+becomes the kernel (``exec``, keeping the pid), so nothing of ours but the kernel runs on the
+node. Before that it gives the kernel jupyter-vgpu's normal start inside the job:
+
+* the connection file, where the node does not share the login node's folder
+  (``JUPYTER_VGPU_CONNECTION``: its content, written where the command says, readable by the
+  user only);
+* the job's own ledger on the node's disk (never the login node's, which srun's environment
+  names: homes are shared over network file systems, where SQLite's locks are not safe);
+* a slice of the whole of the job's share (the environment Slurm gives the job,
+  ``CUDA_VISIBLE_DEVICES`` and ``SLURM_SHARDS_ON_NODE``, is the budget), so the frameworks are
+  fitted to it and a hard tier applies where the node has one;
+* its reports in the folder the login node reads (``JUPYTER_VGPU_REPORTS``), with ``job.json``
+  saying where it runs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+ENV_CONNECTION = "JUPYTER_VGPU_CONNECTION"
+ENV_CONNECTION_FILE = "JUPYTER_VGPU_CONNECTION_FILE"
+ENV_KERNEL = "JUPYTER_VGPU_KERNEL_ID"
+#: What the kernel asked Slurm for, in words ("1/4 GPU: 8 of 32 shards"), for %vgpu.
+ENV_ASKED = "JUPYTER_VGPU_SLURM_ASKED"
+#: Why Slurm ended the job of the kernel this one replaces, in one sentence (%vgpu and the first
+#: cell say it).
+ENV_ENDED = "JUPYTER_VGPU_SLURM_ENDED"
+JOB_FILE = "job.json"
+
+
+def write_connection_file(env: dict[str, str]) -> None:
+    path, content = env.pop(ENV_CONNECTION_FILE, ""), env.pop(ENV_CONNECTION, "")
+    if not path or not content or os.path.exists(path):
+        return
+    Path(path).parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(content)
+
+
+def take_share(env: dict[str, str]) -> str | None:
+    """Reserve the job's whole share for this kernel in the job's ledger and put the slice's
+    environment in ``env``; why it could not, in one sentence (the kernel then starts on what
+    Slurm gave it, unfenced)."""
+    from ..config import load_settings
+    from ..errors import NoGPU, VGPUError
+    from ..ledger import open_ledger
+    from ..slices import Holder, SliceRequest, cpu_environment, slice_environment
+    from ..slices.environment import without_slice
+
+    gpus = [g for g in (env.get("SLURM_STEP_GPUS") or env.get("SLURM_JOB_GPUS") or "").split(",") if g.strip()]
+    try:
+        settings = load_settings()
+        ledger = open_ledger(settings)
+        holder = Holder.kernel(env.get(ENV_KERNEL, "") or "kernel", pid=os.getpid(), labels={"launcher": "slurm"})
+        slice_ = ledger.reserve(SliceRequest(fraction=1.0, gpus=max(1, len(gpus))), holder, wait=0)
+    except NoGPU as error:
+        env.update(cpu_environment(reason=f"{error} This kernel runs on the CPU."))
+        return None
+    except VGPUError as error:
+        return str(error)
+    kept = without_slice(env)
+    env.clear()
+    env.update(kept)
+    env.update(slice_environment(slice_, ledger_path=str(ledger.path), simulate=settings.resolved_simulate))
+    write_job_file(env, slice_.id)
+    return None
+
+
+def write_job_file(env: dict[str, str], slice_id: str | None) -> None:
+    """Where this kernel runs, for the login node (``job.json`` in its reports folder)."""
+    folder = env.get("JUPYTER_VGPU_REPORTS")
+    if not folder:
+        return
+    facts = {
+        "job_id": env.get("SLURM_JOB_ID"),
+        "node": env.get("SLURMD_NODENAME"),
+        "gpus": env.get("SLURM_STEP_GPUS") or env.get("SLURM_JOB_GPUS") or "",
+        "shards": env.get("SLURM_SHARDS_ON_NODE"),
+        "slice_id": slice_id,
+        "pid": os.getpid(),
+        "updated": time.time(),
+    }
+    Path(folder).mkdir(parents=True, exist_ok=True, mode=0o700)
+    tmp = Path(folder) / f".{JOB_FILE}.{os.getpid()}"
+    tmp.write_text(json.dumps(facts))
+    os.replace(tmp, Path(folder) / JOB_FILE)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args[:1] == ["--"]:
+        args = args[1:]
+    if not args:
+        print("jupyter vgpu: no kernel command to start.", file=sys.stderr)
+        return 2
+    env = dict(os.environ)
+    write_connection_file(env)
+    from ..config import ENV_LEDGER, job_ledger_path
+
+    ledger = job_ledger_path(env)
+    if ledger is not None:
+        env[ENV_LEDGER] = str(ledger)  # never the login node's, which srun passed on
+    os.environ.clear()
+    os.environ.update(env)  # the settings below read the job's ledger from here
+    problem = take_share(env)
+    if problem:
+        print(f"jupyter vgpu: {problem} The kernel starts with the job's GPUs, unfenced.", file=sys.stderr)
+        write_job_file(env, None)
+    from ..enforcement.base import ENV_ENTER
+
+    if env.get(ENV_ENTER):
+        args = [sys.executable, "-m", "jupyter_vgpu.cli.enter", "--", *args]
+    try:
+        os.execvpe(args[0], args, env)
+    except OSError as error:
+        print(f"jupyter vgpu: cannot start the kernel {args[0]}: {error.strerror}.", file=sys.stderr)
+        return 127
+    return 0  # not reached
+
+
+if __name__ == "__main__":
+    sys.exit(main())

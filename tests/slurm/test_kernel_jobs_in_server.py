@@ -1,0 +1,109 @@
+"""Slurm kernels through a real Jupyter server on the login node (non-root base URL): the REST
+slices show each kernel's job and node, and a server that crashed leaves no job once it starts
+again."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from jupyter_process import JupyterProcess, isolated_env, start_jupyter, wait_for, write_sliced_kernelspec
+
+from .cluster import SlurmCluster
+
+pytestmark = pytest.mark.slow
+
+NAME = "python3-vgpu-1-4-slurm"
+DISPLAY = "Python 3 (1/4 GPU, Slurm)"
+
+
+def server_env(slurm: SlurmCluster, tmp: Path) -> dict[str, str]:
+    (tmp / "node-tmp").mkdir(exist_ok=True)
+    return isolated_env(
+        tmp,
+        SLURM_CONF=slurm.env["SLURM_CONF"], PATH=slurm.env["PATH"], JUPYTER_VGPU_SIMULATE=slurm.env["JUPYTER_VGPU_SIMULATE"],
+        TMPDIR=str(tmp / "node-tmp"), JUPYTER_VGPU_SLURM_TIMEOUT="5",
+    )  # fmt: skip
+
+
+def start_server(slurm: SlurmCluster, tmp: Path) -> JupyterProcess:
+    write_sliced_kernelspec(tmp / "data", {"gpu_fraction": 0.25, "launcher": "slurm", "wait_timeout": 30}, name=NAME, display_name=DISPLAY)
+    return start_jupyter(tmp, env=server_env(slurm, tmp), args=["--VGPUServer.monitor_interval=0.5"])
+
+
+def open_notebook(server: JupyterProcess, path: str) -> str:
+    status, session = server.api("POST", "api/sessions", {"path": path, "type": "notebook", "name": path, "kernel": {"name": NAME}}, timeout=60)
+    assert status == 201, session
+    return str(session["kernel"]["id"])
+
+
+def job_row(server: JupyterProcess, kernel_id: str) -> dict[str, Any] | None:
+    status, reply = server.api("GET", "api/vgpu/slices", timeout=10)
+    assert status == 200, reply
+    return next((row for row in reply["slices"] if row.get("kernel_id") == kernel_id and row.get("job_id")), None)
+
+
+def squeue(slurm: SlurmCluster) -> list[str]:
+    return slurm.run("squeue", "--noheader", "--format=%i|%j|%T|%N", timeout=10).stdout.split()
+
+
+def test_a_session_shows_its_kernels_job_and_node_in_the_rest_slices(slurm: SlurmCluster, tmp_path: Path) -> None:
+    server = start_server(slurm, tmp_path)
+    try:
+        kernel_id = open_notebook(server, "train.ipynb")
+        row = wait_for(lambda: job_row(server, kernel_id), "the kernel's job in /api/vgpu/slices", timeout=30)
+        (line,) = squeue(slurm)
+        job, name, state, node = line.split("|")
+        assert (row["job_id"], row["node"], row["slurm_state"], name) == (job, node, state, f"jupyter-vgpu-kernel-{kernel_id}")
+        assert state == "RUNNING"
+        assert row["shards"] == 8 and row["shards_per_gpu"] == 32 and row["fraction"] == 0.25
+        assert row["path"] == "train.ipynb" and row["kernel_display_name"] == DISPLAY and row["running_here"]
+        assert row["request_text"] == "1/4 GPU: 8 of 32 shards" and row["gpu_indices"] in ([0], [1])
+        status, _ = server.api("DELETE", f"api/kernels/{kernel_id}", timeout=30)
+        assert status == 204
+        wait_for(lambda: squeue(slurm) == [], "no job after the kernel's shutdown", timeout=20)
+    finally:
+        server.stop()
+
+
+def test_a_crashed_server_leaves_no_job_once_it_starts_again(slurm: SlurmCluster, tmp_path: Path) -> None:
+    server = start_server(slurm, tmp_path)
+    try:
+        kernel_id = open_notebook(server, "crash.ipynb")
+        wait_for(lambda: job_row(server, kernel_id), "the kernel's job", timeout=30)
+    finally:
+        server.stop(signal.SIGKILL)
+    (line,) = squeue(slurm)
+    assert line.split("|")[2] == "RUNNING"  # SIGKILL: nothing could cancel it
+    other = start_other_user_of_slurm(slurm, tmp_path)  # another live starter's job of this user stays
+    try:
+        again = start_server(slurm, tmp_path)
+        try:
+            wait_for(lambda: [j.split("|")[1] for j in squeue(slurm)] == [f"jupyter-vgpu-kernel-{other[1]}"], "the orphan cancelled", timeout=30)
+        finally:
+            again.stop()
+    finally:
+        other[0].kill()
+        other[0].wait(10)
+        slurm.run("scancel", "--name", f"jupyter-vgpu-kernel-{other[1]}", timeout=10)
+
+
+def start_other_user_of_slurm(slurm: SlurmCluster, tmp: Path) -> tuple[subprocess.Popen[bytes], str]:
+    """A process of this host that holds a kernel-named job as a live server would."""
+    kernel_id = "0000aaaa-other-server"
+    code = (
+        "import subprocess, sys, time\n"
+        "from jupyter_vgpu.launch.slurmctl import starter_comment\n"
+        f"subprocess.run(['salloc', '--no-shell', '--job-name=jupyter-vgpu-kernel-{kernel_id}', '--gres=shard:1', "
+        "'--comment=' + starter_comment()], check=True, timeout=20)\n"
+        "print('ready', flush=True)\n"
+        "time.sleep(600)\n"
+    )
+    process = subprocess.Popen([sys.executable, "-c", code], env={**slurm.env, "PYTHONPATH": os.environ.get("PYTHONPATH", "")}, stdout=subprocess.PIPE)
+    assert process.stdout is not None and process.stdout.readline().strip() == b"ready"
+    return process, kernel_id
