@@ -16,7 +16,6 @@ import argparse
 import asyncio
 import json
 import os
-import statistics
 import sys
 import tempfile
 import time
@@ -66,16 +65,11 @@ async def no_jobs() -> None:
 
 
 async def run(pairs: int) -> None:
-    from kernel_start import abba  # benchmarks/kernel_start.py, beside this script
+    from kernel_start import abba, report  # benchmarks/kernel_start.py, beside this script
 
     times = await abba("local", "slurm", pairs, time_start)
-    local, slurm = statistics.median(times["local"]), statistics.median(times["slurm"])
-    paired = statistics.median(s / p for s, p in zip(times["slurm"], times["local"], strict=True))
-    print(f"kernel start to ready, {pairs} pairs (ABBA), Slurm test cluster on loopback, simulated 2x16GiB GPUs:")
-    print(f"  local 1/4 slice   median {local * 1000:7.1f} ms   min {min(times['local']) * 1000:7.1f} ms")
-    print(f"  Slurm 8/32 shards median {slurm * 1000:7.1f} ms   min {min(times['slurm']) * 1000:7.1f} ms")
-    ratio = slurm / local
-    print(f"  ratio of medians {ratio:.3f}  median of paired ratios {paired:.3f}  (target <= 1.5: {'met' if ratio <= 1.5 else 'MISSED'})")
+    title = f"kernel start to ready, {pairs} pairs (ABBA), Slurm test cluster on loopback, simulated 2x16GiB GPUs:"
+    report(times, "local", "slurm", ("local 1/4 slice", "Slurm 8/32 shards"), title, 1.5)
 
 
 def main() -> None:
