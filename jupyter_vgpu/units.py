@@ -152,13 +152,16 @@ def parse_fraction(value: str | int | float, *, what: str = "gpu_fraction") -> f
 def describe_fraction(fraction: float, *, percent: bool = False) -> str:
     """A share of a GPU as a person reads it: a simple fraction where it is one (``0.25`` ->
     ``1/4``, ``0.2`` -> ``1/5``, ``12.5%`` -> ``1/8``: denominators up to 16, one style in every
-    table), else the number as it was asked for: ``0.33`` -> ``0.33`` (not ``33/100``), or
+    table; a share in shards exactly, ``1/64``, ``3/128``: a power of two up to 1024), else the number as it was asked for: ``0.33`` -> ``0.33`` (not ``33/100``), or
     ``33%`` when it was asked as a percentage (``percent``); ``1.0`` -> ``1``."""
     if fraction >= 1:
         return "1"
     simple = Fraction(fraction).limit_denominator(16)
     if simple.numerator > 0 and abs(float(simple) - fraction) <= 1e-6 * fraction:
         return f"{simple.numerator}/{simple.denominator}"
+    shards = Fraction(fraction).limit_denominator(1024)  # a share in shards: 1/32, 3/64 (Slurm's 32 or 64 a GPU)
+    if shards.numerator > 0 and float(shards) == fraction and shards.denominator & (shards.denominator - 1) == 0:
+        return f"{shards.numerator}/{shards.denominator}"
     return f"{_decimal(fraction * 100)}%" if percent else _decimal(fraction)
 
 

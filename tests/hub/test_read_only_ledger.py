@@ -60,7 +60,8 @@ def test_status_shows_the_slices_of_a_ledger_in_a_folder_the_user_can_only_read(
         locked_folder.chmod(0o500)
         shown = vgpu(alice, ledger, "status")
         assert shown.returncode == 0, shown.stderr
-        assert f"slices kept by: ledger {ledger} (read-only here: its folder is not yours to write)" in shown.stdout
+        flat = " ".join(shown.stdout.split())  # status folds its lines to the terminal's width
+        assert f"slices kept by: ledger {ledger} (read-only here: its folder is not yours to write)" in flat
         assert slice_id in shown.stdout and "sleep 120" in shown.stdout
         data = vgpu(alice, ledger, "status", "--json")
         assert data.returncode == 0, data.stderr
