@@ -42,10 +42,12 @@ def write_specs(root: Path) -> None:
         (folder / "kernel.json").write_text(json.dumps(spec))
 
 
-async def time_start(name: str) -> float:
+async def time_start(name: str, settle: Callable[[], Awaitable[None]] | None = None) -> float:
+    """Seconds from start_kernel to a kernel that answers; then it is shut down and, untimed,
+    ``settle`` waits until the next start finds the machine as this one did."""
     km = AsyncKernelManager(kernel_name=name)
     t0 = time.perf_counter()
-    await km.start_kernel()
+    await asyncio.wait_for(km.start_kernel(), 120)
     client = km.client()
     client.start_channels()
     try:
@@ -53,7 +55,9 @@ async def time_start(name: str) -> float:
         elapsed = time.perf_counter() - t0
     finally:
         client.stop_channels()
-        await km.shutdown_kernel(now=True)
+        await asyncio.wait_for(km.shutdown_kernel(now=True), 60)
+        if settle is not None:
+            await settle()
     return elapsed
 
 

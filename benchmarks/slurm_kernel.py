@@ -21,8 +21,6 @@ import tempfile
 import time
 from pathlib import Path
 
-from jupyter_client.manager import AsyncKernelManager
-
 REPO = Path(__file__).resolve().parent.parent
 
 
@@ -37,22 +35,6 @@ def write_specs(root: Path) -> None:
         (folder / "kernel.json").write_text(json.dumps(spec))
 
 
-async def time_start(name: str) -> float:
-    km = AsyncKernelManager(kernel_name=name)
-    t0 = time.perf_counter()
-    await asyncio.wait_for(km.start_kernel(), 120)
-    client = km.client()
-    client.start_channels()
-    try:
-        await client.wait_for_ready(timeout=120)
-        elapsed = time.perf_counter() - t0
-    finally:
-        client.stop_channels()
-        await asyncio.wait_for(km.shutdown_kernel(now=True), 60)
-        await no_jobs()  # untimed: the next start finds the node as the first did
-    return elapsed
-
-
 async def no_jobs() -> None:
     """Until squeue lists no job (a cancelled job holds its shards until it has completed)."""
     deadline = time.monotonic() + 30
@@ -65,9 +47,10 @@ async def no_jobs() -> None:
 
 
 async def run(pairs: int) -> None:
-    from kernel_start import abba, report  # benchmarks/kernel_start.py, beside this script
+    from kernel_start import abba, report, time_start  # benchmarks/kernel_start.py, beside this script
 
-    times = await abba("local", "slurm", pairs, time_start)
+    # untimed after each start: a cancelled job holds its shards until it has completed
+    times = await abba("local", "slurm", pairs, lambda name: time_start(name, settle=no_jobs))
     title = f"kernel start to ready, {pairs} pairs (ABBA), Slurm test cluster on loopback, simulated 2x16GiB GPUs:"
     report(times, "local", "slurm", ("local 1/4 slice", "Slurm 8/32 shards"), title, 1.5)
 

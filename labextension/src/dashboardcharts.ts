@@ -46,6 +46,20 @@ function has<P>(points: P[], key: keyof P): boolean {
 }
 
 /** The charts of one GPU: memory always, the others where NVML gives the series. */
+/** The memory in use, drawn first and filled on every memory chart (a GPU's and a slice's). */
+function usedSeries<
+  P extends ITimePoint & { used: number | null }
+>(): ISeries<P> {
+  return {
+    id: 'used',
+    label: 'used',
+    value: p => p.used,
+    format: formatBytes,
+    className: 'jp-vgpu-Series-memory',
+    areaClassName: 'jp-vgpu-Series-memory'
+  };
+}
+
 export function gpuCharts(gpu: IGPUHistory): IChartSpec<IGPUHistoryPoint>[] {
   const points = gpu.points ?? [];
   const name = `GPU ${gpu.index}`;
@@ -57,14 +71,7 @@ export function gpuCharts(gpu: IGPUHistory): IChartSpec<IGPUHistoryPoint>[] {
       subject: `${name} memory`,
       points,
       series: [
-        {
-          id: 'used',
-          label: 'used',
-          value: p => p.used,
-          format: formatBytes,
-          className: 'jp-vgpu-Series-memory',
-          areaClassName: 'jp-vgpu-Series-memory'
-        },
+        usedSeries<IGPUHistoryPoint>(),
         {
           id: 'reserved',
           label: 'reserved by slices',
@@ -190,14 +197,7 @@ export function sliceChart(
 ): IChartSpec<ISliceHistoryPoint> {
   const title = sliceTitle(slice);
   const series: ISeries<ISliceHistoryPoint>[] = [
-    {
-      id: 'used',
-      label: 'used',
-      value: p => p.used,
-      format: formatBytes,
-      className: 'jp-vgpu-Series-memory',
-      areaClassName: 'jp-vgpu-Series-memory'
-    }
+    usedSeries<ISliceHistoryPoint>()
   ];
   const points = slice.points ?? [];
   if (has(points, 'util')) {
