@@ -6,7 +6,9 @@ node. Before that it gives the kernel jupyter-vgpu's normal start inside the job
 
 * the connection file, where the node does not share the login node's folder
   (``JUPYTER_VGPU_CONNECTION``: its content, written where the command says, readable by the
-  user only);
+  user only), with ports free on this node: the login node chose them on its own host, and a
+  port taken here (another user's server, another kernel) is replaced by one free here, which
+  ``job.json`` hands back to the login node;
 * the job's own ledger on the node's disk (never the login node's, which srun's environment
   names: homes are shared over network file systems, where SQLite's locks are not safe);
 * a slice of the whole of the job's share (the environment Slurm gives the job,
@@ -20,9 +22,11 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 ENV_CONNECTION = "JUPYTER_VGPU_CONNECTION"
 ENV_CONNECTION_FILE = "JUPYTER_VGPU_CONNECTION_FILE"
@@ -32,23 +36,81 @@ ENV_ASKED = "JUPYTER_VGPU_SLURM_ASKED"
 #: Why Slurm ended the job of the kernel this one replaces, in one sentence (%vgpu and the first
 #: cell say it).
 ENV_ENDED = "JUPYTER_VGPU_SLURM_ENDED"
+#: A token per launch: ``job.json`` carries it back, so the login node knows the file is this
+#: launch's (a restart's step writes the same file).
+ENV_LAUNCH = "JUPYTER_VGPU_SLURM_LAUNCH"
 JOB_FILE = "job.json"
+PORT_NAMES = ("shell_port", "iopub_port", "stdin_port", "hb_port", "control_port")
 
 
-def write_connection_file(env: dict[str, str]) -> None:
+def _can_listen(ip: str, port: int) -> bool | None:
+    """Whether a kernel could listen on ``ip:port`` here (as ZeroMQ binds: address reuse on);
+    None where ``ip`` is not this host's to check."""
+    with socket.socket(socket.AF_INET6 if ":" in ip else socket.AF_INET) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((ip, port))
+        except OSError as error:
+            import errno
+
+            return None if error.errno == errno.EADDRNOTAVAIL else False
+        return True
+
+
+def _free_port(ip: str, taken: set[int]) -> int:
+    while True:
+        with socket.socket(socket.AF_INET6 if ":" in ip else socket.AF_INET) as probe:
+            probe.bind((ip, 0))
+            port = int(probe.getsockname()[1])
+        if port not in taken:
+            return port
+
+
+def ports_free_here(info: dict[str, Any]) -> dict[str, int]:
+    """The connection's ports, each one that something on this node already listens on replaced
+    by one free here (``info`` is changed in place)."""
+    ip = str(info.get("ip") or "127.0.0.1")
+    taken = {int(info[name]) for name in PORT_NAMES if isinstance(info.get(name), int)}
+    for name in PORT_NAMES:
+        port = info.get(name)
+        if isinstance(port, int) and port > 0 and _can_listen(ip, port) is False:
+            info[name] = _free_port(ip, taken)
+            taken.add(info[name])
+    return {name: int(info[name]) for name in PORT_NAMES if isinstance(info.get(name), int)}
+
+
+def write_connection_file(env: dict[str, str]) -> dict[str, int] | None:
+    """Write the kernel's connection file on this node, its ports free here; the ports (None
+    without a connection from the login node)."""
     path, content = env.pop(ENV_CONNECTION_FILE, ""), env.pop(ENV_CONNECTION, "")
-    if not path or not content or os.path.exists(path):
-        return
+    if not path or not content:
+        return None
+    try:
+        info = json.loads(content)
+    except ValueError:
+        return None
+    if not isinstance(info, dict):
+        return None
+    ports = ports_free_here(info)
+    content = json.dumps(info, indent=1)
+    try:
+        if json.loads(Path(path).read_text()) == info:
+            return ports  # the login node's folder is shared, and its ports are free here
+    except (OSError, ValueError):
+        pass
     Path(path).parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    tmp = f"{path}.{os.getpid()}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as handle:
         handle.write(content)
+    os.replace(tmp, path)  # the kernel never reads half a file
+    return ports
 
 
-def take_share(env: dict[str, str]) -> str | None:
+def take_share(env: dict[str, str]) -> tuple[str | None, str | None]:
     """Reserve the job's whole share for this kernel in the job's ledger and put the slice's
-    environment in ``env``; why it could not, in one sentence (the kernel then starts on what
-    Slurm gave it, unfenced)."""
+    environment in ``env``: (why it could not, in one sentence, where the kernel then starts on
+    what Slurm gave it, unfenced; the slice's id)."""
     from ..config import load_settings
     from ..errors import NoGPU, VGPUError
     from ..ledger import open_ledger
@@ -63,23 +125,24 @@ def take_share(env: dict[str, str]) -> str | None:
         slice_ = ledger.reserve(SliceRequest(fraction=1.0, gpus=max(1, len(gpus))), holder, wait=0)
     except NoGPU as error:
         env.update(cpu_environment(reason=f"{error} This kernel runs on the CPU."))
-        return None
+        return None, None
     except VGPUError as error:
-        return str(error)
+        return str(error), None
     kept = without_slice(env)
     env.clear()
     env.update(kept)
     env.update(slice_environment(slice_, ledger_path=str(ledger.path), simulate=settings.resolved_simulate))
-    write_job_file(env, slice_.id)
-    return None
+    return None, slice_.id
 
 
-def write_job_file(env: dict[str, str], slice_id: str | None) -> None:
-    """Where this kernel runs, for the login node (``job.json`` in its reports folder)."""
-    folder = env.get("JUPYTER_VGPU_REPORTS")
+def write_job_file(env: dict[str, str], slice_id: str | None, *, folder: str | None, launch: str | None, ports: dict[str, int] | None) -> None:
+    """Where this kernel runs and listens, for the login node (``job.json`` in its reports
+    folder)."""
     if not folder:
         return
     facts = {
+        "launch": launch,
+        "ports": ports,
         "job_id": env.get("SLURM_JOB_ID"),
         "node": env.get("SLURMD_NODENAME"),
         "gpus": env.get("SLURM_STEP_GPUS") or env.get("SLURM_JOB_GPUS") or "",
@@ -102,7 +165,8 @@ def main(argv: list[str] | None = None) -> int:
         print("jupyter vgpu: no kernel command to start.", file=sys.stderr)
         return 2
     env = dict(os.environ)
-    write_connection_file(env)
+    ports = write_connection_file(env)
+    folder, launch = env.get("JUPYTER_VGPU_REPORTS"), env.pop(ENV_LAUNCH, None)
     from ..config import ENV_LEDGER, job_ledger_path
 
     ledger = job_ledger_path(env)
@@ -110,10 +174,10 @@ def main(argv: list[str] | None = None) -> int:
         env[ENV_LEDGER] = str(ledger)  # never the login node's, which srun passed on
     os.environ.clear()
     os.environ.update(env)  # the settings below read the job's ledger from here
-    problem = take_share(env)
+    problem, slice_id = take_share(env)
     if problem:
         print(f"jupyter vgpu: {problem} The kernel starts with the job's GPUs, unfenced.", file=sys.stderr)
-        write_job_file(env, None)
+    write_job_file(env, slice_id, folder=folder, launch=launch, ports=ports)
     from ..enforcement.base import ENV_ENTER
 
     if env.get(ENV_ENTER):

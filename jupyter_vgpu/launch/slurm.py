@@ -11,11 +11,14 @@ starts its kernel in two phases, so that it works across hosts:
    after ``wait_timeout``. Then learn the node and its address.
 2. **launch** (:meth:`SlurmLauncher.launch`): write the connection file with the node's address
    and start the kernel in the allocation (``srun --jobid``) through :mod:`.node`, which gives it
-   jupyter-vgpu's normal start inside the job (the job's share is its budget).
+   jupyter-vgpu's normal start inside the job (the job's share is its budget), and learn from
+   the node (``job.json``) the ports the kernel listens on: the node replaces any of the login
+   node's choice that is taken there.
 
 The login node books nothing in its own ledger (``books_elsewhere``): Slurm is the book. Interrupt
-is ``scancel --signal=INT`` (SIGINT to ``srun`` is not forwarded); a restart ends the step and keeps
-the job; shutdown and kill cancel the job (SIGKILL to ``srun`` would leave the kernel running);
+is ``scancel --signal=INT`` (SIGINT to ``srun`` is not forwarded); a restart, forced or not, ends the
+step and keeps the job; a kill ends the step (SIGKILL to ``srun`` alone would leave the kernel running)
+and a shutdown cancels the job;
 a server that starts again cancels its orphans (:func:`.slurmctl.cancel_orphans`).
 """
 
@@ -28,6 +31,7 @@ import shutil
 import signal
 import sys
 import time
+import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,7 +41,16 @@ from ..errors import SliceUnavailable
 from ..slices.reports import ENV_REPORTS, read_report_file, report_bytes
 from . import slurmctl
 from .launchers import Launcher
-from .node import ENV_ASKED, ENV_CONNECTION, ENV_CONNECTION_FILE, ENV_ENDED, ENV_KERNEL, JOB_FILE
+from .node import (
+    ENV_ASKED,
+    ENV_CONNECTION,
+    ENV_CONNECTION_FILE,
+    ENV_ENDED,
+    ENV_KERNEL,
+    ENV_LAUNCH,
+    JOB_FILE,
+    PORT_NAMES,
+)
 
 if TYPE_CHECKING:
     from jupyter_client.provisioning.local_provisioner import LocalProvisioner
@@ -356,13 +369,48 @@ class SlurmLauncher(Launcher):
         env.update({ENV_KERNEL: kernel_id, ENV_REPORTS: str(folder), ENV_ASKED: str(state.get("asked", ""))})
         if state.get("slurm_ended"):
             env[ENV_ENDED] = state["slurm_ended"]
+        launch = env[ENV_LAUNCH] = uuid.uuid4().hex
         srun = shutil.which("srun", path=env.get("PATH")) or "srun"
         argv = [
             srun, f"--jobid={state['job_id']}", "--nodes=1", "--ntasks=1", "--input=none", "--kill-on-bad-exit=1",
             sys.executable, "-m", "jupyter_vgpu.launch.node", "--", *cmd,
         ]  # fmt: skip
         kwargs["env"] = env
-        return await LocalProvisioner.launch_kernel(provisioner, argv, **kwargs)
+        await LocalProvisioner.launch_kernel(provisioner, argv, **kwargs)
+        ports = await self._ports_on_node(provisioner, folder, launch)
+        moved = {name: port for name, port in ports.items() if info.get(name) != port}
+        if moved:
+            provisioner.log.info(
+                "Kernel %s listens on other ports than this host chose (taken on %s): %s.",
+                kernel_id, state.get("node"), ", ".join(f"{name} {port}" for name, port in moved.items()),
+            )  # fmt: skip
+            info.update(moved)
+            provisioner.connection_info = info  # type: ignore[assignment]
+            if km is not None:  # its clients connect there (and it writes the file where the node's is not shared)
+                for name, port in moved.items():
+                    setattr(km, name, port)
+        return provisioner.connection_info
+
+    async def _ports_on_node(self, provisioner: LocalProvisioner, folder: Path, launch: str) -> dict[str, int]:
+        """The ports the node said the kernel listens on (``job.json`` of this launch); {} if the
+        step ended first or the node said nothing within the client timeout (the login node's
+        choice then stands)."""
+        bound = max(30.0, slurmctl.client_timeout())
+        deadline = time.monotonic() + bound
+        while time.monotonic() < deadline:
+            job = await asyncio.to_thread(read_report_file, folder / JOB_FILE)
+            if job and job.get("launch") == launch:
+                ports = job.get("ports") or {}
+                return {name: int(ports[name]) for name in PORT_NAMES if isinstance(ports.get(name), int) and 0 < ports[name] < 65536}
+            process = getattr(provisioner, "process", None)
+            if process is not None and process.poll() is not None:
+                return {}  # the step ended: jupyter_client sees the kernel die
+            await asyncio.sleep(0.05)
+        provisioner.log.warning(
+            "Kernel %s: its node did not say its ports within %.0f s (is %s shared with the node?); the ports chosen here stand.",
+            provisioner.kernel_id, bound, folder,
+        )  # fmt: skip
+        return {}
 
     # -- the kernel's life ------------------------------------------------------------------
     async def send_signal(self, provisioner: LocalProvisioner, signum: int) -> None:
@@ -378,14 +426,12 @@ class SlurmLauncher(Launcher):
     async def kill(self, provisioner: LocalProvisioner, restart: bool = False) -> None:
         from jupyter_client.provisioning.local_provisioner import LocalProvisioner
 
-        state = _state(provisioner)
-        job = state.get("job_id")
-        if job:
-            # SIGKILL to srun would leave the kernel running under slurmstepd: Slurm ends it. A
-            # restart ends the step only and keeps the job (and its place on the node).
-            if not restart:
-                state["ended"] = "cancelled here"  # poll asks Slurm no more why it ended
-            await asyncio.to_thread(slurmctl.cancel, job, _env(provisioner), signal="KILL" if restart else None)
+        if job := _state(provisioner).get("job_id"):
+            # SIGKILL to srun would leave the kernel running under slurmstepd: Slurm kills the
+            # kernel's step. The job stays (Slurm takes SIGKILL to a job as its cancel): a forced
+            # restart keeps its place on the node (jupyter_client says restart=False then too),
+            # and a shutdown's cleanup cancels it.
+            await asyncio.to_thread(slurmctl.kill_steps, job, _env(provisioner))
         await LocalProvisioner.kill(provisioner, restart=restart)
 
     async def terminate(self, provisioner: LocalProvisioner, restart: bool = False) -> None:

@@ -342,11 +342,23 @@ def wait_gone(job: str, env: Mapping[str, str], *, timeout: float) -> bool:
         time.sleep(0.1)
 
 
+def steps(job: str, env: Mapping[str, str]) -> list[str]:
+    """The job's running steps (``12.0``; not Slurm's own ``extern`` or ``batch``)."""
+    out = call(["squeue", "--noheader", "--steps", f"--jobs={job}", "--format=%i"], env, check=False)
+    found = (line.strip() for line in out.splitlines())
+    return [step for step in found if step.startswith(f"{job}.") and step.split(".", 1)[1].isdigit()]
+
+
 def has_step(job: str, env: Mapping[str, str]) -> bool:
     """Whether the job runs a step (the kernel, for a kernel job): what a server that did not
     start the kernel's ``srun`` asks instead of polling it."""
-    out = call(["squeue", "--noheader", "--steps", f"--jobs={job}", "--format=%i"], env, check=False)
-    return any(line.strip().startswith(f"{job}.") for line in out.splitlines())
+    return bool(steps(job, env))
+
+
+def kill_steps(job: str, env: Mapping[str, str]) -> None:
+    """SIGKILL the job's steps and keep the job (Slurm takes SIGKILL to a job as its cancel)."""
+    for step in steps(job, env):
+        cancel(step, env, signal="KILL")
 
 
 def orphans(env: Mapping[str, str]) -> list[KernelJob]:

@@ -4,16 +4,20 @@ login node, placed by Slurm on the test cluster's nodes, and nothing left behind
 from __future__ import annotations
 
 import asyncio
+import json
 import os
+import socket
 import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from jupyter_vgpu.errors import VGPUError
+from jupyter_vgpu.launch.slurm import SlurmLauncher
 from jupyter_vgpu.ledger import open_ledger
 
 from .cluster import SlurmCluster
@@ -116,16 +120,43 @@ async def test_the_kernel_on_its_node_holds_the_jobs_share_as_its_slice(login: L
     assert ledger == str(login.folder / "node-tmp" / f"jupyter-vgpu-{login.job_of(km)}" / "ledger.sqlite")
 
 
-async def test_a_restart_keeps_the_job_and_a_shutdown_cancels_it(login: Login) -> None:
+@pytest.mark.parametrize("now", [False, True], ids=["restart", "restart-now"])
+async def test_a_restart_keeps_the_job_and_a_shutdown_cancels_it(login: Login, now: bool) -> None:
     km = await login.start(login.spec("quarter", gpu_fraction=0.25))
     job = login.job_of(km)
     pid_before = (await run_code(km, "import os; print(os.getpid())")).strip()
-    await asyncio.wait_for(km.restart_kernel(), BOUND)
+    await asyncio.wait_for(km.restart_kernel(now=now), BOUND)
     assert login.job_of(km) == job
     assert (await run_code(km, "import os; print(os.getpid())")).strip() != pid_before
     assert list(login.kernel_jobs()) == [job]
     await asyncio.wait_for(km.shutdown_kernel(), BOUND)
     await login.until(lambda: login.kernel_jobs() == {}, "the job gone")
+
+
+async def test_a_port_taken_on_the_node_is_replaced_there_and_the_kernel_answers(login: Login, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The login node picks the kernel's ports on its own host; on the node one of them is taken
+    (here the nodes are this host: a socket listens on it between the two phases)."""
+    taken: list[socket.socket] = []
+    launch = SlurmLauncher.launch
+
+    async def launch_where_the_shell_port_is_taken(self: SlurmLauncher, provisioner: Any, cmd: list[str], **kwargs: Any) -> Any:
+        listener = socket.socket()
+        listener.bind((provisioner.launch_state["address"], provisioner.connection_info["shell_port"]))
+        listener.listen()
+        taken.append(listener)
+        return await launch(self, provisioner, cmd, **kwargs)
+
+    monkeypatch.setattr(SlurmLauncher, "launch", launch_where_the_shell_port_is_taken)
+    try:
+        km = await login.start(login.spec("quarter", gpu_fraction=0.25))
+        assert (await run_code(km, "print(6 * 7)")).strip() == "42"
+        (listener,) = taken
+        assert km.shell_port != listener.getsockname()[1]
+        on_file = json.loads(Path(km.connection_file).read_text())
+        assert on_file["shell_port"] == km.shell_port and on_file["iopub_port"] == km.iopub_port
+    finally:
+        for listener in taken:
+            listener.close()
 
 
 async def test_a_forced_kill_cancels_the_job_and_leaves_no_kernel_running(login: Login) -> None:
