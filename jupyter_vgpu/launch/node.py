@@ -70,12 +70,13 @@ def take_share(env: dict[str, str]) -> str | None:
     env.clear()
     env.update(kept)
     env.update(slice_environment(slice_, ledger_path=str(ledger.path), simulate=settings.resolved_simulate))
-    write_job_file(env, slice_.id)
+    write_job_file(env, slice_.id, memory=slice_.memory[0] if slice_.memory else None)
     return None
 
 
-def write_job_file(env: dict[str, str], slice_id: str | None) -> None:
-    """Where this kernel runs, for the login node (``job.json`` in its reports folder)."""
+def write_job_file(env: dict[str, str], slice_id: str | None, *, memory: int | None = None) -> None:
+    """Where this kernel runs, for the login node (``job.json`` in its reports folder); ``memory``:
+    the job's budget on each of its GPUs (bytes), which the login node cannot know."""
     folder = env.get("JUPYTER_VGPU_REPORTS")
     if not folder:
         return
@@ -85,6 +86,7 @@ def write_job_file(env: dict[str, str], slice_id: str | None) -> None:
         "gpus": env.get("SLURM_STEP_GPUS") or env.get("SLURM_JOB_GPUS") or "",
         "shards": env.get("SLURM_SHARDS_ON_NODE"),
         "slice_id": slice_id,
+        "memory": memory,
         "pid": os.getpid(),
         "updated": time.time(),
     }
