@@ -23,7 +23,7 @@ from ..slices import Slice, occupancy_of
 from ..slices.holders import attribute
 from ..slices.reports import configured_processes, frameworks_text, read_idle
 from ..slices.usage import REPORTED, ReportCache, slice_usage
-from ..units import describe_fraction, format_bytes, format_duration, shorten
+from ..units import format_bytes, format_duration, shorten
 
 BAR_WIDTH = 40
 _KEEP = "\u00a0"  # a space the box never breaks a line at
@@ -121,8 +121,7 @@ def slurm_lines(data: dict[str, Any]) -> list[str]:
         lines.append(f"  {data['slurm_message']}")
     for row in data.get("slurm_jobs", []):
         gpu = ",".join(map(str, row["gpu_indices"])) or "?"
-        share = f"{row['shards']}/{row['shards_per_gpu'] or '?'} shards" if row["shards"] else row["request_text"]
-        share += f" ({describe_fraction(row['fraction'])} GPU)" if row.get("fraction") else ""
+        share = row["share_text"]
         used = f"  used {format_bytes(row['memory_used'])}*" if row.get("memory_used") is not None else ""
         lines.append(f"  {job_summary(row)}  GPU {gpu}  {share}  kernel {row['kernel_id']}{used}")
     return lines

@@ -107,10 +107,10 @@ def write_connection_file(env: dict[str, str]) -> dict[str, int] | None:
     return ports
 
 
-def take_share(env: dict[str, str]) -> tuple[str | None, str | None]:
+def take_share(env: dict[str, str]) -> tuple[str | None, str | None, int | None]:
     """Reserve the job's whole share for this kernel in the job's ledger and put the slice's
     environment in ``env``: (why it could not, in one sentence, where the kernel then starts on
-    what Slurm gave it, unfenced; the slice's id)."""
+    what Slurm gave it, unfenced; the slice's id; its memory on each GPU)."""
     from ..config import load_settings
     from ..errors import NoGPU, VGPUError
     from ..ledger import open_ledger
@@ -125,19 +125,22 @@ def take_share(env: dict[str, str]) -> tuple[str | None, str | None]:
         slice_ = ledger.reserve(SliceRequest(fraction=1.0, gpus=max(1, len(gpus))), holder, wait=0)
     except NoGPU as error:
         env.update(cpu_environment(reason=f"{error} This kernel runs on the CPU."))
-        return None, None
+        return None, None, None
     except VGPUError as error:
-        return str(error), None
+        return str(error), None, None
     kept = without_slice(env)
     env.clear()
     env.update(kept)
     env.update(slice_environment(slice_, ledger_path=str(ledger.path), simulate=settings.resolved_simulate))
-    return None, slice_.id
+    return None, slice_.id, (slice_.memory[0] if slice_.memory else None)
 
 
-def write_job_file(env: dict[str, str], slice_id: str | None, *, folder: str | None, launch: str | None, ports: dict[str, int] | None) -> None:
+def write_job_file(
+    env: dict[str, str], slice_id: str | None, *, folder: str | None, launch: str | None, ports: dict[str, int] | None, memory: int | None = None
+) -> None:
     """Where this kernel runs and listens, for the login node (``job.json`` in its reports
-    folder)."""
+    folder); ``memory``: the job's budget on each of its GPUs (bytes), which the login node cannot
+    know."""
     if not folder:
         return
     facts = {
@@ -148,6 +151,7 @@ def write_job_file(env: dict[str, str], slice_id: str | None, *, folder: str | N
         "gpus": env.get("SLURM_STEP_GPUS") or env.get("SLURM_JOB_GPUS") or "",
         "shards": env.get("SLURM_SHARDS_ON_NODE"),
         "slice_id": slice_id,
+        "memory": memory,
         "pid": os.getpid(),
         "updated": time.time(),
     }
@@ -174,10 +178,10 @@ def main(argv: list[str] | None = None) -> int:
         env[ENV_LEDGER] = str(ledger)  # never the login node's, which srun passed on
     os.environ.clear()
     os.environ.update(env)  # the settings below read the job's ledger from here
-    problem, slice_id = take_share(env)
+    problem, slice_id, memory = take_share(env)
     if problem:
         print(f"jupyter vgpu: {problem} The kernel starts with the job's GPUs, unfenced.", file=sys.stderr)
-    write_job_file(env, slice_id, folder=folder, launch=launch, ports=ports)
+    write_job_file(env, slice_id, folder=folder, launch=launch, ports=ports, memory=memory)
     from ..enforcement.base import ENV_ENTER
 
     if env.get(ENV_ENTER):

@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import SliceUnavailable
 from ..slices.reports import ENV_REPORTS, read_report_file, report_bytes
+from ..units import describe_fraction
 from . import slurmctl
 from .launchers import Launcher
 from .node import (
@@ -101,6 +102,15 @@ def reason_text(reason: str) -> str:
     return f"{reason}: {words}" if words else reason
 
 
+def share_text(shards: int | None, per_gpu: int | None, whole: int | None, fraction: float | None) -> str:
+    """What a kernel's job holds, as every view says it: ``8/32 shards (1/4 GPU)``, ``2 GPUs``."""
+    if shards:
+        text = f"{shards}/{per_gpu} shards" if per_gpu else f"{shards} shards"
+        return text + (f" ({describe_fraction(fraction)} GPU)" if fraction else "")
+    count = whole or 1
+    return f"{count} GPU" if count == 1 else f"{count} GPUs"
+
+
 @dataclass
 class SlurmKernel:
     """One kernel of this process in Slurm: what the views show."""
@@ -117,6 +127,8 @@ class SlurmKernel:
     created: float = field(default_factory=time.time)
     #: Why Slurm ended the job of the kernel this one replaced (a restart in a new job).
     ended: str | None = None
+    #: Its user took it out of Slurm's queue (:func:`cancel_waiting`): its start says so.
+    cancelled: bool = False
 
 
 #: This process's Slurm kernels by kernel id (the server's views list them).
@@ -146,8 +158,10 @@ def kernel_report(kernel_id: str) -> tuple[dict[str, Any], dict[str, Any] | None
 
 def job_row(job: slurmctl.KernelJob, record: SlurmKernel | None = None) -> dict[str, Any]:
     """A kernel job as the views show it (REST ``/api/vgpu/slices`` and ``jupyter vgpu status``):
-    the slice fields a row of the slice view has, plus ``job_id``, ``node``, ``slurm_state``,
-    ``slurm_reason``, ``position``, ``shards`` and ``shards_per_gpu``."""
+    the slice fields a row of the slice view has, plus ``job_id``, ``node``, ``partition``,
+    ``slurm_state``, ``slurm_reason`` (and ``slurm_reason_text``, in words), ``position``,
+    ``shards``, ``shards_per_gpu`` and ``share_text``; ``memory_reserved`` is the job's budget on
+    its GPU once the kernel has said it from its node (else None)."""
     facts, report = kernel_report(job.kernel_id)
     shards = job.shards
     noted = job.starter.get("per_gpu", "")
@@ -158,6 +172,7 @@ def job_row(job: slurmctl.KernelJob, record: SlurmKernel | None = None) -> dict[
     node = job.node or (record.node if record else None) or None
     used = report_bytes(report.get("memory_used")) if report else None
     asked = record.asked.text if record else (f"{shards} shards" if shards else f"{whole or '?'} GPU")
+    reason = None if job.reason in ("", "None") else job.reason
     return {
         "id": f"slurm-{job.job_id}",
         "kernel_id": job.kernel_id,
@@ -169,12 +184,16 @@ def job_row(job: slurmctl.KernelJob, record: SlurmKernel | None = None) -> dict[
         "fraction": fraction,
         "shards": shards,
         "shards_per_gpu": per_gpu,
+        "share_text": share_text(shards, per_gpu, whole, fraction),
         "request_text": asked,
+        "partition": job.partition or None,
         "slurm_state": job.state,
-        "slurm_reason": None if job.reason in ("", "None") else job.reason,
+        "slurm_reason": reason,
+        "slurm_reason_text": REASONS.get(reason) if reason else None,
         "position": job.position,
         "state": "running" if job.state == "RUNNING" else job.state.lower(),
         "memory_used": used,
+        "memory_reserved": report_bytes(facts.get("memory")),
         "usage_source": "reported" if used is not None else "none",
         "frameworks": (report or {}).get("frameworks") or {},
         "tier": f"Slurm job {job.job_id}" + (f" on {node}" if node else "") + " (shards fence nothing: cooperative limits)",
@@ -201,6 +220,18 @@ def server_rows(env: Mapping[str, str]) -> list[dict[str, Any]]:
             record.state, record.reason = job.state, job.reason
             record.position, record.node = job.position, job.node or record.node
     return [job_row(j, KERNELS.get(j.kernel_id)) for j in sorted(jobs, key=lambda j: j.kernel_id not in KERNELS)]
+
+
+def cancel_waiting(job_id: str, env: Mapping[str, str]) -> bool:
+    """Take a kernel of this process out of Slurm's queue (``scancel`` its pending job): its start
+    then fails, saying it stopped waiting. False when no kernel of this process waits in that job.
+    Blocking: call it off the event loop."""
+    record = next((k for k in KERNELS.values() if k.job_id == job_id and k.state == "PENDING"), None)
+    if record is None:
+        return False
+    record.cancelled = True
+    slurmctl.cancel(job_id, env)
+    return True
 
 
 class SlurmLauncher(Launcher):
@@ -308,6 +339,13 @@ class SlurmLauncher(Launcher):
         except BaseException:
             _end(process)
             raise
+        if record.cancelled:
+            from ..errors import LeftLine
+
+            raise LeftLine(
+                f"Stopped waiting in Slurm's queue after {time.monotonic() - began:.0f} s: "
+                f"job {record.job_id} ({asked.text}) was cancelled."
+            )
         if record.job_id is None or code != 0:
             message = slurmctl.said("\n".join(said)) or f"salloc exited with status {code}"
             if any(mark in message for mark in slurmctl._DOWN):

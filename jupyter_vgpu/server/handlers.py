@@ -7,7 +7,10 @@ interval old; the only blocking work (releasing a slice) runs on the monitor's w
 
 from __future__ import annotations
 
+import asyncio
 import json
+import os
+import sys
 from collections.abc import Awaitable
 from typing import Any
 
@@ -50,6 +53,8 @@ WATCHDOG = "jupyter_vgpu_watchdog"
 CHANGES = "jupyter_vgpu_changes"
 #: At most this many kernels' host use in one ``GET /api/vgpu/sample`` (a tab follows one).
 MAX_HOSTS = 8
+#: A place in line that is a kernel's job in Slurm's queue: ``slurm-<job id>`` (its slice id to be).
+SLURM_TICKET = "slurm-"
 
 
 class VGPUHandler(APIHandler):
@@ -168,8 +173,12 @@ class SampleHandler(VGPUHandler):
             dashboard: DashboardHistory = self.settings[DASHBOARD]
             reply["history"] = history_view(sample, self.monitor, dashboard, kernels, self.since("history"))
         hosts = set(self.get_query_arguments("host")[:MAX_HOSTS])
+        elsewhere = {job["kernel_id"] for job in sample.jobs}  # Slurm kernels: here is only their srun
         for view in slices["slices"]:  # after the changes are noted: who asks for which host varies
             if view["kernel_id"] not in hosts:
+                continue
+            if view["kernel_id"] in elsewhere:
+                view["host"] = None
                 continue
             pid = self.kernel_pid(view["kernel_id"])
             usage = sample.find(view["id"])
@@ -256,6 +265,8 @@ class KernelHandler(VGPUHandler):
         pid = self.kernel_pid(kernel_id)
         if usage is not None:  # its launcher says which process of this host is the kernel, if any
             pid = launcher_of(usage.slice.labels).host_process(pid)
+        if any(job["kernel_id"] == kernel_id for job in sample.jobs):  # a Slurm kernel: here is only its srun
+            pid = None
         host = await self.monitor.call(host_view, pid) if pid is not None else None
         self.write_json({"kernel_id": kernel_id, "slice": view, "host": host})
 
@@ -307,6 +318,8 @@ class WaitingHandler(VGPUHandler):
     @web.authenticated
     @authorized
     async def delete(self, ticket: str) -> None:
+        if ticket.startswith(SLURM_TICKET):
+            return await self._leave_slurm_queue(ticket)
         ledger = self.monitor.ledger
         if ledger is None:
             return self.fail(503, self.monitor.problem or "The jupyter-vgpu ledger is not available.")
@@ -323,6 +336,20 @@ class WaitingHandler(VGPUHandler):
         except NotPermitted as error:
             return self.fail(403, str(error))
         self.log.info("jupyter-vgpu: ticket %s (%s) left the line at the user's request.", ticket, waiter.request.describe())
+        await self.monitor.refresh()
+        self.set_status(204)
+        self.finish()
+
+    async def _leave_slurm_queue(self, ticket: str) -> None:
+        """``slurm-<job id>``: a kernel of this server whose job waits in Slurm's queue; its job is
+        cancelled (squeue lists this user's jobs only, and only this server's kernels are taken)."""
+        job = ticket[len(SLURM_TICKET) :]
+        if not (job.isascii() and job.isdigit()) or len(job) > 18:
+            return self.fail(400, f"{shorten(ticket)} is not a place in line; GET /api/vgpu/slices lists them.")
+        slurm = sys.modules.get("jupyter_vgpu.launch.slurm")  # loaded once this server starts a Slurm kernel
+        if slurm is None or not await asyncio.to_thread(slurm.cancel_waiting, job, dict(os.environ)):
+            return self.fail(404, f"No kernel of this server waits in Slurm's queue in job {job}; it may have started or left.")
+        self.log.info("jupyter-vgpu: Slurm job %s left the queue at the user's request.", job)
         await self.monitor.refresh()
         self.set_status(204)
         self.finish()

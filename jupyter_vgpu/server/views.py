@@ -18,7 +18,7 @@ from typing import Any
 import psutil
 
 from ..slices.records import Slice, Waiter, notebook_path
-from ..slices.usage import MEASURED, NO_USAGE, SliceUsage
+from ..slices.usage import MEASURED, NO_USAGE, SliceUsage, use_state
 from .dashboard import GPU_FIELDS, SLICE_FIELDS, DashboardHistory, points
 from .monitor import Point, Sample, UsageMonitor
 from .watchdog import Watchdog
@@ -132,24 +132,28 @@ def _job_request(job: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def job_view(job: Mapping[str, Any], watchdog: Watchdog, kernels: Mapping[str, KernelInfo]) -> dict[str, Any]:
-    """A kernel running in a Slurm job (``SLICE`` in docs/rest.md, plus ``job_id``, ``node``,
-    ``slurm_state``, ``slurm_reason``, ``shards`` and ``shards_per_gpu``): the fields of a slice,
-    its use as the kernel reports it; its GPUs are the node's, not this host's."""
+    """A kernel running in a Slurm job (``SLICE`` in docs/rest.md, plus the job's fields, "Slurm
+    kernel jobs"): the fields of a slice, its use as the kernel reports it, its reservation the
+    job's budget once the kernel has said it; its GPUs are the node's, not this host's."""
     view = {key: value for key, value in job.items() if key != "position"}
+    reserved = job.get("memory_reserved")
+    total = reserved * max(1, len(job.get("gpu_indices") or [])) if reserved is not None else None
+    node = job.get("node") or "its node"
     view.update(
         {
             **_job_holder(job, kernels),
             "owner": None,
             "pid": None,
             "request": _job_request(job),
-            "memory_reserved": None,
-            "memory_reserved_total": None,
+            "memory_reserved": reserved,
+            "memory_reserved_total": total,
+            "state": use_state(job.get("memory_used"), total),
             "memory_reserved_by_gpu": {},
             "memory_limit": None,
             "context_allowance": None,
             "logical_devices": 1,
             "tier_kind": "cooperative",
-            "share_note": f"Slurm job {job['job_id']} on {job.get('node') or '?'}",
+            "share_note": f"GPU memory through Slurm job {job['job_id']} on {node} (shards fence nothing: its frameworks are fitted to the share)",
             "visible_devices": [],
             "mig_devices": [],
             "mig_profiles": [],
@@ -157,7 +161,11 @@ def job_view(job: Mapping[str, Any], watchdog: Watchdog, kernels: Mapping[str, K
             "utilization": None,
             "watched": False,
             "memory_peak": None,
-            "usage_note": "as the kernel reports it from its node" if job.get("memory_used") is not None else None,
+            "usage_note": (
+                f"Reported by the kernel itself, from {node}: what its frameworks say they hold."
+                if job.get("memory_used") is not None
+                else f"No use reported yet: the kernel reports from {node} what its frameworks hold once they use the GPU."
+            ),
             "idle_seconds": None,
             "idle_notice": None,
             "history": [],
@@ -167,9 +175,15 @@ def job_view(job: Mapping[str, Any], watchdog: Watchdog, kernels: Mapping[str, K
     return view
 
 
+#: What a pending kernel job's place in line carries of its job (docs/rest.md, "Slurm kernel jobs").
+PENDING_JOB_FIELDS = (
+    "job_id", "partition", "slurm_state", "slurm_reason", "slurm_reason_text", "fraction", "shards", "shards_per_gpu", "share_text",
+)  # fmt: skip
+
+
 def pending_job_view(job: Mapping[str, Any], kernels: Mapping[str, KernelInfo]) -> dict[str, Any]:
-    """A kernel whose job waits in Slurm's queue (``WAITING`` in docs/rest.md, plus ``job_id``,
-    ``slurm_state`` and ``slurm_reason``): its place is among the partition's pending jobs."""
+    """A kernel whose job waits in Slurm's queue (``WAITING`` in docs/rest.md, plus the job's
+    fields, ``PENDING_JOB_FIELDS``): its place is among the partition's pending jobs."""
     created = job.get("created") or time.time()
     return {
         "ticket": job["id"],
@@ -184,9 +198,7 @@ def pending_job_view(job: Mapping[str, Any], kernels: Mapping[str, KernelInfo]) 
         "created": created,
         "waiting_seconds": max(0.0, time.time() - created),
         **_job_holder(job, kernels),
-        "job_id": job["job_id"],
-        "slurm_state": job["slurm_state"],
-        "slurm_reason": job.get("slurm_reason"),
+        **{key: job.get(key) for key in PENDING_JOB_FIELDS},
     }
 
 

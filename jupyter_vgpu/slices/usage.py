@@ -30,6 +30,20 @@ REPORTED = "reported"
 NO_USAGE = "none"
 
 
+def use_state(used: int | None, reserved: int | None) -> str:
+    """``ok``, ``near`` (>= 90% of ``reserved``), ``over`` or ``unknown`` (no use known; or, with a
+    use known and no reservation known, ``ok``)."""
+    if used is None:
+        return "unknown"
+    if reserved is None:
+        return "ok"
+    if used > reserved:
+        return "over"
+    if reserved and used >= NEAR * reserved:
+        return "near"
+    return "ok"
+
+
 class ReportCache:
     """The kernels' own reports (``slices.reports``), re-read only when a file changes. Where a
     slice's report lies is ``folder_of(slice)`` (its launcher's answer: a kernel that runs elsewhere
@@ -104,14 +118,7 @@ class SliceUsage:
     @property
     def state(self) -> str:
         """``ok``, ``near`` (>= 90% of the reservation), ``over`` or ``unknown``."""
-        if self.memory_used is None:
-            return "unknown"
-        reserved = self.memory_reserved_total
-        if self.memory_used > reserved:
-            return "over"
-        if reserved and self.memory_used >= NEAR * reserved:
-            return "near"
-        return "ok"
+        return use_state(self.memory_used, self.memory_reserved_total)
 
     def overshoot(self) -> float:
         """How far usage exceeds the reservation, as a share of it (0 when within).

@@ -110,11 +110,40 @@ export interface IDevicesReply {
   host?: IMachineUsage | null;
 }
 
+/**
+ * What a kernel that runs as a Slurm job carries of its job (docs/rest.md, "Slurm kernel jobs"),
+ * on its row of `slices` while the job runs and on its place in `waiting` while it is pending;
+ * absent on every other row.
+ */
+export interface ISlurmJobFields {
+  /** Slurm's id of the kernel's job ("12"). */
+  job_id?: string;
+  /** The node Slurm placed it on (null while it is pending). */
+  node?: string | null;
+  partition?: string | null;
+  /** Slurm's state of the job: RUNNING, PENDING... */
+  slurm_state?: string;
+  /** Why a pending job waits, as Slurm says it: "Resources", "Priority", "QOSMaxGRESPerUser". */
+  slurm_reason?: string | null;
+  /** The reason in words ("no node has the GPU shards free now"); null for a reason not known. */
+  slurm_reason_text?: string | null;
+  /** The GPU shards the job holds (null for whole GPUs), of `shards_per_gpu` a GPU. */
+  shards?: number | null;
+  shards_per_gpu?: number | null;
+  /** What the job holds, as every view says it: "8/32 shards (1/4 GPU)", "2 GPUs". */
+  share_text?: string;
+  /** Why Slurm ended the job of the kernel this one replaced (then restarted in a new job). */
+  slurm_ended?: string | null;
+}
+
 /** The state of a slice's usage against its reservation, decided by the server. */
 export type SliceState = 'ok' | 'near' | 'over' | 'unknown';
 
-/** One reservation: a kernel's or a `jupyter vgpu run` command's. */
-export interface ISlice {
+/**
+ * One reservation: a kernel's or a `jupyter vgpu run` command's; or a kernel running as a Slurm
+ * job (`job_id`), whose GPUs are its node's (`slurm:<node>:<index>`), not this server's.
+ */
+export interface ISlice extends ISlurmJobFields {
   id: string;
   holder_kind: HolderKind;
   /** The slice belongs to the user this server runs as (others' come from a node broker). */
@@ -132,7 +161,8 @@ export interface ISlice {
   gpu_indices: number[];
   fraction: number | null;
   request_text: string;
-  memory_reserved: number;
+  /** Null for a Slurm job until its kernel has said its budget from its node. */
+  memory_reserved: number | null;
   /** All GPUs of the slice (what `memory_used` is compared with). */
   memory_reserved_total?: number;
   context_allowance: number;
@@ -218,9 +248,12 @@ export interface IWatchdogEvent {
   memory_reserved?: number | null;
 }
 
-/** A request waiting in line for a slice. */
-export interface IWaiting {
-  ticket: number;
+/**
+ * A request waiting in line for a slice; or a kernel whose Slurm job is pending (`job_id`): its
+ * ticket is `slurm-<job id>`, its place among the partition's pending jobs.
+ */
+export interface IWaiting extends ISlurmJobFields {
+  ticket: number | string;
   position: number;
   owner?: string;
   uid?: number;
@@ -512,7 +545,7 @@ export class VGPUClient {
   }
 
   /** Take a request out of the line (its kernel start then fails with "Stopped waiting..."). */
-  async cancelWaiting(ticket: number): Promise<void> {
+  async cancelWaiting(ticket: number | string): Promise<void> {
     await requestAPI<unknown>(
       `waiting/${encodeURIComponent(String(ticket))}`,
       { method: 'DELETE' },

@@ -93,14 +93,14 @@ export function SliceBar(props: {
       ? `use unknown of ${formatBytes(slice.memory_reserved)} reserved`
       : `${formatUsage(used, slice.memory_reserved)} used of reserved` +
         (over
-          ? `, ${formatBytes(used - slice.memory_reserved)} over the reservation`
+          ? `, ${formatBytes(used - (slice.memory_reserved ?? 0))} over the reservation`
           : '');
   return (
     <div
       className={`jp-vgpu-SliceBar jp-vgpu-colour-${colour} jp-vgpu-mod-${slice.state}${over ? ' jp-vgpu-mod-overflow' : ''}`}
       role="meter"
       aria-valuemin={0}
-      aria-valuemax={slice.memory_reserved}
+      aria-valuemax={slice.memory_reserved ?? undefined}
       aria-valuenow={used ?? undefined}
       aria-valuetext={text}
       aria-label="GPU memory used of reserved"

@@ -1,5 +1,6 @@
 /**
- * Small shared pieces: the "watched" chip and the caret that expands a card or a row.
+ * Small shared pieces: the "watched" chip, the caret that expands a card or a row, a holder's
+ * name (a link to its notebook) and the warning beside a figure.
  */
 import { caretDownIcon, caretRightIcon } from '@jupyterlab/ui-components';
 import * as React from 'react';
@@ -35,5 +36,56 @@ export function Disclosure(props: {
     >
       <Icon.react tag="span" elementSize="small" />
     </button>
+  );
+}
+
+/**
+ * Who holds a slice or waits, by name: a link that opens the notebook when `path` is one (a
+ * console's session path is not a file), else the name, its tooltip `title` (the name itself by
+ * default).
+ */
+export function HolderName(props: {
+  label: string;
+  path: string | null | undefined;
+  className: string;
+  title?: string;
+  openNotebook: (path: string) => void;
+}): JSX.Element {
+  const { label, path, className, openNotebook } = props;
+  if (path?.endsWith('.ipynb')) {
+    return (
+      <button
+        className={`${className} jp-vgpu-mod-link`}
+        title={`Open ${path}`}
+        onClick={() => openNotebook(path)}
+      >
+        {label}
+      </button>
+    );
+  }
+  return (
+    <span className={className} title={props.title ?? label}>
+      {label}
+    </span>
+  );
+}
+
+/** "⚠" beside a use near or over its reservation (`warning` says which); nothing without one. */
+export function WarningMark(props: {
+  warning: string | null;
+}): JSX.Element | null {
+  const { warning } = props;
+  if (!warning) {
+    return null;
+  }
+  return (
+    <span
+      className="jp-vgpu-SliceRow-warning"
+      role="status"
+      title={warning}
+      aria-label={warning}
+    >
+      ⚠
+    </span>
   );
 }

@@ -43,6 +43,7 @@ export function isResized(
   if (bytes !== null) {
     return (
       slice.fraction !== null ||
+      slice.memory_reserved === null ||
       Math.abs(bytes - slice.memory_reserved) > 0.01 * bytes
     );
   }

@@ -18,10 +18,12 @@ import { DeviceCard } from './devicecard';
 import { gatewayText, holderLabel, machineGlance } from './format';
 import { dashboardIcon, gpuIcon } from './icons';
 import { keepSlice } from './idlenotes';
+import { slurmKernelNames } from './kernelspecs';
 import { GPUModel } from './model';
 import { sliceKernelName } from './resized';
 import { ShutDownNotebooks } from './shutdownmemory';
 import { IHistorySource, ISliceActions } from './slicerow';
+import { isSlurmJob, SlurmJobs } from './slurmjobs';
 import { IWaitingActions, WaitingList } from './waiting';
 
 /** The GPU node the server uses through `--gateway-url`, as the latest replies name it. */
@@ -115,13 +117,16 @@ function Message(props: {
   );
 }
 
-function Body(props: {
+/** The panel under its header: the GPUs and their slices, the Slurm jobs, the line (exported for tests). */
+export function Body(props: {
   model: GPUModel;
   actions: ISliceActions;
   waitingActions: IWaitingActions;
   history: IHistorySource;
+  /** The display names of the kernelspecs whose kernels run as Slurm jobs. */
+  slurmKernels: string[];
 }): JSX.Element {
-  const { model, actions, waitingActions, history } = props;
+  const { model, actions, waitingActions, history, slurmKernels } = props;
   const snapshot = model.snapshot;
   const error = model.error;
   // A CPU-only server using a GPU node (`--gateway-url`): the node is what does not answer.
@@ -152,27 +157,67 @@ function Body(props: {
     return banner || <Message kind="loading" title="Reading the GPUs…" />;
   }
   const { devices, slices } = snapshot;
+  // A kernel that runs as a Slurm job is on its node's GPU, never on this server's.
+  const jobs = slices.slices.filter(isSlurmJob);
+  const local = slices.slices.filter(s => !isSlurmJob(s));
+  const allWaiting = slices.waiting ?? [];
+  const pendingJobs = allWaiting.filter(isSlurmJob);
+  const waiting = allWaiting.filter(w => !isSlurmJob(w));
+  const slurm = (
+    <SlurmJobs
+      jobs={jobs}
+      waiting={pendingJobs}
+      taken={snapshot.taken}
+      colour={id => model.colour(id)}
+      actions={actions}
+      waitingActions={waitingActions}
+    />
+  );
+  const line = (
+    <WaitingList
+      waiting={waiting}
+      taken={snapshot.taken}
+      actions={waitingActions}
+    />
+  );
   if (!devices.available) {
+    const onSlurm =
+      slurmKernels.length > 0 || jobs.length > 0 || pendingJobs.length > 0;
     return (
       <>
         {banner}
-        <Message kind="no-gpu" title="No GPU on this server.">
-          {devices.message && (
-            <p className="jp-vgpu-Message-detail">{devices.message}</p>
-          )}
-          <p className="jp-vgpu-Message-detail">
-            Kernels run on the CPU. To try jupyter-vgpu anyway, start the server
-            with JUPYTER_VGPU_SIMULATE=2x16GiB.
-          </p>
-        </Message>
+        {onSlurm ? (
+          <Message kind="no-gpu" title="No GPU on this server.">
+            <p className="jp-vgpu-Message-detail">
+              Its GPU kernels run as Slurm jobs on the cluster&apos;s GPU nodes,
+              where Slurm places them
+              {slurmKernels.length > 0 && (
+                <>: start {slurmKernelList(slurmKernels)} from the launcher</>
+              )}
+              .
+            </p>
+          </Message>
+        ) : (
+          <Message kind="no-gpu" title="No GPU on this server.">
+            {devices.message && (
+              <p className="jp-vgpu-Message-detail">{devices.message}</p>
+            )}
+            <p className="jp-vgpu-Message-detail">
+              Kernels run on the CPU. To try jupyter-vgpu anyway, start the
+              server with JUPYTER_VGPU_SIMULATE=2x16GiB.
+            </p>
+          </Message>
+        )}
+        {slurm}
+        {line}
       </>
     );
   }
-  const byCreation = [...slices.slices].sort((a, b) => a.created - b.created);
+  const byCreation = [...local].sort((a, b) => a.created - b.created);
   return (
     <>
       {banner}
-      {slices.slices.length === 0 && (slices.waiting ?? []).length === 0 && (
+      {slices.slices.length === 0 && allWaiting.length === 0 && (
         <Message kind="empty" title="No kernel holds a GPU slice.">
           <p className="jp-vgpu-Message-detail">
             Start a sliced kernel such as “Python 3 (1/4 GPU)” from the
@@ -197,13 +242,19 @@ function Body(props: {
           received={snapshot.taken}
         />
       ))}
-      <WaitingList
-        waiting={slices.waiting ?? []}
-        taken={snapshot.taken}
-        actions={waitingActions}
-      />
+      {slurm}
+      {line}
     </>
   );
+}
+
+/** “Python 3 (1/4 GPU, Slurm)”, or the first two of several and how many more. */
+function slurmKernelList(names: string[]): string {
+  const quoted = names.slice(0, 2).map(n => `“${n}”`);
+  const more = names.length - quoted.length;
+  return more > 0
+    ? `${quoted.join(', ')} or ${more} more`
+    : quoted.join(' or ');
 }
 
 /**
@@ -293,6 +344,9 @@ export class GPUSidebar extends ReactWidget {
                 actions={this._actions}
                 waitingActions={this._waitingActions}
                 history={this._history}
+                slurmKernels={slurmKernelNames(
+                  this._services.kernelspecs.specs
+                )}
               />
             </div>
           </div>
@@ -308,7 +362,7 @@ export class GPUSidebar extends ReactWidget {
     }
     const result = await showDialog({
       title: 'Shut down kernel?',
-      body: `Shut down the kernel of ${holderLabel(slice)} (${this._actions.kernelDisplayName(slice)})? Its GPU slice is released and unsaved variables are lost.`,
+      body: `Shut down the kernel of ${holderLabel(slice)} (${this._actions.kernelDisplayName(slice)})? ${isSlurmJob(slice) ? `Its Slurm job ${slice.job_id} is cancelled` : 'Its GPU slice is released'} and unsaved variables are lost.`,
       buttons: [
         Dialog.cancelButton(),
         Dialog.warnButton({ label: 'Shut Down' })

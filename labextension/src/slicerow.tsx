@@ -13,7 +13,7 @@ import * as React from 'react';
 import { IHistoryPoint, ISlice } from './api';
 import { SliceBar, usedPerGPU } from './bars';
 import { HistoryChart } from './chart';
-import { Disclosure, WatchedChip } from './chips';
+import { Disclosure, HolderName, WarningMark, WatchedChip } from './chips';
 import { useNoticeCountdown } from './countdown';
 import {
   commandText,
@@ -97,27 +97,15 @@ export function IdleNoticeLine(props: {
 
 function Holder(props: { slice: ISlice; actions: ISliceActions }): JSX.Element {
   const { slice, actions } = props;
-  const label = holderLabel(slice);
-  // Only notebooks open by path; a console's session path is not a file.
-  if (slice.holder_kind === 'kernel' && slice.path?.endsWith('.ipynb')) {
-    const path = slice.path;
-    return (
-      <button
-        className="jp-vgpu-SliceRow-holder jp-vgpu-mod-link"
-        title={`Open ${path}`}
-        onClick={() => actions.openNotebook(path)}
-      >
-        {label}
-      </button>
-    );
-  }
+  const isKernel = slice.holder_kind === 'kernel';
   return (
-    <span
+    <HolderName
+      label={holderLabel(slice)}
+      path={isKernel ? slice.path : null}
       className="jp-vgpu-SliceRow-holder"
-      title={slice.holder_kind === 'command' ? commandText(slice) : label}
-    >
-      {label}
-    </span>
+      title={isKernel ? undefined : commandText(slice)}
+      openNotebook={actions.openNotebook}
+    />
   );
 }
 
@@ -286,16 +274,7 @@ export function SliceRow(props: {
         <div className="jp-vgpu-SliceRow-line">
           <SliceBar slice={slice} colour={colour} />
           {/* Beside the figure it is about, so the name above keeps its room. */}
-          {warning && (
-            <span
-              className="jp-vgpu-SliceRow-warning"
-              role="status"
-              title={warning}
-              aria-label={warning}
-            >
-              ⚠
-            </span>
-          )}
+          <WarningMark warning={warning} />
           <span className="jp-vgpu-SliceRow-memory">
             {formatUsage(usedPerGPU(slice), slice.memory_reserved)}
           </span>
@@ -311,7 +290,7 @@ export function SliceRow(props: {
               points={history.slice(slice.id)}
               reserved={
                 slice.memory_reserved_total ??
-                slice.memory_reserved * Math.max(1, slice.gpus.length)
+                (slice.memory_reserved ?? 0) * Math.max(1, slice.gpus.length)
               }
               now={history.now()}
               colourClass={`jp-vgpu-colour-${colour}`}

@@ -15,8 +15,11 @@ import {
   formatHost,
   hostGlance,
   idleNoticeDetails,
+  isSlurmJob,
   pathLabel,
   SIMULATED_NOTE,
+  slurmWaitingText,
+  slurmWaitingTitle,
   statusIdleText,
   statusText,
   statusTitle
@@ -173,10 +176,14 @@ function Waiting(props: {
   const { waiter: w, age, simulated, onClick } = props;
   const waited = formatDuration(w.waiting_seconds + age);
   const name = pathLabel(w.path) || 'This kernel';
+  const slurm = isSlurmJob(w);
+  const title = slurm
+    ? slurmWaitingTitle(w, waited)
+    : `${name} waits in line for ${w.request_text}: place ${w.position}, waiting ${waited}.${simulated ? `\n${SIMULATED_NOTE}` : ''}`;
   return (
     <button
-      className="jp-vgpu-StatusItem-content jp-vgpu-mod-waiting"
-      title={`${name} waits in line for ${w.request_text}: place ${w.position}, waiting ${waited}.${simulated ? `\n${SIMULATED_NOTE}` : ''}\nClick to show the GPUs panel (Cancel is there).`}
+      className={`jp-vgpu-StatusItem-content jp-vgpu-mod-waiting${slurm ? ' jp-vgpu-mod-slurm' : ''}`}
+      title={`${title}\nClick to show the GPUs panel (Cancel is there).`}
       onClick={onClick}
     >
       <gpuIcon.react
@@ -185,7 +192,9 @@ function Waiting(props: {
         className="jp-vgpu-StatusItem-icon"
       />
       <span className="jp-vgpu-StatusItem-text">
-        GPU: waiting #{w.position} ({w.request_text})
+        {slurm
+          ? slurmWaitingText(w)
+          : `GPU: waiting #${w.position} (${w.request_text})`}
       </span>
       <span className="jp-vgpu-StatusItem-time">{waited}</span>
     </button>
@@ -257,7 +266,8 @@ export class GPUStatusItem extends ReactWidget {
           if (!slice) {
             return <span />;
           }
-          const simulated = this.model.simulated;
+          // A Slurm kernel runs on its node: this server's (simulated) GPUs are not its.
+          const simulated = this.model.simulated && !isSlurmJob(slice);
           if (slice.idle_notice) {
             return (
               <IdleCountdown

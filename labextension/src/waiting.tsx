@@ -6,6 +6,7 @@ import { kernelIcon, terminalIcon } from '@jupyterlab/ui-components';
 import * as React from 'react';
 
 import { IWaiting } from './api';
+import { HolderName } from './chips';
 import { formatDuration, waiterLabel } from './format';
 
 /** What one waiting row can ask the application to do. */
@@ -14,12 +15,15 @@ export interface IWaitingActions {
   openNotebook(path: string): void;
 }
 
-function WaitingRow(props: {
+/** What a row of the line draws: the request, and how old the snapshot holding it is. */
+export interface IWaitingRowProps {
   waiter: IWaiting;
   /** Seconds since the snapshot was taken, added to what the server said. */
   age: number;
   actions: IWaitingActions;
-}): JSX.Element {
+}
+
+function WaitingRow(props: IWaitingRowProps): JSX.Element {
   const { waiter: w, age, actions } = props;
   const label = waiterLabel(w);
   const waited = formatDuration(w.waiting_seconds + age);
@@ -42,19 +46,13 @@ function WaitingRow(props: {
       </span>
       <div className="jp-vgpu-Waiting-main">
         <div className="jp-vgpu-SliceRow-line">
-          {isKernel && path?.endsWith('.ipynb') ? (
-            <button
-              className="jp-vgpu-Waiting-holder jp-vgpu-mod-link"
-              title={`Open ${path}`}
-              onClick={() => actions.openNotebook(path)}
-            >
-              {label}
-            </button>
-          ) : (
-            <span className="jp-vgpu-Waiting-holder" title={w.holder}>
-              {label}
-            </span>
-          )}
+          <HolderName
+            label={label}
+            path={isKernel ? path : null}
+            className="jp-vgpu-Waiting-holder"
+            title={w.holder}
+            openNotebook={actions.openNotebook}
+          />
           {mine && (
             <button
               className="jp-Button jp-mod-minimal jp-mod-styled jp-vgpu-Waiting-cancel"

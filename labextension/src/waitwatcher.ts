@@ -7,7 +7,12 @@ import { Notification } from '@jupyterlab/apputils';
 import { ISignal, Signal } from '@lumino/signaling';
 
 import { ISlice, IWaiting } from './api';
-import { formatDuration, waiterLabel } from './format';
+import {
+  formatDuration,
+  isSlurmJob,
+  slurmJobText,
+  waiterLabel
+} from './format';
 import { GPUModel } from './model';
 
 /** Refreshes a waiter may be missing from the line before it counts as gone (its slice may
@@ -103,7 +108,7 @@ export class WaitWatcher {
     }
     const waiting = snapshot.slices.waiting ?? [];
     const open = this._openPaths();
-    const inLine = new Set<number>();
+    const inLine = new Set<number | string>();
     for (const w of waiting) {
       inLine.add(w.ticket);
       const ours =
@@ -136,7 +141,9 @@ export class WaitWatcher {
       if (granted) {
         this._tracked.delete(ticket);
         Notification.success(
-          `${waiterLabel(w)} got its GPU slice (${w.request_text}) after waiting ${waited}.`,
+          isSlurmJob(granted)
+            ? `${waiterLabel(w)}'s kernel runs: ${slurmJobText(granted)}, after waiting ${waited} in Slurm's queue.`
+            : `${waiterLabel(w)} got its GPU slice (${w.request_text}) after waiting ${waited}.`,
           {
             autoClose: 8000,
             actions: [
@@ -155,7 +162,9 @@ export class WaitWatcher {
         continue; // said when it was cancelled
       }
       Notification.warning(
-        `${waiterLabel(w)} stopped waiting for a GPU slice (${w.request_text}) after ${waited}: its kernel did not start.`,
+        isSlurmJob(w)
+          ? `${waiterLabel(w)} left Slurm's queue after ${waited} (job ${w.job_id}): its kernel did not start.`
+          : `${waiterLabel(w)} stopped waiting for a GPU slice (${w.request_text}) after ${waited}: its kernel did not start.`,
         {
           autoClose: false,
           actions: [{ label: 'Show GPUs', callback: () => this._showSidebar() }]
@@ -165,13 +174,16 @@ export class WaitWatcher {
     this._changed.emit();
   }
 
-  private _cancelled: { ticket: number; path: string | null; at: number }[] =
-    [];
+  private _cancelled: {
+    ticket: number | string;
+    path: string | null;
+    at: number;
+  }[] = [];
   private _changed = new Signal<this, void>(this);
   private _model: GPUModel;
   private _openPaths: () => Set<string>;
   private _showSidebar: () => void;
-  private _tracked = new Map<number, ITracked>();
+  private _tracked = new Map<number | string, ITracked>();
 }
 
 /** The slice a request got: its kernel's, or (without a kernel id) its notebook's newer one. */

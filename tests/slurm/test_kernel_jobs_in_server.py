@@ -64,6 +64,17 @@ def test_a_session_shows_its_kernels_job_and_node_in_the_rest_slices(slurm: Slur
         assert row["shards"] == 8 and row["shards_per_gpu"] == 32 and row["fraction"] == 0.25
         assert row["path"] == "train.ipynb" and row["kernel_display_name"] == DISPLAY and row["running_here"]
         assert row["request_text"] == "1/4 GPU: 8 of 32 shards" and row["gpu_indices"] in ([0], [1])
+        assert row["share_text"] == "8/32 shards (1/4 GPU)" and row["partition"] == "gpu"
+        # The kernel says its budget from its node: 8 of 32 shards of a 16 GiB GPU; no use yet.
+        row = wait_for(lambda: (r := job_row(server, kernel_id)) and r["memory_reserved"] and r, "the job's budget", timeout=30)
+        assert (row["memory_reserved"], row["memory_used"], row["state"]) == (4 * 2**30, None, "unknown")
+        # Only a kernel of this server waiting in Slurm's queue leaves it through the line's DELETE.
+        said = {ticket: server.api("DELETE", f"api/vgpu/waiting/{ticket}", timeout=10) for ticket in ("slurm-x", "slurm-99999", row["id"])}
+        assert said["slurm-x"] == (400, {"message": "'slurm-x' is not a place in line; GET /api/vgpu/slices lists them.", "reason": None})
+        for ticket, job_id in (("slurm-99999", "99999"), (row["id"], job)):
+            message = f"No kernel of this server waits in Slurm's queue in job {job_id}; it may have started or left."
+            assert said[ticket] == (404, {"message": message, "reason": None}), said
+        assert [line.split("|")[2] for line in squeue(slurm)] == ["RUNNING"]
         status, _ = server.api("DELETE", f"api/kernels/{kernel_id}", timeout=30)
         assert status == 204
         wait_for(lambda: squeue(slurm) == [], "no job after the kernel's shutdown", timeout=20)

@@ -1,7 +1,7 @@
 /**
  * Plain objects shaped like the server's replies, for the unit tests.
  */
-import { IHistoryPoint, ISlice, IWaiting } from '../api';
+import { IDevice, IHistoryPoint, ISlice, IWaiting } from '../api';
 
 /** A slice as `GET /api/vgpu/slices` sends it: a kernel's 1/4 of GPU 0, cooperative. */
 export function makeSlice(fields: Partial<ISlice> = {}): ISlice {
@@ -49,6 +49,30 @@ export function makeWaiter(fields: Partial<IWaiting> = {}): IWaiting {
     waiting_seconds: 3,
     yours: true,
     labels: {},
+    ...fields
+  };
+}
+
+/** A GPU as `GET /api/vgpu/devices` sends it: simulated 16 GiB GPU `index`, 4 GiB reserved. */
+export function makeDevice(
+  index: number,
+  fields: Partial<IDevice> = {}
+): IDevice {
+  return {
+    index,
+    uuid: `GPU-${index}`,
+    name: 'A100 (simulated)',
+    memory_total: 16 * 1024 ** 3,
+    memory_used: 0,
+    memory_reserved: 4 * 1024 ** 3,
+    memory_used_by_slices: 0,
+    memory_over_use: 0,
+    memory_foreign: 0,
+    memory_free: 12 * 1024 ** 3,
+    utilization: 0,
+    mig_mode: false,
+    tier: 'cooperative',
+    slices: [],
     ...fields
   };
 }

@@ -38,24 +38,10 @@ import { eventText, WatchdogNotifier } from '../watchdognotes';
 import { makeSlice } from './fixtures';
 import { attr, render, tags, texts } from './render';
 
-// JupyterLab's widget and icon packages are ES modules that need a DOM: these views need neither.
-jest.mock('@jupyterlab/ui-components', () => {
-  const icon = { react: () => null };
-  return {
-    ReactWidget: class {},
-    UseSignal: () => null,
-    caretDownIcon: icon,
-    caretRightIcon: icon,
-    closeIcon: icon,
-    copyIcon: icon,
-    kernelIcon: icon,
-    terminalIcon: icon
-  };
-});
-jest.mock('../icons', () => ({
-  dashboardIcon: { react: () => null },
-  gpuIcon: { react: () => null }
-}));
+jest.mock('@jupyterlab/ui-components', () =>
+  jest.requireActual('./mocks').uiComponents()
+);
+jest.mock('../icons', () => jest.requireActual('./mocks').icons());
 jest.mock('@jupyterlab/apputils', () => {
   let next = 0;
   return {

@@ -1,0 +1,27 @@
+/**
+ * Stand-ins for JupyterLab's widget and icon packages, which are ES modules that need a DOM:
+ * the views these tests render to HTML need neither. Use them in a test file as
+ * `jest.mock('@jupyterlab/ui-components', () => jest.requireActual('./mocks').uiComponents())`.
+ */
+
+const icon = { react: () => null };
+
+/** `@jupyterlab/ui-components`: icons that draw nothing, a widget class that is never shown. */
+export function uiComponents(): object {
+  return {
+    ReactWidget: class {},
+    UseSignal: () => null,
+    caretDownIcon: icon,
+    caretRightIcon: icon,
+    closeIcon: icon,
+    copyIcon: icon,
+    kernelIcon: icon,
+    refreshIcon: icon,
+    terminalIcon: icon
+  };
+}
+
+/** `../icons`: this extension's own icons. */
+export function icons(): object {
+  return { dashboardIcon: icon, gpuIcon: icon };
+}
