@@ -11,7 +11,7 @@ chart of its own; a chart's readout follows the pointer and the arrow keys; a dr
 panel's small GPU chart has tick values, a readout and a legend that agrees with its card.
 
 Screenshots land in artifacts/ui/ (``dashboard-*``, ``sidebar-chart-*``); ``dashboard-docs.png``
-is the source of docs/dashboard.png.
+is framed as docs/dashboard.png (which ./scripts/docs-screenshots takes from the demo).
 """
 
 from __future__ import annotations
@@ -279,7 +279,7 @@ def test_range_buttons_switch_the_window(lab: Lab, page: Any, opened: Any) -> No
 
 
 def test_docs_screenshot(lab: Lab, page: Any, opened: Any) -> None:
-    """docs/dashboard.png's source: the dashboard alone in the main area, light, zoomed to the
+    """Framed as docs/dashboard.png: the dashboard alone in the main area, light, zoomed to the
     minute or two of history the test has made."""
     size = page.viewport_size
     page.evaluate("() => window.jupyterapp.shell.collapseLeft()")

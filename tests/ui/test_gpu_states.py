@@ -230,7 +230,8 @@ def test_a_waiting_notebook_shows_its_place_and_can_cancel(lab: Lab, page: Any, 
     screenshots(page, ARTIFACTS, "waiting", sidebar)
     lab_screenshot(page, ARTIFACTS / "waiting-lab.png")
 
-    # The README's picture: the panel beside train.ipynb, its history open, a notebook in line.
+    # Framed as the README's picture (docs/sidebar.png, from ./scripts/docs-screenshots): the
+    # panel beside train.ipynb, its history open, a notebook in line.
     page.evaluate("() => { void window.jupyterapp.commands.execute('apputils:dismiss-notification'); }")
     expect(page.locator(".jp-Notification-Toast-warning")).to_have_count(0)
     activate_tab(page, "train.ipynb")
