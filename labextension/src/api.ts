@@ -139,6 +139,13 @@ export interface ISlurmJobFields {
 /** The state of a slice's usage against its reservation, decided by the server. */
 export type SliceState = 'ok' | 'near' | 'over' | 'unknown';
 
+/** A slice's request as the ledger keeps it (docs/rest.md, "SLICE"). */
+export interface ISliceRequest {
+  fraction: number | null;
+  memory: number | null;
+  gpus: number;
+}
+
 /**
  * One reservation: a kernel's or a `jupyter vgpu run` command's; or a kernel running as a Slurm
  * job (`job_id`), whose GPUs are its node's (`slurm:<node>:<index>`), not this server's.
@@ -159,7 +166,10 @@ export interface ISlice extends ISlurmJobFields {
   pid: number | null;
   gpus: string[];
   gpu_indices: number[];
+  /** The GPU's share the slice holds (a slice asked as an amount has one too: amount / GPU). */
   fraction: number | null;
+  /** What was asked (after a resize, the new size): a fraction or an amount. */
+  request?: ISliceRequest;
   request_text: string;
   /** Null for a Slurm job until its kernel has said its budget from its node. */
   memory_reserved: number | null;

@@ -385,8 +385,10 @@ export function DashboardView(props: IDashboardViewProps): JSX.Element {
       </div>
       {latest?.simulated && (
         <div className="jp-vgpu-Dashboard-simulated" role="note">
-          Simulated GPUs (JUPYTER_VGPU_SIMULATE): not real hardware. The figures
-          are made up to show what the dashboard draws.
+          Simulated GPUs (JUPYTER_VGPU_SIMULATE): not real hardware. Memory is
+          what the kernels&apos; frameworks hold in the host&apos;s memory and
+          utilisation their CPU load; power, temperature and PCIe are made up
+          from them to show what the dashboard draws.
         </div>
       )}
       {error && (

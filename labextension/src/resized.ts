@@ -18,10 +18,10 @@ import { sessionContextOf } from './sessions';
 
 /**
  * A GPU share as display names write it: "1/4 GPU", "2 x 1/2 GPU", "2 GPUs", "25% GPU", or an
- * amount ("6 GiB", "6.0 GiB", "8GB"). The first one in a name is the kernelspec's size.
+ * amount ("6 GiB", "6.0 GiB", "8GB", "1 GiB GPU"). The first one in a name is the kernelspec's size.
  */
 const SHARE =
-  /(?:\d+\s*x\s*)?(?:\d+(?:\.\d+)?\s*\/\s*\d+(?:\.\d+)?|\d+(?:\.\d+)?\s*%?)\s*GPUs?\b|\d+(?:\.\d+)?\s*[KMGT]i?B\b/;
+  /(?:\d+\s*x\s*)?(?:\d+(?:\.\d+)?\s*\/\s*\d+(?:\.\d+)?|\d+(?:\.\d+)?\s*%?)\s*GPUs?\b|\d+(?:\.\d+)?\s*[KMGT]i?B\b(?:\s+GPUs?\b)?/;
 
 /** Whether `slice` is no longer the size its kernelspec asks for (it was resized); null: unknown. */
 export function isResized(
@@ -32,20 +32,25 @@ export function isResized(
   if (!config) {
     return null;
   }
+  // What the slice asks for now; a slice asked as an amount has a fraction too (amount / GPU),
+  // so the request says which kind it is. Older servers send no request.
+  const asked = slice.request;
   const fraction = parseFraction(config.gpu_fraction);
   if (fraction !== null) {
-    return (
-      slice.fraction === null ||
-      Math.abs(Math.min(1, fraction) - slice.fraction) > 1e-6
-    );
+    if (asked && asked.memory !== null) {
+      return true; // resized to an amount
+    }
+    const now = asked?.fraction ?? slice.fraction;
+    return now === null || Math.abs(Math.min(1, fraction) - now) > 1e-6;
   }
   const bytes = parseBytes(config.gpu_memory);
   if (bytes !== null) {
-    return (
-      slice.fraction !== null ||
-      slice.memory_reserved === null ||
-      Math.abs(bytes - slice.memory_reserved) > 0.01 * bytes
-    );
+    const amount = asked
+      ? asked.memory
+      : slice.fraction === null
+        ? slice.memory_reserved
+        : null;
+    return amount === null || Math.abs(bytes - amount) > 0.01 * bytes;
   }
   return slice.fraction === null || slice.fraction < 1; // a whole GPU, asked
 }
@@ -65,8 +70,13 @@ export function sliceKernelName(
   if (!resized || !now) {
     return { name: displayName, resized: false };
   }
+  // "1 GiB GPU" resized to 2 GiB reads "2.0 GiB GPU"; to a fraction, "1/2 GPU"
   const name = SHARE.test(displayName)
-    ? displayName.replace(SHARE, now)
+    ? displayName.replace(SHARE, found =>
+        /[KMGT]i?B\s+GPUs?$/.test(found) && !/GPU/.test(now)
+          ? `${now} GPU`
+          : now
+      )
     : `${displayName} (${now})`;
   return { name, resized: true };
 }

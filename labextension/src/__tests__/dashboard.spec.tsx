@@ -88,9 +88,17 @@ describe('DashboardView', () => {
   });
 
   it('says the GPUs are simulated', () => {
-    expect(
-      texts(view(storeOf(fullReply())), 'jp-vgpu-Dashboard-simulated')[0]
-    ).toContain('Simulated GPUs (JUPYTER_VGPU_SIMULATE): not real hardware');
+    const banner = texts(
+      view(storeOf(fullReply())),
+      'jp-vgpu-Dashboard-simulated'
+    )[0];
+    expect(banner).toContain(
+      'Simulated GPUs (JUPYTER_VGPU_SIMULATE): not real hardware'
+    );
+    // memory and utilisation come from the kernels; only the rest is made up
+    expect(banner).toContain(
+      "Memory is what the kernels' frameworks hold in the host's memory"
+    );
     expect(
       tags(
         view(storeOf(fullReply({ simulated: false }))),

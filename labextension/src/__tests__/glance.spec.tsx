@@ -65,6 +65,10 @@ function gpu(index: number, free: number, total = 16 * GiB): IDevice {
   };
 }
 
+function quarterSpec(): KernelSpec.ISpecModel {
+  return spec({ gpu_fraction: 0.25 });
+}
+
 describe('a resized slice', () => {
   const quarter = spec({ gpu_fraction: 0.25 });
 
@@ -116,6 +120,36 @@ describe('a resized slice', () => {
       name: 'Python 3 (6 GiB)',
       resized: false
     });
+    // as the server sends it: an amount has a fraction of its GPU too (1 GiB of 16 GiB)
+    const oneGiB = spec({ gpu_memory: '1GiB' }, 'Python 3 (1 GiB GPU)');
+    const asAmount = makeSlice({
+      fraction: 1 / 16,
+      request: { fraction: null, memory: GiB, gpus: 1 },
+      request_text: '1.0 GiB',
+      memory_reserved: GiB
+    });
+    expect(sliceKernelName('Python 3 (1 GiB GPU)', asAmount, oneGiB)).toEqual({
+      name: 'Python 3 (1 GiB GPU)',
+      resized: false
+    });
+    const grown = makeSlice({
+      fraction: 1 / 8,
+      request: { fraction: null, memory: 2 * GiB, gpus: 1 },
+      request_text: '2.0 GiB',
+      memory_reserved: 2 * GiB
+    });
+    expect(sliceKernelName('Python 3 (1 GiB GPU)', grown, oneGiB).name).toBe(
+      'Python 3 (2.0 GiB GPU)'
+    );
+    const toHalf = makeSlice({
+      fraction: 0.5,
+      request: { fraction: 0.5, memory: null, gpus: 1 },
+      request_text: '1/2 GPU'
+    });
+    expect(sliceKernelName('Python 3 (1 GiB GPU)', toHalf, oneGiB).name).toBe(
+      'Python 3 (1/2 GPU)'
+    );
+    expect(isResized(toHalf, quarterSpec())).toBe(true);
     const half = makeSlice({ fraction: 0.5, request_text: '1/2 GPU' });
     expect(sliceKernelName('Python 3 (1/4 GPU)', half, undefined).name).toBe(
       'Python 3 (1/2 GPU)'
