@@ -119,8 +119,10 @@ class DashboardHistory:
         for usage in sample.slices:
             seen = self._seen.get(usage.slice.id)
             if seen is None:
-                seen = self._seen[usage.slice.id] = _Seen(usage.slice, t)
-            seen.slice, seen.last_seen = usage.slice, t  # a resize changes the record
+                seen = self._seen[usage.slice.id] = _Seen(usage.slice, max(t, usage.slice.created))
+            # A sample is stamped before it reads the ledger: a slice made in between was seen
+            # no earlier than it was made (an ended event never reads last_seen < created).
+            seen.slice, seen.last_seen = usage.slice, max(t, usage.slice.created)  # a resize changes the record
             if usage.memory_used is not None:
                 seen.peak = max(usage.memory_used, seen.peak or 0)
         if sample.message is not None:
@@ -128,7 +130,7 @@ class DashboardHistory:
         live = {u.slice.id for u in sample.slices}
         for sid in [sid for sid in self._seen if sid not in live]:
             gone = self._seen.pop(sid)
-            self.ended.append(EndedSlice(gone.slice, gone.last_seen, t, gone.peak))
+            self.ended.append(EndedSlice(gone.slice, gone.last_seen, max(t, gone.last_seen), gone.peak))
         while self.ended and self.ended[0].end < t - self.seconds:
             self.ended.popleft()
 
