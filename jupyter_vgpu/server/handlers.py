@@ -39,6 +39,7 @@ from .views import (
     devices_view,
     history_view,
     host_view,
+    job_view,
     kernelspecs_stamp,
     machine_view,
     slice_view,
@@ -265,8 +266,11 @@ class KernelHandler(VGPUHandler):
         pid = self.kernel_pid(kernel_id)
         if usage is not None:  # its launcher says which process of this host is the kernel, if any
             pid = launcher_of(usage.slice.labels).host_process(pid)
-        if any(job["kernel_id"] == kernel_id for job in sample.jobs):  # a Slurm kernel: here is only its srun
+        job = next((job for job in sample.jobs if job["kernel_id"] == kernel_id), None)
+        if job is not None:  # a Slurm kernel: its job is its slice, and here is only its srun
             pid = None
+            if job["slurm_state"] != "PENDING":
+                view = job_view(job, self.watchdog, kernels)
         host = await self.monitor.call(host_view, pid) if pid is not None else None
         self.write_json({"kernel_id": kernel_id, "slice": view, "host": host})
 

@@ -75,6 +75,10 @@ def test_a_session_shows_its_kernels_job_and_node_in_the_rest_slices(slurm: Slur
             message = f"No kernel of this server waits in Slurm's queue in job {job_id}; it may have started or left."
             assert said[ticket] == (404, {"message": message, "reason": None}), said
         assert [line.split("|")[2] for line in squeue(slurm)] == ["RUNNING"]
+        # The kernel's own view (the status bar's) is its job, and no host use: here is only srun.
+        status, kernel = server.api("GET", f"api/vgpu/kernels/{kernel_id}", timeout=10)
+        assert status == 200 and kernel["host"] is None, kernel
+        assert (kernel["slice"]["job_id"], kernel["slice"]["node"], kernel["slice"]["memory_reserved"]) == (job, node, 4 * 2**30)
         status, _ = server.api("DELETE", f"api/kernels/{kernel_id}", timeout=30)
         assert status == 204
         wait_for(lambda: squeue(slurm) == [], "no job after the kernel's shutdown", timeout=20)
