@@ -20,6 +20,7 @@ node. Before that it gives the kernel jupyter-vgpu's normal start inside the job
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import socket
@@ -27,6 +28,8 @@ import sys
 import time
 from pathlib import Path
 from typing import Any
+
+from ..ownfiles import write_json
 
 ENV_CONNECTION = "JUPYTER_VGPU_CONNECTION"
 ENV_CONNECTION_FILE = "JUPYTER_VGPU_CONNECTION_FILE"
@@ -51,8 +54,6 @@ def _can_listen(ip: str, port: int) -> bool | None:
         try:
             probe.bind((ip, port))
         except OSError as error:
-            import errno
-
             return None if error.errno == errno.EADDRNOTAVAIL else False
         return True
 
@@ -92,18 +93,12 @@ def write_connection_file(env: dict[str, str]) -> dict[str, int] | None:
     if not isinstance(info, dict):
         return None
     ports = ports_free_here(info)
-    content = json.dumps(info, indent=1)
     try:
         if json.loads(Path(path).read_text()) == info:
             return ports  # the login node's folder is shared, and its ports are free here
     except (OSError, ValueError):
-        pass
-    Path(path).parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    tmp = f"{path}.{os.getpid()}.tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as handle:
-        handle.write(content)
-    os.replace(tmp, path)  # the kernel never reads half a file
+        pass  # not there, or not readable as JSON: written below
+    write_json(Path(path), info, prefix="kernel-connection")  # the kernel never reads half a file
     return ports
 
 
@@ -155,10 +150,7 @@ def write_job_file(
         "pid": os.getpid(),
         "updated": time.time(),
     }
-    Path(folder).mkdir(parents=True, exist_ok=True, mode=0o700)
-    tmp = Path(folder) / f".{JOB_FILE}.{os.getpid()}"
-    tmp.write_text(json.dumps(facts))
-    os.replace(tmp, Path(folder) / JOB_FILE)
+    write_json(Path(folder) / JOB_FILE, facts, prefix="job")
 
 
 def main(argv: list[str] | None = None) -> int:
