@@ -11,7 +11,8 @@ for them all, saying once which still hold the slice. They have the slice's envi
 their memory. Ctrl+C, SIGTERM and SIGHUP end them all. A process another service starts (outside
 ``run``'s tree) is not waited for. The slice's keeper is ``run`` itself, so if the command is
 killed the slice stays while ``run`` waits; if both are killed, the next reservation or ``jupyter
-vgpu gc`` reclaims it.
+vgpu gc`` reclaims it. If an admin resets the ledger meanwhile, ``run`` books the slice again
+(:mod:`jupyter_vgpu.ledger.keep`) and says so, or says why it could not.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from ..enforcement.base import ENV_ENTER
 from ..enforcement.hamicore import library, library_problem
 from ..errors import InvalidRequest, SliceNotFound, VGPUError
 from ..ledger import Ledger, open_ledger
+from ..ledger.keep import KeepBooked
 from ..slices import Holder, SliceRequest, Ticket, summary
 from ..slices.environment import DEVICE_NAMES, fit_installed_frameworks, with_slice
 from ..slices.reports import remove_report, write_report
@@ -109,7 +111,16 @@ def run(args: argparse.Namespace) -> int:
             described = plugin.not_held_text(problem, slice_.mig_profiles) if problem else slice_.tier.describe(slice_.mig_profiles)
             tier = "" if slice_.tier is Tier.COOPERATIVE else f", {described}"
             print(f"jupyter vgpu: {summary(slice_)}{tier}{simulated}", file=sys.stderr)
-        return _run_child(command, env, lambda pid: ledger.attach(slice_.id, pid), quiet=args.quiet)
+        keeping = KeepBooked(ledger, slice_, lambda text: print(f"jupyter vgpu: {text}", file=sys.stderr)).start()
+
+        def hold(pid: int) -> Any:
+            keeping.pid = pid  # booked again after a reset, the slice is this process's
+            return ledger.attach(slice_.id, pid)
+
+        try:
+            return _run_child(command, env, hold, quiet=args.quiet)
+        finally:
+            keeping.stop()
     finally:
         try:
             ledger.release(slice_.id)

@@ -226,7 +226,9 @@ class Broker:
         if op == "resize":
             return self._visible(caller, self._resize(caller, args["slice_id"], args["request"]))
         if op == "rebook":
-            return self._visible(caller, self._rebook(caller, args["record"]))
+            if args.get("split"):
+                raise NotPermitted("The broker's ledger does not split; a slice is booked again only after an admin reset it.")
+            return self._visible(caller, self._rebook(caller, args["record"], args["claim"]))
         result = getattr(self.acting_for(caller), op)(**args)
         if op == "waiting":
             return [waiter_to_wire(self.visible_waiter(caller, w)) for w in self.with_allowed_gpus(result)]
@@ -306,10 +308,11 @@ class Broker:
                     raise
         return resized
 
-    def _rebook(self, caller: Caller, record: Slice) -> Slice:
+    def _rebook(self, caller: Caller, record: Slice, claim: str) -> Slice:
         """Book again a slice that one of the caller's running processes holds and the node's
-        ledger lost (an admin reset it): for the caller, held by its own process, on the GPUs
-        its policy allows and within its quota, like any slice it gets."""
+        ledger lost (an admin reset it): for the caller, with the slice's claim for the caller,
+        held by its own process, on the GPUs its policy allows and within its quota (its number
+        of slices with its places in line, its total), like any slice it gets."""
         keeper: Any = record.keeper_pid
         keeper = caller.pid if keeper == CALLER else keeper
         record = replace(
@@ -318,11 +321,14 @@ class Broker:
             keeper_pid=None if keeper is None else self._holder_pid(caller, keeper),
         )
         quota = self.quota(caller)
+        view = self.acting_for(caller, record.request)
         with self._grant_lock:
             held = self._held(caller)
-            booked = self.acting_for(caller, record.request).rebook(record)
-            if booked.id not in {s.id for s in held}:  # booked just now, not found booked already
-                self._check_granted(quota, booked, held)
+            if record.id in {s.id for s in held}:
+                return view.rebook(record, claim)  # booked already: found, not booked twice
+            quotas.check_request(quota, record.request, held, self._waiting_of(caller))
+            booked = view.rebook(record, claim)
+            self._check_granted(quota, booked, held)
         return booked
 
     def _check_granted(self, quota: Quota, granted: Slice, held: list[Slice]) -> None:
@@ -488,6 +494,8 @@ _DECODE: dict[str, Any] = {
     "pid": lambda v: None if v is None else _whole(v, "pid"),
     "labels": lambda v: v,
     "record": lambda v: _record(v),
+    "claim": lambda v: _text(v, "claim", 64),
+    "split": lambda v: v is True,
 }
 
 

@@ -20,7 +20,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from ..errors import LedgerError, SliceUnavailable
+from ..errors import LedgerError, NotPermitted, SliceUnavailable
 from ..gpus import Inventory, Snapshot
 from ..slices.records import Holder, Slice, Ticket, Waiter
 from ..slices.request import SliceRequest
@@ -257,12 +257,17 @@ class BrokerLedger(Ledger):
     def release(self, slice_id: str) -> Slice:
         return slice_from_wire(self._call("release", slice_id=str(slice_id)))
 
-    def rebook(self, record: Slice) -> Slice:
+    def claim(self, slice_id: str) -> str:
+        return str(self._call("claim", slice_id=str(slice_id)))
+
+    def rebook(self, record: Slice, claim: str, split: bool = False) -> Slice:
+        if split:
+            raise NotPermitted("The broker's ledger does not split; a slice is booked again only after an admin reset it.")
         # pids that are this process's own go as the caller, as a holder's do (holder_to_wire)
         wire = slice_to_wire(record)
         wire["pid"] = None if record.pid in (None, os.getpid()) else int(record.pid)
         wire["keeper_pid"] = CALLER if record.keeper_pid == os.getpid() else record.keeper_pid
-        return slice_from_wire(self._call("rebook", record=wire))
+        return slice_from_wire(self._call("rebook", record=wire, claim=str(claim)))
 
     # -- housekeeping ------------------------------------------------------------------------
     def reap(self) -> list[Slice]:

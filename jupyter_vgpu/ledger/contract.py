@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 
 #: The contract's operations that the broker serves, by their wire names (the method names).
 #: Reading: slices, get, waiting, book_id. Reserving: reserve_now, enqueue, try_grant, leave_queue.
-#: Holding: attach, update_labels, resize, release, rebook. Housekeeping: reap, overcommitted.
+#: Holding: attach, update_labels, resize, release, claim, rebook. Housekeeping: reap, overcommitted.
 OPERATIONS = (
     "slices",
     "get",
@@ -45,6 +45,7 @@ OPERATIONS = (
     "reap",
     "overcommitted",
     "book_id",
+    "claim",
     "rebook",
 )
 
@@ -142,12 +143,21 @@ class Ledger(ABC):
         """Free a slice; returns what it was."""
 
     @abstractmethod
-    def rebook(self, record: Slice) -> Slice:
-        """Book again a slice a running process still holds but the ledger lost (a reset, a
-        split): the same id, holder, GPUs, memory on each and tier, for this ledger's actor. It
-        goes through while new slices wait after a reset; refused (:class:`SliceUnavailable`) when
-        it would over-commit a GPU or a GPU is gone, and (:class:`NotPermitted`) when the id is
-        booked for another holder. Booking one that is already there returns it."""
+    def claim(self, slice_id: str) -> str:
+        """The slice's claim (:mod:`.claims`): what its holder keeps to book it again after a
+        reset. Only the user it was granted to gets one (:class:`NotPermitted` otherwise, root too)."""
+
+    @abstractmethod
+    def rebook(self, record: Slice, claim: str, split: bool = False) -> Slice:
+        """Book again a slice a running process still holds but the ledger lost: the same id,
+        holder, GPUs and memory on each, for this ledger's actor, with the tier this ledger gives
+        those GPUs now. Only with the slice's ``claim`` for the actor (:class:`NotPermitted`
+        otherwise: an id is no proof), only in the seconds after a reset while new slices wait
+        (``schema.RESET_GRACE``), or after this process's writes were lost to a ``split`` of the
+        user's own file; refused (:class:`SliceUnavailable`) when it would over-commit a GPU or a
+        GPU is gone, and (:class:`NotPermitted`) when the id is booked for another holder. Booking
+        one that is already there returns it. A broker counts it against the caller's quotas like
+        any request."""
 
     # -- housekeeping ---------------------------------------------------------------------------
     @abstractmethod

@@ -32,6 +32,7 @@ from ..slices.reports import report_dir
 from ..slices.request import SliceRequest
 from ..units import format_bytes, shorten
 from . import line
+from .claims import Claims
 from .contract import Ledger
 from .file import LedgerFile
 from .rebook import rebook
@@ -79,6 +80,7 @@ class SQLiteLedger(Ledger):
         #: and with the reports folder beside it (the owner's, for a user's own ledger).
         self._where = Where(folder=str(report_dir(self.path)), hardware=inventory)
         self._recorded_gpus: list[tuple[tuple[str, int, str, int], ...] | None] = [None]
+        self.claims = Claims(self.path)  # what a holder brings to book its slice again after a reset
 
     def allowance_for(self, gpu: GPUOccupancy) -> int:
         """The CUDA-context allowance on ``gpu``: the setting, or by its compute capability."""
@@ -382,8 +384,15 @@ class SQLiteLedger(Ledger):
             by_tier(resized.tier).resized(resized, self._where)  # raising undoes the resize
             return resized
 
-    def rebook(self, record: Slice) -> Slice:
-        return rebook(self, record)
+    def claim(self, slice_id: str) -> str:
+        with self.file.transaction(write=False) as db:
+            found = self._find(db, slice_id)
+        if found.uid != self.actor.uid:
+            raise NotPermitted(f"Slice {found.id} belongs to {found.owner}; only its own user gets its claim.")
+        return self.claims.of(found.id, found.uid)
+
+    def rebook(self, record: Slice, claim: str, split: bool = False) -> Slice:
+        return rebook(self, record, claim, split=split)
 
     def release(self, slice_id: str) -> Slice:
         with self.file.transaction() as db:

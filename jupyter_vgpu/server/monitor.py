@@ -17,7 +17,7 @@ import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from ..errors import SliceNotFound, VGPUError
@@ -28,6 +28,7 @@ from ..slices import Occupancy, Slice, Waiter, occupancy_of
 from ..slices.holders import Attribution, ProcessOwners
 from ..slices.usage import ReportCache, SliceUsage, slice_usage
 from ..units import shorten
+from .rebooking import Rebooking
 
 T = TypeVar("T")
 
@@ -115,9 +116,8 @@ class UsageMonitor:
         self._known_pids: list[int] = []
         self._broken: set[str] = set()  # slices whose usage failed once (logged once)
         self._orphans: set[str] = set()  # kernel slices of kernels this server did not run, last tick
-        self._book: str | None = None  # the ledger's book id at the last tick (a new one: it was reset)
-        self._kernel_slices: dict[str, Slice] = {}  # kernel id -> the slice it held at the last tick
-        self._untold: list[tuple[SliceUsage, str]] = []  # kernels whose slice was not booked again
+        #: Books this server's kernels' slices again after a reset (or a split), and keeps who was not.
+        self._rebooking = Rebooking(ledger, uid=self.uid, server_pid=self.server_pid, log=self.log) if ledger is not None else None
         self._last_error: str | None = None
         self._slurm_problem: str | None = None
         self._lock: asyncio.Lock | None = None
@@ -137,7 +137,8 @@ class UsageMonitor:
                     self.log.info(
                         "jupyter-vgpu: freed slice %s of %s, which has ended.", dead.id, dead.describe_holder()
                     )
-            slices = self._book_again(self._free_given_up(self.ledger.slices(), kernel_pids), kernel_pids, split, snapshot)
+            assert self._rebooking is not None
+            slices = self._rebooking.step(self._free_given_up(self.ledger.slices(), kernel_pids), kernel_pids, split, snapshot)
             waiting = tuple(self.ledger.waiting())
         except VGPUError as error:
             return _empty(now, str(error), simulated=self.simulated)
@@ -222,53 +223,6 @@ class UsageMonitor:
         self._orphans = suspects
         return kept
 
-    def _book_again(
-        self, slices: list[Slice], kernel_pids: Mapping[str, int | None] | None, split: str | None, snapshot: Snapshot
-    ) -> list[Slice]:
-        """Book again the slices of this server's running kernels that the ledger lost: it was
-        made afresh (``gc --reset-ledger``: its book id changed) or this process's writes were
-        lost to a split. Each keeps its id, GPUs and sizes, while new slices wait a few seconds
-        after a reset (``store.RESET_GRACE``). A slice released on purpose while the book stayed
-        the same is left alone. A kernel whose slice cannot be booked again is told."""
-        assert self.ledger is not None
-        if kernel_pids is None:
-            return slices
-        present = {s.id for s in slices}
-        missing = [(k, kept) for k, kept in self._kernel_slices.items() if kept.id not in present and k in kernel_pids]
-        lost = False
-        if missing:  # released on purpose, or lost with the book: its id tells (asked only now: a broker answers over its socket)
-            book = self.ledger.book_id()
-            lost = split is not None or (self._book is not None and book != self._book)
-            self._book = book
-        for kernel_id, kept in missing if lost else ():
-            pid = kernel_pids.get(kernel_id) or self.server_pid  # the server holds it during a restart
-            why = "was reset" if split is None else "split from this server's"
-            try:
-                slices.append(self.ledger.rebook(replace(kept, pid=pid)))
-            except VGPUError as error:
-                self.log.warning(
-                    "jupyter-vgpu: slice %s of %s could not be booked again after the ledger %s: %s",
-                    kept.id, kept.describe_holder(), why, error,
-                )  # fmt: skip
-                message = (
-                    f"the ledger {why} and this kernel's GPU slice could not be booked again: {error} Its GPU memory "
-                    "is no longer reserved for it; restart the kernel to get a slice."
-                )
-                self._untold.append((slice_usage(kept, pid, Attribution(), snapshot, None), message))
-            else:
-                self.log.info(
-                    "jupyter-vgpu: booked slice %s of %s (%s on GPU %s) again: the ledger %s.",
-                    kept.id, kept.describe_holder(), kept.request.describe(),
-                    ", ".join(map(str, kept.gpu_indices)), why,
-                )  # fmt: skip
-        held = {s.holder: s for s in slices if s.holder_kind == "kernel" and s.holder in kernel_pids and s.uid == self.uid}
-        if not held:
-            self._book = None  # read afresh when this server's kernels hold slices again
-        elif self._book is None:
-            self._book = self.ledger.book_id()  # the book these slices are in
-        self._kernel_slices = held
-        return slices
-
     def _reap_due(self) -> bool:
         """Reap when asked to, or every ``reap_every`` ticks if a holder pid has gone; and
         every ``FULL_REAP`` such periods regardless, for what only a full check sees (a zombie,
@@ -290,7 +244,7 @@ class UsageMonitor:
             sample = await self.call(self.collect, pids)
             self._record(sample)
             self.latest = sample
-            untold, self._untold = self._untold, []
+            untold = self._rebooking.take_untold() if self._rebooking is not None else []
         if (tell := self.tell) is not None:
             for usage, message in untold:
                 await tell(usage, message)

@@ -367,11 +367,13 @@ def test_every_operation_of_the_ledger_contract_works_through_the_broker(system_
     used |= {"reap", "overcommitted"}
     assert ledger.book_id() == ledger.book_id() != ""
     lost = ledger.reserve_now(SliceRequest.parse("1/4"), Holder.command("lost"))
-    ledger.release(lost.id)  # as a reset loses it; this process still runs
-    again = ledger.rebook(lost)
-    assert (again.id, again.gpus, again.memory, again.holder) == (lost.id, lost.gpus, lost.memory, "lost")
-    assert ledger.release(again.id).id == lost.id
-    used |= {"book_id", "rebook"}
+    claim = ledger.claim(lost.id)
+    assert len(claim) == 32 and ledger.claim(lost.id) == claim
+    assert ledger.rebook(lost, claim) == lost  # booked already: found
+    ledger.release(lost.id)  # as a reset loses it, but no reset: refused (tests/hub/test_broker_rebook.py books one)
+    with pytest.raises(NotPermitted, match=f"Slice {lost.id} can be booked again only in the 10 s after"):
+        ledger.rebook(lost, claim)
+    used |= {"book_id", "claim", "rebook"}
     assert used == set(OPERATIONS)
 
 

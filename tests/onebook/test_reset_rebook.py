@@ -18,7 +18,7 @@ import pytest
 from jupyter_process import JupyterProcess, isolated_env, start_jupyter, wait_for, write_sliced_kernelspec
 from kernels import Kernel
 
-from .views import JUPYTER_VGPU, file_view, run, start_kernel
+from .views import JUPYTER_VGPU, file_view, run, start_kernel, wait_for_ids
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="reads /proc/<pid>/fd")
 
@@ -72,14 +72,24 @@ def test_a_running_kernels_slice_is_booked_again_after_a_reset_and_nothing_is_pl
     status, kernel = start_kernel(server, HALF)
     assert status == 201, kernel
     before = wait_for(lambda: kernel_slice(server, kernel["id"]), "the kernel's slice in the API")
-    damage_and_reset(ledger, env)
-    reset = time.time()
+    # a command beside it, which no server watches: it books its own slice again
+    command = subprocess.Popen([JUPYTER_VGPU, "run", "-p", "1/4", "--gpu", "1", "--", "sleep", "120"], env=env,
+                               stderr=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        (command_id,) = wait_for_ids(ledger, 2) - {before["id"]}
+        damage_and_reset(ledger, env)
+        reset = time.time()
 
-    again = wait_for(lambda: kernel_slice(server, kernel["id"], reset), "the kernel's slice booked again", timeout=30)
-    assert (again["id"], again["gpu_indices"], again["memory_reserved"]) == (
-        before["id"], before["gpu_indices"], before["memory_reserved"],
-    )  # fmt: skip
-    assert file_view(ledger)[0] == {before["id"]}  # in the fresh file itself, not only in the server's view
+        again = wait_for(lambda: kernel_slice(server, kernel["id"], reset), "the kernel's slice booked again", timeout=30)
+        assert (again["id"], again["gpu_indices"], again["memory_reserved"]) == (
+            before["id"], before["gpu_indices"], before["memory_reserved"],
+        )  # fmt: skip
+        # in the fresh file itself, not only in the server's view; the command's within the grace
+        wait_for(lambda: file_view(ledger)[0] == {before["id"], command_id} or None, "both slices booked again", timeout=10)
+    finally:
+        command.terminate()
+        _, said = command.communicate(timeout=30)
+    assert f"jupyter vgpu: the ledger was reset; slice {command_id} (1/4 GPU on GPU 1) is booked again." in said, said
     assert f"booked slice {before['id']} of " in server.log_text() and "again: the ledger was reset" in server.log_text()
 
     # Two whole GPUs: refused while the servers book again, and once that is over, for GPU 0 is half booked.

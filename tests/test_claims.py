@@ -1,0 +1,113 @@
+"""A slice's claim: what its holder brings to book it again after a reset. Only the user a slice
+was granted to gets it; a rebook without it, outside a reset's grace, or of an id that is another
+holder's is refused in one sentence; the key behind the claims is the keeper's private file; the
+tier is the ledger's own, never the record's. (Two real users and a root broker:
+tests/hub/test_broker_rebook.py.)"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from jupyter_vgpu.enforcement import Tier
+from jupyter_vgpu.errors import LedgerError, NotPermitted
+from jupyter_vgpu.gpus import Inventory
+from jupyter_vgpu.ledger import SQLiteLedger
+from jupyter_vgpu.ledger.claims import Claims, key_path
+from jupyter_vgpu.ledger.file import LedgerFile
+from jupyter_vgpu.server.rebooking import Rebooking
+from jupyter_vgpu.slices import Actor, Holder, SliceRequest
+
+
+@pytest.fixture
+def ledger(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> SQLiteLedger:
+    monkeypatch.delenv("JUPYTER_VGPU_HAMI_CORE", raising=False)
+    monkeypatch.delenv("JUPYTER_VGPU_TIERS", raising=False)
+    return SQLiteLedger(tmp_path / "ledger.sqlite", Inventory("1x16GiB"), context_allowance=512 << 20)
+
+
+def reset(ledger: SQLiteLedger) -> SQLiteLedger:
+    """What `jupyter vgpu gc --reset-ledger` does (this process holds slices: a grace begins)."""
+    assert LedgerFile.reset(ledger.path) is not None
+    assert ledger.slices() == []
+    return ledger
+
+
+def test_only_the_slices_own_user_gets_its_claim_and_the_key_is_private(ledger: SQLiteLedger) -> None:
+    held = ledger.reserve_now(SliceRequest.parse("1/4"), Holder.command("train"))
+    claim = ledger.claim(held.id)
+    assert len(claim) == 32 and ledger.claim(held.id) == claim
+    key = key_path(ledger.path)
+    assert key.stat().st_mode & 0o777 == 0o600 and key.stat().st_uid == os.geteuid()
+    other = ledger.acting_for(Actor("someone", os.getuid() + 1000, admin=True))
+    with pytest.raises(NotPermitted, match=f"Slice {held.id} belongs to .*; only its own user gets its claim."):
+        other.claim(held.id)  # an admin too: a claim is for the user it was granted to
+    assert Claims(ledger.path).of(held.id, os.getuid() + 1000) != claim
+
+
+def test_a_key_that_is_not_the_keepers_alone_is_refused_in_one_sentence(ledger: SQLiteLedger) -> None:
+    held = ledger.reserve_now(SliceRequest.parse("1/4"), Holder.command("train"))
+    key = key_path(ledger.path)
+    key.write_text("00" * 32 + "\n")
+    key.chmod(0o644)  # planted, readable by others: its claims are no secret
+    with pytest.raises(LedgerError, match=r"The ledger's key .* is not this user's private file \(owner uid \d+, mode 644\); remove it"):
+        SQLiteLedger(ledger.path, ledger.inventory).claim(held.id)
+    key.unlink()
+    key.symlink_to("/etc/hostname")
+    with pytest.raises(LedgerError, match=r"The ledger's key .* cannot be read"):
+        SQLiteLedger(ledger.path, ledger.inventory).claim(held.id)
+
+
+def test_a_rebook_needs_the_claim_and_a_reset(ledger: SQLiteLedger) -> None:
+    held = ledger.reserve_now(SliceRequest.parse("1/4"), Holder.command("train"))
+    claim = ledger.claim(held.id)
+    ledger.release(held.id)
+    with pytest.raises(NotPermitted, match=f"Slice {held.id} can be booked again only in the 10 s after the ledger .* was reset"):
+        ledger.rebook(held, claim)  # released on purpose, the book the same: no way around the line
+    assert ledger.slices() == []
+    ledger.reserve_now(SliceRequest.parse("1/4"), Holder.command("another"))  # runs: the reset keeps a grace
+    reset(ledger)
+    with pytest.raises(NotPermitted, match=f"Slice {held.id} was not granted to .*, or its claim was not given"):
+        ledger.rebook(held, "")
+    with pytest.raises(NotPermitted, match="Slice 0123456789ab was not granted to"):
+        ledger.rebook(replace(held, id="0123456789ab"), claim)  # a claim is for one id
+    again = ledger.rebook(held, claim)
+    assert (again.id, again.memory, again.gpus) == (held.id, held.memory, held.gpus)
+    assert ledger.rebook(held, claim) == again  # asked again: found, not booked twice
+    assert [s.id for s in ledger.slices()] == [held.id]
+
+
+def test_after_a_split_the_users_own_ledger_books_it_again_outside_a_grace(ledger: SQLiteLedger) -> None:
+    held = ledger.reserve_now(SliceRequest.parse("1/4"), Holder.command("train"))
+    claim = ledger.claim(held.id)
+    ledger.release(held.id)  # as a split loses this process's write
+    assert ledger.rebook(held, claim, split=True).id == held.id
+
+
+def test_the_tier_is_the_ledgers_not_the_records(ledger: SQLiteLedger) -> None:
+    held = ledger.reserve_now(SliceRequest.parse("1/4"), Holder.command("train"))
+    assert held.tier is Tier.COOPERATIVE
+    claim = ledger.claim(held.id)
+    reset(ledger)
+    again = ledger.rebook(replace(held, tier=Tier.HAMI_CORE), claim)  # no HAMi-core here
+    assert again.tier is Tier.COOPERATIVE
+
+
+def test_a_server_tells_a_kernel_whose_slice_id_is_held_by_another_holder(ledger: SQLiteLedger) -> None:
+    """The id alone proves nothing: a kernel's slice is its own only with its id, user and holder."""
+    rebooking = Rebooking(ledger, uid=os.getuid(), server_pid=os.getpid(), log=logging.getLogger("test"))
+    snapshot = ledger.inventory.snapshot()
+    held = ledger.reserve_now(SliceRequest.parse("1/4"), Holder.kernel("k-1", pid=os.getpid()))
+    pids = {"k-1": os.getpid()}
+    assert [s.id for s in rebooking.step(ledger.slices(), pids, None, snapshot)] == [held.id]
+    assert rebooking.take_untold() == []
+    with ledger.file.transaction() as db:  # the same id, now another kernel's
+        db.execute("UPDATE slices SET holder = 'k-2' WHERE id = ?", (held.id,))
+    rebooking.step(ledger.slices(), pids, None, snapshot)
+    ((usage, told),) = rebooking.take_untold()
+    assert usage.slice.id == held.id
+    assert told.startswith("this kernel's GPU slice id is held by someone else now (Slice ") and "restart the kernel" in told
