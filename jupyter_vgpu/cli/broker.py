@@ -8,6 +8,8 @@ import os
 from typing import Any
 
 from ..config import ENV_LEDGER, load_settings
+from ..enforcement.hamicore import library, library_problem
+from ..errors import InvalidConfig
 from ..ledger.broker_client import DEFAULT_LEDGER, DEFAULT_SOCKET, ENV_BROKER
 from ..units import shorten
 
@@ -63,6 +65,8 @@ def broker(args: argparse.Namespace) -> int:
 
     logging.basicConfig(level=args.log_level, format="[%(levelname)1.1s %(asctime)s %(name)s] %(message)s")
     settings = load_settings()
+    if problem := library_problem(library()):  # every slice it placed would be cooperative, in silence
+        raise InvalidConfig(f"The broker does not start with a HAMi-core library it cannot preload: {problem}")
     socket_path = args.socket or os.environ.get(ENV_BROKER) or DEFAULT_SOCKET
     ledger_path = args.ledger or os.environ.get(ENV_LEDGER) or DEFAULT_LEDGER
     node = open_broker(settings, ledger_path=ledger_path, policy=args.policy, waiter_timeout=args.waiter_timeout)

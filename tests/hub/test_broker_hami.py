@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import shutil
 import signal
+import subprocess
 import tempfile
 from pathlib import Path
 
@@ -75,3 +76,21 @@ def test_a_library_the_user_cannot_preload_is_said_by_run_and_status(system_user
             shutil.rmtree(stop.parent, ignore_errors=True)
     finally:
         shutil.rmtree(private, ignore_errors=True)
+
+
+def test_a_broker_whose_library_cannot_be_preloaded_does_not_start(broker: BrokerProcess) -> None:
+    """The client refuses such a library; the broker does too, in one sentence, rather than serve
+    every user cooperative slices in silence while the admin believes they are enforced."""
+    broker.kill(signal.SIGTERM)
+    env = {**broker.env, "JUPYTER_VGPU_HAMI_CORE": "/bin/ls"}
+    result = subprocess.run(
+        [JUPYTER_VGPU, "broker", "--socket", str(broker.socket), "--ledger", str(broker.ledger), "--policy", str(broker.policy)],
+        env=env, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert result.returncode == 1
+    said = result.stderr.strip()
+    assert said.startswith(
+        "jupyter vgpu: The broker does not start with a HAMi-core library it cannot preload: "
+        "JUPYTER_VGPU_HAMI_CORE / c.VGPU.hami_core_library /bin/ls "
+    ) and "\n" not in said and "Traceback" not in said, said
+    assert not broker.socket.exists()
