@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import Any
 
 from tornado.web import HTTPError
@@ -38,6 +39,7 @@ class ShownToUser(HTTPError):
         self.message = message
         #: The id of the refusal recorded for it (``GET /api/vgpu/refusals/<id>``), once recorded.
         self.refusal_id: str | None = None
+        self.logged = False  # said in the server log (OneLineRefusals)
 
     def __str__(self) -> str:
         return self.message
@@ -69,6 +71,25 @@ class KernelSetupBroken(ShownToUser, VGPUError):
     """jupyter-vgpu's own settings or ledger cannot be used (a bad number, a corrupt ledger)."""
 
     status = 503
+
+
+class OneLineRefusals(logging.Filter):
+    """A refused start in the server log as one line, not a traceback: jupyter_client logs every
+    failed start with ``log.exception`` (its ``in_pending_state``), and a refusal is an answer to
+    the user, not a bug (a load run wrote twenty tracebacks). What was a bug was logged whole by
+    :func:`as_shown` already."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        error = record.exc_info[1] if record.exc_info else None
+        if isinstance(error, ShownToUser):
+            if error.logged:
+                return False  # the multi-kernel manager logs it again
+            error.logged = True
+            record.exc_info = None
+            record.exc_text = None
+            record.msg = "jupyter-vgpu: kernel start refused (%s): %s"
+            record.args = (error.status, (error.message.splitlines() or [""])[0])
+        return True
 
 
 def as_shown(error: BaseException, log: Any) -> BaseException:

@@ -23,6 +23,7 @@ from ..enforcement import offered_by
 from ..enforcement.hamicore import library, library_problem
 from ..errors import VGPUError
 from ..gpus.context import context_allowance
+from ..launch.errors import OneLineRefusals
 from ..launch.refusals import refusals_of
 from ..launch.workarounds import check_provisioner_configs, forget_failed_starts
 from ..ledger import Ledger, open_ledger
@@ -263,6 +264,9 @@ class VGPUServer(ExtensionApp):
             self._log_tiers(ledger)
         check_provisioner_configs()
         manager = self.serverapp.kernel_manager
+        for logger in {id(log): log for log in (self.serverapp.log, manager.log)}.values():
+            if not any(isinstance(f, OneLineRefusals) for f in logger.filters):
+                logger.addFilter(OneLineRefusals())  # a refused start: one line, not jupyter_client's traceback
         self.monitor = UsageMonitor(
             ledger,
             interval=self.monitor_interval,

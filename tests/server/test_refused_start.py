@@ -46,9 +46,13 @@ async def refusal(jp_fetch: Any, route: str, body: dict[str, Any]) -> tuple[int,
     ],
 )
 async def test_a_start_refused_for_room_is_a_503_with_the_sentence(
-    jp_fetch: Any, vgpu_server: Any, full_gpus: Any, route: str, body: dict[str, Any]
+    jp_fetch: Any, vgpu_server: Any, full_gpus: Any, route: str, body: dict[str, Any], caplog: pytest.LogCaptureFixture
 ) -> None:
     code, reply = await refusal(jp_fetch, route, body)
+    # the server log: one line for the refusal (jupyter_client logs its traceback), no traceback
+    assert "Traceback" not in caplog.text, caplog.text
+    said = [r.getMessage() for r in caplog.records if "kernel start refused" in r.getMessage()]
+    assert said == ["jupyter-vgpu: kernel start refused (503): No room for 1 GPU (16.0 GiB) now: every GPU is full."], caplog.text
 
     assert code == 503, reply
     message = reply["message"]
