@@ -235,3 +235,16 @@ def test_hami_cores_budget_files_go_with_their_slice_and_orphans_with_the_sweep(
     assert files[other.id].exists() and not files[orphan.id].exists()  # the orphan of a crash goes
     assert files[young.id].exists()  # maybe a slice granted after the live ones were read: kept a minute
     assert unrelated.exists()
+
+
+def test_a_tiers_own_start_up_check_names_its_setting(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The server, `run` and the broker ask every tier what is wrong with its settings; none of them
+    names a tier (issue 40)."""
+    from jupyter_vgpu.enforcement import setting_problems
+
+    monkeypatch.delenv("JUPYTER_VGPU_HAMI_CORE", raising=False)
+    assert setting_problems() == []
+    monkeypatch.setenv("JUPYTER_VGPU_HAMI_CORE", "/bin/ls")
+    (problem,) = setting_problems()
+    assert problem.startswith("JUPYTER_VGPU_HAMI_CORE / c.VGPU.hami_core_library /bin/ls ") and problem.endswith(".")
+    assert [t.tier for t in TIERS if t.setting_problem()] == [Tier.HAMI_CORE]

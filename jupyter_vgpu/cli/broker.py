@@ -8,7 +8,7 @@ import os
 from typing import Any
 
 from ..config import ENV_LEDGER, load_settings
-from ..enforcement.hamicore import library, library_problem
+from ..enforcement import setting_problems
 from ..errors import InvalidConfig
 from ..ledger.broker_client import DEFAULT_LEDGER, DEFAULT_SOCKET, ENV_BROKER
 from ..units import shorten
@@ -65,8 +65,8 @@ def broker(args: argparse.Namespace) -> int:
 
     logging.basicConfig(level=args.log_level, format="[%(levelname)1.1s %(asctime)s %(name)s] %(message)s")
     settings = load_settings()
-    if problem := library_problem(library()):  # every slice it placed would be cooperative, in silence
-        raise InvalidConfig(f"The broker does not start with a HAMi-core library it cannot preload: {problem}")
+    for problem in setting_problems():  # every slice it placed would lack the tier the admin set up, in silence
+        raise InvalidConfig(f"The broker does not start with a tier it cannot apply: {problem}")
     socket_path = args.socket or os.environ.get(ENV_BROKER) or DEFAULT_SOCKET
     ledger_path = args.ledger or os.environ.get(ENV_LEDGER) or DEFAULT_LEDGER
     node = open_broker(settings, ledger_path=ledger_path, policy=args.policy, waiter_timeout=args.waiter_timeout)

@@ -31,9 +31,8 @@ from typing import Any
 import psutil
 
 from ..config import load_settings
-from ..enforcement import Tier, by_tier
+from ..enforcement import Tier, by_tier, setting_problems
 from ..enforcement.base import ENV_ENTER
-from ..enforcement.hamicore import library, library_problem
 from ..errors import InvalidRequest, SliceNotFound, VGPUError
 from ..ledger import Ledger, open_ledger
 from ..ledger.keep import KeepBooked
@@ -90,8 +89,8 @@ def run(args: argparse.Namespace) -> int:
     wait = parse_seconds(args.wait, what="--wait")
     settings = load_settings()
     ledger = open_ledger(settings)
-    if (refused := library_problem(library())) and not args.quiet:
-        print(f"jupyter vgpu: {refused}", file=sys.stderr)  # slices placed here stay cooperative
+    for refused in [] if args.quiet else setting_problems():
+        print(f"jupyter vgpu: {refused}", file=sys.stderr)  # slices placed here do not get that tier
     # run keeps the slice while it waits for the command's processes (_run_child)
     line = None if args.quiet else _PlaceInLine(ledger, request, wait)
     slice_ = ledger.reserve(request, Holder("command", shlex.join(command), keeper=os.getpid()), wait=wait, waiting=line)

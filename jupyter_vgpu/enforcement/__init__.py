@@ -52,6 +52,11 @@ def by_tier(tier: Tier) -> Enforcement:
 ENV_TIERS = "JUPYTER_VGPU_TIERS"
 
 
+def setting_problems() -> list[str]:
+    """What is wrong with the admin's tier settings, a sentence each (the tiers' own checks)."""
+    return [problem for t in TIERS if (problem := t.setting_problem())]
+
+
 def allowed_tiers(env: Mapping[str, str] | None = None) -> tuple[Enforcement, ...]:
     """:data:`TIERS` the admin allows, strongest first (cooperative always)."""
     text = (os.environ if env is None else env).get(ENV_TIERS, "").strip()
@@ -86,4 +91,4 @@ def offered_by(gpu: PlacedGPU) -> str:
     return next(t.offered() for t in (TIERS if mig else tiers) if t.applies([gpu], mig))
 
 
-__all__ = ["ENV_TIERS", "TIERS", "Enforcement", "PlacedGPU", "Tier", "allowed_tiers", "by_tier", "offered_by", "thread_percentage", "tier_of"]
+__all__ = ["ENV_TIERS", "TIERS", "Enforcement", "PlacedGPU", "Tier", "allowed_tiers", "by_tier", "offered_by", "setting_problems", "thread_percentage", "tier_of"]

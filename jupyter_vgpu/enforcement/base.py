@@ -109,6 +109,12 @@ class Enforcement(ABC):
         placing process decided: :meth:`setup` there, this process's when not given)."""
         return {}
 
+    def setting_problem(self) -> str | None:
+        """What is wrong with the admin's settings of this tier, in one sentence naming the setting
+        (said at start by the server, ``run`` and the broker; the tier then does not apply); None
+        when nothing is, or the tier is not configured."""
+        return None
+
     def setup(self) -> dict[str, str]:
         """What the process that places a slice of this tier decides for it beyond its GPUs
         (HAMi-core: the library to preload), carried with the slice (``Slice.tier_setup``) to the

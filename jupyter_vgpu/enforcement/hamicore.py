@@ -251,6 +251,9 @@ class HAMiCore(Enforcement):
         path = library()
         return bool(path) and library_problem(path) is None
 
+    def setting_problem(self) -> str | None:
+        return library_problem(library())
+
     def setup(self) -> dict[str, str]:
         return {"library": library()}
 

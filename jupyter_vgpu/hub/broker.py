@@ -16,7 +16,6 @@ The socket itself is :mod:`.listener`. Clients are :class:`jupyter_vgpu.ledger.b
 
 from __future__ import annotations
 
-import inspect
 import json
 import logging
 import os
@@ -32,14 +31,13 @@ import psutil
 from ..enforcement import by_tier
 from ..errors import InvalidConfig, InvalidRequest, LeftLine, NotPermitted, SliceUnavailable, VGPUError
 from ..gpus.inventory import GPUProcess, Snapshot
-from ..ledger import Ledger, SQLiteLedger
+from ..ledger import SQLiteLedger
 from ..ledger.contract import OPERATIONS
 from ..ledger.wire import (
     CALLER,
     RENAMED_OPERATIONS,
+    decode_arguments,
     error_to_wire,
-    holder_from_wire,
-    slice_from_wire,
     slice_to_wire,
     snapshot_to_wire,
     waiter_to_wire,
@@ -191,7 +189,7 @@ class Broker:
                 return {"ok": True, "result": snapshot_to_wire(self.snapshot_for(caller, telemetry=telemetry))}
             if not isinstance(op, str) or op not in OPERATIONS:
                 raise InvalidRequest(f"The broker does not know the request {shorten(op)}; upgrade the client or the broker.")
-            return {"ok": True, "result": self.serve(caller, op, _arguments(op, args, caller))}
+            return {"ok": True, "result": self.serve(caller, op, decode_arguments(op, args, caller.pid))}
         except SliceUnavailable as error:
             return error_to_wire(error)  # built by the ledger acting for the caller: others' holders unnamed
         except VGPUError as error:
@@ -482,70 +480,3 @@ class Broker:
             except VGPUError as error:
                 log.warning("jupyter-vgpu broker: reaping failed: %s", error)
             stop.wait(interval)
-
-
-#: The contract's arguments as they arrive on the wire, each turned into what the ledger takes.
-_DECODE: dict[str, Any] = {
-    "slice_id": lambda v: _text(v, "slice_id", 64),
-    "request": lambda v: _request(v),
-    "holder": None,  # needs the caller: see _arguments
-    "ticket": lambda v: Ticket(number=_whole(v, "ticket"), request=SliceRequest()),
-    "final": lambda v: bool(v),
-    "pid": lambda v: None if v is None else _whole(v, "pid"),
-    "labels": lambda v: v,
-    "record": lambda v: _record(v),
-    "claim": lambda v: _text(v, "claim", 64),
-    "split": lambda v: v is True,
-}
-
-
-def _arguments(op: str, args: dict[str, Any], caller: Caller) -> dict[str, Any]:
-    """The arguments of ``op`` as the contract's method names them, decoded; no others."""
-    parameters = {n: p for n, p in inspect.signature(getattr(Ledger, op)).parameters.items() if n != "self"}
-    names = list(parameters)
-    unknown = sorted(set(args) - set(names), key=str)
-    if unknown:
-        raise InvalidRequest(f"{op} takes {', '.join(names) or 'no arguments'}; not {', '.join(map(shorten, unknown))}.")
-    missing = [n for n, p in parameters.items() if p.default is inspect.Parameter.empty and n not in args]
-    if missing:
-        raise InvalidRequest(f"{op} needs {', '.join(missing)}.")
-    return {
-        name: holder_from_wire(value, caller.pid) if name == "holder" else _DECODE[name](value)
-        for name, value in args.items()
-    }
-
-
-def _text(value: Any, name: str, limit: int) -> str:
-    if not isinstance(value, str) or len(value) > limit:
-        raise InvalidRequest(f"{name} must be text of at most {limit} characters, not {shorten(value)}.")
-    return value
-
-
-def _whole(value: Any, name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 < value < 2**63:
-        raise InvalidRequest(f"{name} {shorten(value)} is not a positive whole number.")
-    return value
-
-
-def _record(data: Any) -> Slice:
-    """A slice to book again, as a client sent it (its owner, and its pids' start times and
-    stamps, are the broker's to find out; ``keeper_pid`` may be the caller)."""
-    if not isinstance(data, dict):
-        raise InvalidRequest("The slice to book again must be a mapping of its fields.")
-    try:
-        return slice_from_wire({**data, "request": _request(data.get("request")).to_dict()})
-    except (KeyError, TypeError, ValueError) as error:
-        raise InvalidRequest(f"The slice to book again is malformed ({shorten(error)}).") from None
-
-
-def _request(data: Any) -> SliceRequest:
-    if not isinstance(data, dict):
-        raise InvalidRequest("The request must be a mapping (fraction or memory, gpus, ...).")
-    return SliceRequest.parse(
-        data.get("fraction"),
-        data.get("memory"),
-        gpus=data.get("gpus", 1),
-        gpu=data.get("gpu"),
-        logical_devices=data.get("logical_devices", 1),
-        placement=data.get("placement", "binpack"),
-    )

@@ -15,6 +15,7 @@ caller's own processes by pid, checked against the socket's peer credentials.
 
 from __future__ import annotations
 
+import inspect
 import os
 import socket
 import struct
@@ -24,10 +25,11 @@ from dataclasses import fields
 from typing import Any
 
 from .. import errors
-from ..errors import SliceUnavailable, VGPUError
+from ..errors import InvalidRequest, SliceUnavailable, VGPUError
 from ..gpus import GPU, GPUProcess, Snapshot
-from ..slices.records import Holder, Slice, Waiter
+from ..slices.records import Holder, Slice, Ticket, Waiter
 from ..slices.request import SliceRequest
+from ..units import shorten
 
 #: Longest answer the client accepts (a node with thousands of slices stays far below).
 MAX_MESSAGE = 16 * 1024 * 1024
@@ -217,3 +219,73 @@ def read_line(conn: socket.socket) -> bytes:
         if size > MAX_MESSAGE:
             raise OSError("answer too large")
     return b"".join(chunks)
+
+
+#: The contract's arguments as they arrive on the wire, each turned into what the ledger takes.
+_DECODE: dict[str, Any] = {
+    "slice_id": lambda v: _text(v, "slice_id", 64),
+    "request": lambda v: _request(v),
+    "holder": None,  # needs the caller: see decode_arguments
+    "ticket": lambda v: Ticket(number=_whole(v, "ticket"), request=SliceRequest()),
+    "final": lambda v: bool(v),
+    "pid": lambda v: None if v is None else _whole(v, "pid"),
+    "labels": lambda v: v,
+    "record": lambda v: _record(v),
+    "claim": lambda v: _text(v, "claim", 64),
+    "split": lambda v: v is True,
+}
+
+
+def decode_arguments(op: str, args: dict[str, Any], caller_pid: int) -> dict[str, Any]:
+    """The arguments of contract operation ``op`` as they arrived on the wire, decoded into what the
+    ledger's method takes, by its parameter names; no others (one sentence for what is wrong). A
+    holder's pid that is the caller becomes ``caller_pid``."""
+    from .contract import Ledger  # the contract names the arguments
+    parameters = {n: p for n, p in inspect.signature(getattr(Ledger, op)).parameters.items() if n != "self"}
+    names = list(parameters)
+    unknown = sorted(set(args) - set(names), key=str)
+    if unknown:
+        raise InvalidRequest(f"{op} takes {', '.join(names) or 'no arguments'}; not {', '.join(map(shorten, unknown))}.")
+    missing = [n for n, p in parameters.items() if p.default is inspect.Parameter.empty and n not in args]
+    if missing:
+        raise InvalidRequest(f"{op} needs {', '.join(missing)}.")
+    return {
+        name: holder_from_wire(value, caller_pid) if name == "holder" else _DECODE[name](value)
+        for name, value in args.items()
+    }
+
+
+def _text(value: Any, name: str, limit: int) -> str:
+    if not isinstance(value, str) or len(value) > limit:
+        raise InvalidRequest(f"{name} must be text of at most {limit} characters, not {shorten(value)}.")
+    return value
+
+
+def _whole(value: Any, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 < value < 2**63:
+        raise InvalidRequest(f"{name} {shorten(value)} is not a positive whole number.")
+    return value
+
+
+def _record(data: Any) -> Slice:
+    """A slice to book again, as a client sent it (its owner, and its pids' start times and
+    stamps, are the broker's to find out; ``keeper_pid`` may be the caller)."""
+    if not isinstance(data, dict):
+        raise InvalidRequest("The slice to book again must be a mapping of its fields.")
+    try:
+        return slice_from_wire({**data, "request": _request(data.get("request")).to_dict()})
+    except (KeyError, TypeError, ValueError) as error:
+        raise InvalidRequest(f"The slice to book again is malformed ({shorten(error)}).") from None
+
+
+def _request(data: Any) -> SliceRequest:
+    if not isinstance(data, dict):
+        raise InvalidRequest("The request must be a mapping (fraction or memory, gpus, ...).")
+    return SliceRequest.parse(
+        data.get("fraction"),
+        data.get("memory"),
+        gpus=data.get("gpus", 1),
+        gpu=data.get("gpu"),
+        logical_devices=data.get("logical_devices", 1),
+        placement=data.get("placement", "binpack"),
+    )

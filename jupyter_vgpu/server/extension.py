@@ -19,8 +19,7 @@ from traitlets.config.loader import DeferredConfig
 
 from .. import __version__
 from ..config import load_settings
-from ..enforcement import offered_by
-from ..enforcement.hamicore import library, library_problem
+from ..enforcement import offered_by, setting_problems
 from ..errors import VGPUError
 from ..gpus.context import context_allowance
 from ..launch.errors import OneLineRefusals
@@ -258,8 +257,8 @@ class VGPUServer(ExtensionApp):
             self.log.exception("jupyter-vgpu: opening the ledger failed")
         if problem:
             self.log.error("jupyter-vgpu: %s The GPU API answers with this message until it is fixed.", problem)
-        if hami := library_problem(library()):
-            self.log.error("jupyter-vgpu: %s", hami)
+        for tier_problem in setting_problems():
+            self.log.error("jupyter-vgpu: %s", tier_problem)
         if ledger is not None:
             self._log_tiers(ledger)
         check_provisioner_configs()

@@ -87,10 +87,10 @@ def test_a_broker_whose_library_cannot_be_preloaded_does_not_start(broker: Broke
         [JUPYTER_VGPU, "broker", "--socket", str(broker.socket), "--ledger", str(broker.ledger), "--policy", str(broker.policy)],
         env=env, capture_output=True, text=True, timeout=60,
     )  # fmt: skip
-    assert result.returncode == 1
+    assert result.returncode == 1, (result.returncode, result.stderr)
     said = result.stderr.strip()
     assert said.startswith(
-        "jupyter vgpu: The broker does not start with a HAMi-core library it cannot preload: "
+        "jupyter vgpu: The broker does not start with a tier it cannot apply: "
         "JUPYTER_VGPU_HAMI_CORE / c.VGPU.hami_core_library /bin/ls "
     ) and "\n" not in said and "Traceback" not in said, said
     assert not broker.socket.exists()
