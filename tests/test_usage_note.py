@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from jupyter_vgpu.gpus.inventory import GPU, Snapshot
+from jupyter_vgpu.gpus.model import GPU, Snapshot
 from jupyter_vgpu.slices import Slice
 from jupyter_vgpu.slices.holders import Attribution
 from jupyter_vgpu.slices.request import SliceRequest

@@ -10,18 +10,19 @@ from typing import TYPE_CHECKING
 from .._lazy import lazy_names
 
 if TYPE_CHECKING:
-    from .inventory import GPU, GPUProcess, Inventory, MIGDevice, Snapshot
+    from .inventory import Inventory
+    from .model import GPU, GPUProcess, MIGDevice, Snapshot
     from .mps import MPSStatus
     from .simulate_spec import parse_spec
     from .simulated_nvml import SimulatedNVML
 
 _WHERE = {
-    "GPU": "inventory",
-    "GPUProcess": "inventory",
+    "GPU": "model",
+    "GPUProcess": "model",
     "Inventory": "inventory",
-    "MIGDevice": "inventory",
+    "MIGDevice": "model",
     "MPSStatus": "mps",
-    "Snapshot": "inventory",
+    "Snapshot": "model",
     "SimulatedNVML": "simulated_nvml",
     "parse_spec": "simulate_spec",
 }

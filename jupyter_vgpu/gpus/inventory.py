@@ -13,155 +13,24 @@ import re
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
 from ..errors import InvalidConfig
 from ..units import shorten
 from . import memory_cgroups
+from .lenses import SchedulerLens
+from .model import GPU, GPUProcess, MIGDevice, Snapshot, instance_key
 from .mps import SERVER_PROCESS, MPSDetector
-from .podshare import PodShare, pod_share
 from .simulate_spec import describe
 from .simulated_nvml import NVMLError as SimulatedNVMLError
 from .simulated_nvml import SimulatedNVML
-from .slurmshare import SlurmShare, slurm_share
 
 T = TypeVar("T")
 
 
 #: ``NVIDIA A100-SXM4-40GB MIG 1g.5gb`` -> ``1g.5gb`` (also ``1c.3g.20gb``, ``1g.10gb+me``).
 _MIG_PROFILE = re.compile(r"MIG\s+(\S+)\s*$")
-
-
-@dataclass(frozen=True)
-class GPUProcess:
-    """A process NVML sees on a GPU (host pid; ``used`` is None when NVML cannot tell).
-
-    ``mig_device`` is the UUID of the MIG device it runs in (None outside MIG mode);
-    ``mps_server`` marks the MPS server, which holds memory on behalf of its clients.
-    ``slice_id`` is set by a node broker, which knows every slice's holder: the slice the
-    process counts against. It sends another user's process with ``pid`` 0 (withheld).
-    """
-
-    pid: int
-    used: int | None
-    utilization: int | None = None
-    mig_device: str | None = None
-    mps_server: bool = False
-    slice_id: str | None = None
-
-
-@dataclass(frozen=True)
-class MIGDevice:
-    """A MIG device (a GPU instance with its compute instance) an admin created on a GPU."""
-
-    index: int  # NVML's MIG device index under the parent GPU
-    uuid: str  # MIG-..., what CUDA_VISIBLE_DEVICES takes
-    profile: str  # 1g.10gb
-    memory_total: int
-    memory_used: int | None = None
-    gpu_instance_id: int | None = None
-    compute_instance_id: int | None = None
-
-
-@dataclass(frozen=True)
-class GPU:
-    """One physical GPU at the time of the snapshot.
-
-    In MIG mode ``mig_devices`` lists its instances (processes stay listed on the GPU, each
-    with its ``mig_device``); ``mps`` is True when an MPS control daemon serves it.
-    """
-
-    index: int
-    uuid: str
-    name: str
-    memory_total: int
-    memory_used: int | None
-    utilization: int | None
-    mig_mode: bool | None
-    processes: tuple[GPUProcess, ...] = ()
-    mig_devices: tuple[MIGDevice, ...] = ()
-    mps: bool = False
-    #: What the driver keeps for itself (NVML's ``reserved``): no process can have it.
-    memory_reserved_by_driver: int = 0
-    compute_capability: tuple[int, int] | None = None
-    #: Telemetry, read only when a snapshot asks for it (the dashboard's monitor), else None;
-    #: also None where NVML has no answer (MIG mode, a board without the sensor).
-    power_draw: float | None = None  # W
-    power_limit: float | None = None  # W (the enforced limit)
-    temperature: int | None = None  # °C, the GPU die
-    pcie_tx: int | None = None  # bytes/s over the last 20 ms NVML samples
-    pcie_rx: int | None = None  # bytes/s
-    #: In a pod a scheduler placed on a shared GPU (gpus.podshare): what it gave the pod, in
-    #: words ("this pod's share: 4.0 GiB of 16.0 GiB (HAMi)"), the card's own memory, and the
-    #: share of the SMs. ``memory_total`` is then the pod's share.
-    pod_share: str | None = None
-    card_memory: int | None = None
-    sm_limit: int | None = None
-    #: A scheduler's share of this GPU in words, a pod's (``pod_share``) or a Slurm job's
-    #: (gpus.slurmshare: "Slurm job 1234: 16/32 shards of GPU 0, 8.0 GiB"); and the Slurm job.
-    share: str | None = None
-    slurm_job: str | None = None
-    #: Where this process can give a slice a driver-enforced memory limit (MPS memory
-    #: partitioning, gpus.memory_cgroups): the backend, "dmem" (the kernel's controller) or "driver"
-    #: (the driver's fallback on kernels without it); None where it cannot.
-    memory_partitioning: str | None = None
-
-    def __post_init__(self) -> None:
-        # Accept the plain dicts and lists of a JSON round trip (the broker's wire).
-        if any(isinstance(m, dict) for m in self.mig_devices):
-            devices = tuple(MIGDevice(**m) if isinstance(m, dict) else m for m in self.mig_devices)
-            object.__setattr__(self, "mig_devices", devices)
-        if self.compute_capability is not None and not isinstance(self.compute_capability, tuple):
-            object.__setattr__(self, "compute_capability", tuple(self.compute_capability))
-
-    @property
-    def memory_usable(self) -> int:
-        """What processes can have: the total less what the driver keeps."""
-        return max(0, self.memory_total - self.memory_reserved_by_driver)
-
-    def to_dict(self) -> dict[str, Any]:
-        data = asdict(self)
-        data["processes"] = [asdict(p) for p in self.processes]
-        data["mig_devices"] = [asdict(m) for m in self.mig_devices]
-        return data
-
-
-@dataclass(frozen=True)
-class Snapshot:
-    """The inventory at one instant.
-
-    ``available`` is False when there is no GPU (or no driver); ``message`` then says why in
-    words a user can act on.
-    """
-
-    gpus: tuple[GPU, ...]
-    simulated: bool
-    available: bool
-    driver: str | None = None
-    message: str | None = None
-    taken_at: float = field(default_factory=time.time)
-
-    def by_uuid(self) -> dict[str, GPU]:
-        return {gpu.uuid: gpu for gpu in self.gpus}
-
-    def find(self, ident: str | int) -> GPU | None:
-        """A GPU by index (``0``, ``"0"``) or UUID (``GPU-...``), or None."""
-        text = str(ident).strip()
-        for gpu in self.gpus:
-            if text == str(gpu.index) or text == gpu.uuid or (len(text) >= 8 and gpu.uuid.startswith(text)):
-                return gpu
-        return None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "simulated": self.simulated,
-            "available": self.available,
-            "driver": self.driver,
-            "message": self.message,
-            "gpus": [gpu.to_dict() for gpu in self.gpus],
-        }
 
 
 def _load_pynvml() -> Any:
@@ -242,22 +111,11 @@ class Inventory:
             return Snapshot(gpus=(), simulated=False, available=False, message=self._error)
         count = _safe(nvml.nvmlDeviceGetCount) or 0
         mps = self.mps.status().active
-        env = os.environ if self._env is None else self._env
-        share = pod_share(env)  # InvalidConfig: a user's mistake
-        job = slurm_share(env)
+        lens = SchedulerLens.of(os.environ if self._env is None else self._env)  # InvalidConfig: a user's mistake
         self._partition_regions = None if memory_cgroups.manage_problem() else memory_cgroups.dmem_regions()
         gpus = tuple(g for g in (self._read_gpu(nvml, i, mps, telemetry) for i in range(count)) if g is not None)
         message = None if gpus else "NVML reports no GPU on this machine."
-        if job is not None:
-            by_nvml = job.nvml_map(count)
-            gpus = tuple(_in_job(g, job, by_nvml[g.index]) for g in gpus if g.index in by_nvml)
-            if not job.gpus:
-                message = (
-                    f"Slurm job {job.job} holds no GPU on node {job.node} (it asked for no gpu or shard GRES): "
-                    "ask for --gres=shard:N or --gres=gpu:N."
-                )
-        if share is not None:
-            gpus = tuple(_in_pod(g, share) for g in gpus)
+        gpus, message = lens.apply(gpus, count, message)
         self._forget_names({p.pid for g in gpus for p in g.processes})
         return Snapshot(
             gpus=gpus,
@@ -486,11 +344,6 @@ def _id(value: Any) -> int | None:
     return None if number == NOT_APPLICABLE else number
 
 
-def instance_key(device: MIGDevice) -> tuple[int | None, str]:
-    """What a MIG device's memory belongs to: its GPU instance (compute instances share it)."""
-    return (device.gpu_instance_id, device.uuid if device.gpu_instance_id is None else "")
-
-
 def _memory(nvml: Any, handle: Any) -> tuple[int, int | None, int] | None:
     """(total, used, reserved by the driver), or None when NVML refuses to say (a MIG container).
 
@@ -517,58 +370,6 @@ NVML_PCIE_UTIL_RX_BYTES = 1
 #: Seconds between two PCIe readings of a GPU: the driver samples 20 ms per direction and call,
 #: so 8 GPUs read every 2 s tick would keep the monitor's thread busy a sixth of the time.
 PCIE_EVERY = 10.0
-
-
-def _in_pod(gpu: GPU, share: PodShare) -> GPU:
-    """The GPU as this pod has it: capacity is the scheduler's share, and memory outside the pod
-    (other pods' processes, which NVML lists on the card with pids this pod cannot map) is not
-    counted against it; the pod's own use is what its kernels' frameworks report."""
-    limit = share.limit_for(gpu.index, gpu.memory_total)
-    if gpu.mig_mode or limit is None:
-        return replace(gpu, sm_limit=share.sm_limit)
-    return replace(
-        gpu,
-        memory_total=min(gpu.memory_usable, limit),
-        memory_used=None,
-        memory_reserved_by_driver=0,
-        processes=(),
-        pod_share=share.describe(gpu.index, gpu.memory_usable),
-        share=share.describe(gpu.index, gpu.memory_usable),
-        card_memory=gpu.memory_total,
-        sm_limit=share.sm_limit,
-    )
-
-
-def _in_job(gpu: GPU, job: SlurmShare, slurm_index: int) -> GPU:
-    """The GPU as this Slurm job has it. With shards, capacity is the job's shards of the card and
-    only the job's own processes count against it: other jobs' processes use their own shards
-    (Slurm fences none of them: docs/cluster.md). A whole GPU stays as NVML sees it, other
-    jobs' use included (a whole-GPU job may land on a GPU whose shards are in use)."""
-    described = job.describe(slurm_index, gpu.memory_usable)
-    limit = job.limit_for(slurm_index, gpu.memory_usable)
-    if gpu.mig_mode or limit is None:
-        return replace(gpu, share=described, slurm_job=job.job)
-    own = tuple(p for p in gpu.processes if _in_this_job(p.pid, job.job))
-    return replace(
-        gpu,
-        memory_total=limit,
-        memory_used=None if any(p.used is None for p in own) else sum(p.used or 0 for p in own),
-        memory_reserved_by_driver=0,
-        processes=own,
-        share=described,
-        slurm_job=job.job,
-        card_memory=gpu.memory_total,
-    )
-
-
-def _in_this_job(pid: int, job: str) -> bool:
-    """Whether process ``pid`` runs in Slurm job ``job`` (its environment says so; another user's
-    process cannot be read, and is not this job's)."""
-    try:
-        environ = Path(f"/proc/{pid}/environ").read_bytes()
-    except OSError:
-        return False
-    return f"SLURM_JOB_ID={job}".encode() in environ.split(b"\0")
 
 
 def _text(value: Any) -> str:

@@ -30,7 +30,7 @@ import psutil
 
 from ..enforcement import by_tier
 from ..errors import InvalidConfig, InvalidRequest, LeftLine, NotPermitted, SliceUnavailable, VGPUError
-from ..gpus.inventory import GPUProcess, Snapshot
+from ..gpus.model import GPUProcess, Snapshot
 from ..ledger import SQLiteLedger
 from ..ledger.contract import OPERATIONS
 from ..ledger.wire import (

@@ -18,7 +18,7 @@ from typing import Any
 
 from ..enforcement import offered_by
 from ..gpus import GPU, MIGDevice, Snapshot
-from ..gpus.inventory import instance_key
+from ..gpus.model import instance_key
 from ..units import format_bytes
 from .holders import Attribution
 from .records import Slice, Tier
