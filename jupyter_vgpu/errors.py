@@ -44,6 +44,11 @@ class LeftLine(SliceUnavailable):
     """A place in line that is gone before it was granted: cancelled, or its process ended."""
 
 
+class RequesterGone(LeftLine):
+    """Whoever asked for the slice stopped waiting for it (a page reloaded or closed while its
+    kernel waited in line): the request leaves the line and nothing is booked for it."""
+
+
 class SliceNotFound(VGPUError, KeyError):
     """No slice with that id exists in the ledger."""
 

@@ -32,6 +32,7 @@ from .errors import (
     InvalidRequest,
     NeverFits,
     NoGPU,
+    RequesterGone,
     SliceNotFound,
     SliceUnavailable,
     VGPUError,
@@ -79,6 +80,11 @@ class _LineLog:
         self.joined: float | None = None
 
     def __call__(self, ticket: Ticket) -> None:
+        start = START_REQUEST.get()
+        if start is not None and start.gone():  # a page that reloaded or closed while its kernel waited
+            self.log.info("Kernel %s stopped waiting in line for %s: the page that asked for it is gone.", self.kernel_id, self.asked)
+            self.joined = None
+            raise RequesterGone(f"Stopped waiting in line for {self.asked}: the page that asked for this kernel is gone.")
         if self.joined is not None:
             return
         self.joined = time.monotonic()

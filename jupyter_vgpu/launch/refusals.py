@@ -9,6 +9,7 @@ import threading
 import time
 import weakref
 from collections import OrderedDict, deque
+from collections.abc import Callable
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -23,6 +24,9 @@ class KernelStartRequest:
 
     requester: str | None
     refused: list[str] = field(default_factory=list)
+    #: Whether the client that sent the request is gone (its connection closed: a page reloaded or
+    #: closed): a start waiting in line for it then stops waiting.
+    gone: Callable[[], bool] = lambda: False
 
 
 #: The request whose kernel start runs in this context. The server's kernel-start handlers set it

@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..errors import LeftLine, NeverFits, SliceUnavailable
+from ..errors import LeftLine, NeverFits, RequesterGone, SliceUnavailable
 from ..slices.records import Holder, Slice, Ticket, Waiter
 from ..slices.refusal import after_waiting
 from ..slices.request import SliceRequest
@@ -212,6 +212,8 @@ class Ledger(ABC):
                 if waiting is not None:
                     waiting(ticket)
                 await asyncio.sleep(min(self.poll_interval, max(0.0, deadline - loop.time())) or 0.01)
+        except RequesterGone:
+            raise  # said by whoever saw the requester go
         except LeftLine:
             waited = wait - max(0.0, deadline - loop.time())
             raise LeftLine(

@@ -33,6 +33,7 @@ from ..units import shorten
 from .changes import Changes
 from .dashboard import DashboardHistory
 from .monitor import UsageMonitor
+from .peer import peer_gone
 from .reclaim import IdleReclaimer
 from .views import (
     KernelInfo,
@@ -395,7 +396,8 @@ class StartSentences(APIHandler):
     async def prepare(self) -> None:  # type: ignore[override]  # as APIHandler's
         await super().prepare()
         # The start's refusals are the requester's (the provisioner reads this).
-        START_REQUEST.set(KernelStartRequest(await requester(self)))
+        connection = self.request.connection
+        START_REQUEST.set(KernelStartRequest(await requester(self), gone=lambda: peer_gone(connection)))
 
     def write_error(self, status_code: int, **kwargs: Any) -> None:
         shown = shown_error(kwargs.get("exc_info"))
