@@ -200,6 +200,7 @@ def job_row(job: slurmctl.KernelJob, record: SlurmKernel | None = None) -> dict[
         "labels": dict(record.labels) if record else {},
         "created": record.created if record else None,
         "slurm_ended": record.ended if record else None,
+        "unfenced": facts.get("unfenced") if isinstance(facts.get("unfenced"), str) else None,
     }
 
 
@@ -438,6 +439,10 @@ class SlurmLauncher(Launcher):
         while time.monotonic() < deadline:
             job = await asyncio.to_thread(read_report_file, folder / JOB_FILE)
             if job and job.get("launch") == launch:
+                if job.get("refused"):
+                    from ..errors import InvalidConfig
+
+                    raise InvalidConfig(f"Kernel {provisioner.kernel_id} was not started on {job.get('node') or 'its node'}: {job['refused']}")
                 ports = job.get("ports") or {}
                 return {name: int(ports[name]) for name in PORT_NAMES if isinstance(ports.get(name), int) and 0 < ports[name] < 65536}
             process = getattr(provisioner, "process", None)

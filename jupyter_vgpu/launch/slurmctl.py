@@ -355,9 +355,20 @@ def has_step(job: str, env: Mapping[str, str]) -> bool:
     return bool(steps(job, env))
 
 
-def kill_steps(job: str, env: Mapping[str, str]) -> None:
-    """SIGKILL the job's steps and keep the job (Slurm takes SIGKILL to a job as its cancel)."""
-    for step in steps(job, env):
+def kill_steps(job: str, env: Mapping[str, str], *, grace: float = 3.0) -> None:
+    """End the job's steps and keep the job (Slurm takes SIGKILL to a job as its cancel): SIGTERM
+    first, which a kernel's start on its node (:mod:`.node`) answers by killing the kernel and
+    removing its folder there, then SIGKILL to any step still running after ``grace`` seconds."""
+    import time
+
+    running = steps(job, env)
+    for step in running:
+        cancel(step, env, signal="TERM")
+    deadline = time.monotonic() + grace
+    while running and time.monotonic() < deadline:
+        time.sleep(0.1)
+        running = steps(job, env)
+    for step in running:
         cancel(step, env, signal="KILL")
 
 
