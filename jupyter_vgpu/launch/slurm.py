@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import SliceUnavailable
 from ..slices.reports import ENV_REPORTS, read_report_file, report_bytes
 from ..units import describe_fraction
-from . import slurmctl
+from . import slurmctl, slurmending
 from .launchers import Launcher
 from .node import (
     ENV_ASKED,
@@ -209,18 +209,51 @@ def user_rows(env: Mapping[str, str]) -> list[dict[str, Any]]:
     return [job_row(job) for job in slurmctl.kernel_jobs(env)]
 
 
+class Unlisted(slurmctl.SlurmDown):
+    """``squeue`` did not answer: ``rows`` are this process's kernel jobs as it last knew them."""
+
+    def __init__(self, message: str, rows: list[dict[str, Any]]) -> None:
+        super().__init__(message)
+        self.rows = rows
+
+
+def _remembered(record: SlurmKernel) -> slurmctl.KernelJob:
+    """A kernel job of this process as it was last seen (when Slurm cannot list it now)."""
+    assert record.job_id is not None
+    return slurmctl.KernelJob(record.job_id, record.kernel_id, record.state, record.reason, record.node or "", record.asked.gres, "", "")
+
+
+def _with_ending(row: dict[str, Any]) -> dict[str, Any]:
+    """``ending``: why a job this process shut down still runs (one sentence), else None."""
+    ending = slurmending.ENDING.get(str(row["job_id"]))
+    row["ending"] = slurmending.ending_text(ending) if ending is not None else None
+    return row
+
+
 def server_rows(env: Mapping[str, str]) -> list[dict[str, Any]]:
-    """The user's kernel jobs with this process's first (one ``squeue``); [] without a Slurm kernel
-    here, at no cost. Blocking: call it off the event loop."""
-    if not KERNELS:
+    """The user's kernel jobs with this process's first (one ``squeue``), a job whose kernel was
+    shut down but whose cancel Slurm has not confirmed marked ``ending``; [] without a Slurm kernel
+    here, at no cost. When Slurm does not answer, :class:`Unlisted` carries this process's jobs as
+    last seen. Blocking: call it off the event loop."""
+    if not KERNELS and not slurmending.ENDING:
         return []
-    jobs = slurmctl.kernel_jobs(env)
+    try:
+        jobs = slurmctl.kernel_jobs(env)
+    except slurmctl.SlurmDown as error:
+        records = [r for r in KERNELS.values() if r.job_id]
+        records += [e.record for e in slurmending.ENDING.values()]
+        raise Unlisted(str(error), [_with_ending(job_row(_remembered(r), r)) for r in records]) from None
+    ending = {e.job_id: e.record for e in slurmending.ENDING.values()}
     for job in jobs:
         record = KERNELS.get(job.kernel_id)
         if record is not None and job.job_id == record.job_id:
             record.state, record.reason = job.state, job.reason
             record.position, record.node = job.position, job.node or record.node
-    return [job_row(j, KERNELS.get(j.kernel_id)) for j in sorted(jobs, key=lambda j: j.kernel_id not in KERNELS)]
+
+    def ours(job: slurmctl.KernelJob) -> bool:
+        return job.kernel_id in KERNELS or job.job_id in ending
+
+    return [_with_ending(job_row(j, KERNELS.get(j.kernel_id) or ending.get(j.job_id))) for j in sorted(jobs, key=lambda j: not ours(j))]
 
 
 def cancel_waiting(job_id: str, env: Mapping[str, str]) -> bool:
@@ -228,8 +261,13 @@ def cancel_waiting(job_id: str, env: Mapping[str, str]) -> bool:
     then fails, saying it stopped waiting. False when no kernel of this process waits in that job.
     Blocking: call it off the event loop."""
     record = next((k for k in KERNELS.values() if k.job_id == job_id and k.state == "PENDING"), None)
-    if record is None:
-        return False
+    if record is None:  # a job this process shut down that Slurm has not confirmed ended: try again now
+        confirmed = slurmending.cancel_now(job_id, dict(env))
+        if confirmed is False:
+            raise slurmctl.down(
+                env, f"job {job_id} is not cancelled yet; it stays listed as ending and its cancel is tried again every {slurmending.RETRY:g} s"
+            )
+        return bool(confirmed)
     record.cancelled = True
     slurmctl.cancel(job_id, env)
     return True
@@ -462,7 +500,10 @@ class SlurmLauncher(Launcher):
         job = _state(provisioner).get("job_id")
         if job and signum not in (0, signal.SIGKILL, signal.SIGTERM):
             # srun forwards no SIGINT to the kernel: Slurm signals the job's steps itself
-            await asyncio.to_thread(slurmctl.cancel, job, _env(provisioner), signal=str(signum))
+            try:
+                await asyncio.to_thread(slurmctl.cancel, job, _env(provisioner), signal=str(signum))
+            except slurmctl.SlurmDown as error:  # a shutdown goes on: its cancel is retried (slurmending)
+                provisioner.log.warning("Kernel %s: signal %s not sent: %s", provisioner.kernel_id, signum, error)
             return
         await LocalProvisioner.send_signal(provisioner, signum)
 
@@ -474,7 +515,10 @@ class SlurmLauncher(Launcher):
             # kernel's step. The job stays (Slurm takes SIGKILL to a job as its cancel): a forced
             # restart keeps its place on the node (jupyter_client says restart=False then too),
             # and a shutdown's cleanup cancels it.
-            await asyncio.to_thread(slurmctl.kill_steps, job, _env(provisioner))
+            try:
+                await asyncio.to_thread(slurmctl.kill_steps, job, _env(provisioner))
+            except slurmctl.SlurmDown as error:  # its step ends with its job, whose cancel is retried
+                provisioner.log.warning("Kernel %s: its step in job %s is not ended: %s", provisioner.kernel_id, job, error)
         await LocalProvisioner.kill(provisioner, restart=restart)
 
     async def terminate(self, provisioner: LocalProvisioner, restart: bool = False) -> None:
@@ -510,10 +554,19 @@ class SlurmLauncher(Launcher):
             return
         state = _state(provisioner)
         kernel_id = str(provisioner.kernel_id)
-        KERNELS.pop(kernel_id, None)
+        record = KERNELS.pop(kernel_id, None)
         if job := state.get("job_id"):
             env = _env(provisioner)
-            await asyncio.to_thread(slurmctl.cancel, job, env)
+            try:
+                await asyncio.to_thread(slurmctl.cancel, job, env, confirm=True)
+            except slurmctl.SlurmDown as error:
+                # The job keeps its shards until Slurm cancels it: retried until Slurm confirms
+                # it, and shown as ending meanwhile (slurmending).
+                provisioner.log.warning("Kernel %s: %s Its job %s is cancelled once Slurm answers.", kernel_id, error, job)
+                slurmending.hand_over(job, kernel_id, record or _record_of(kernel_id, state), str(error))
+                state.clear()
+                await asyncio.to_thread(shutil.rmtree, report_folder_of(kernel_id), True)
+                return
             # The job keeps its shards until its steps have ended: a start right after this
             # shutdown would otherwise be refused ("Resources") for shards that are being freed.
             if not await asyncio.to_thread(slurmctl.wait_gone, job, env, timeout=slurmctl.client_timeout()):
@@ -528,6 +581,14 @@ class SlurmLauncher(Launcher):
 
     def report_folder(self, ledger_path: str | Path, labels: Mapping[str, str]) -> Path:
         return report_root()
+
+
+def _record_of(kernel_id: str, state: Mapping[str, Any]) -> SlurmKernel:
+    """What the views show of a kernel this process did not start (a server started again)."""
+    asked = slurmctl.Ask("", None, None, 1, 1.0, str(state.get("asked") or "?"))
+    record = SlurmKernel(kernel_id, asked, {}, job_id=str(state["job_id"]), state="RUNNING", node=state.get("node"))
+    record.gpus = list(state.get("gpus") or [])
+    return record
 
 
 def _state(provisioner: Any) -> dict[str, Any]:
