@@ -6,12 +6,16 @@ kernel. The test cluster runs jobs as root; "another user" is a folder chowned t
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from jupyter_vgpu.errors import VGPUError
+from jupyter_vgpu.launch import slurm as slurm_launcher
+from jupyter_vgpu.server.views import job_view
 
 from .cluster import SlurmCluster
 from .login import BOUND, Login, run_code
@@ -72,3 +76,22 @@ async def test_a_private_folder_taken_by_another_user_refuses_the_start_in_one_s
     assert "\n" not in said and "unfenced" not in said
     await login.until(lambda: login.kernel_jobs() == {}, "the job cancelled")
     assert list(base_of(login).iterdir()) == []
+
+
+async def test_a_kernel_whose_share_cannot_be_had_as_a_slice_says_unfenced_in_vgpu_and_its_rest_row(login: Login) -> None:
+    name = login.spec("whole", gpu_fraction=1)
+    spec_file = login.kernels_dir / name / "kernel.json"
+    spec = json.loads(spec_file.read_text())
+    spec["env"] = {"JUPYTER_VGPU_CONTEXT_ALLOWANCE": "lots"}  # read on the node only: its settings cannot be loaded there
+    spec_file.write_text(json.dumps(spec))
+    km = await login.start(name)
+    shown = await run_code(km, "%vgpu")
+    assert "Unfenced: " in shown and "The kernel runs with the job's GPUs, unfenced: its frameworks are not fitted to the share." in shown
+    (row,) = await login.until(lambda: [r for r in slurm_launcher.server_rows(os.environ) if r.get("unfenced")], "the job's row unfenced")
+    assert row["unfenced"] == (
+        "JUPYTER_VGPU_CONTEXT_ALLOWANCE 'lots' is not a size such as 6GiB, 512MiB, 1.5GB or a number of bytes. Or use 'auto'. "
+        "The kernel runs with the job's GPUs, unfenced: its frameworks are not fitted to the share."
+    )
+    view = job_view(row, SimpleNamespace(action="warn"), {})  # type: ignore[arg-type]
+    assert view["share_note"] == f"Unfenced: {row['unfenced']}"
+    await asyncio.wait_for(km.shutdown_kernel(), BOUND)
