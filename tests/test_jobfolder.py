@@ -79,3 +79,17 @@ def test_the_xdg_runtime_dir_is_the_base_when_it_is_the_users(tmp_path: Path) ->
     assert user_base(job(tmp_path, XDG_RUNTIME_DIR=str(runtime))) == runtime
     runtime.chmod(0o755)  # not private: the node's temporary folder instead
     assert user_base(job(tmp_path, XDG_RUNTIME_DIR=str(runtime))) == tmp_path / f"jupyter-vgpu-{os.geteuid()}"
+
+
+def test_jupyter_vgpu_in_a_job_with_a_job_id_that_is_not_slurms_says_so_in_one_sentence(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from jupyter_vgpu.cli import main
+
+    monkeypatch.delenv("JUPYTER_VGPU_LEDGER", raising=False)
+    for name, value in job(tmp_path, "../../x", JUPYTER_VGPU_SIMULATE="1x16GiB").items():
+        monkeypatch.setenv(name, value)
+    assert main(["status"]) != 0
+    err = capsys.readouterr().err
+    assert err == "jupyter vgpu: SLURM_JOB_ID='../../x' is not a Slurm job id; Slurm sets a number such as 1234.\n"
+    assert not (tmp_path.parent / "x").exists()
