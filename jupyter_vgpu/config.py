@@ -46,7 +46,8 @@ class VGPU(Configurable):
         when a broker owns it). The Jupyter server, its kernels and `jupyter vgpu` commands must
         agree on it. Environment variable {ENV_LEDGER} overrides it. Default:
         <jupyter data dir>/vgpu/ledger.sqlite; inside a Slurm job, a folder of the job's on the
-        node's own disk: $TMPDIR/jupyter-vgpu-<job id>/ledger.sqlite (/tmp without TMPDIR), since
+        node's own disk, in a private folder of the user's ($XDG_RUNTIME_DIR when it is the user's,
+        else $TMPDIR/jupyter-vgpu-<uid>, /tmp without TMPDIR): job-<cluster>-<job id>/ledger.sqlite, since
         SQLite's locks are not safe on the network file systems clusters share homes over.""",
     ).tag(config=True)
 
@@ -158,12 +159,15 @@ class VGPU(Configurable):
 
 def job_ledger_path(env: Mapping[str, str]) -> Path | None:
     """Inside a Slurm job on its node, the job's own ledger on the node's disk (homes on clusters
-    are shared over NFS or Lustre, where SQLite's locks are not safe); None elsewhere."""
-    from .gpus.slurmshare import JOB, in_job
+    are shared over NFS or Lustre, where SQLite's locks are not safe), in a folder of this user's
+    (:mod:`.jobfolder`); None elsewhere. No safe folder, or a job id that is not Slurm's, is one
+    sentence (InvalidConfig)."""
+    from .gpus.slurmshare import in_job
+    from .jobfolder import job_ledger_path as in_user_folder
 
     if not in_job(env):
         return None
-    return Path(env.get("TMPDIR") or "/tmp") / f"jupyter-vgpu-{env[JOB].strip()}" / "ledger.sqlite"
+    return in_user_folder(env)
 
 
 def file_config() -> Config:

@@ -395,6 +395,8 @@ class VGPUProvisioner(LocalProvisioner):  # type: ignore[misc]
             if language and spec.get("language") not in (None, language):
                 continue
             config = stanza.get("config") or {}
+            if config.get("launcher", "local") != "local":
+                continue  # its slice is booked elsewhere (a Slurm job's node): this ledger cannot say it fits
             try:
                 request = SliceRequest.parse(
                     fraction=config.get("gpu_fraction"), memory=config.get("gpu_memory"), gpus=config.get("gpus", 1)

@@ -117,6 +117,12 @@ def test_a_job_without_gpus_has_none() -> None:
         ("JUPYTER_VGPU_SLURM_SHARDS_PER_GPU", "40,24", None),
         ("SLURM_SHARDS_ON_NODE", "lots", "SLURM_SHARDS_ON_NODE='lots' is not a number of shards; Slurm sets a whole number, at least 1."),
         ("SLURM_STEP_GPUS", "gpu1", "SLURM_STEP_GPUS='gpu1' does not name GPUs; Slurm sets GPU indices such as 0,1 or 0-3."),
+        (
+            "SLURM_STEP_GPUS",
+            "0-99999999",
+            "SLURM_STEP_GPUS='0-99999999' does not name a node's GPUs; Slurm sets indices below 1024, in ranges from low to high, such as 0,1 or 0-3.",
+        ),
+        ("SLURM_STEP_GPUS", "3-1", "SLURM_STEP_GPUS='3-1' does not name a node's GPUs"),
     ],
 )
 def test_a_value_the_job_gets_wrong_is_one_sentence(name: str, value: str, sentence: str | None) -> None:
@@ -163,14 +169,17 @@ def test_the_admins_setting_is_checked_and_reaches_child_processes(monkeypatch: 
     assert os.environ["JUPYTER_VGPU_SLURM_SHARDS_PER_GPU"] == "16"
 
 
-def test_a_jobs_ledger_is_on_the_nodes_own_disk(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    for name in ("JUPYTER_VGPU_LEDGER", "TMPDIR"):
+def test_a_jobs_ledger_is_on_the_nodes_own_disk_in_a_private_folder_of_the_users(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    for name in ("JUPYTER_VGPU_LEDGER", "XDG_RUNTIME_DIR", "SLURM_CLUSTER_NAME"):
         monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
     monkeypatch.setenv("SLURM_JOB_ID", "1234")
     monkeypatch.setenv("SLURMD_NODENAME", "node1")
-    assert VGPU().resolved_ledger_path == Path("/tmp/jupyter-vgpu-1234/ledger.sqlite")
-    monkeypatch.setenv("TMPDIR", str(tmp_path))
-    assert VGPU().resolved_ledger_path == tmp_path / "jupyter-vgpu-1234" / "ledger.sqlite"
+    base = tmp_path / f"jupyter-vgpu-{os.geteuid()}"
+    assert VGPU().resolved_ledger_path == base / "job-slurm-1234" / "ledger.sqlite"
+    assert oct(base.stat().st_mode & 0o777) == "0o700"
+    monkeypatch.setenv("SLURM_CLUSTER_NAME", "gpu-east")
+    assert VGPU().resolved_ledger_path == base / "job-gpu-east-1234" / "ledger.sqlite"  # another cluster's job 1234 is another
     monkeypatch.setenv("JUPYTER_VGPU_LEDGER", str(tmp_path / "mine.sqlite"))
     assert VGPU().resolved_ledger_path == tmp_path / "mine.sqlite"  # a path the user names wins
     assert job_ledger_path({"SLURM_JOB_ID": "1234"}) is None  # not on a node of the job

@@ -37,6 +37,9 @@ SHARDS = "SLURM_SHARDS_ON_NODE"
 STEP_GPUS = "SLURM_STEP_GPUS"
 JOB_GPUS = "SLURM_JOB_GPUS"
 VISIBLE = "CUDA_VISIBLE_DEVICES"
+#: More GPUs than any node has (Slurm's GPU indices on a node are below it): a range of GPU
+#: indices is bounded by it before it is counted out.
+MAX_GPUS = 1024
 #: The admin's setting: shards per GPU on every node ("32"), or per GPU index ("40,24") where
 #: gres.conf splits a node's GPUs unevenly. Also ``c.VGPU.slurm_shards_per_gpu``.
 ENV_SHARDS_PER_GPU = "JUPYTER_VGPU_SLURM_SHARDS_PER_GPU"
@@ -152,6 +155,11 @@ def _indices(name: str, value: str) -> tuple[int, ...]:
         if not match:
             raise InvalidConfig(f"{name}={shorten(value)} does not name GPUs; Slurm sets GPU indices such as 0,1 or 0-3.")
         first, last = int(match.group(1)), int(match.group(2) or match.group(1))
+        if last >= MAX_GPUS or first > last:
+            raise InvalidConfig(
+                f"{name}={shorten(value)} does not name a node's GPUs; Slurm sets indices below {MAX_GPUS}, "
+                "in ranges from low to high, such as 0,1 or 0-3."
+            )
         found.extend(range(first, last + 1))
     return tuple(sorted(set(found)))
 

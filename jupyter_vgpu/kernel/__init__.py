@@ -51,6 +51,8 @@ def load_ipython_extension(ipython: Any) -> None:
 
     if ended := os.environ.get("JUPYTER_VGPU_SLURM_ENDED"):  # launch.node.ENV_ENDED
         notices.say_at_first_cell(ipython, ended)
+    if unfenced := os.environ.get("JUPYTER_VGPU_SLURM_UNFENCED"):  # launch.node.ENV_UNFENCED
+        notices.say_at_first_cell(ipython, f"jupyter-vgpu: {unfenced}")
 
 
 def _hook_frameworks() -> None:

@@ -257,7 +257,9 @@ def status_sheet(state: KernelState, usage: Usage) -> Sheet:
         sheet.section("Use").rows.extend(use_rows(state, usage))
         sheet.section("Enforcement").rows.extend(enforcement_rows(state))
     else:
-        if facts.no_gpu_reason:
+        if unfenced := os.environ.get("JUPYTER_VGPU_SLURM_UNFENCED"):  # launch.node.ENV_UNFENCED
+            sheet.intro.append(f"Unfenced: {unfenced}")
+        elif facts.no_gpu_reason:
             sheet.intro.append(f"This kernel runs without a GPU: {facts.no_gpu_reason}")
         else:
             sheet.intro.append("This kernel has no GPU slice, so nothing keeps its frameworks to a share of a GPU.")

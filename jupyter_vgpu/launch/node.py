@@ -1,19 +1,27 @@
 """``python -m jupyter_vgpu.launch.node -- KERNEL COMMAND...``: a Slurm kernel's start on its node.
 
-The ``slurm`` launcher (:mod:`.slurm`) runs this in the kernel's job step (``srun --jobid``); it
-becomes the kernel (``exec``, keeping the pid), so nothing of ours but the kernel runs on the
-node. Before that it gives the kernel jupyter-vgpu's normal start inside the job:
+The ``slurm`` launcher (:mod:`.slurm`) runs this in the kernel's job step (``srun --jobid``). It
+starts the kernel as its child and waits for it, so that the kernel's folder on the node is
+removed when the kernel ends (on its own, or by Slurm's SIGTERM at a shutdown, a restart or the
+job's cancel: the kernel is then ended first, with SIGKILL, so no kernel outlives its ledger; a
+folder a SIGKILL left is swept at the next start on the node). Before that it gives the kernel
+jupyter-vgpu's normal start inside the job:
 
 * the connection file, where the node does not share the login node's folder
   (``JUPYTER_VGPU_CONNECTION``: its content, written where the command says, readable by the
   user only), with ports free on this node: the login node chose them on its own host, and a
   port taken here (another user's server, another kernel) is replaced by one free here, which
   ``job.json`` hands back to the login node;
-* the job's own ledger on the node's disk (never the login node's, which srun's environment
-  names: homes are shared over network file systems, where SQLite's locks are not safe);
+* a ledger of this start's own on the node's disk (never the login node's, which srun's
+  environment names: homes are shared over network file systems, where SQLite's locks are not
+  safe), in a folder made exclusively in a private folder of the user's (:mod:`..jobfolder`);
+  where none can be had the start is refused in one sentence, which ``job.json`` carries to the
+  login node;
 * a slice of the whole of the job's share (the environment Slurm gives the job,
   ``CUDA_VISIBLE_DEVICES`` and ``SLURM_SHARDS_ON_NODE``, is the budget), so the frameworks are
-  fitted to it and a hard tier applies where the node has one;
+  fitted to it and a hard tier applies where the node has one (where that slice cannot be had,
+  the kernel starts unfenced and says so: ``JUPYTER_VGPU_SLURM_UNFENCED`` for ``%vgpu``,
+  ``unfenced`` in ``job.json`` for the views);
 * its reports in the folder the login node reads (``JUPYTER_VGPU_REPORTS``), with ``job.json``
   saying where it runs.
 """
@@ -23,6 +31,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import signal
 import socket
 import sys
 import time
@@ -42,6 +51,8 @@ ENV_ENDED = "JUPYTER_VGPU_SLURM_ENDED"
 #: A token per launch: ``job.json`` carries it back, so the login node knows the file is this
 #: launch's (a restart's step writes the same file).
 ENV_LAUNCH = "JUPYTER_VGPU_SLURM_LAUNCH"
+#: Why the kernel runs with the job's GPUs but no slice (frameworks not fitted), in one sentence.
+ENV_UNFENCED = "JUPYTER_VGPU_SLURM_UNFENCED"
 JOB_FILE = "job.json"
 PORT_NAMES = ("shell_port", "iopub_port", "stdin_port", "hb_port", "control_port")
 
@@ -131,11 +142,18 @@ def take_share(env: dict[str, str]) -> tuple[str | None, str | None, int | None]
 
 
 def write_job_file(
-    env: dict[str, str], slice_id: str | None, *, folder: str | None, launch: str | None, ports: dict[str, int] | None, memory: int | None = None
+    env: dict[str, str],
+    slice_id: str | None,
+    *,
+    folder: str | None,
+    launch: str | None,
+    ports: dict[str, int] | None,
+    memory: int | None = None,
+    refused: str | None = None,
 ) -> None:
     """Where this kernel runs and listens, for the login node (``job.json`` in its reports
     folder); ``memory``: the job's budget on each of its GPUs (bytes), which the login node cannot
-    know."""
+    know; ``refused``: why the kernel is not started (one sentence, said by the kernel's start)."""
     if not folder:
         return
     facts = {
@@ -147,6 +165,8 @@ def write_job_file(
         "shards": env.get("SLURM_SHARDS_ON_NODE"),
         "slice_id": slice_id,
         "memory": memory,
+        "unfenced": env.get(ENV_UNFENCED),
+        "refused": refused,
         "pid": os.getpid(),
         "updated": time.time(),
     }
@@ -163,27 +183,75 @@ def main(argv: list[str] | None = None) -> int:
     env = dict(os.environ)
     ports = write_connection_file(env)
     folder, launch = env.get("JUPYTER_VGPU_REPORTS"), env.pop(ENV_LAUNCH, None)
-    from ..config import ENV_LEDGER, job_ledger_path
+    from ..config import ENV_LEDGER
+    from ..errors import InvalidConfig
+    from ..gpus.slurmshare import in_job
+    from ..jobfolder import kernel_folder, remove
 
-    ledger = job_ledger_path(env)
-    if ledger is not None:
-        env[ENV_LEDGER] = str(ledger)  # never the login node's, which srun passed on
+    own: Path | None = None
+    if in_job(env):
+        try:
+            own = kernel_folder(env)
+        except InvalidConfig as error:
+            write_job_file(env, None, folder=folder, launch=launch, ports=ports, refused=str(error))
+            print(f"jupyter vgpu: {error}", file=sys.stderr)
+            return 1
+        env[ENV_LEDGER] = str(own / "ledger.sqlite")  # never the login node's, which srun passed on
+    try:
+        return _run_kernel(env, args, folder=folder, launch=launch, ports=ports)
+    finally:
+        if own is not None:
+            remove(own)
+
+
+def _run_kernel(env: dict[str, str], args: list[str], *, folder: str | None, launch: str | None, ports: dict[str, int] | None) -> int:
+    """Give the kernel its share, start it as this process's child and wait for it; its status."""
     os.environ.clear()
     os.environ.update(env)  # the settings below read the job's ledger from here
     problem, slice_id, memory = take_share(env)
     if problem:
-        print(f"jupyter vgpu: {problem} The kernel starts with the job's GPUs, unfenced.", file=sys.stderr)
+        env[ENV_UNFENCED] = f"{problem} The kernel runs with the job's GPUs, unfenced: its frameworks are not fitted to the share."
+        print(f"jupyter vgpu: {env[ENV_UNFENCED]}", file=sys.stderr)
     write_job_file(env, slice_id, folder=folder, launch=launch, ports=ports, memory=memory)
     from ..enforcement.base import ENV_ENTER
 
     if env.get(ENV_ENTER):
         args = [sys.executable, "-m", "jupyter_vgpu.cli.enter", "--", *args]
-    try:
-        os.execvpe(args[0], args, env)
-    except OSError as error:
-        print(f"jupyter vgpu: cannot start the kernel {args[0]}: {error.strerror}.", file=sys.stderr)
-        return 127
-    return 0  # not reached
+    sys.stdout.flush()
+    sys.stderr.flush()
+    child = os.fork()
+    if child == 0:  # the kernel
+        try:
+            os.execvpe(args[0], args, env)
+        except OSError as error:
+            print(f"jupyter vgpu: cannot start the kernel {args[0]}: {error.strerror}.", file=sys.stderr)
+        os._exit(127)
+    return _wait_for(child)
+
+
+def _wait_for(child: int) -> int:
+    """Wait for the kernel; its exit status. Slurm signals every process of the step: an
+    interrupt is the kernel's (ignored here); SIGTERM or SIGHUP (its step or job ends) ends the
+    kernel with SIGKILL, so that its folder is removed only once nothing uses it."""
+
+    def end_kernel(signum: int, frame: object) -> None:
+        try:
+            os.kill(child, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, end_kernel)
+    while True:
+        try:
+            _, status = os.waitpid(child, 0)
+        except ChildProcessError:
+            return 0
+        except InterruptedError:  # pragma: no cover (PEP 475 retries)
+            continue
+        code = os.waitstatus_to_exitcode(status)
+        return code if code >= 0 else 128 - code  # as a shell says a signal's end
 
 
 if __name__ == "__main__":

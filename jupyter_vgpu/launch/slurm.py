@@ -19,7 +19,9 @@ The login node books nothing in its own ledger (``books_elsewhere``): Slurm is t
 is ``scancel --signal=INT`` (SIGINT to ``srun`` is not forwarded); a restart, forced or not, ends the
 step and keeps the job; a kill ends the step (SIGKILL to ``srun`` alone would leave the kernel running)
 and a shutdown cancels the job;
-a server that starts again cancels its orphans (:func:`.slurmctl.cancel_orphans`).
+a server that starts again cancels its orphans (:func:`.slurmctl.cancel_orphans`), and a cancel
+Slurm did not confirm is retried until it does (:mod:`.slurmending`). How its kernels are seen
+(their records and rows for the views) is :mod:`.slurmrows`.
 """
 
 from __future__ import annotations
@@ -33,14 +35,12 @@ import sys
 import time
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import SliceUnavailable
-from ..slices.reports import ENV_REPORTS, read_report_file, report_bytes
-from ..units import describe_fraction
-from . import slurmctl
+from ..slices.reports import ENV_REPORTS, read_report_file
+from . import slurmctl, slurmending
 from .launchers import Launcher
 from .node import (
     ENV_ASKED,
@@ -52,6 +52,41 @@ from .node import (
     JOB_FILE,
     PORT_NAMES,
 )
+from .slurmrows import (
+    KERNELS,
+    SlurmKernel,
+    Unlisted,
+    ending_text,
+    job_row,
+    job_summary,
+    kernel_report,
+    reason_text,
+    report_folder_of,
+    report_root,
+    server_rows,
+    share_text,
+    user_rows,
+)
+
+#: The views' names (:mod:`.slurmrows`) are also this module's: the server and the CLI look them up
+#: here, once a Slurm kernel has loaded it.
+__all__ = [
+    "KERNELS",
+    "SlurmKernel",
+    "SlurmLauncher",
+    "Unlisted",
+    "cancel_waiting",
+    "ending_text",
+    "job_row",
+    "job_summary",
+    "kernel_report",
+    "reason_text",
+    "report_folder_of",
+    "report_root",
+    "server_rows",
+    "share_text",
+    "user_rows",
+]
 
 if TYPE_CHECKING:
     from jupyter_client.provisioning.local_provisioner import LocalProvisioner
@@ -61,174 +96,20 @@ if TYPE_CHECKING:
 #: Seconds between looks at a pending job's reason and place.
 PENDING_POLL = 1.0
 
-#: Slurm's pending reasons a user meets most, in words.
-REASONS = {
-    "Resources": "no node has the GPU shards free now",
-    "Priority": "jobs ahead of it come first",
-    "QOSMaxGRESPerUser": "your QOS's limit on GPU shares is reached",
-    "QOSGrpGRES": "the QOS's GPU shares are all in use",
-    "AssocGrpGRES": "your account's GPU shares are all in use",
-    "AssocMaxGRESPerJob": "your account allows fewer GPU shares per job",
-    "ReqNodeNotAvail": "the nodes it may use are not available",
-    "PartitionTimeLimit": "its time limit is above the partition's",
-}
-
-
-#: How Slurm ends a job, in words (``JobState`` of a job that ended).
-ENDINGS = {
-    "TIMEOUT": "its time limit was reached",
-    "PREEMPTED": "it was preempted",
-    "CANCELLED": "it was cancelled outside this server (scancel by you or an administrator)",
-    "NODE_FAIL": "its node failed",
-    "BOOT_FAIL": "its node failed to boot",
-    "DEADLINE": "its deadline passed",
-    "OUT_OF_MEMORY": "it ran out of memory",
-    "FAILED": "it failed",
-    "COMPLETED": "it completed",
-}
-
-
-def ending_text(job_id: str, state: str, reason: str) -> str:
-    """``Slurm ended this kernel's job 12: its time limit was reached (TIMEOUT, TimeLimit).``"""
-    if not state:
-        return f"Slurm ended this kernel's job {job_id} and no longer remembers why."
-    words = ENDINGS.get(state, state.lower())
-    said = state + (f", {reason}" if reason not in ("", "None") else "")
-    return f"Slurm ended this kernel's job {job_id}: {words} ({said})."
-
-
-def reason_text(reason: str) -> str:
-    words = REASONS.get(reason)
-    return f"{reason}: {words}" if words else reason
-
-
-def share_text(shards: int | None, per_gpu: int | None, whole: int | None, fraction: float | None) -> str:
-    """What a kernel's job holds, as every view says it: ``8/32 shards (1/4 GPU)``, ``2 GPUs``."""
-    if shards:
-        text = f"{shards}/{per_gpu} shards" if per_gpu else f"{shards} shards"
-        return text + (f" ({describe_fraction(fraction)} GPU)" if fraction else "")
-    count = whole or 1
-    return f"{count} GPU" if count == 1 else f"{count} GPUs"
-
-
-@dataclass
-class SlurmKernel:
-    """One kernel of this process in Slurm: what the views show."""
-
-    kernel_id: str
-    asked: slurmctl.Ask
-    labels: dict[str, str]
-    job_id: str | None = None
-    state: str = "PENDING"
-    reason: str = ""
-    position: int | None = None
-    node: str | None = None
-    gpus: list[int] = field(default_factory=list)
-    created: float = field(default_factory=time.time)
-    #: Why Slurm ended the job of the kernel this one replaced (a restart in a new job).
-    ended: str | None = None
-    #: Its user took it out of Slurm's queue (:func:`cancel_waiting`): its start says so.
-    cancelled: bool = False
-
-
-#: This process's Slurm kernels by kernel id (the server's views list them).
-KERNELS: dict[str, SlurmKernel] = {}
-
-
-def report_root() -> Path:
-    """Where Slurm kernels write their reports for the login node: a per-user folder under the
-    Jupyter data dir (the home, which a cluster's nodes share)."""
-    from jupyter_core.paths import jupyter_data_dir
-
-    return Path(jupyter_data_dir()) / "vgpu" / "slurm"
-
-
-def report_folder_of(kernel_id: str) -> Path:
-    return report_root() / re.sub(r"[^A-Za-z0-9_.-]", "_", kernel_id)
-
-
-def kernel_report(kernel_id: str) -> tuple[dict[str, Any], dict[str, Any] | None]:
-    """(``job.json``, the kernel's slice report) from the kernel's reports folder."""
-    folder = report_folder_of(kernel_id)
-    job = read_report_file(folder / JOB_FILE) or {}
-    slice_id = job.get("slice_id")
-    report = read_report_file(folder / f"{slice_id}.json") if isinstance(slice_id, str) else None
-    return job, report
-
-
-def job_row(job: slurmctl.KernelJob, record: SlurmKernel | None = None) -> dict[str, Any]:
-    """A kernel job as the views show it (REST ``/api/vgpu/slices`` and ``jupyter vgpu status``):
-    the slice fields a row of the slice view has, plus ``job_id``, ``node``, ``partition``,
-    ``slurm_state``, ``slurm_reason`` (and ``slurm_reason_text``, in words), ``position``,
-    ``shards``, ``shards_per_gpu`` and ``share_text``; ``memory_reserved`` is the job's budget on
-    its GPU once the kernel has said it from its node (else None)."""
-    facts, report = kernel_report(job.kernel_id)
-    shards = job.shards
-    noted = job.starter.get("per_gpu", "")
-    per_gpu = record.asked.per_gpu if record else (int(noted) if noted.isdigit() else None)
-    whole = job.whole_gpus
-    fraction = (shards / per_gpu) if shards and per_gpu else (1.0 if whole else (record.asked.fraction if record else None))
-    gpus = record.gpus if record and record.gpus else [int(g) for g in str(facts.get("gpus") or "").split(",") if g.isdigit()]
-    node = job.node or (record.node if record else None) or None
-    used = report_bytes(report.get("memory_used")) if report else None
-    asked = record.asked.text if record else (f"{shards} shards" if shards else f"{whole or '?'} GPU")
-    reason = None if job.reason in ("", "None") else job.reason
-    return {
-        "id": f"slurm-{job.job_id}",
-        "kernel_id": job.kernel_id,
-        "holder_kind": "kernel",
-        "job_id": job.job_id,
-        "node": node,
-        "gpus": [f"slurm:{node}:{i}" for i in gpus] if node else [],
-        "gpu_indices": gpus,
-        "fraction": fraction,
-        "shards": shards,
-        "shards_per_gpu": per_gpu,
-        "share_text": share_text(shards, per_gpu, whole, fraction),
-        "request_text": asked,
-        "partition": job.partition or None,
-        "slurm_state": job.state,
-        "slurm_reason": reason,
-        "slurm_reason_text": REASONS.get(reason) if reason else None,
-        "position": job.position,
-        "state": "running" if job.state == "RUNNING" else job.state.lower(),
-        "memory_used": used,
-        "memory_reserved": report_bytes(facts.get("memory")),
-        "usage_source": "reported" if used is not None else "none",
-        "frameworks": (report or {}).get("frameworks") or {},
-        "tier": f"Slurm job {job.job_id}" + (f" on {node}" if node else "") + " (shards fence nothing: cooperative limits)",
-        "labels": dict(record.labels) if record else {},
-        "created": record.created if record else None,
-        "slurm_ended": record.ended if record else None,
-    }
-
-
-def user_rows(env: Mapping[str, str]) -> list[dict[str, Any]]:
-    """This user's kernel jobs, for ``jupyter vgpu status`` on a login node."""
-    return [job_row(job) for job in slurmctl.kernel_jobs(env)]
-
-
-def server_rows(env: Mapping[str, str]) -> list[dict[str, Any]]:
-    """The user's kernel jobs with this process's first (one ``squeue``); [] without a Slurm kernel
-    here, at no cost. Blocking: call it off the event loop."""
-    if not KERNELS:
-        return []
-    jobs = slurmctl.kernel_jobs(env)
-    for job in jobs:
-        record = KERNELS.get(job.kernel_id)
-        if record is not None and job.job_id == record.job_id:
-            record.state, record.reason = job.state, job.reason
-            record.position, record.node = job.position, job.node or record.node
-    return [job_row(j, KERNELS.get(j.kernel_id)) for j in sorted(jobs, key=lambda j: j.kernel_id not in KERNELS)]
-
-
 def cancel_waiting(job_id: str, env: Mapping[str, str]) -> bool:
     """Take a kernel of this process out of Slurm's queue (``scancel`` its pending job): its start
-    then fails, saying it stopped waiting. False when no kernel of this process waits in that job.
-    Blocking: call it off the event loop."""
+    then fails, saying it stopped waiting. A job this process shut down whose cancel Slurm has not
+    confirmed (:mod:`.slurmending`) is cancelled again at once: SlurmDown, in one sentence, while
+    Slurm does not answer. False when no kernel of this process waits in that job, nor is it
+    ending. Blocking: call it off the event loop."""
     record = next((k for k in KERNELS.values() if k.job_id == job_id and k.state == "PENDING"), None)
-    if record is None:
-        return False
+    if record is None:  # a job this process shut down that Slurm has not confirmed ended: try again now
+        confirmed = slurmending.cancel_now(job_id, dict(env))
+        if confirmed is False:
+            raise slurmctl.down(
+                env, f"job {job_id} is not cancelled yet; it stays listed as ending and its cancel is tried again every {slurmending.RETRY:g} s"
+            )
+        return bool(confirmed)
     record.cancelled = True
     slurmctl.cancel(job_id, env)
     return True
@@ -438,6 +319,10 @@ class SlurmLauncher(Launcher):
         while time.monotonic() < deadline:
             job = await asyncio.to_thread(read_report_file, folder / JOB_FILE)
             if job and job.get("launch") == launch:
+                if job.get("refused"):
+                    from ..errors import InvalidConfig
+
+                    raise InvalidConfig(f"Kernel {provisioner.kernel_id} was not started on {job.get('node') or 'its node'}: {job['refused']}")
                 ports = job.get("ports") or {}
                 return {name: int(ports[name]) for name in PORT_NAMES if isinstance(ports.get(name), int) and 0 < ports[name] < 65536}
             process = getattr(provisioner, "process", None)
@@ -457,7 +342,10 @@ class SlurmLauncher(Launcher):
         job = _state(provisioner).get("job_id")
         if job and signum not in (0, signal.SIGKILL, signal.SIGTERM):
             # srun forwards no SIGINT to the kernel: Slurm signals the job's steps itself
-            await asyncio.to_thread(slurmctl.cancel, job, _env(provisioner), signal=str(signum))
+            try:
+                await asyncio.to_thread(slurmctl.cancel, job, _env(provisioner), signal=str(signum))
+            except slurmctl.SlurmDown as error:  # a shutdown goes on: its cancel is retried (slurmending)
+                provisioner.log.warning("Kernel %s: signal %s not sent: %s", provisioner.kernel_id, signum, error)
             return
         await LocalProvisioner.send_signal(provisioner, signum)
 
@@ -469,7 +357,10 @@ class SlurmLauncher(Launcher):
             # kernel's step. The job stays (Slurm takes SIGKILL to a job as its cancel): a forced
             # restart keeps its place on the node (jupyter_client says restart=False then too),
             # and a shutdown's cleanup cancels it.
-            await asyncio.to_thread(slurmctl.kill_steps, job, _env(provisioner))
+            try:
+                await asyncio.to_thread(slurmctl.kill_steps, job, _env(provisioner))
+            except slurmctl.SlurmDown as error:  # its step ends with its job, whose cancel is retried
+                provisioner.log.warning("Kernel %s: its step in job %s is not ended: %s", provisioner.kernel_id, job, error)
         await LocalProvisioner.kill(provisioner, restart=restart)
 
     async def terminate(self, provisioner: LocalProvisioner, restart: bool = False) -> None:
@@ -505,10 +396,19 @@ class SlurmLauncher(Launcher):
             return
         state = _state(provisioner)
         kernel_id = str(provisioner.kernel_id)
-        KERNELS.pop(kernel_id, None)
+        record = KERNELS.pop(kernel_id, None)
         if job := state.get("job_id"):
             env = _env(provisioner)
-            await asyncio.to_thread(slurmctl.cancel, job, env)
+            try:
+                await asyncio.to_thread(slurmctl.cancel, job, env, confirm=True)
+            except slurmctl.SlurmDown as error:
+                # The job keeps its shards until Slurm cancels it: retried until Slurm confirms
+                # it, and shown as ending meanwhile (slurmending).
+                provisioner.log.warning("Kernel %s: %s Its job %s is cancelled once Slurm answers.", kernel_id, error, job)
+                slurmending.hand_over(job, kernel_id, record or _record_of(kernel_id, state), str(error))
+                state.clear()
+                await asyncio.to_thread(shutil.rmtree, report_folder_of(kernel_id), True)
+                return
             # The job keeps its shards until its steps have ended: a start right after this
             # shutdown would otherwise be refused ("Resources") for shards that are being freed.
             if not await asyncio.to_thread(slurmctl.wait_gone, job, env, timeout=slurmctl.client_timeout()):
@@ -523,6 +423,14 @@ class SlurmLauncher(Launcher):
 
     def report_folder(self, ledger_path: str | Path, labels: Mapping[str, str]) -> Path:
         return report_root()
+
+
+def _record_of(kernel_id: str, state: Mapping[str, Any]) -> SlurmKernel:
+    """What the views show of a kernel this process did not start (a server started again)."""
+    asked = slurmctl.Ask("", None, None, 1, 1.0, str(state.get("asked") or "?"))
+    record = SlurmKernel(kernel_id, asked, {}, job_id=str(state["job_id"]), state="RUNNING", node=state.get("node"))
+    record.gpus = list(state.get("gpus") or [])
+    return record
 
 
 def _state(provisioner: Any) -> dict[str, Any]:
@@ -541,18 +449,3 @@ def _end(process: asyncio.subprocess.Process) -> None:
             process.terminate()  # salloc cancels the job it waits for
         except ProcessLookupError:
             pass
-
-
-def job_summary(row: Mapping[str, Any]) -> str:
-    """``Slurm job 12 on node1: running, 8/32 shards`` or ``Slurm job 13: pending (Resources), place 1``."""
-    text = f"Slurm job {row['job_id']}"
-    if row.get("node") and row.get("slurm_state") == "RUNNING":
-        text += f" on {row['node']}"
-    if row.get("slurm_state") == "PENDING":
-        text += f": pending ({row.get('slurm_reason') or 'None'})"
-        if row.get("position"):
-            text += f", place {row['position']}"
-    return text
-
-
-

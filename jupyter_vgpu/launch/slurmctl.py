@@ -317,10 +317,33 @@ def placement(job_id: str, env: Mapping[str, str]) -> tuple[str, str, list[int]]
     return name, address.group(1) if address else name, sorted(set(indices))
 
 
-def cancel(job: str, env: Mapping[str, str], *, signal: str | None = None) -> None:
-    """``scancel`` a job (or, with ``signal``, signal its steps); a job already gone is no error."""
+def cancel(job: str, env: Mapping[str, str], *, signal: str | None = None, confirm: bool = False) -> None:
+    """``scancel`` a job (or, with ``signal``, signal its steps); a job already gone is no error.
+    With ``confirm``, a controller that does not answer raises :class:`SlurmDown` however
+    scancel says it (a timeout, or at once)."""
     args = ["scancel", *([f"--signal={signal}"] if signal else []), job]
-    call(args, env, check=False)
+    if not confirm:
+        call(args, env, check=False)
+        return
+    try:
+        call(args, env)
+    except SlurmDown:
+        raise
+    except InvalidRequest:
+        pass  # Slurm answered: the job is already ending, ended or forgotten
+
+
+def gone(job: str, env: Mapping[str, str]) -> bool:
+    """Whether Slurm confirms that ``job`` holds nothing (ended, or forgotten); SlurmDown when
+    the controller does not answer (never taken for a forgotten job)."""
+    try:
+        out = call(["scontrol", "--oneliner", "show", "job", job], env)
+    except SlurmDown:
+        raise
+    except InvalidRequest:
+        return True  # "Invalid job id specified": Slurm has forgotten it
+    state = re.search(r"\bJobState=(\S+)", out)
+    return not state or state.group(1).split("+")[0] not in HOLDING
 
 
 #: Job states in which a job still holds its node's resources.
@@ -355,9 +378,20 @@ def has_step(job: str, env: Mapping[str, str]) -> bool:
     return bool(steps(job, env))
 
 
-def kill_steps(job: str, env: Mapping[str, str]) -> None:
-    """SIGKILL the job's steps and keep the job (Slurm takes SIGKILL to a job as its cancel)."""
-    for step in steps(job, env):
+def kill_steps(job: str, env: Mapping[str, str], *, grace: float = 3.0) -> None:
+    """End the job's steps and keep the job (Slurm takes SIGKILL to a job as its cancel): SIGTERM
+    first, which a kernel's start on its node (:mod:`.node`) answers by killing the kernel and
+    removing its folder there, then SIGKILL to any step still running after ``grace`` seconds."""
+    import time
+
+    running = steps(job, env)
+    for step in running:
+        cancel(step, env, signal="TERM")
+    deadline = time.monotonic() + grace
+    while running and time.monotonic() < deadline:
+        time.sleep(0.1)
+        running = steps(job, env)
+    for step in running:
         cancel(step, env, signal="KILL")
 
 

@@ -23,7 +23,7 @@ from jupyter_server.services.sessions.handlers import SessionRootHandler
 from tornado import web
 from tornado.httpclient import HTTPClientError
 
-from ..errors import InvalidRequest, NotPermitted, SliceNotFound
+from ..errors import InvalidRequest, NotPermitted, SliceNotFound, VGPUError
 from ..launch.errors import ShownToUser
 from ..launch.launchers import launcher_of
 from ..launch.refusals import START_REQUEST, KernelStartRequest, refusals_of
@@ -352,9 +352,15 @@ class WaitingHandler(VGPUHandler):
         if not (job.isascii() and job.isdigit()) or len(job) > 18:
             return self.fail(400, f"{shorten(ticket)} is not a place in line; GET /api/vgpu/slices lists them.")
         slurm = sys.modules.get("jupyter_vgpu.launch.slurm")  # loaded once this server starts a Slurm kernel
-        if slurm is None or not await asyncio.to_thread(slurm.cancel_waiting, job, dict(os.environ)):
-            return self.fail(404, f"No kernel of this server waits in Slurm's queue in job {job}; it may have started or left.")
-        self.log.info("jupyter-vgpu: Slurm job %s left the queue at the user's request.", job)
+        try:
+            cancelled = slurm is not None and await asyncio.to_thread(slurm.cancel_waiting, job, dict(os.environ))
+        except VGPUError as error:  # Slurm does not answer: an ending job stays listed, its cancel retried
+            return self.fail(503, str(error))
+        if not cancelled:
+            return self.fail(
+                404, f"No kernel of this server waits in Slurm's queue in job {job}, nor is its job ending; it may have started or left."
+            )
+        self.log.info("jupyter-vgpu: Slurm job %s was cancelled at the user's request.", job)
         await self.monitor.refresh()
         self.set_status(204)
         self.finish()

@@ -169,6 +169,9 @@ class UsageMonitor:
             if str(error) != self._slurm_problem:
                 self.log.warning("jupyter-vgpu: cannot list the Slurm kernel jobs: %s", error)
             self._slurm_problem = str(error)
+            remembered = getattr(error, "rows", None)  # launch.slurm.Unlisted: this server's jobs as last seen
+            if remembered is not None:
+                return tuple(remembered)
             return self.latest.jobs if self.latest is not None else ()
         self._slurm_problem = None
         return rows

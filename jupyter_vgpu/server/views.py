@@ -153,7 +153,13 @@ def job_view(job: Mapping[str, Any], watchdog: Watchdog, kernels: Mapping[str, K
             "context_allowance": None,
             "logical_devices": 1,
             "tier_kind": "cooperative",
-            "share_note": f"GPU memory through Slurm job {job['job_id']} on {node} (shards fence nothing: its frameworks are fitted to the share)",
+            "share_note": (
+                f"Ending: {job['ending']}"
+                if job.get("ending")
+                else f"Unfenced: {job['unfenced']}"
+                if job.get("unfenced")
+                else f"GPU memory through Slurm job {job['job_id']} on {node} (shards fence nothing: its frameworks are fitted to the share)"
+            ),
             "visible_devices": [],
             "mig_devices": [],
             "mig_profiles": [],

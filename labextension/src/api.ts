@@ -134,6 +134,13 @@ export interface ISlurmJobFields {
   share_text?: string;
   /** Why Slurm ended the job of the kernel this one replaced (then restarted in a new job). */
   slurm_ended?: string | null;
+  /**
+   * A job whose kernel was shut down but whose cancel Slurm has not confirmed, in one sentence
+   * (its cancel is retried; `DELETE waiting/slurm-<job id>` tries again at once); else null.
+   */
+  ending?: string | null;
+  /** Why the kernel runs with its job's GPUs but no slice (frameworks not fitted); else null. */
+  unfenced?: string | null;
 }
 
 /** The state of a slice's usage against its reservation, decided by the server. */

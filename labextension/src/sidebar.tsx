@@ -314,11 +314,28 @@ export class GPUSidebar extends ReactWidget {
       keepSlice: slice =>
         void (options.keepSlice
           ? options.keepSlice(slice)
-          : keepSlice(this.model, slice))
+          : keepSlice(this.model, slice)),
+      cancelJob: slice => void this._cancelJob(slice)
     };
   }
 
   readonly model: GPUModel;
+
+  /** Cancel an ending Slurm job now (the server retries it anyway); say what Slurm answered. */
+  private async _cancelJob(slice: ISlice): Promise<void> {
+    try {
+      await this.model.client.cancelWaiting(slice.id);
+      Notification.info(`Slurm job ${slice.job_id} is cancelled.`, {
+        autoClose: 4000
+      });
+    } catch (error) {
+      Notification.warning(
+        `Slurm job ${slice.job_id} is not cancelled yet: ${error instanceof Error ? error.message : String(error)}`,
+        { autoClose: 8000 }
+      );
+    }
+    await this.model.refresh();
+  }
 
   dispose(): void {
     if (this.isDisposed) {

@@ -33,7 +33,7 @@ export { isSlurmJob } from './format';
 function KernelLine(props: {
   name: string;
   request: string;
-  state: 'running' | 'pending';
+  state: 'running' | 'pending' | 'ending';
   /** What the state means for this job. */
   title: string;
 }): JSX.Element {
@@ -113,12 +113,14 @@ export function SlurmJobRow(props: {
   const label = holderLabel(job);
   const where = slurmJobText(job);
   const note = job.state === 'unknown' ? usageNote(job) : null;
+  const ending = job.ending ?? null;
+  const state = ending ? 'ending' : 'running';
   return (
     <li
-      className={`jp-vgpu-SliceRow jp-vgpu-SlurmRow jp-vgpu-colour-${colour} jp-vgpu-mod-${job.state} jp-vgpu-mod-running`}
+      className={`jp-vgpu-SliceRow jp-vgpu-SlurmRow jp-vgpu-colour-${colour} jp-vgpu-mod-${job.state} jp-vgpu-mod-${state}`}
       data-job-id={job.job_id}
       data-kernel-id={job.kernel_id ?? ''}
-      aria-label={`${label}: ${where}, running`}
+      aria-label={`${label}: ${where}, ${state}`}
     >
       <span
         className={`jp-vgpu-SliceRow-dot jp-vgpu-colour-${colour}`}
@@ -133,7 +135,17 @@ export function SlurmJobRow(props: {
             openNotebook={actions.openNotebook}
           />
           <span className="jp-vgpu-SliceRow-actions">
-            {job.running_here && (
+            {ending && actions.cancelJob && (
+              <button
+                className="jp-Button jp-mod-minimal jp-mod-styled jp-vgpu-SlurmRow-cancel"
+                title={`Cancel Slurm job ${job.job_id} now (its cancel is also retried until Slurm confirms it)`}
+                aria-label={`Cancel Slurm job ${job.job_id}`}
+                onClick={() => actions.cancelJob?.(job)}
+              >
+                Cancel
+              </button>
+            )}
+            {!ending && job.running_here && (
               <button
                 className="jp-Button jp-mod-minimal jp-vgpu-action-shutdown"
                 title="Shut down this kernel (its Slurm job is cancelled)"
@@ -148,12 +160,31 @@ export function SlurmJobRow(props: {
         <KernelLine
           name={actions.kernelDisplayName(job)}
           request={job.request_text}
-          state="running"
-          title={`Slurm runs job ${job.job_id} on ${job.node ?? 'its node'}`}
+          state={state}
+          title={
+            ending ??
+            `Slurm runs job ${job.job_id} on ${job.node ?? 'its node'}`
+          }
         />
         <JobLine row={job} title={`Enforcement: ${job.tier}`} />
         <Use job={job} colour={colour} />
         {note && <p className="jp-vgpu-SliceRow-note">{note}</p>}
+        {ending && (
+          <p
+            className="jp-vgpu-SlurmRow-notice jp-vgpu-SlurmRow-ending"
+            role="status"
+          >
+            {ending}
+          </p>
+        )}
+        {job.unfenced && (
+          <p
+            className="jp-vgpu-SlurmRow-notice jp-vgpu-SlurmRow-unfenced"
+            role="status"
+          >
+            Unfenced: {job.unfenced}
+          </p>
+        )}
         {job.slurm_ended && (
           <p className="jp-vgpu-SlurmRow-ended" role="status">
             {job.slurm_ended}

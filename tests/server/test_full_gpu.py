@@ -47,6 +47,7 @@ async def test_a_refusal_names_the_notebooks_and_the_kernels_that_fit_now(
     big = spec(jp_data_dir, "vgpu-3-4", {"gpu_fraction": 0.75}, "Python 3 (3/4 GPU)")
     half = spec(jp_data_dir, "vgpu-1-2", {"gpu_fraction": 0.5}, "Python 3 (1/2 GPU)")
     spec(jp_data_dir, "vgpu-2gpus", {"gpu_fraction": 0.25, "gpus": 2}, "Python 3 (2 x 1/4 GPU)")  # one GPU here
+    spec(jp_data_dir, "vgpu-slurm", {"gpu_fraction": 0.25, "launcher": "slurm"}, "Python 3 (1/4 GPU, Slurm)")  # not this ledger's to say
     before = time.time()
     await open_notebook(jp_fetch, "analysis/big.ipynb", big)
 

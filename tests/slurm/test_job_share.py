@@ -5,6 +5,7 @@ cluster (tests/slurm/cluster.py), with simulated 16 GiB GPUs of 32 shards each."
 from __future__ import annotations
 
 import json
+import os
 import select
 import subprocess
 import sys
@@ -47,7 +48,8 @@ def test_a_half_slice_in_a_job_with_half_a_gpu_gets_a_quarter_of_the_card(slurm:
     # CUDA sees the whole card (shards fence nothing): a framework's fraction is of the card
     assert 0.2 < float(fraction) <= 0.25
     assert visible.startswith("GPU-")  # the job's GPU, named by UUID as every slice's is
-    assert ledger == f"{slurm.env['TMPDIR']}/jupyter-vgpu-{job}/ledger.sqlite"  # node-local, the job's own
+    user, folder, name = ledger.rsplit("/", 2)  # node-local, in the user's private folder, the job's own
+    assert (user, name) == (f"{slurm.env['TMPDIR']}/jupyter-vgpu-{os.geteuid()}", "ledger.sqlite") and folder.endswith(f"-{job}")
     assert slurm_gpu in {"0", "1"}
 
 

@@ -6,11 +6,11 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,30 +24,6 @@ from .cluster import SlurmCluster
 from .login import BOUND, Login, run_code
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture
-def login_env(slurm: SlurmCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    """This process as a login node: the cluster's clients, its own Jupyter folders and ledger,
-    and a TMPDIR for the jobs' node-local ledgers (srun passes the environment on)."""
-    for key in ("SLURM_CONF", "PATH", "JUPYTER_VGPU_SIMULATE"):
-        monkeypatch.setenv(key, slurm.env[key])
-    monkeypatch.setenv("JUPYTER_PATH", str(tmp_path / "jupyter-path"))
-    monkeypatch.setenv("JUPYTER_RUNTIME_DIR", str(tmp_path / "runtime"))
-    monkeypatch.setenv("JUPYTER_DATA_DIR", str(tmp_path / "data"))
-    monkeypatch.setenv("JUPYTER_VGPU_LEDGER", str(tmp_path / "login" / "ledger.sqlite"))
-    monkeypatch.setenv("IPYTHONDIR", str(tmp_path / "ipython"))
-    monkeypatch.setenv("TMPDIR", str(tmp_path / "node-tmp"))
-    monkeypatch.setenv("JUPYTER_VGPU_SLURM_TIMEOUT", "5")
-    (tmp_path / "node-tmp").mkdir()
-    yield tmp_path
-
-
-@pytest.fixture
-async def login(slurm: SlurmCluster, login_env: Path) -> AsyncIterator[Login]:
-    node = Login(slurm, login_env)
-    yield node
-    await node.stop_all()
 
 
 def login_ledger_slices() -> list[object]:
@@ -117,7 +93,9 @@ async def test_the_kernel_on_its_node_holds_the_jobs_share_as_its_slice(login: L
     out = await run_code(km, "import os; print(os.environ['JUPYTER_VGPU_MEMORY_RESERVED'], os.environ['JUPYTER_VGPU_LEDGER'])")
     reserved, ledger = out.split()
     assert int(reserved) == 4 * 2**30  # 8 of 32 shards of a 16 GiB GPU
-    assert ledger == str(login.folder / "node-tmp" / f"jupyter-vgpu-{login.job_of(km)}" / "ledger.sqlite")
+    folder = Path(ledger).parent  # this start's own, in the user's private folder on the node
+    assert folder.parent == login.folder / "node-tmp" / f"jupyter-vgpu-{os.geteuid()}"
+    assert re.fullmatch(rf"kernel-\w+-{login.job_of(km)}-\w+", folder.name) and Path(ledger).name == "ledger.sqlite"
 
 
 @pytest.mark.parametrize("now", [False, True], ids=["restart", "restart-now"])

@@ -72,7 +72,7 @@ def test_a_session_shows_its_kernels_job_and_node_in_the_rest_slices(slurm: Slur
         said = {ticket: server.api("DELETE", f"api/vgpu/waiting/{ticket}", timeout=10) for ticket in ("slurm-x", "slurm-99999", row["id"])}
         assert said["slurm-x"] == (400, {"message": "'slurm-x' is not a place in line; GET /api/vgpu/slices lists them.", "reason": None})
         for ticket, job_id in (("slurm-99999", "99999"), (row["id"], job)):
-            message = f"No kernel of this server waits in Slurm's queue in job {job_id}; it may have started or left."
+            message = f"No kernel of this server waits in Slurm's queue in job {job_id}, nor is its job ending; it may have started or left."
             assert said[ticket] == (404, {"message": message, "reason": None}), said
         assert [line.split("|")[2] for line in squeue(slurm)] == ["RUNNING"]
         # The kernel's own view (the status bar's) is its job, and no host use: here is only srun.
@@ -106,6 +106,34 @@ def test_a_crashed_server_leaves_no_job_once_it_starts_again(slurm: SlurmCluster
         other[0].kill()
         other[0].wait(10)
         slurm.run("scancel", "--name", f"jupyter-vgpu-kernel-{other[1]}", timeout=10)
+
+
+def test_a_kernel_shut_down_while_slurmctld_is_down_stays_listed_as_ending_and_its_job_is_cancelled_once_slurm_returns(
+    slurm: SlurmCluster, tmp_path: Path
+) -> None:
+    server = start_server(slurm, tmp_path)
+    try:
+        kernel_id = open_notebook(server, "down.ipynb")
+        job = wait_for(lambda: job_row(server, kernel_id), "the kernel's job", timeout=30)["job_id"]
+        slurm.stop_controller()
+        status, _ = server.api("DELETE", f"api/kernels/{kernel_id}", timeout=60)
+        assert status == 204
+        row = wait_for(lambda: (r := job_row(server, kernel_id)) and r.get("ending") and r, "the job listed as ending", timeout=30)
+        assert row["job_id"] == job and row["id"] == f"slurm-{job}"
+        assert f"Slurm has not confirmed the cancel of job {job} (Slurm does not answer (slurmctld at 127.0.0.1:" in row["ending"]
+        assert row["ending"].endswith("it still holds its GPU share, and its cancel is tried again every 5 s.")
+        assert row["share_note"] == f"Ending: {row['ending']}"
+        # Its cancel, while Slurm does not answer, says so in one sentence and keeps the job listed.
+        status, said = server.api("DELETE", f"api/vgpu/waiting/slurm-{job}", timeout=60)
+        assert status == 503 and said["message"].startswith("Slurm does not answer (slurmctld at 127.0.0.1:"), said
+        assert said["message"].endswith(f"job {job} is not cancelled yet; it stays listed as ending and its cancel is tried again every 5 s.")
+        assert job_row(server, kernel_id) is not None
+        slurm.start_controller()
+        wait_for(lambda: squeue(slurm) == [], "the job cancelled once slurmctld answers again", timeout=60)
+        wait_for(lambda: job_row(server, kernel_id) is None, "the ending row gone", timeout=30)
+        assert server.process.poll() is None  # the same server: no restart needed
+    finally:
+        server.stop()
 
 
 def start_other_user_of_slurm(slurm: SlurmCluster, tmp: Path) -> tuple[subprocess.Popen[bytes], str]:

@@ -252,6 +252,48 @@ describe('the Slurm jobs card', () => {
     ).toEqual([ended]);
   });
 
+  it('shows a job whose kernel was shut down but whose cancel Slurm has not confirmed as ending, with Cancel', () => {
+    const ending =
+      'Shut down 40 s ago, but Slurm has not confirmed the cancel of job 12 (Slurm does not answer); it still holds its GPU share, and its cancel is tried again every 5 s.';
+    const cancelled: string[] = [];
+    const html = render(
+      <SlurmJobs
+        jobs={[runningJob({ ending, running_here: false })]}
+        waiting={[]}
+        taken={Date.now()}
+        colour={() => 1}
+        actions={{ ...actions, cancelJob: job => cancelled.push(job.id) }}
+        waitingActions={waitingActions}
+      />
+    );
+    const [row] = tags(html, 'li', 'jp-vgpu-SlurmRow');
+    expect(attr(row, 'class')).toContain('jp-vgpu-mod-ending');
+    expect(attr(row, 'aria-label')).toMatch(/, ending$/);
+    expect(texts(html, 'jp-vgpu-SlurmRow-state')).toEqual(['ending']);
+    expect(texts(html, 'jp-vgpu-SlurmRow-ending')).toEqual([ending]);
+    const [cancel] = tags(html, 'button', 'jp-vgpu-SlurmRow-cancel');
+    expect(attr(cancel, 'aria-label')).toBe('Cancel Slurm job 12');
+    expect(tags(html, 'button', 'jp-vgpu-action-shutdown')).toHaveLength(0);
+    // Without the action (an older panel) there is no button that would do nothing.
+    expect(
+      tags(
+        jobs([runningJob({ ending, running_here: false })], []),
+        'button',
+        'jp-vgpu-SlurmRow-cancel'
+      )
+    ).toHaveLength(0);
+  });
+
+  it('says a kernel runs unfenced, and why', () => {
+    const unfenced =
+      "JUPYTER_VGPU_CONTEXT_ALLOWANCE 'lots' is not a size. The kernel runs with the job's GPUs, unfenced: its frameworks are not fitted to the share.";
+    const html = jobs([runningJob({ unfenced })], []);
+    expect(texts(html, 'jp-vgpu-SlurmRow-unfenced')).toEqual([
+      `Unfenced: ${unfenced}`
+    ]);
+    expect(texts(html, 'jp-vgpu-SlurmRow-state')).toEqual(['running']);
+  });
+
   it("shows a pending job with Slurm's reason in words, its place, and Cancel for your own", () => {
     const html = jobs([], [pendingJob()]);
     const [row] = tags(html, 'li', 'jp-vgpu-SlurmRow');

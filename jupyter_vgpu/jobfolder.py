@@ -1,0 +1,150 @@
+"""A Slurm job's own folder on its node, for its ledger (DESIGN.md, "Every mechanism has a second
+user": a folder in a shared place is per user, created exclusively, checked, and removed with its
+owner).
+
+A node's temporary folder is shared by every user, and Slurm's job ids are sequential: a folder
+named by the job id alone can be made by anyone before the job starts (or be left by an earlier
+job of the same id, from another cluster on the machine or a controller whose state was cleared).
+So every job folder lives in a folder of this user's own (:func:`user_base`): ``$XDG_RUNTIME_DIR``
+when it is this user's, else ``<TMPDIR or /tmp>/jupyter-vgpu-<uid>``, made 0700 and then checked
+(owned by this user, open to no one else, not a link). Inside it:
+
+* ``job-<cluster>-<job id>``: the job's ledger for every process of the job that names none
+  (a batch script's ``jupyter vgpu run`` steps share it: :func:`job_ledger_path`);
+* ``kernel-<cluster>-<job id>-<random>``: the ledger of one kernel's start by the ``slurm``
+  launcher (:func:`kernel_folder`), made exclusively (``mkdtemp``), removed when the kernel ends
+  (:mod:`.launch.node` waits for it), and swept at the next start on the node if a SIGKILL left it
+  (:func:`sweep`: its starter, named in the folder, has gone).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import stat
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+
+from .errors import InvalidConfig
+from .units import shorten
+
+JOB = "SLURM_JOB_ID"
+CLUSTER = "SLURM_CLUSTER_NAME"
+#: Slurm's job ids are numbers (an array's or a heterogeneous job's parts have numeric ids too).
+JOB_ID = re.compile(r"[0-9]{1,10}")
+#: Who made a kernel folder: ``<pid> <start time in clock ticks>`` (a folder whose maker has gone
+#: is stale).
+STARTER = ".starter"
+
+
+def job_id(env: Mapping[str, str]) -> str:
+    """``SLURM_JOB_ID``, checked: it names folders, so only Slurm's job id syntax is allowed."""
+    value = env.get(JOB, "").strip()
+    if not JOB_ID.fullmatch(value):
+        raise InvalidConfig(f"{JOB}={shorten(value)} is not a Slurm job id; Slurm sets a number such as 1234.")
+    return value
+
+
+def _cluster(env: Mapping[str, str]) -> str:
+    return re.sub(r"[^A-Za-z0-9_-]", "_", env.get(CLUSTER, "").strip())[:64] or "slurm"
+
+
+def not_private(path: Path, uid: int) -> str | None:
+    """Why ``path`` is not a private folder of ``uid`` (in words), or None when it is one."""
+    try:
+        st = os.lstat(path)
+    except OSError as error:
+        return f"cannot be read ({error.strerror})"
+    if stat.S_ISLNK(st.st_mode):
+        return "is a symbolic link"
+    if not stat.S_ISDIR(st.st_mode):
+        return "is not a folder"
+    if st.st_uid != uid:
+        return f"belongs to uid {st.st_uid}, not to you (uid {uid})"
+    if st.st_mode & 0o077:
+        return f"is open to other users (mode {stat.S_IMODE(st.st_mode):o})"
+    return None
+
+
+def user_base(env: Mapping[str, str]) -> Path:
+    """This user's private folder on this node for job folders: ``$XDG_RUNTIME_DIR`` when it is
+    this user's, else ``<TMPDIR or /tmp>/jupyter-vgpu-<uid>``, made 0700 (or found so). A folder of
+    that name that is not this user's private one is refused in one sentence (InvalidConfig):
+    never used, never taken over."""
+    uid = os.geteuid()
+    runtime = env.get("XDG_RUNTIME_DIR", "").strip()
+    if runtime and os.path.isabs(runtime) and not_private(Path(runtime), uid) is None:
+        return Path(runtime)
+    tmp = env.get("TMPDIR", "").strip() or "/tmp"
+    base = Path(tmp if os.path.isabs(tmp) else "/tmp") / f"jupyter-vgpu-{uid}"
+    try:
+        os.mkdir(base, 0o700)
+    except FileExistsError:
+        pass  # checked below: ours from an earlier job, or refused
+    except OSError as error:
+        raise InvalidConfig(
+            f"Cannot make {base} for this Slurm job's ledger ({error.strerror}); set TMPDIR to a folder of yours on the node."
+        ) from None
+    problem = not_private(base, uid)
+    if problem:
+        raise InvalidConfig(
+            f"{base} {problem}, so this Slurm job has no safe folder for its ledger on this node; "
+            "remove it, or set TMPDIR to a folder of yours on the node."
+        )
+    return base
+
+
+def job_ledger_path(env: Mapping[str, str]) -> Path:
+    """The ledger every process of this job shares when it names none:
+    ``<user base>/job-<cluster>-<job id>/ledger.sqlite``."""
+    return user_base(env) / f"job-{_cluster(env)}-{job_id(env)}" / "ledger.sqlite"
+
+
+def _starter_alive(folder: Path) -> bool:
+    try:
+        pid, start = (folder / STARTER).read_text().split()
+        return _start_time(int(pid)) == start
+    except (OSError, ValueError):
+        return False
+
+
+def _start_time(pid: int) -> str | None:
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return fields[19] if len(fields) > 19 else None
+
+
+def sweep(base: Path, uid: int | None = None) -> list[Path]:
+    """Remove this user's kernel folders in ``base`` whose starter has gone (a SIGKILL left them);
+    the folders removed. Only private folders of this user's are touched."""
+    uid = os.geteuid() if uid is None else uid
+    removed = []
+    for entry in base.glob("kernel-*"):
+        if not_private(entry, uid) is None and not _starter_alive(entry):
+            shutil.rmtree(entry, ignore_errors=True)
+            removed.append(entry)
+    return removed
+
+
+def kernel_folder(env: Mapping[str, str]) -> Path:
+    """A new folder of this kernel's start, made exclusively in :func:`user_base` and marked with
+    this process as its starter (it removes the folder when the kernel ends). Refused in one
+    sentence (InvalidConfig) when no safe folder can be had."""
+    base = user_base(env)
+    sweep(base)
+    try:
+        folder = Path(tempfile.mkdtemp(prefix=f"kernel-{_cluster(env)}-{job_id(env)}-", dir=base))
+    except OSError as error:
+        raise InvalidConfig(f"Cannot make a folder for this kernel's ledger in {base} ({error.strerror}).") from None
+    (folder / STARTER).write_text(f"{os.getpid()} {_start_time(os.getpid())}")
+    return folder
+
+
+def remove(folder: Path) -> None:
+    """Remove a kernel folder of this user's (never a link, never another user's)."""
+    if not_private(folder, os.geteuid()) is None:
+        shutil.rmtree(folder, ignore_errors=True)
