@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import time
 from typing import Any
 
 from jupyter_client.provisioning.local_provisioner import LocalProvisioner
@@ -30,18 +29,16 @@ from traitlets import Enum, Float, Int, List, Unicode, Union
 from .config import VGPU
 from .errors import (
     InvalidRequest,
-    NeverFits,
     NoGPU,
-    RequesterGone,
     SliceNotFound,
-    SliceUnavailable,
     VGPUError,
 )
-from .launch.errors import InvalidKernelConfig, ShownToUser, as_shown, reason
+from .launch.errors import InvalidKernelConfig, ShownToUser, as_shown
 from .launch.launchers import DEFAULT as DEFAULT_LAUNCHER
 from .launch.launchers import LABEL as LAUNCHER_LABEL
 from .launch.launchers import Launcher, launcher_named
-from .launch.refusals import START_REQUEST, refusal_gpu, refusal_text, refusal_tips, refusals_of
+from .launch.refusals import refusals_of
+from .launch.refusing import RefusedStart
 from .launch.settings import (
     NO_GPU_CHOICES,
     SET_BY_JUPYTER_CLIENT,
@@ -57,9 +54,10 @@ from .launch.settings import (
     shared_ledger,
     unknown_keys_message,
 )
-from .launch.workarounds import CLIENT_NOTEBOOK, forget_when_done, names_vgpu_provisioner
+from .launch.waiting import LineLog
+from .launch.workarounds import CLIENT_NOTEBOOK, forget_when_done
 from .ledger import Ledger
-from .slices import Holder, Slice, SliceRequest, Ticket, cpu_environment, slice_environment
+from .slices import Holder, Slice, SliceRequest, cpu_environment, slice_environment
 from .slices.environment import DEVICE_NAMES, without_slice
 from .slices.records import GATEWAY_CLIENT, notebook_path
 from .slices.reports import remove_report
@@ -67,35 +65,6 @@ from .slices.request import MAX_COUNT, PLACEMENTS
 from .units import ALLOWED_FRACTIONS, ALLOWED_WAITS, parse_bytes, parse_fraction
 
 EXTENSION_ARG = "--ext=jupyter_vgpu"
-
-
-class _LineLog:
-    """What the server log says of a kernel start waiting in line: one line as it joins (with why
-    it waits), one as it leaves, never a line per attempt (four a second flooded the log)."""
-
-    def __init__(self, log: Any, kernel_id: str, asked: str) -> None:
-        self.log = log
-        self.kernel_id = kernel_id
-        self.asked = asked
-        self.joined: float | None = None
-
-    def __call__(self, ticket: Ticket) -> None:
-        start = START_REQUEST.get()
-        if start is not None and start.gone():  # a page that reloaded or closed while its kernel waited
-            self.log.info("Kernel %s stopped waiting in line for %s: the page that asked for it is gone.", self.kernel_id, self.asked)
-            self.joined = None
-            raise RequesterGone(f"Stopped waiting in line for {self.asked}: the page that asked for this kernel is gone.")
-        if self.joined is not None:
-            return
-        self.joined = time.monotonic()
-        why = (ticket.last_reason or "").splitlines()[0] if ticket.last_reason else "the GPUs are full"
-        self.log.info("Kernel %s waits in line for %s (place %s): %s", self.kernel_id, self.asked, ticket.number, why)
-
-    def left(self, how: str) -> None:
-        if self.joined is not None:
-            waited = time.monotonic() - self.joined
-            self.log.info("Kernel %s left the line after %.0f s, %s.", self.kernel_id, waited, how)
-            self.joined = None
 
 
 class VGPUProvisioner(LocalProvisioner):  # type: ignore[misc]
@@ -312,8 +281,8 @@ class VGPUProvisioner(LocalProvisioner):  # type: ignore[misc]
         restarts = bool(getattr(self.parent, "autorestart", False)) and hasattr(self.parent, "restarter_class")
         return os.getpid() if restarts else None
 
-    def _waiting(self, request: SliceRequest) -> _LineLog:
-        return _LineLog(self.log, str(self.kernel_id), request.describe())
+    def _waiting(self, request: SliceRequest) -> LineLog:
+        return LineLog(self.log, str(self.kernel_id), request.describe())
 
     async def _release(self) -> None:
         if not self.slice_id:
@@ -345,91 +314,19 @@ class VGPUProvisioner(LocalProvisioner):  # type: ignore[misc]
             raise shown from None
 
     async def _refused(self, error: BaseException, shown: ShownToUser) -> ShownToUser:
-        """Record the refusal for the REST API and say it the way a person can act on: with the
-        refusal's structure (a full GPU), name the installed kernels that fit now."""
-        detail = error.detail if isinstance(error, SliceUnavailable) else None
-        kernels: list[dict[str, str]] = []
-        tips: list[str] = []
-        if detail is not None:
-            try:
-                kernels = await asyncio.to_thread(self._kernels_that_fit, detail)
-            except Exception as problem:  # a suggestion is a nicety: never fail over it
-                self.log.debug("jupyter-vgpu: could not list kernels that fit: %s", problem)
-            tips = refusal_tips(detail, kernels=kernels, wait_timeout=float(self.wait_timeout or 0))
-            shown = type(shown)(refusal_text(detail, tips))
-        labels = self._start_labels or {}
+        """Record the refusal for the REST API and say it the way a person can act on (:mod:`.launch.refusing`)."""
         server = getattr(self.parent, "parent", None)  # the multi-kernel manager: falsy while it runs no kernel
-        request = START_REQUEST.get()  # the REST request of the start: the refusal is its user's
-        refusal_id = refusals_of(server if server is not None else self).add(
-            {
-                "t": time.time(),
-                "kernel_id": str(self.kernel_id) if self.kernel_id else None,
-                "kernel_name": labels.get("kernel_name"),
-                "kernel_display_name": labels.get("kernel_display_name"),
-                "path": labels.get("path"),
-                "status": shown.status,
-                "reason": reason(error),
-                "message": shown.message,
-                "summary": shown.message.split("\n", 1)[0],
-                "asked": (detail or {}).get("asked"),
-                "fits_now": (detail or {}).get("fits_now"),
-                "ahead": (detail or {}).get("ahead", 0),
-                "waited": (detail or {}).get("waited"),
-                # the idle reclaim's question: what would let this start in, and on which GPUs
-                "request": self._refused_request(error),
-                "allowed_gpus": [g["uuid"] for g in (detail or {}).get("gpus", []) if g.get("uuid")],
-                "gpus": [refusal_gpu(g) for g in (detail or {}).get("gpus", [])],
-                "advice": tips,
-                "suggested_kernels": kernels,
-            },
-            owner=request.requester if request is not None else None,
+        start = RefusedStart(
+            kernel_id=str(self.kernel_id) if self.kernel_id else None,
+            labels=self._start_labels or {},
+            language=getattr(self.kernel_spec, "language", None),
+            kernel_name=getattr(self.parent, "kernel_name", None),
+            specs=getattr(self.parent, "kernel_spec_manager", None),
+            wait_timeout=float(self.wait_timeout or 0),
+            request=self.request,
+            log=self.log,
         )
-        if request is not None:
-            request.refused.append(refusal_id)
-        shown.refusal_id = refusal_id
-        return shown
-
-    def _refused_request(self, error: BaseException) -> dict[str, Any] | None:
-        """The request refused for room now (not one no wait could place, nor bad input)."""
-        if not isinstance(error, SliceUnavailable) or isinstance(error, NeverFits) or error.detail is None:
-            return None
-        try:
-            return self.request().to_dict()
-        except InvalidRequest:
-            return None
-
-    def _kernels_that_fit(self, detail: dict[str, Any]) -> list[dict[str, str]]:
-        """Installed sliced kernelspecs of this kernel's language whose slice fits now, largest
-        first (at most three). Nothing fits while earlier requests wait in line."""
-        manager = getattr(self.parent, "kernel_spec_manager", None)
-        if manager is None or detail.get("ahead"):
-            return []
-        free = [(int(g["total"]), int(g["free"])) for g in detail.get("gpus", [])]
-        language = getattr(self.kernel_spec, "language", None)
-        current = getattr(self.parent, "kernel_name", None)
-        found = []
-        for name, entry in manager.get_all_specs().items():
-            spec = (entry.get("spec") or {}) if isinstance(entry, dict) else {}
-            if name == current or not names_vgpu_provisioner(spec.get("metadata")):
-                continue
-            stanza = spec["metadata"]["kernel_provisioner"]
-            if language and spec.get("language") not in (None, language):
-                continue
-            config = stanza.get("config") or {}
-            if config.get("launcher", "local") != "local":
-                continue  # its slice is booked elsewhere (a Slurm job's node): this ledger cannot say it fits
-            try:
-                request = SliceRequest.parse(
-                    fraction=config.get("gpu_fraction"), memory=config.get("gpu_memory"), gpus=config.get("gpus", 1)
-                )
-            except (InvalidRequest, TypeError, AttributeError):
-                continue
-            fitting = [need for total, room in free if 0 < (need := request.amount_on(total)) <= room]
-            if len(fitting) >= request.gpus:
-                display = str(spec.get("display_name") or name)
-                found.append((max(fitting) * request.gpus, display, name))
-        found.sort(key=lambda k: (-k[0], k[1]))
-        return [{"name": name, "display_name": display} for _, display, name in found[:3]]
+        return await start.record(error, shown, refusals_of(server if server is not None else self))
 
     async def launch_kernel(self, cmd: list[str], **kwargs: Any) -> Any:
         """jupyter_client calls this after :meth:`pre_launch` with its command and environment:
