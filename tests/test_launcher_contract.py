@@ -107,6 +107,7 @@ def test_a_new_launchers_kernels_show_in_rest_and_status_with_its_words(server: 
         "state_title": "The engine runs it on far1", "where": ["Faraway host far1", "slot 3", "2 of 8 slots"],
         "name": "Faraway host far1", "reason": None, "reason_text": None, "place_text": None,
         "note": "Memory through faraway host far1 (fenced by its engine)", "ended": None, "cancel": False,
+        "engine": "Faraway", "line": "the faraway line", "ref": kernel["id"][:8], "notice": None,
     }  # fmt: skip
     assert (row["share_note"], row["memory_reserved"], row["memory_used"], row["state"]) == (
         "Memory through faraway host far1 (fenced by its engine)", 4 << 30, 1 << 30, "ok",

@@ -53,6 +53,10 @@ class Elsewhere:
     created: float | None = None
     ended: str | None = None  # why the engine ended the kernel this one replaced
     cancel: bool = False  # DELETE /api/vgpu/waiting/<id> takes it out (pending, ending)
+    engine: str = ""  # who places it, in a word ("Slurm")
+    line: str = ""  # its engine's line, in words ("Slurm's queue")
+    ref: str = ""  # the engine's own id of what holds it ("12": a job)
+    notice: str | None = None  # the sentence under a row that is ending or runs unfenced
     #: The launcher's own fields, at the top level of the REST rows as they have always been.
     fields: Mapping[str, Any] = field(default_factory=dict)
 
@@ -77,6 +81,10 @@ class Elsewhere:
             "note": self.note,
             "ended": self.ended,
             "cancel": self.cancel,
+            "engine": self.engine,
+            "line": self.line,
+            "ref": self.ref,
+            "notice": self.notice,
         }
 
 

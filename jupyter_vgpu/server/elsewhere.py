@@ -138,9 +138,10 @@ def kernelspec_launchers(specs: Mapping[str, Any]) -> dict[str, list[str]]:
 
 def launcher_of_spec(entry: Any) -> Any:
     """The ``launcher`` a kernelspec's provisioner config names (None: the default)."""
-    spec = entry.get("spec") if isinstance(entry, dict) else None
-    stanza = ((spec or {}).get("metadata") or {}).get("kernel_provisioner") or {}
-    return (stanza.get("config") or {}).get("launcher") if isinstance(stanza, dict) else None
+    found: Any = entry
+    for key in ("spec", "metadata", "kernel_provisioner", "config"):  # any of them may be what a careless admin wrote
+        found = found.get(key) if isinstance(found, dict) else None
+    return found.get("launcher") if isinstance(found, dict) else None
 
 
 async def leave_line(row_id: str, env: Mapping[str, str]) -> bool | None:

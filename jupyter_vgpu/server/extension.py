@@ -28,7 +28,7 @@ from ..launch.workarounds import check_provisioner_configs, forget_failed_starts
 from ..ledger import Ledger, open_ledger
 from ..slices.occupancy import GPUOccupancy
 from ..units import MAX_WAIT_SECONDS, shorten
-from . import gateway, handlers
+from . import gateway, handlers, starts
 from .changes import Changes
 from .dashboard import DashboardHistory
 from .elsewhere import clean_up
@@ -244,6 +244,39 @@ class VGPUServer(ExtensionApp):
             gateway.allow_session_name()
             self.log.info("jupyter-vgpu: the GPU API answers from the GPU node at %s (gateway mode).", self.gateway_url)
             return
+        ledger, problem, simulated = self._open_ledger()
+        manager = self.serverapp.kernel_manager
+        for logger in {id(log): log for log in (self.serverapp.log, manager.log)}.values():
+            if not any(isinstance(f, OneLineRefusals) for f in logger.filters):
+                logger.addFilter(OneLineRefusals())  # a refused start: one line, not jupyter_client's traceback
+        self._watch(ledger, manager, problem, simulated)
+        idle_after = self._reclaim(ledger, manager)
+        self.dashboard = DashboardHistory(self.dashboard_seconds, max(self.dashboard_step, self.monitor_interval))
+
+        async def record(sample: Sample) -> None:
+            self.dashboard.add(sample)
+
+        self.monitor.listeners.append(record)
+        self.settings[handlers.MONITOR] = self.monitor
+        self.settings[handlers.DASHBOARD] = self.dashboard
+        self.settings[handlers.WATCHDOG] = self.watchdog
+        self.settings[handlers.CHANGES] = Changes()
+        where = f"ledger {ledger.path}, {ledger.inventory.describe()}" if ledger is not None else "no ledger"
+        self.log.info(
+            "jupyter-vgpu: monitoring every %.3g s (%s); over-limit action: %s; idle reclaim: %s.",
+            self.monitor_interval,
+            where,
+            self.over_limit_action,
+            f"after {idle_after:g} s idle{' (the hub policy)' if idle_after != self.idle_reclaim_after else ''}, "
+            f"{self.idle_reclaim_notice:g} s notice, {self.idle_reclaim_mode}"
+            if idle_after
+            else "off",
+        )
+
+    def _open_ledger(self) -> tuple[Ledger | None, str | None, bool]:
+        """The ledger, or why there is none (said in the log and by the API); whether the GPUs are
+        simulated. The tiers' settings and the kernelspecs' provisioner configs are checked too."""
+        assert self.serverapp is not None
         ledger: Ledger | None = None
         problem = None
         simulated = False
@@ -263,10 +296,10 @@ class VGPUServer(ExtensionApp):
         if ledger is not None:
             self._log_tiers(ledger)
         check_provisioner_configs()
-        manager = self.serverapp.kernel_manager
-        for logger in {id(log): log for log in (self.serverapp.log, manager.log)}.values():
-            if not any(isinstance(f, OneLineRefusals) for f in logger.filters):
-                logger.addFilter(OneLineRefusals())  # a refused start: one line, not jupyter_client's traceback
+        return ledger, problem, simulated
+
+    def _watch(self, ledger: Ledger | None, manager: Any, problem: str | None, simulated: bool) -> None:
+        """The usage monitor and the watchdog it hands each sample to."""
         self.monitor = UsageMonitor(
             ledger,
             interval=self.monitor_interval,
@@ -291,6 +324,9 @@ class VGPUServer(ExtensionApp):
         self.monitor.listeners.append(self.watchdog.check)
         notices = ledger.path if ledger is not None else None  # a kernel whose slice was not booked again after a reset
         self.monitor.tell = lambda usage, message: leave_notice(notices, usage, "rebook", "done", message, self.log)
+
+    def _reclaim(self, ledger: Ledger | None, manager: Any) -> float:
+        """The idle reclaim, on the monitor's samples; after how many idle seconds it reclaims (0: never)."""
         idle_after = effective_idle_reclaim(self.idle_reclaim_after, ledger)
         self.reclaimer = IdleReclaimer(
             manager,
@@ -310,27 +346,7 @@ class VGPUServer(ExtensionApp):
         self.monitor.idle_of = self.reclaimer.idle_seconds
         self.monitor.notice_of = self.reclaimer.notice
         self.settings[handlers.RECLAIMER] = self.reclaimer
-        self.dashboard = DashboardHistory(self.dashboard_seconds, max(self.dashboard_step, self.monitor_interval))
-
-        async def record(sample: Sample) -> None:
-            self.dashboard.add(sample)
-
-        self.monitor.listeners.append(record)
-        self.settings[handlers.MONITOR] = self.monitor
-        self.settings[handlers.DASHBOARD] = self.dashboard
-        self.settings[handlers.WATCHDOG] = self.watchdog
-        self.settings[handlers.CHANGES] = Changes()
-        where = f"ledger {ledger.path}, {ledger.inventory.describe()}" if ledger is not None else "no ledger"
-        self.log.info(
-            "jupyter-vgpu: monitoring every %.3g s (%s); over-limit action: %s; idle reclaim: %s.",
-            self.monitor_interval,
-            where,
-            self.over_limit_action,
-            f"after {idle_after:g} s idle{' (the hub policy)' if idle_after != self.idle_reclaim_after else ''}, "
-            f"{self.idle_reclaim_notice:g} s notice, {self.idle_reclaim_mode}"
-            if idle_after
-            else "off",
-        )
+        return idle_after
 
     def _log_tiers(self, ledger: Ledger) -> None:
         """Say at start what new slices get on each GPU (the strongest tier that applies there), so
@@ -356,10 +372,10 @@ class VGPUServer(ExtensionApp):
             ]
             return
         self.handlers.extend(handlers.routes())
-        kernels = gateway.KernelStartHandler if self.accept_kernel_env else handlers.KernelsHandler
+        kernels = gateway.KernelStartHandler if self.accept_kernel_env else starts.KernelsHandler
         self.handlers += [
-            (r"/api/sessions", handlers.SessionsHandler),
-            (r"/api/sessions/(?P<session_id>\w+-\w+-\w+-\w+-\w+)", handlers.SessionHandler),  # jupyter_server's route
+            (r"/api/sessions", starts.SessionsHandler),
+            (r"/api/sessions/(?P<session_id>\w+-\w+-\w+-\w+-\w+)", starts.SessionHandler),  # jupyter_server's route
             (r"/api/kernels", kernels),
         ]
         if isinstance(self.serverapp.authorizer, gateway.GatewayAuthorizer):  # type: ignore[union-attr]

@@ -9,7 +9,7 @@ Two sides:
   kernel id so holders read as notebook paths. Only a short cache is kept here. The notebook's
   path reaches the node with the kernel start: ``JPY_SESSION_NAME`` (which the session manager
   gives every kernel) is added to ``GatewayClient.allowed_envs``.
-  The node's refusals keep their status and sentence (:class:`.handlers.StartSentences`), and the
+  The node's refusals keep their status and sentence (:class:`.starts.StartSentences`), and the
   node's default kernel is taken before the first listing or unnamed start.
 * **The GPU node**: a plain jupyter server ignores the ``env`` of a kernel start request, so with
   ``c.VGPUServer.accept_kernel_env`` (``jupyter vgpu gateway`` sets it) :class:`KernelStartHandler`
@@ -46,7 +46,8 @@ from ..launch.errors import KernelStartRefused
 from ..launch.refusals import refusals_of
 from ..launch.workarounds import CLIENT_NOTEBOOK, names_vgpu_provisioner
 from ..units import shorten
-from .handlers import KernelsHandler, SessionsHandler, VGPUHandler, requester
+from .handlers import VGPUHandler
+from .starts import KernelsHandler, SessionsHandler, requester
 
 #: The variable that carries a kernel's notebook path (jupyter_server's session manager sets it).
 SESSION_VARIABLE = "JPY_SESSION_NAME"

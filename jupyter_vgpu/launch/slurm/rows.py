@@ -217,6 +217,8 @@ def as_elsewhere(row: Mapping[str, Any]) -> Elsewhere:
         memory_reserved=row.get("memory_reserved"), memory_used=used, frameworks=row.get("frameworks") or {},
         labels=row.get("labels") or {}, created=row.get("created"), ended=row.get("slurm_ended"),
         cancel=pending or state == "ending", fields={k: row.get(k) for k in OWN_FIELDS},
+        engine="Slurm", line="Slurm's queue", ref=str(job),
+        notice=row["ending"] if row.get("ending") else f"Unfenced: {row['unfenced']}" if row.get("unfenced") else None,
     )  # fmt: skip
 
 
