@@ -16,8 +16,8 @@ import {
   IWatchdogEvent,
   VGPUApiError,
   VGPUClient
-} from '../api';
-import { DeviceCard, podShareTitle } from '../devicecard';
+} from '../store/api';
+import { DeviceCard, podShareTitle } from '../sidebar/devicecard';
 import {
   formatClock,
   formatCountdown,
@@ -29,12 +29,12 @@ import {
   idleText,
   noticeSecondsLeft,
   statusIdleText
-} from '../format';
-import { IdleNotifier, keepSlice } from '../idlenotes';
-import { GPUModel } from '../model';
-import { IHistorySource, ISliceActions, SliceRow } from '../slicerow';
-import { IdleCountdown } from '../statusitem';
-import { eventText, WatchdogNotifier } from '../watchdognotes';
+} from '../format/format';
+import { IdleNotifier, keepSlice } from '../notes/idlenotes';
+import { GPUModel } from '../store/model';
+import { IHistorySource, ISliceActions, SliceRow } from '../sidebar/slicerow';
+import { IdleCountdown } from '../statusbar/statusitem';
+import { eventText, WatchdogNotifier } from '../notes/watchdognotes';
 import { makeSlice } from './fixtures';
 import { attr, render, tags, texts } from './render';
 

@@ -7,7 +7,7 @@
 import { KernelSpec } from '@jupyterlab/services';
 import * as React from 'react';
 
-import { IDevice, ISlice, IWaiting } from '../api';
+import { IDevice, ISlice, IWaiting } from '../store/api';
 import {
   slurmJobText,
   slurmPlaceText,
@@ -16,13 +16,13 @@ import {
   slurmWaitingTitle,
   statusText,
   statusTitle
-} from '../format';
-import { slurmKernelNames } from '../kernelspecs';
-import { GPUModel } from '../model';
-import { Body } from '../sidebar';
-import { ISliceActions } from '../slicerow';
-import { SlurmJobs } from '../slurmjobs';
-import { IWaitingActions } from '../waiting';
+} from '../format/format';
+import { slurmKernelNames } from '../store/kernelspecs';
+import { GPUModel } from '../store/model';
+import { Body } from '../sidebar/sidebar';
+import { ISliceActions } from '../sidebar/slicerow';
+import { SlurmJobs } from '../sidebar/slurmjobs';
+import { IWaitingActions } from '../sidebar/waiting';
 import { makeDevice, makeSlice, makeWaiter } from './fixtures';
 import { attr, render, tags, texts } from './render';
 
