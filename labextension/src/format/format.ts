@@ -6,5 +6,5 @@ export * from './tiers';
 export * from './holders';
 export * from './idle';
 export * from './usage';
-export * from './slurm';
+export * from './elsewhere';
 export * from './status';

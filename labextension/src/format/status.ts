@@ -3,14 +3,14 @@
  */
 import { IGateway, IHostUsage, ISlice } from '../store/api';
 
-import { isSlurmJob, slurmStatusText, slurmStatusTitle } from './slurm';
+import { elsewhereStatusText, elsewhereStatusTitle } from './elsewhere';
 import { formatUsage } from './units';
 import { formatHost, stateText, usageNote, usedPerGPU } from './usage';
 
 /** What the status bar item says of a kernel's slice: "GPU 2.1 / 4.0 GiB". */
 export function statusText(slice: ISlice): string {
-  if (isSlurmJob(slice)) {
-    return slurmStatusText(slice);
+  if (slice.elsewhere) {
+    return elsewhereStatusText(slice, slice.elsewhere);
   }
   return `GPU ${formatUsage(usedPerGPU(slice), slice.memory_reserved)}`;
 }
@@ -28,8 +28,9 @@ export function statusTitle(
   host: IHostUsage | null | undefined,
   simulated: boolean
 ): string {
-  if (isSlurmJob(slice)) {
-    return slurmStatusTitle(slice); // its GPUs are its node's: this server's say nothing of it
+  if (slice.elsewhere) {
+    // Its GPUs are its launcher's: this server's say nothing of it.
+    return elsewhereStatusTitle(slice, slice.elsewhere);
   }
   const lines = [
     `${statusText(slice)} used of reserved: ${slice.request_text}, slice ${slice.id} (${slice.tier})`

@@ -9,8 +9,9 @@ import { ISignal, Signal } from '@lumino/signaling';
 import { ISlice, IWaiting } from '../store/api';
 import {
   formatDuration,
-  isSlurmJob,
-  slurmJobText,
+  elsewhereLine,
+  elsewhereRef,
+  elsewhereText,
   waiterLabel
 } from '../format/format';
 import { GPUModel } from '../store/model';
@@ -140,9 +141,10 @@ export class WaitWatcher {
       const granted = grantedSlice(w, snapshot.slices.slices);
       if (granted) {
         this._tracked.delete(ticket);
+        const there = granted.elsewhere;
         Notification.success(
-          isSlurmJob(granted)
-            ? `${waiterLabel(w)}'s kernel runs: ${slurmJobText(granted)}, after waiting ${waited} in Slurm's queue.`
+          there
+            ? `${waiterLabel(w)}'s kernel runs: ${elsewhereText(there)}, after waiting ${waited} in ${elsewhereLine(w.elsewhere ?? there)}.`
             : `${waiterLabel(w)} got its GPU slice (${w.request_text}) after waiting ${waited}.`,
           {
             autoClose: 8000,
@@ -161,9 +163,10 @@ export class WaitWatcher {
       if (this._cancelled.some(c => c.ticket === ticket)) {
         continue; // said when it was cancelled
       }
+      const there = w.elsewhere;
       Notification.warning(
-        isSlurmJob(w)
-          ? `${waiterLabel(w)} left Slurm's queue after ${waited} (job ${w.job_id}): its kernel did not start.`
+        there
+          ? `${waiterLabel(w)} left ${elsewhereLine(there)} after ${waited} (job ${elsewhereRef(there)}): its kernel did not start.`
           : `${waiterLabel(w)} stopped waiting for a GPU slice (${w.request_text}) after ${waited}: its kernel did not start.`,
         {
           autoClose: false,

@@ -18,12 +18,11 @@ import { DeviceCard } from './devicecard';
 import { gatewayText, holderLabel, machineGlance } from '../format/format';
 import { dashboardIcon, gpuIcon } from '../icons';
 import { keepSlice } from '../notes/idlenotes';
-import { slurmKernelNames } from '../store/kernelspecs';
 import { GPUModel } from '../store/model';
 import { sliceKernelName } from '../store/resized';
 import { ShutDownNotebooks } from '../notes/shutdownmemory';
 import { IHistorySource, ISliceActions } from './slicerow';
-import { isSlurmJob, SlurmJobs } from './slurmjobs';
+import { ElsewhereCards } from './elsewhere';
 import { IWaitingActions, WaitingList } from './waiting';
 
 /** The GPU node the server uses through `--gateway-url`, as the latest replies name it. */
@@ -117,16 +116,17 @@ function Message(props: {
   );
 }
 
-/** The panel under its header: the GPUs and their slices, the Slurm jobs, the line (exported for tests). */
+/**
+ * The panel under its header: the GPUs and their slices, a card per launcher whose kernels run
+ * elsewhere, the line (exported for tests).
+ */
 export function Body(props: {
   model: GPUModel;
   actions: ISliceActions;
   waitingActions: IWaitingActions;
   history: IHistorySource;
-  /** The display names of the kernelspecs whose kernels run as Slurm jobs. */
-  slurmKernels: string[];
 }): JSX.Element {
-  const { model, actions, waitingActions, history, slurmKernels } = props;
+  const { model, actions, waitingActions, history } = props;
   const snapshot = model.snapshot;
   const error = model.error;
   // A CPU-only server using a GPU node (`--gateway-url`): the node is what does not answer.
@@ -157,16 +157,16 @@ export function Body(props: {
     return banner || <Message kind="loading" title="Reading the GPUs…" />;
   }
   const { devices, slices } = snapshot;
-  // A kernel that runs as a Slurm job is on its node's GPU, never on this server's.
-  const jobs = slices.slices.filter(isSlurmJob);
-  const local = slices.slices.filter(s => !isSlurmJob(s));
+  // A kernel that runs elsewhere is on its launcher's GPU, never on this server's.
+  const local = slices.slices.filter(s => !s.elsewhere);
   const allWaiting = slices.waiting ?? [];
-  const pendingJobs = allWaiting.filter(isSlurmJob);
-  const waiting = allWaiting.filter(w => !isSlurmJob(w));
-  const slurm = (
-    <SlurmJobs
-      jobs={jobs}
-      waiting={pendingJobs}
+  const waiting = allWaiting.filter(w => !w.elsewhere);
+  const launchers = slices.launchers ?? [];
+  const elsewhere = (
+    <ElsewhereCards
+      slices={slices.slices}
+      waiting={allWaiting}
+      launchers={launchers}
       taken={snapshot.taken}
       colour={id => model.colour(id)}
       actions={actions}
@@ -181,21 +181,22 @@ export function Body(props: {
     />
   );
   if (!devices.available) {
-    const onSlurm =
-      slurmKernels.length > 0 || jobs.length > 0 || pendingJobs.length > 0;
+    // Where this server's GPU kernels run instead, in each launcher's words.
+    const runs = launchers.filter(l => l.runs);
     return (
       <>
         {banner}
-        {onSlurm ? (
+        {runs.length > 0 ? (
           <Message kind="no-gpu" title="No GPU on this server.">
-            <p className="jp-vgpu-Message-detail">
-              Its GPU kernels run as Slurm jobs on the cluster&apos;s GPU nodes,
-              where Slurm places them
-              {slurmKernels.length > 0 && (
-                <>: start {slurmKernelList(slurmKernels)} from the launcher</>
-              )}
-              .
-            </p>
+            {runs.map(l => (
+              <p key={l.name} className="jp-vgpu-Message-detail">
+                {l.runs}
+                {l.kernelspecs.length > 0 && (
+                  <>: start {kernelList(l.kernelspecs)} from the launcher</>
+                )}
+                .
+              </p>
+            ))}
           </Message>
         ) : (
           <Message kind="no-gpu" title="No GPU on this server.">
@@ -208,7 +209,7 @@ export function Body(props: {
             </p>
           </Message>
         )}
-        {slurm}
+        {elsewhere}
         {line}
       </>
     );
@@ -242,14 +243,14 @@ export function Body(props: {
           received={snapshot.taken}
         />
       ))}
-      {slurm}
+      {elsewhere}
       {line}
     </>
   );
 }
 
 /** “Python 3 (1/4 GPU, Slurm)”, or the first two of several and how many more. */
-function slurmKernelList(names: string[]): string {
+function kernelList(names: string[]): string {
   const quoted = names.slice(0, 2).map(n => `“${n}”`);
   const more = names.length - quoted.length;
   return more > 0
@@ -321,16 +322,17 @@ export class GPUSidebar extends ReactWidget {
 
   readonly model: GPUModel;
 
-  /** Cancel an ending Slurm job now (the server retries it anyway); say what Slurm answered. */
+  /** Cancel an ending kernel's job elsewhere now (the server retries it anyway); say the answer. */
   private async _cancelJob(slice: ISlice): Promise<void> {
+    const name = slice.elsewhere?.name ?? `slice ${slice.id}`;
     try {
-      await this.model.client.cancelWaiting(slice.id);
-      Notification.info(`Slurm job ${slice.job_id} is cancelled.`, {
+      await this.model.client.cancelWaiting(slice.elsewhere?.id ?? slice.id);
+      Notification.info(`${name} is cancelled.`, {
         autoClose: 4000
       });
     } catch (error) {
       Notification.warning(
-        `Slurm job ${slice.job_id} is not cancelled yet: ${error instanceof Error ? error.message : String(error)}`,
+        `${name} is not cancelled yet: ${error instanceof Error ? error.message : String(error)}`,
         { autoClose: 8000 }
       );
     }
@@ -361,9 +363,6 @@ export class GPUSidebar extends ReactWidget {
                 actions={this._actions}
                 waitingActions={this._waitingActions}
                 history={this._history}
-                slurmKernels={slurmKernelNames(
-                  this._services.kernelspecs.specs
-                )}
               />
             </div>
           </div>
@@ -379,7 +378,7 @@ export class GPUSidebar extends ReactWidget {
     }
     const result = await showDialog({
       title: 'Shut down kernel?',
-      body: `Shut down the kernel of ${holderLabel(slice)} (${this._actions.kernelDisplayName(slice)})? ${isSlurmJob(slice) ? `Its Slurm job ${slice.job_id} is cancelled` : 'Its GPU slice is released'} and unsaved variables are lost.`,
+      body: `Shut down the kernel of ${holderLabel(slice)} (${this._actions.kernelDisplayName(slice)})? ${slice.elsewhere ? `${slice.elsewhere.name} is cancelled` : 'Its GPU slice is released'} and unsaved variables are lost.`,
       buttons: [
         Dialog.cancelButton(),
         Dialog.warnButton({ label: 'Shut Down' })

@@ -51,7 +51,7 @@ export interface ISliceActions {
   copySliceId(slice: ISlice): void;
   /** The owner's "Keep it" for an idle slice the server is about to reclaim. */
   keepSlice(slice: ISlice): void;
-  /** Cancel the Slurm job of a kernel shut down whose cancel Slurm has not confirmed (`ending`). */
+  /** Cancel the job elsewhere of a kernel shut down whose cancel is not confirmed (`ending`). */
   cancelJob?(slice: ISlice): void;
 }
 

@@ -15,11 +15,10 @@ import {
   formatHost,
   hostGlance,
   idleNoticeDetails,
-  isSlurmJob,
   pathLabel,
   SIMULATED_NOTE,
-  slurmWaitingText,
-  slurmWaitingTitle,
+  elsewhereWaitingText,
+  elsewhereWaitingTitle,
   statusIdleText,
   statusText,
   statusTitle
@@ -176,13 +175,13 @@ function Waiting(props: {
   const { waiter: w, age, simulated, onClick } = props;
   const waited = formatDuration(w.waiting_seconds + age);
   const name = pathLabel(w.path) || 'This kernel';
-  const slurm = isSlurmJob(w);
-  const title = slurm
-    ? slurmWaitingTitle(w, waited)
+  const there = w.elsewhere ?? null;
+  const title = there
+    ? elsewhereWaitingTitle(w, there, waited)
     : `${name} waits in line for ${w.request_text}: place ${w.position}, waiting ${waited}.${simulated ? `\n${SIMULATED_NOTE}` : ''}`;
   return (
     <button
-      className={`jp-vgpu-StatusItem-content jp-vgpu-mod-waiting${slurm ? ' jp-vgpu-mod-slurm' : ''}`}
+      className={`jp-vgpu-StatusItem-content jp-vgpu-mod-waiting${there ? ` jp-vgpu-mod-elsewhere jp-vgpu-mod-${there.launcher}` : ''}`}
       title={`${title}\nClick to show the GPUs panel (Cancel is there).`}
       onClick={onClick}
     >
@@ -192,8 +191,8 @@ function Waiting(props: {
         className="jp-vgpu-StatusItem-icon"
       />
       <span className="jp-vgpu-StatusItem-text">
-        {slurm
-          ? slurmWaitingText(w)
+        {there
+          ? elsewhereWaitingText(w, there)
           : `GPU: waiting #${w.position} (${w.request_text})`}
       </span>
       <span className="jp-vgpu-StatusItem-time">{waited}</span>
@@ -266,8 +265,8 @@ export class GPUStatusItem extends ReactWidget {
           if (!slice) {
             return <span />;
           }
-          // A Slurm kernel runs on its node: this server's (simulated) GPUs are not its.
-          const simulated = this.model.simulated && !isSlurmJob(slice);
+          // A kernel that runs elsewhere: this server's (simulated) GPUs are not its.
+          const simulated = this.model.simulated && !slice.elsewhere;
           if (slice.idle_notice) {
             return (
               <IdleCountdown

@@ -97,16 +97,6 @@ export function sliceConfig(
   return provisioner.config ?? {};
 }
 
-/** The display names of the installed kernelspecs whose kernels run as Slurm jobs (`"launcher": "slurm"`). */
-export function slurmKernelNames(
-  specs: KernelSpec.ISpecModels | null | undefined
-): string[] {
-  return Object.values(specs?.kernelspecs ?? {})
-    .filter(spec => sliceConfig(spec)?.launcher === 'slurm')
-    .map(spec => spec!.display_name)
-    .sort();
-}
-
 /**
  * An installed kernelspec that asks for the same slice as `name` and waits in line for it longer
  * than `name` does (`wait_timeout`; the longest wait when there are several), or null.

@@ -106,36 +106,57 @@ export interface IDevicesReply {
 }
 
 /**
- * What a kernel that runs as a Slurm job carries of its job (docs/rest.md, "Slurm kernel jobs"),
- * on its row of `slices` while the job runs and on its place in `waiting` while it is pending;
- * absent on every other row.
+ * A kernel that runs elsewhere (its launcher's: a Slurm job on a node Slurm picks), as its row of
+ * `slices` (running or ending) or of `waiting` (in the engine's line) carries it: one shape for
+ * every launcher, in the launcher's words, shown as they come (docs/rest.md, "Kernels that run
+ * elsewhere"). The launcher's own fields at the row's top level are not read here.
  */
-export interface ISlurmJobFields {
-  /** Slurm's id of the kernel's job ("12"). */
-  job_id?: string;
-  /** The node Slurm placed it on (null while it is pending). */
-  node?: string | null;
-  partition?: string | null;
-  /** Slurm's state of the job: RUNNING, PENDING... */
-  slurm_state?: string;
-  /** Why a pending job waits, as Slurm says it: "Resources", "Priority", "QOSMaxGRESPerUser". */
-  slurm_reason?: string | null;
-  /** The reason in words ("no node has the GPU shards free now"); null for a reason not known. */
-  slurm_reason_text?: string | null;
-  /** The GPU shards the job holds (null for whole GPUs), of `shards_per_gpu` a GPU. */
-  shards?: number | null;
-  shards_per_gpu?: number | null;
-  /** What the job holds, as every view says it: "8/32 shards (1/4 GPU)", "2 GPUs". */
-  share_text?: string;
-  /** Why Slurm ended the job of the kernel this one replaced (then restarted in a new job). */
-  slurm_ended?: string | null;
+export interface IElsewhere {
+  /** The launcher's name (a kernelspec's "launcher"): "slurm". */
+  launcher: string;
+  /** The card its kernels are shown in: "Slurm jobs". */
+  title: string;
+  /** The row's id: a waiting row's ticket, a running row's slice id ("slurm-12"). */
+  id: string;
+  state: 'running' | 'pending' | 'ending';
+  /** What the state means, one sentence: "Slurm runs this kernel's job". */
+  state_title: string;
+  /** Where it runs and what it holds, the parts of one line: ["Slurm job 12 on node1", "GPU 0", "8/32 shards (1/4 GPU)"]. */
+  where: string[];
+  /** The first of them: where it runs, in a few words ("Slurm job 12 on node1"). */
+  name: string;
+  /** Why a pending one waits, in the engine's word ("Resources"). */
+  reason: string | null;
+  /** And in words ("no node has the GPU shards free now"); null: not known. */
+  reason_text: string | null;
+  /** Where it stands in line, in words ("place 1 in partition gpu's queue"). */
+  place_text: string | null;
+  /** What holds its memory, or why it is ending or unfenced (the row's `share_note`). */
+  note: string | null;
+  /** Why the engine ended the kernel this one replaced (a restart elsewhere). */
+  ended: string | null;
+  /** A pending or ending one: `DELETE /api/vgpu/waiting/<id>` takes it out. */
+  cancel: boolean;
   /**
-   * A job whose kernel was shut down but whose cancel Slurm has not confirmed, in one sentence
-   * (its cancel is retried; `DELETE waiting/slurm-<job id>` tries again at once); else null.
+   * Asked of the server, read when it sends them (each has a fallback): the engine's own id of
+   * the kernel's job ("12"), the engine's name ("Slurm"), its line in words ("Slurm's queue"),
+   * and the sentence the card shows under a row that is ending or runs unfenced.
    */
-  ending?: string | null;
-  /** Why the kernel runs with its job's GPUs but no slice (frameworks not fitted); else null. */
-  unfenced?: string | null;
+  ref?: string | null;
+  engine?: string | null;
+  line?: string | null;
+  notice?: string | null;
+}
+
+/** A launcher of this server's kernels other than `local` (the slices reply's `launchers`). */
+export interface ILauncherInfo {
+  name: string;
+  /** Its card's title: "Slurm jobs". */
+  title: string;
+  /** Where a kernelspec of it puts its kernels, in words (one sentence, no full stop). */
+  runs: string;
+  /** The display names of its kernelspecs. */
+  kernelspecs: string[];
 }
 
 /** The state of a slice's usage against its reservation, decided by the server. */
@@ -149,10 +170,12 @@ export interface ISliceRequest {
 }
 
 /**
- * One reservation: a kernel's or a `jupyter vgpu run` command's; or a kernel running as a Slurm
- * job (`job_id`), whose GPUs are its node's (`slurm:<node>:<index>`), not this server's.
+ * One reservation: a kernel's or a `jupyter vgpu run` command's; or a kernel that runs elsewhere
+ * (`elsewhere`), whose GPUs are its launcher's (`<launcher>:<node>:<index>`), not this server's.
  */
-export interface ISlice extends ISlurmJobFields {
+export interface ISlice {
+  /** A kernel that runs elsewhere: where, in its launcher's words; absent or null for the others. */
+  elsewhere?: IElsewhere | null;
   id: string;
   holder_kind: HolderKind;
   /** The slice belongs to the user this server runs as (others' come from a node broker). */
@@ -261,10 +284,12 @@ export interface IWatchdogEvent {
 }
 
 /**
- * A request waiting in line for a slice; or a kernel whose Slurm job is pending (`job_id`): its
- * ticket is `slurm-<job id>`, its place among the partition's pending jobs.
+ * A request waiting in line for a slice; or a kernel that waits in its launcher's line
+ * (`elsewhere`): its ticket is `elsewhere.id`, `position` its place in the engine's line.
  */
-export interface IWaiting extends ISlurmJobFields {
+export interface IWaiting {
+  /** A kernel that waits elsewhere: why and where, in its launcher's words; else absent or null. */
+  elsewhere?: IElsewhere | null;
   ticket: number | string;
   position: number;
   owner?: string;
@@ -289,6 +314,8 @@ export interface ISlicesReply {
   taken_at?: number;
   slices: ISlice[];
   waiting: IWaiting[];
+  /** The launchers of this server's kernels other than `local`; absent on older servers. */
+  launchers?: ILauncherInfo[];
   /** The host name of the server that holds the slices. */
   node?: string;
   /** Present when the server answers from a GPU node behind `--gateway-url`. */

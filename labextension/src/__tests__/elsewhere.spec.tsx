@@ -1,28 +1,35 @@
 /**
- * Kernels that run as Slurm jobs (issue 32, "Views on the login node"): the panel's "Slurm jobs"
- * card (a running job's id, node, GPU, shards and fraction, state and reported use; a pending
- * one's reason and place, and Cancel), kept out of this server's GPU cards and line; the login
- * node without a GPU says where its GPU kernels run; the status bar's words and tooltips.
+ * Kernels that run elsewhere (issue 40, "Launchers own their views"; issue 32, "Views on the login
+ * node"): a card per launcher built from each row's `elsewhere` and the reply's `launchers`, in
+ * the launcher's words as they come. Slurm's rows (a running job's id, node, GPU, shards and
+ * fraction, state and reported use; a pending one's reason and place, and Cancel) read as they
+ * always did, kept out of this server's GPU cards and line; a fake launcher ("faraway") gets its
+ * own card with its own words; the login node without a GPU says where its GPU kernels run; the
+ * status bar's words and tooltips.
  */
-import { KernelSpec } from '@jupyterlab/services';
 import * as React from 'react';
 
-import { IDevice, ISlice, IWaiting } from '../store/api';
+import { IElsewhere } from '../store/api';
 import {
-  slurmJobText,
-  slurmPlaceText,
-  slurmReasonText,
-  slurmWaitingText,
-  slurmWaitingTitle,
+  elsewherePlaceText,
+  elsewhereReasonText,
+  elsewhereText,
+  elsewhereWaitingText,
+  elsewhereWaitingTitle,
   statusText,
   statusTitle
 } from '../format/format';
-import { slurmKernelNames } from '../store/kernelspecs';
-import { GPUModel } from '../store/model';
-import { Body } from '../sidebar/sidebar';
-import { ISliceActions } from '../sidebar/slicerow';
-import { SlurmJobs } from '../sidebar/slurmjobs';
-import { IWaitingActions } from '../sidebar/waiting';
+import { ElsewhereCards } from '../sidebar/elsewhere';
+import {
+  actions,
+  body,
+  jobs,
+  pendingJob,
+  runningJob,
+  SLURM,
+  slurmRunning,
+  waitingActions
+} from './elsewherefixtures';
 import { makeDevice, makeSlice, makeWaiter } from './fixtures';
 import { attr, render, tags, texts } from './render';
 
@@ -37,122 +44,47 @@ jest.mock('@jupyterlab/apputils', () => ({
   Notification: { info: jest.fn(), success: jest.fn(), warning: jest.fn() }
 }));
 
-const GiB = 1024 ** 3;
-
-/** A kernel running in Slurm job 12 on node1's GPU 0, as `GET /api/vgpu/slices` sends it. */
-function runningJob(fields: Partial<ISlice> = {}): ISlice {
-  return makeSlice({
-    id: 'slurm-12',
-    kernel_id: 'k-train',
-    kernel_display_name: 'Python 3 (1/4 GPU, Slurm)',
-    path: 'work/train.ipynb',
-    owner: null,
-    pid: null,
-    job_id: '12',
-    node: 'node1',
-    partition: 'gpu',
-    gpus: ['slurm:node1:0'],
-    gpu_indices: [0],
-    fraction: 0.25,
-    shards: 8,
-    shards_per_gpu: 32,
-    share_text: '8/32 shards (1/4 GPU)',
-    request_text: '1/4 GPU: 8 of 32 shards',
-    slurm_state: 'RUNNING',
-    slurm_reason: null,
-    memory_reserved: 4 * GiB,
-    memory_used: 1.5 * GiB,
-    usage_source: 'reported',
-    usage_note:
-      'Reported by the kernel itself, from node1: what its frameworks say they hold.',
-    tier: 'Slurm job 12 on node1 (shards fence nothing: cooperative limits)',
-    state: 'ok',
-    created: 10,
-    ...fields
-  });
-}
-
-/** A kernel whose Slurm job 13 is pending, as the reply's `waiting` has it. */
-function pendingJob(fields: Partial<IWaiting> = {}): IWaiting {
-  return makeWaiter({
-    ticket: 'slurm-13',
-    position: 1,
-    holder: 'k-queued',
-    kernel_id: 'k-queued',
-    path: 'work/queued.ipynb',
-    kernel_display_name: 'Python 3 (1/4 GPU, Slurm)',
-    request_text: '1/4 GPU: 8 of 32 shards',
-    waiting_seconds: 42,
-    job_id: '13',
-    partition: 'gpu',
-    slurm_state: 'PENDING',
-    slurm_reason: 'Resources',
-    slurm_reason_text: 'no node has the GPU shards free now',
-    shards: 8,
-    shards_per_gpu: 32,
-    share_text: '8/32 shards (1/4 GPU)',
-    ...fields
-  });
-}
-
-const actions: ISliceActions = {
-  openNotebook: () => undefined,
-  kernelDisplayName: s => s.kernel_display_name ?? 'kernel',
-  shutdownKernel: () => undefined,
-  releaseSlice: () => undefined,
-  copySliceId: () => undefined,
-  keepSlice: () => undefined
-};
-const waitingActions: IWaitingActions = {
-  cancel: () => undefined,
-  openNotebook: () => undefined
-};
-
-function jobs(running: ISlice[], waiting: IWaiting[]): string {
-  return render(
-    <SlurmJobs
-      jobs={running}
-      waiting={waiting}
-      taken={Date.now()}
-      colour={() => 1}
-      actions={actions}
-      waitingActions={waitingActions}
-    />
-  );
-}
-
-describe('the words for a Slurm job', () => {
+describe("the words for a Slurm job, the launcher's", () => {
   it('say where a running job is and what it holds', () => {
-    expect(slurmJobText(runningJob())).toBe(
+    expect(elsewhereText(runningJob().elsewhere!)).toBe(
       'Slurm job 12 on node1 · GPU 0 · 8/32 shards (1/4 GPU)'
     );
     expect(
-      slurmJobText(
-        runningJob({ gpu_indices: [0, 1], shards: null, share_text: '2 GPUs' })
+      elsewhereText(
+        slurmRunning({
+          where: ['Slurm job 12 on node1', 'GPUs 0, 1', '2 GPUs']
+        })
       )
     ).toBe('Slurm job 12 on node1 · GPUs 0, 1 · 2 GPUs');
   });
 
   it('say no node for a pending job, and its reason in words where the server knows them', () => {
-    expect(slurmJobText(pendingJob())).toBe(
+    const pending = (where: Partial<IElsewhere> = {}) =>
+      pendingJob({}, where).elsewhere!;
+    expect(elsewhereText(pending())).toBe(
       'Slurm job 13 · 8/32 shards (1/4 GPU)'
     );
-    expect(slurmReasonText(pendingJob())).toBe(
+    expect(elsewhereReasonText(pending())).toBe(
       'Resources: no node has the GPU shards free now'
     );
     expect(
-      slurmReasonText(
-        pendingJob({ slurm_reason: 'BeginTime', slurm_reason_text: null })
-      )
+      elsewhereReasonText(pending({ reason: 'BeginTime', reason_text: null }))
     ).toBe('BeginTime');
-    expect(slurmReasonText(pendingJob({ slurm_reason: null }))).toBe(
+    expect(elsewhereReasonText(pending({ reason: null }))).toBe(
       'no reason given yet'
     );
-    expect(slurmPlaceText(pendingJob({ position: 2 }))).toBe(
-      "place 2 in partition gpu's queue"
-    );
-    expect(slurmPlaceText(pendingJob({ position: 2, partition: null }))).toBe(
+    expect(
+      elsewherePlaceText(
+        pending({ place_text: "place 2 in partition gpu's queue" }),
+        2
+      )
+    ).toBe("place 2 in partition gpu's queue");
+    // Where the server says no place in words: the place in the engine's line.
+    expect(elsewherePlaceText(pending({ place_text: null }), 2)).toBe(
       "place 2 in Slurm's queue"
+    );
+    expect(elsewherePlaceText(pending({ place_text: null }), null)).toBe(
+      "its place in Slurm's queue is not known yet"
     );
   });
 });
@@ -188,10 +120,10 @@ describe('the status bar item of a Slurm kernel', () => {
 
   it('says a pending job, its reason and place', () => {
     const w = pendingJob();
-    expect(slurmWaitingText(w)).toBe(
+    expect(elsewhereWaitingText(w, w.elsewhere!)).toBe(
       'GPU: Slurm job 13 pending (Resources) · place 1'
     );
-    expect(slurmWaitingTitle(w, '42 s').split('\n')).toEqual([
+    expect(elsewhereWaitingTitle(w, w.elsewhere!, '42 s').split('\n')).toEqual([
       "queued.ipynb waits in Slurm's queue for 8/32 shards (1/4 GPU): job 13 is pending.",
       "Slurm's reason: Resources: no node has the GPU shards free now.",
       "It is at place 1 in partition gpu's queue, waiting 42 s; it starts on the node Slurm places it on."
@@ -245,20 +177,27 @@ describe('the Slurm jobs card', () => {
     const ended =
       "Slurm ended this kernel's job 11: its time limit was reached (TIMEOUT). This kernel was restarted in job 12: variables were lost.";
     expect(
-      texts(
-        jobs([runningJob({ slurm_ended: ended })], []),
-        'jp-vgpu-SlurmRow-ended'
-      )
+      texts(jobs([runningJob({}, { ended })], []), 'jp-vgpu-SlurmRow-ended')
     ).toEqual([ended]);
   });
 
   it('shows a job whose kernel was shut down but whose cancel Slurm has not confirmed as ending, with Cancel', () => {
     const ending =
       'Shut down 40 s ago, but Slurm has not confirmed the cancel of job 12 (Slurm does not answer); it still holds its GPU share, and its cancel is tried again every 5 s.';
+    const endingJob = runningJob(
+      { running_here: false },
+      {
+        state: 'ending',
+        state_title: ending,
+        note: `Ending: ${ending}`,
+        notice: ending,
+        cancel: true
+      }
+    );
     const cancelled: string[] = [];
     const html = render(
-      <SlurmJobs
-        jobs={[runningJob({ ending, running_here: false })]}
+      <ElsewhereCards
+        slices={[endingJob]}
         waiting={[]}
         taken={Date.now()}
         colour={() => 1}
@@ -272,22 +211,26 @@ describe('the Slurm jobs card', () => {
     expect(texts(html, 'jp-vgpu-SlurmRow-state')).toEqual(['ending']);
     expect(texts(html, 'jp-vgpu-SlurmRow-ending')).toEqual([ending]);
     const [cancel] = tags(html, 'button', 'jp-vgpu-SlurmRow-cancel');
-    expect(attr(cancel, 'aria-label')).toBe('Cancel Slurm job 12');
+    expect(attr(cancel, 'aria-label')).toBe('Cancel Slurm job 12 on node1');
     expect(tags(html, 'button', 'jp-vgpu-action-shutdown')).toHaveLength(0);
     // Without the action (an older panel) there is no button that would do nothing.
     expect(
-      tags(
-        jobs([runningJob({ ending, running_here: false })], []),
-        'button',
-        'jp-vgpu-SlurmRow-cancel'
-      )
+      tags(jobs([endingJob], []), 'button', 'jp-vgpu-SlurmRow-cancel')
     ).toHaveLength(0);
   });
 
   it('says a kernel runs unfenced, and why', () => {
     const unfenced =
       "JUPYTER_VGPU_CONTEXT_ALLOWANCE 'lots' is not a size. The kernel runs with the job's GPUs, unfenced: its frameworks are not fitted to the share.";
-    const html = jobs([runningJob({ unfenced })], []);
+    const html = jobs(
+      [
+        runningJob(
+          {},
+          { note: `Unfenced: ${unfenced}`, notice: `Unfenced: ${unfenced}` }
+        )
+      ],
+      []
+    );
     expect(texts(html, 'jp-vgpu-SlurmRow-unfenced')).toEqual([
       `Unfenced: ${unfenced}`
     ]);
@@ -324,17 +267,22 @@ describe('the Slurm jobs card', () => {
   it('lists running jobs by node, then pending ones in their place, and says how many wait', () => {
     const html = jobs(
       [
-        runningJob({ id: 'slurm-20', job_id: '20', node: 'node2', created: 1 }),
-        runningJob({ id: 'slurm-12', job_id: '12', node: 'node1', created: 5 })
+        runningJob(
+          { id: 'slurm-20', gpus: ['slurm:node2:0'], created: 1 },
+          { id: 'slurm-20', ref: '20' }
+        ),
+        runningJob({ id: 'slurm-12', created: 5 })
       ],
       [
-        pendingJob({
-          ticket: 'slurm-15',
-          job_id: '15',
-          position: 2,
-          slurm_reason: 'Priority',
-          slurm_reason_text: 'jobs ahead of it come first'
-        }),
+        pendingJob(
+          { ticket: 'slurm-15', position: 2 },
+          {
+            id: 'slurm-15',
+            ref: '15',
+            reason: 'Priority',
+            reason_text: 'jobs ahead of it come first'
+          }
+        ),
         pendingJob()
       ]
     );
@@ -353,57 +301,12 @@ describe('the Slurm jobs card', () => {
   });
 });
 
-/** The panel's body for a snapshot of this server: its GPUs (none: a login node), slices and line. */
-function body(
-  options: {
-    devices?: IDevice[];
-    slices?: ISlice[];
-    waiting?: IWaiting[];
-    slurmKernels?: string[];
-  } = {}
-): string {
-  const devices = options.devices ?? [];
-  const model = {
-    snapshot: {
-      devices: {
-        simulated: devices.length > 0,
-        available: devices.length > 0,
-        message: devices.length
-          ? null
-          : 'No NVIDIA GPU is available here (NVML: NVML Shared Library Not Found).',
-        driver: '',
-        interval: 1,
-        devices
-      },
-      slices: {
-        simulated: false,
-        interval: 1,
-        slices: options.slices ?? [],
-        waiting: options.waiting ?? []
-      },
-      taken: Date.now()
-    },
-    error: null,
-    colour: () => 2,
-    refresh: () => Promise.resolve()
-  } as unknown as GPUModel;
-  return render(
-    <Body
-      model={model}
-      actions={actions}
-      waitingActions={waitingActions}
-      history={{ slice: () => [], device: () => [], now: () => 0 }}
-      slurmKernels={options.slurmKernels ?? []}
-    />
-  );
-}
-
 describe('the panel on a login node', () => {
   it('says where GPU kernels run instead of "Kernels run on the CPU", and lists the jobs', () => {
     const html = body({
       slices: [runningJob()],
       waiting: [pendingJob()],
-      slurmKernels: ['Python 3 (1/4 GPU, Slurm)']
+      launchers: [SLURM]
     });
     expect(texts(html, 'jp-vgpu-Message-title')).toEqual([
       'No GPU on this server.'
@@ -419,7 +322,9 @@ describe('the panel on a login node', () => {
 
   it('says so before any Slurm kernel started, and names two kernelspecs at most', () => {
     const html = body({
-      slurmKernels: ['A (Slurm)', 'B (Slurm)', 'C (Slurm)']
+      launchers: [
+        { ...SLURM, kernelspecs: ['A (Slurm)', 'B (Slurm)', 'C (Slurm)'] }
+      ]
     });
     expect(texts(html, 'jp-vgpu-Message-detail')[0]).toBe(
       "Its GPU kernels run as Slurm jobs on the cluster's GPU nodes, where Slurm places them: start “A (Slurm)”, “B (Slurm)” or 1 more from the launcher."
@@ -463,37 +368,5 @@ describe('the panel of a server with GPUs of its own and Slurm kernels', () => {
       'line.ipynb'
     ]);
     expect(html).not.toContain('No kernel holds a GPU slice');
-  });
-});
-
-describe('slurmKernelNames', () => {
-  function spec(name: string, config: object | null): KernelSpec.ISpecModel {
-    return {
-      name,
-      display_name: name,
-      language: 'python',
-      argv: [],
-      resources: {},
-      metadata: config
-        ? {
-            kernel_provisioner: { provisioner_name: 'vgpu-provisioner', config }
-          }
-        : {}
-    } as unknown as KernelSpec.ISpecModel;
-  }
-
-  it('names the kernelspecs whose kernels run as Slurm jobs', () => {
-    const kernelspecs = {
-      python3: spec('Python 3', null),
-      local: spec('Python 3 (1/4 GPU)', { gpu_fraction: 0.25 }),
-      slurm: spec('Python 3 (1/4 GPU, Slurm)', {
-        gpu_fraction: 0.25,
-        launcher: 'slurm'
-      })
-    };
-    expect(slurmKernelNames({ default: 'python3', kernelspecs })).toEqual([
-      'Python 3 (1/4 GPU, Slurm)'
-    ]);
-    expect(slurmKernelNames(null)).toEqual([]);
   });
 });

@@ -1,24 +1,28 @@
 /**
- * The user's kernels that run as Slurm jobs (issue 32, "Views on the login node"): each on its
- * node's GPU with its job id, shards and fraction and the use the kernel reports from there; or
- * waiting in Slurm's queue with Slurm's reason and its place, and Cancel (the job is cancelled).
- * Their GPUs are the nodes', never this server's: they are kept out of the GPU cards.
+ * The user's kernels that run elsewhere, a card per launcher (issue 40, "Launchers own their
+ * views"): each running one where its launcher placed it, with what it holds and the use the
+ * kernel reports from there; or waiting in the engine's line with its reason and place, and
+ * Cancel. Every word of a row is its launcher's (`elsewhere`, docs/rest.md), shown as it comes:
+ * a new launcher gets its own card with no change here. Their GPUs are never this server's:
+ * they are kept out of the GPU cards. The class names (`jp-vgpu-Slurm...`) are the card's first
+ * launcher's, kept for its styles and browser tests.
  */
 import { closeIcon, kernelIcon } from '@jupyterlab/ui-components';
 import * as React from 'react';
 
-import { ISlice, IWaiting } from '../store/api';
+import { IElsewhere, ILauncherInfo, ISlice, IWaiting } from '../store/api';
 import { SliceBar } from './bars';
 import { HolderName, WarningMark } from './chips';
 import {
+  elsewhereNotice,
+  elsewherePlaceText,
+  elsewhereReasonText,
+  elsewhereRef,
+  elsewhereText,
   formatBytes,
   formatDuration,
   formatUsage,
   holderLabel,
-  slurmJobParts,
-  slurmJobText,
-  slurmPlaceText,
-  slurmReasonText,
   stateText,
   usageNote,
   usedPerGPU,
@@ -26,8 +30,6 @@ import {
 } from '../format/format';
 import { ISliceActions } from './slicerow';
 import { IWaitingActions, IWaitingRowProps } from './waiting';
-
-export { isSlurmJob } from '../format/format';
 
 /** The kernel's name (cut before its state leaves the line) and "running" or "pending". */
 function KernelLine(props: {
@@ -86,11 +88,9 @@ function Use(props: { job: ISlice; colour: number }): JSX.Element {
 }
 
 /** "Slurm job 12 on node1 · GPU 0 · 8/32 shards (1/4 GPU)", broken between its parts only. */
-function JobLine(props: {
-  row: ISlice | IWaiting;
-  title?: string;
-}): JSX.Element {
-  const parts = slurmJobParts(props.row);
+function JobLine(props: { where: IElsewhere; title?: string }): JSX.Element {
+  const parts =
+    props.where.where.length > 0 ? props.where.where : [props.where.name];
   return (
     <div className="jp-vgpu-SlurmRow-job" title={props.title}>
       {parts.map((part, i) => (
@@ -103,24 +103,26 @@ function JobLine(props: {
   );
 }
 
-/** A kernel whose job runs: where, what it holds, and its use. */
-export function SlurmJobRow(props: {
+/** A kernel that runs elsewhere: where, what it holds, and its use. */
+export function ElsewhereRow(props: {
   job: ISlice;
+  where: IElsewhere;
   colour: number;
   actions: ISliceActions;
 }): JSX.Element {
-  const { job, colour, actions } = props;
+  const { job, where: e, colour, actions } = props;
   const label = holderLabel(job);
-  const where = slurmJobText(job);
   const note = job.state === 'unknown' ? usageNote(job) : null;
-  const ending = job.ending ?? null;
-  const state = ending ? 'ending' : 'running';
+  const state = e.state === 'pending' ? 'running' : e.state;
+  const ending = state === 'ending';
+  const notice = elsewhereNotice(e);
   return (
     <li
       className={`jp-vgpu-SliceRow jp-vgpu-SlurmRow jp-vgpu-colour-${colour} jp-vgpu-mod-${job.state} jp-vgpu-mod-${state}`}
-      data-job-id={job.job_id}
+      data-job-id={elsewhereRef(e)}
+      data-launcher={e.launcher}
       data-kernel-id={job.kernel_id ?? ''}
-      aria-label={`${label}: ${where}, ${state}`}
+      aria-label={`${label}: ${elsewhereText(e)}, ${state}`}
     >
       <span
         className={`jp-vgpu-SliceRow-dot jp-vgpu-colour-${colour}`}
@@ -135,11 +137,11 @@ export function SlurmJobRow(props: {
             openNotebook={actions.openNotebook}
           />
           <span className="jp-vgpu-SliceRow-actions">
-            {ending && actions.cancelJob && (
+            {ending && e.cancel && actions.cancelJob && (
               <button
                 className="jp-Button jp-mod-minimal jp-mod-styled jp-vgpu-SlurmRow-cancel"
-                title={`Cancel Slurm job ${job.job_id} now (its cancel is also retried until Slurm confirms it)`}
-                aria-label={`Cancel Slurm job ${job.job_id}`}
+                title={`Cancel ${e.name} now (its cancel is also retried until it is confirmed)`}
+                aria-label={`Cancel ${e.name}`}
                 onClick={() => actions.cancelJob?.(job)}
               >
                 Cancel
@@ -148,7 +150,7 @@ export function SlurmJobRow(props: {
             {!ending && job.running_here && (
               <button
                 className="jp-Button jp-mod-minimal jp-vgpu-action-shutdown"
-                title="Shut down this kernel (its Slurm job is cancelled)"
+                title={`Shut down this kernel (${e.name} is cancelled)`}
                 aria-label="Shut down kernel"
                 onClick={() => actions.shutdownKernel(job)}
               >
@@ -161,33 +163,22 @@ export function SlurmJobRow(props: {
           name={actions.kernelDisplayName(job)}
           request={job.request_text}
           state={state}
-          title={
-            ending ??
-            `Slurm runs job ${job.job_id} on ${job.node ?? 'its node'}`
-          }
+          title={e.state_title}
         />
-        <JobLine row={job} title={`Enforcement: ${job.tier}`} />
+        <JobLine where={e} title={`Enforcement: ${job.tier}`} />
         <Use job={job} colour={colour} />
         {note && <p className="jp-vgpu-SliceRow-note">{note}</p>}
-        {ending && (
+        {notice && (
           <p
-            className="jp-vgpu-SlurmRow-notice jp-vgpu-SlurmRow-ending"
+            className={`jp-vgpu-SlurmRow-notice ${ending ? 'jp-vgpu-SlurmRow-ending' : 'jp-vgpu-SlurmRow-unfenced'}`}
             role="status"
           >
-            {ending}
+            {notice}
           </p>
         )}
-        {job.unfenced && (
-          <p
-            className="jp-vgpu-SlurmRow-notice jp-vgpu-SlurmRow-unfenced"
-            role="status"
-          >
-            Unfenced: {job.unfenced}
-          </p>
-        )}
-        {job.slurm_ended && (
+        {e.ended && (
           <p className="jp-vgpu-SlurmRow-ended" role="status">
-            {job.slurm_ended}
+            {e.ended}
           </p>
         )}
       </div>
@@ -195,27 +186,30 @@ export function SlurmJobRow(props: {
   );
 }
 
-/** A kernel whose job waits in Slurm's queue: why, its place, and Cancel. */
-export function SlurmPendingRow(props: IWaitingRowProps): JSX.Element {
-  const { waiter: w, age, actions } = props;
+/** A kernel that waits in its engine's line: why, its place, and Cancel. */
+export function ElsewherePendingRow(
+  props: IWaitingRowProps & { where: IElsewhere }
+): JSX.Element {
+  const { waiter: w, where: e, age, actions } = props;
   const label = waiterLabel(w);
   const waited = formatDuration(w.waiting_seconds + age);
-  const reason = slurmReasonText(w);
-  const place = slurmPlaceText(w);
+  const reason = elsewhereReasonText(e);
+  const place = elsewherePlaceText(e, w.position);
   return (
     <li
       className="jp-vgpu-Waiting-row jp-vgpu-SlurmRow jp-vgpu-mod-pending"
-      data-job-id={w.job_id}
+      data-job-id={elsewhereRef(e)}
+      data-launcher={e.launcher}
       data-ticket={w.ticket}
       data-path={w.path ?? ''}
-      aria-label={`${label}: Slurm job ${w.job_id} pending (${reason}), ${place}, waiting ${waited}`}
+      aria-label={`${label}: ${e.name} pending (${reason}), ${place}, waiting ${waited}`}
     >
       <span
         className="jp-vgpu-Waiting-place"
         title={
           w.position
-            ? `Place ${w.position} among the pending jobs of ${w.partition ? `partition ${w.partition}` : 'its partition'} (Slurm's queue)`
-            : 'Slurm has not said its place yet'
+            ? `${place[0].toUpperCase()}${place.slice(1)}`
+            : 'Its place in line is not known yet'
         }
       >
         #{w.position ?? '?'}
@@ -228,10 +222,10 @@ export function SlurmPendingRow(props: IWaitingRowProps): JSX.Element {
             className="jp-vgpu-Waiting-holder"
             openNotebook={actions.openNotebook}
           />
-          {w.yours !== false && (
+          {w.yours !== false && e.cancel && (
             <button
               className="jp-Button jp-mod-minimal jp-mod-styled jp-vgpu-Waiting-cancel"
-              title={`Stop waiting: Slurm job ${w.job_id} is cancelled and ${label} does not start`}
+              title={`Stop waiting: ${e.name} is cancelled and ${label} does not start`}
               aria-label={`Cancel waiting for ${label}`}
               onClick={() => actions.cancel(w)}
             >
@@ -243,20 +237,18 @@ export function SlurmPendingRow(props: IWaitingRowProps): JSX.Element {
           name={w.kernel_display_name ?? 'kernel'}
           request={w.request_text}
           state="pending"
-          title={`Slurm keeps job ${w.job_id} in its queue: ${reason}`}
+          title={e.state_title}
         />
-        <JobLine row={w} />
+        <JobLine where={e} />
         <div
           className="jp-vgpu-SlurmRow-reason"
-          title={`Why Slurm keeps job ${w.job_id} pending, in Slurm's word and ours`}
+          title={`Why ${e.name} waits, in its engine's word and ours`}
         >
           <div className="jp-vgpu-SlurmRow-why">
             <span className="jp-vgpu-SlurmRow-code">
-              {w.slurm_reason ?? 'No reason given yet'}
+              {e.reason ?? 'No reason given yet'}
             </span>
-            {w.slurm_reason && w.slurm_reason_text
-              ? `: ${w.slurm_reason_text}`
-              : ''}
+            {e.reason && e.reason_text ? `: ${e.reason_text}` : ''}
           </div>
           <div className="jp-vgpu-SlurmRow-place">
             {place[0].toUpperCase() + place.slice(1)} ·{' '}
@@ -270,41 +262,91 @@ export function SlurmPendingRow(props: IWaitingRowProps): JSX.Element {
   );
 }
 
+/** One launcher's rows, running and waiting, with the launcher as the server names it. */
+interface ILauncherRows {
+  name: string;
+  title: string;
+  runs: string | null;
+  running: { row: ISlice; where: IElsewhere }[];
+  pending: { row: IWaiting; where: IElsewhere }[];
+}
+
 /**
- * The "Slurm jobs" part of the panel: running kernels' jobs (by node, then as they started),
- * then the pending ones in their place in the queue; nothing when there are none.
+ * The rows of kernels that run elsewhere, by launcher: the reply's `launchers` first in their
+ * order (those with rows), then any other launcher a row names, in the order its rows come.
  */
-export function SlurmJobs(props: {
-  jobs: ISlice[];
-  waiting: IWaiting[];
+export function byLauncher(
+  slices: ISlice[],
+  waiting: IWaiting[],
+  launchers: ILauncherInfo[] = []
+): ILauncherRows[] {
+  const groups = new Map<string, ILauncherRows>();
+  const group = (e: IElsewhere): ILauncherRows => {
+    let g = groups.get(e.launcher);
+    if (!g) {
+      const info = launchers.find(l => l.name === e.launcher);
+      g = {
+        name: e.launcher,
+        title: e.title || info?.title || e.launcher,
+        runs: info?.runs ?? null,
+        running: [],
+        pending: []
+      };
+      groups.set(e.launcher, g);
+    }
+    return g;
+  };
+  for (const row of slices) {
+    if (row.elsewhere) {
+      group(row.elsewhere).running.push({ row, where: row.elsewhere });
+    }
+  }
+  for (const row of waiting) {
+    if (row.elsewhere) {
+      group(row.elsewhere).pending.push({ row, where: row.elsewhere });
+    }
+  }
+  const order = launchers.map(l => l.name);
+  const rank = (name: string) => {
+    const i = order.indexOf(name);
+    return i < 0 ? order.length : i;
+  };
+  return [...groups.values()].sort((a, b) => rank(a.name) - rank(b.name));
+}
+
+/**
+ * One launcher's card: its running kernels (by where they run, then as they started), then the
+ * waiting ones in their place in line.
+ */
+export function ElsewhereCard(props: {
+  launcher: ILauncherRows;
   /** When the snapshot holding them was taken (ms since the epoch, the browser's clock). */
   taken: number;
   colour: (id: string) => number;
   actions: ISliceActions;
   waitingActions: IWaitingActions;
-}): JSX.Element | null {
-  const { jobs, waiting, taken, colour, actions, waitingActions } = props;
-  if (jobs.length === 0 && waiting.length === 0) {
-    return null;
-  }
+}): JSX.Element {
+  const { launcher, taken, colour, actions, waitingActions } = props;
   const age = Math.max(0, (Date.now() - taken) / 1000);
-  const running = [...jobs].sort(
+  const running = [...launcher.running].sort(
     (a, b) =>
-      (a.node ?? '').localeCompare(b.node ?? '') || a.created - b.created
+      a.row.gpus.join(',').localeCompare(b.row.gpus.join(',')) ||
+      a.row.created - b.row.created
   );
-  const pending = [...waiting].sort(
-    (a, b) => (a.position ?? Infinity) - (b.position ?? Infinity)
+  const pending = [...launcher.pending].sort(
+    (a, b) => (a.row.position ?? Infinity) - (b.row.position ?? Infinity)
   );
   return (
     <section
-      className="jp-vgpu-Slurm"
-      aria-label="Slurm jobs"
-      title="Kernels that run as Slurm jobs on the cluster's GPU nodes. Slurm places them; their shards fence nothing, so each kernel's frameworks are fitted to its job's share."
+      className="jp-vgpu-Elsewhere jp-vgpu-Slurm"
+      data-launcher={launcher.name}
+      aria-label={launcher.title}
+      title={launcher.runs ? `${launcher.runs}.` : undefined}
     >
       <h3 className="jp-vgpu-Waiting-title jp-vgpu-Slurm-title">
-        Slurm jobs{' '}
+        {launcher.title}{' '}
         <span className="jp-vgpu-Waiting-count">
-          {jobs.length + waiting.length}
+          {running.length + pending.length}
         </span>
         {pending.length > 0 && (
           <span className="jp-vgpu-Slurm-summary">
@@ -313,23 +355,55 @@ export function SlurmJobs(props: {
         )}
       </h3>
       <ol className="jp-vgpu-Waiting-list jp-vgpu-Slurm-list">
-        {running.map(job => (
-          <SlurmJobRow
-            key={job.id}
-            job={job}
-            colour={colour(job.id)}
+        {running.map(({ row, where }) => (
+          <ElsewhereRow
+            key={row.id}
+            job={row}
+            where={where}
+            colour={colour(row.id)}
             actions={actions}
           />
         ))}
-        {pending.map(w => (
-          <SlurmPendingRow
-            key={String(w.ticket)}
-            waiter={w}
+        {pending.map(({ row, where }) => (
+          <ElsewherePendingRow
+            key={String(row.ticket)}
+            waiter={row}
+            where={where}
             age={age}
             actions={waitingActions}
           />
         ))}
       </ol>
     </section>
+  );
+}
+
+/** A card per launcher whose kernels run or wait elsewhere; nothing when there are none. */
+export function ElsewhereCards(props: {
+  slices: ISlice[];
+  waiting: IWaiting[];
+  launchers?: ILauncherInfo[];
+  taken: number;
+  colour: (id: string) => number;
+  actions: ISliceActions;
+  waitingActions: IWaitingActions;
+}): JSX.Element | null {
+  const groups = byLauncher(props.slices, props.waiting, props.launchers);
+  if (groups.length === 0) {
+    return null;
+  }
+  return (
+    <>
+      {groups.map(launcher => (
+        <ElsewhereCard
+          key={launcher.name}
+          launcher={launcher}
+          taken={props.taken}
+          colour={props.colour}
+          actions={props.actions}
+          waitingActions={props.waitingActions}
+        />
+      ))}
+    </>
   );
 }
