@@ -114,6 +114,34 @@ def test_a_layer_does_not_import_what_sits_above_it(layer: str, below: str) -> N
     assert offending == []
 
 
+def _launcher_plug_ins() -> list[str]:
+    """The launcher plug-ins this package has (one folder each under jupyter_vgpu/launch/)."""
+    return sorted(f"jupyter_vgpu.launch.{p.name}" for p in (PACKAGE / "launch").iterdir() if (p / "__init__.py").is_file())
+
+
+def test_the_server_the_command_line_and_the_kernel_name_no_launcher() -> None:
+    """They ask the launcher contract (launch.launchers, launch.elsewhere), never a plug-in, and say
+    nothing of one by name (issue 40): the next launcher is one folder."""
+    plug_ins = _launcher_plug_ins()
+    assert "jupyter_vgpu.launch.slurm" in plug_ins
+    offending = sorted(
+        f"{module} imports {target}"
+        for module, targets in imports().items()
+        if any(_in(module, layer) for layer in ("jupyter_vgpu.server", "jupyter_vgpu.cli", "jupyter_vgpu.kernel"))
+        for target in targets
+        if any(_in(target, plug_in) for plug_in in plug_ins)
+    )
+    assert offending == []
+    named = sorted(
+        f"{path.relative_to(PACKAGE)}:{n}"
+        for layer in ("server", "cli", "kernel")
+        for path in (PACKAGE / layer).rglob("*.py")
+        for n, line in enumerate(path.read_text().splitlines(), 1)
+        if re.search(r"slurm", line, re.IGNORECASE) or 'sys.modules.get("jupyter_vgpu' in line
+    )
+    assert named == []
+
+
 def test_the_command_line_imports_the_hub_only_inside_the_broker_command() -> None:
     offending = sorted(
         module

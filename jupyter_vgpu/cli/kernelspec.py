@@ -21,6 +21,7 @@ from typing import Any
 from jupyter_client.kernelspec import KernelSpecManager, NoSuchKernel
 
 from ..errors import InvalidRequest
+from ..launch.launchers import Launcher, every, launcher_named
 from ..launch.workarounds import PROVISIONER_NAME, names_vgpu_provisioner
 from ..slices import SliceRequest
 from ..slices.request import CLI_NAMES
@@ -48,13 +49,12 @@ def add_parser(commands: Any) -> None:
     install.add_argument("--name", help="kernelspec name (default derived, e.g. python3-vgpu-1-4)")
     install.add_argument("--display-name", help='name in the kernel picker (default e.g. "Python 3 (1/4 GPU)")')
     install.add_argument("--replace", action="store_true", help="replace a kernelspec of the same name that differs")
-    install.add_argument(
-        "--slurm", action="store_true", help="start each kernel as a Slurm job on a GPU node Slurm picks (launcher slurm)"
-    )
-    install.add_argument(
-        "--slurm-arg", action="append", default=[], metavar="ARG",
-        help="an salloc option for the kernels' jobs (partition, account, time, QOS), once per option: --slurm-arg=--partition=gpu",
-    )  # fmt: skip
+    for launcher in offered_launchers():  # a launcher's own option: its kernels run elsewhere
+        install.add_argument(f"--{launcher.option}", action="store_true", dest=f"launcher_{launcher.name}", help=launcher.option_help)
+        install.add_argument(
+            f"--{launcher.option}-arg", action="append", default=[], metavar="ARG", dest=f"launcher_{launcher.name}_args",
+            help=launcher.options_help,
+        )  # fmt: skip
     where = install.add_mutually_exclusive_group()
     where.add_argument("--user", action="store_true", help="install for the current user")
     where.add_argument("--sys-prefix", action="store_true", help="install into this Python environment")
@@ -77,9 +77,14 @@ def _base_display(display_name: str) -> str:
     return re.sub(r"\s*\([^)]*\)\s*$", "", display_name).strip() or display_name
 
 
-def describe_slice(request: SliceRequest, wait: float = 0.0, slurm: bool = False) -> str:
+def offered_launchers() -> list[Launcher]:
+    """The launchers ``kernelspec install`` offers an option for (each of its own)."""
+    return [launcher for launcher in every() if launcher.option]
+
+
+def describe_slice(request: SliceRequest, wait: float = 0.0, label: str = "") -> str:
     """What the picker shows in parentheses: ``1/4 GPU``, ``8 GiB GPU``, ``2 GPUs``, ``1/2 GPU, waits 60 s``,
-    ``1/4 GPU, Slurm``."""
+    ``1/4 GPU, <launcher label>``."""
     if request.memory is not None:
         share = f"{format_bytes(request.memory, precision=0 if request.memory % (1 << 30) == 0 else 1)} GPU"
     else:
@@ -93,12 +98,12 @@ def describe_slice(request: SliceRequest, wait: float = 0.0, slurm: bool = False
         share += f", {request.logical_devices} devices"
     if wait:
         share += f", waits {wait:g} s"
-    if slurm:
-        share += ", Slurm"
+    if label:
+        share += f", {label}"
     return share
 
 
-def default_name(source: str, request: SliceRequest, wait: float = 0.0, slurm: bool = False) -> str:
+def default_name(source: str, request: SliceRequest, wait: float = 0.0, launcher: str = "") -> str:
     if request.memory is not None:
         part = format_bytes(request.memory, precision=1).replace(" ", "").replace(".0", "").replace(".", "_").lower()
     else:
@@ -112,8 +117,8 @@ def default_name(source: str, request: SliceRequest, wait: float = 0.0, slurm: b
         name += f"-ld{request.logical_devices}"
     if wait:
         name += f"-wait{wait:g}".replace(".", "_")
-    if slurm:
-        name += "-slurm"
+    if launcher:
+        name += f"-{launcher}"
     return name
 
 
@@ -129,13 +134,13 @@ def install(
     manager: KernelSpecManager | None = None,
     replace: bool = False,
     keep: bool = False,
-    slurm: Sequence[str] | None = None,
+    launcher: tuple[str, Sequence[str]] | None = None,
 ) -> tuple[str, str, str, str]:
     """Install one sliced kernelspec; returns (name, display name, path, what happened:
     ``installed``, ``replaced``, ``unchanged`` or ``kept``). An existing kernelspec of the same
     name that differs is replaced only with ``replace``; with ``keep`` it stays (``--defaults``,
     which ``scripts/lab`` runs at every start); otherwise the install is refused, saying so.
-    ``slurm``: the kernels start as Slurm jobs (launcher ``slurm``) with these salloc options."""
+    ``launcher``: the kernels start through this launcher (its name) with these options of its own."""
     manager = manager or KernelSpecManager()
     try:
         spec = manager.get_kernel_spec(source)
@@ -158,19 +163,18 @@ def install(
         config["logical_devices"] = request.logical_devices
     if wait:
         config["wait_timeout"] = wait
-    if slurm is not None:
-        from ..launch.slurmctl import check_args
-
-        config["launcher"] = "slurm"
-        if slurm:
-            config["slurm_args"] = list(check_args(list(slurm)))
+    chosen = launcher_named(launcher[0]) if launcher is not None else None
+    if chosen is not None and launcher is not None:
+        config["launcher"] = chosen.name
+        if options := chosen.check_options(list(launcher[1])):
+            config[chosen.options_key] = options
     metadata = dict(data.get("metadata") or {})
     metadata["kernel_provisioner"] = {"provisioner_name": PROVISIONER_NAME, "config": config}
-    described = describe_slice(request, wait, slurm=slurm is not None)
+    described = describe_slice(request, wait, label=chosen.label if chosen is not None else "")
     metadata["jupyter_vgpu"] = {"slice": described, "source": source}
     data["metadata"] = metadata
     data["display_name"] = display_name or f"{_base_display(str(data.get('display_name') or source))} ({described})"
-    kernel_name = name or default_name(source, request, wait, slurm=slurm is not None)
+    kernel_name = name or default_name(source, request, wait, launcher=chosen.name if chosen is not None else "")
     if not re.fullmatch(r"[a-zA-Z0-9._-]+", kernel_name):
         raise InvalidRequest(f"Kernelspec name {shorten(kernel_name)} may use only letters, digits, '.', '_' and '-'.")
     action = "installed"
@@ -234,8 +238,15 @@ def sliced_specs(manager: KernelSpecManager | None = None) -> dict[str, dict[str
 def install_command(args: argparse.Namespace) -> int:
     prefix = sys.prefix if args.sys_prefix else args.prefix
     seconds = parse_seconds(args.wait, what="--wait")
-    if args.slurm_arg and not args.slurm:
-        raise InvalidRequest("--slurm-arg is for kernels started as Slurm jobs; add --slurm.")
+    launcher = None
+    for offered in offered_launchers():
+        chosen, options = getattr(args, f"launcher_{offered.name}", False), getattr(args, f"launcher_{offered.name}_args", [])
+        if options and not chosen:
+            raise InvalidRequest(f"--{offered.option}-arg is for kernels started as {offered.title}; add --{offered.option}.")
+        if chosen:
+            if launcher is not None:
+                raise InvalidRequest(f"A kernelspec has one launcher; choose --{offered.option} or the other.")
+            launcher = (offered.name, options)
     if args.defaults:
         if args.name or args.display_name:
             raise InvalidRequest("--defaults installs several kernelspecs; it cannot take --name or --display-name.")
@@ -258,7 +269,7 @@ def install_command(args: argparse.Namespace) -> int:
             prefix=prefix,
             replace=args.replace,
             keep=args.defaults and not args.replace,
-            slurm=args.slurm_arg if args.slurm else None,
+            launcher=launcher,
         )
         if action == "kept":
             print(f"Kept your kernelspec {name} ({display!r}) in {path}; --replace installs the default over it.")

@@ -14,8 +14,8 @@ from typing import Any
 
 from ..config import VGPU, load_settings, shared_simulation
 from ..enforcement import TIERS, Tier, by_tier
-from ..errors import InvalidRequest, NotPermitted, SliceNotFound, VGPUError
-from ..launch.launchers import report_folder
+from ..errors import InvalidRequest, NotPermitted, SliceNotFound
+from ..launch.launchers import every, report_folder
 from ..ledger import Ledger, SQLiteLedger, open_ledger
 from ..ledger.broker_client import ENV_BROKER
 from ..ledger.file import LedgerFile
@@ -89,41 +89,37 @@ def collect(ledger: Ledger) -> dict[str, Any]:
         "gpus": [g.to_dict() for g in gpus.gpus],
         "slices": slice_rows,
         "waiting": [w.to_dict() for w in waiting],
-        **slurm_jobs(),
+        **elsewhere(),
     }
 
 
-def slurm_jobs() -> dict[str, Any]:
-    """Where this user has started kernels as Slurm jobs from this host (their reports folder
-    exists) and outside a job: this user's kernel jobs (``slurm_jobs``), or why they cannot be
-    listed (``slurm_message``). Elsewhere nothing is asked of Slurm."""
-    if os.environ.get("SLURM_JOB_ID") or not shutil.which("squeue"):
-        return {}
-    from ..launch.slurm import report_root, user_rows
-
-    if not report_root().is_dir():
-        return {}
-
-    try:
-        return {"slurm_jobs": user_rows(os.environ)}
-    except VGPUError as error:
-        return {"slurm_jobs": [], "slurm_message": str(error)}
+def elsewhere() -> dict[str, Any]:
+    """This user's kernels that run elsewhere, as every launcher of this installation says them
+    (``elsewhere``: rows with their launcher and words; ``elsewhere_problems``: why a launcher could
+    not list them, a sentence each). A launcher asks its engine only where this user has used it."""
+    rows: list[dict[str, Any]] = []
+    problems: list[str] = []
+    for launcher in every():
+        found, problem = launcher.user_rows(os.environ)
+        rows += [{**r.fields, "kernel_id": r.kernel_id, "gpu_indices": list(r.gpu_indices), "share": r.share,
+                  "memory_used": r.memory_used, "summary": r.summary, "elsewhere": r.to_dict()} for r in found]  # fmt: skip
+        if problem:
+            problems.append(f"{launcher.title}: {problem}")
+    return {"elsewhere": rows, "elsewhere_problems": problems} if rows or problems else {}
 
 
-def slurm_lines(data: dict[str, Any]) -> list[str]:
-    """``Slurm kernel jobs:`` and a line per job: id, node, GPU, shards and fraction, state, use."""
-    from ..launch.slurm import job_summary
-
-    if not data.get("slurm_jobs") and not data.get("slurm_message"):
-        return []
-    lines = ["", "Slurm kernel jobs:"]
-    if data.get("slurm_message"):
-        lines.append(f"  {data['slurm_message']}")
-    for row in data.get("slurm_jobs", []):
-        gpu = ",".join(map(str, row["gpu_indices"])) or "?"
-        share = row["share_text"]
-        used = f"  used {format_bytes(row['memory_used'])}*" if row.get("memory_used") is not None else ""
-        lines.append(f"  {job_summary(row)}  GPU {gpu}  {share}  kernel {row['kernel_id']}{used}")
+def elsewhere_lines(data: dict[str, Any]) -> list[str]:
+    """A heading per launcher (its card's title) and a line per kernel: where, GPU, share, use."""
+    lines: list[str] = []
+    titles = dict.fromkeys([r["elsewhere"]["title"] for r in data.get("elsewhere", [])])
+    for problem in data.get("elsewhere_problems", []):
+        lines += ["", problem]
+    for title in titles:
+        lines += ["", f"{title}:"]
+        for row in (r for r in data["elsewhere"] if r["elsewhere"]["title"] == title):
+            gpu = ",".join(map(str, row["gpu_indices"])) or "?"
+            used = f"  used {format_bytes(row['memory_used'])}*" if row.get("memory_used") is not None else ""
+            lines.append(f"  {row['summary']}  GPU {gpu}  {row['share']}  kernel {row['kernel_id']}{used}")
     return lines
 
 
@@ -220,7 +216,7 @@ def render(data: dict[str, Any]) -> str:
                 f"  #{w['position']:<3} {w['owner'][:9]:<10} {w['request_text']:<14} "
                 f"{w['holder_kind']} {w['holder']}  waiting {w['waiting_seconds']:.0f} s"
             )
-    lines += slurm_lines(data)
+    lines += elsewhere_lines(data)
     if not data["slices"] and data["available"]:
         lines.append("No slices. Start one with `jupyter vgpu run -p 0.25 -- COMMAND` or a sliced kernel.")
     return "\n".join(folded for line in lines for folded in _fold(line, width)) + "\n"

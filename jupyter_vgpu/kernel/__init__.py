@@ -49,10 +49,13 @@ def load_ipython_extension(ipython: Any) -> None:
     notices.start(ipython, state.facts.ledger_path, state.facts.slice_id)
     import os
 
-    if ended := os.environ.get("JUPYTER_VGPU_SLURM_ENDED"):  # launch.node.ENV_ENDED
-        notices.say_at_first_cell(ipython, ended)
-    if unfenced := os.environ.get("JUPYTER_VGPU_SLURM_UNFENCED"):  # launch.node.ENV_UNFENCED
-        notices.say_at_first_cell(ipython, f"jupyter-vgpu: {unfenced}")
+    from ..launch.elsewhere import Whereabouts
+
+    if (where := Whereabouts.from_env(os.environ)) is not None:  # a kernel its launcher runs elsewhere
+        if where.ended:
+            notices.say_at_first_cell(ipython, where.ended)
+        if where.unfenced:
+            notices.say_at_first_cell(ipython, f"jupyter-vgpu: {where.unfenced}")
 
 
 def _hook_frameworks() -> None:

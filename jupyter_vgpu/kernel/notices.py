@@ -213,7 +213,7 @@ def start(shell: Any, ledger_path: str | None, slice_id: str | None) -> NoticeWa
 
 def say_at_first_cell(shell: Any, line: str) -> None:
     """Print ``line`` under the first cell that runs (what happened before this kernel started,
-    such as Slurm ending the job of the kernel it replaces): once, then the hook is gone."""
+    such as the engine that ran the kernel it replaces ending it): once, then the hook is gone."""
 
     def once(info: Any = None) -> None:
         try:

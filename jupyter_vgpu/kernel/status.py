@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from ..enforcement import Tier, by_tier
 from ..frameworks import FRAMEWORKS, framework_memory, imported
 from ..frameworks.records import APPLIED, PENDING, RECORDED
+from ..launch.elsewhere import Whereabouts
 from ..units import describe_fraction, format_bytes, format_duration
 from .sheet import Sheet
 from .state import KernelState
@@ -72,16 +72,6 @@ def gpu_line(gpu: GPU, usage: Usage, *, mine: bool = False) -> str:
     return " · ".join(parts) + f" · {gpu.uuid}{mark}"
 
 
-def slurm_text(env: Mapping[str, str]) -> str | None:
-    """``Slurm job 1234 on node1 · asked 1/4 GPU: 8 of 32 shards`` for a kernel the ``slurm``
-    launcher started (launch.node says what it asked in JUPYTER_VGPU_SLURM_ASKED)."""
-    job, node = env.get("SLURM_JOB_ID"), env.get("SLURMD_NODENAME")
-    if not job or not node:
-        return None
-    asked = env.get("JUPYTER_VGPU_SLURM_ASKED")
-    return f"Slurm job {job} on {node}" + (f" · asked {asked}" if asked else "")
-
-
 def slice_rows(state: KernelState, usage: Usage) -> list[tuple[str, str]]:
     """The slice's size in rows (shared with the out-of-memory explanation)."""
     facts = state.facts
@@ -93,10 +83,10 @@ def slice_rows(state: KernelState, usage: Usage) -> list[tuple[str, str]]:
     if facts.devices and facts.devices != facts.gpus:
         rows.append(("MIG device", ", ".join(facts.devices)))
     rows.append(("share", share_text(state)))
-    if slurm := slurm_text(os.environ):
-        rows.append(("Slurm", slurm))
-        if ended := os.environ.get("JUPYTER_VGPU_SLURM_ENDED"):
-            rows.append(("previous job", ended))
+    if (where := Whereabouts.from_env(os.environ)) is not None:  # its launcher runs it elsewhere
+        rows.append((where.label, where.where))
+        if where.ended:
+            rows.append(("previous job", where.ended))
     rows.append(("reserved", f"{format_bytes(facts.memory_reserved)} per GPU (context allowance included)"))
     rows.append(("limit", f"{format_bytes(facts.memory_limit)} per GPU for frameworks"))
     rows.append(("context allowance", f"{format_bytes(facts.context_allowance)} per GPU for the CUDA context"))
@@ -257,8 +247,8 @@ def status_sheet(state: KernelState, usage: Usage) -> Sheet:
         sheet.section("Use").rows.extend(use_rows(state, usage))
         sheet.section("Enforcement").rows.extend(enforcement_rows(state))
     else:
-        if unfenced := os.environ.get("JUPYTER_VGPU_SLURM_UNFENCED"):  # launch.node.ENV_UNFENCED
-            sheet.intro.append(f"Unfenced: {unfenced}")
+        if (where := Whereabouts.from_env(os.environ)) is not None and where.unfenced:
+            sheet.intro.append(f"Unfenced: {where.unfenced}")
         elif facts.no_gpu_reason:
             sheet.intro.append(f"This kernel runs without a GPU: {facts.no_gpu_reason}")
         else:

@@ -1,24 +1,33 @@
 """Where a kernel runs: launchers as plug-ins (DESIGN.md, "launch").
 
-A launcher says how to start a kernel that holds a slice, interrupt it, kill it and learn whether it
-lives, and where its reports come from. The provisioner asks the kernelspec's ``launcher``
-(``c.VGPUProvisioner.launcher``; default ``local``) for each of these; the server's monitor asks
-the launcher of a slice's kernel whether its holder lives and for its host process, instead of
-assuming a process on this host. A slice's launcher travels with it as the label ``launcher``
-(absent: ``local``).
+A launcher says how a kernel that holds a slice lives (start, interrupt, kill, whether it lives,
+where its reports come from) and how it is seen. The provisioner asks the kernelspec's ``launcher``
+(``c.VGPUProvisioner.launcher``; default ``local``) for the first; the server's monitor asks the
+launcher of a slice's kernel whether its holder lives and for its host process, instead of assuming
+a process on this host. A slice's launcher travels with it as the label ``launcher`` (absent:
+``local``).
+
+How its kernels are seen, for a launcher whose kernels another engine places (``books_elsewhere``):
+its kernels as rows (:meth:`Launcher.rows`, :class:`~.elsewhere.Elsewhere`: one shape and its own
+words, which the REST API, the sidebar's card per launcher and ``jupyter vgpu status`` show as they
+are), taking one out of the engine's line (:meth:`Launcher.leave_line`), what a restarted server
+cleans up (:meth:`Launcher.clean_up`), its kernelspec options (:meth:`Launcher.check_options`, and
+``jupyter vgpu kernelspec install --<option>``), and what the kernel learns of where it runs (one
+variable, :data:`~.elsewhere.ENV_ELSEWHERE`). The server, the command line and the kernel name no
+launcher: they ask the ones this process made (:func:`made`) or every one (:func:`every`).
 
 ``local`` is the kernel as a process of this host, the way jupyter_client's LocalProvisioner starts
-it; ``slurm`` (:mod:`.slurm`) a Slurm job on a node Slurm picks. Adding a launcher is one module: a :class:`Launcher` subclass,
-registered under the entry point group ``jupyter_vgpu.launchers`` (name -> class), or in
-:data:`BUILT_IN`. Entry points are read only when a name is not built in, so a kernel start with
-the default pays nothing for them.
+it; ``slurm`` (:mod:`.slurm`, a folder) a Slurm job on a node Slurm picks. Adding a launcher is one
+module or folder: a :class:`Launcher` subclass, registered under the entry point group
+``jupyter_vgpu.launchers`` (name -> class), or in :data:`BUILT_IN`. Entry points are read only when a
+name is not built in, so a kernel start with the default pays nothing for them.
 """
 
 from __future__ import annotations
 
 import sys
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -30,6 +39,7 @@ if TYPE_CHECKING:
     from jupyter_client.provisioning.local_provisioner import LocalProvisioner
 
     from ..slices import SliceRequest
+    from .elsewhere import Elsewhere
 
 #: The label that names a slice's launcher (absent: ``local``).
 LABEL = "launcher"
@@ -105,6 +115,53 @@ class Launcher(ABC):
         """The process on this host whose tree is the kernel (its CPU and memory), or None when the
         kernel does not run here."""
         return None
+
+    # -- how its kernels are seen (no-ops for a launcher whose kernels hold this host's slices) --
+    #: The card its kernels are shown in ("Slurm jobs"), and where a kernelspec of it puts its
+    #: kernels, in words ("Its GPU kernels run as Slurm jobs on the cluster's GPU nodes, ...").
+    title = ""
+    runs = ""
+
+    def rows(self, env: Mapping[str, str]) -> list[Elsewhere]:
+        """This process's kernels of this launcher that run elsewhere: running, pending in the
+        engine's line, ending. Blocking (call it off the event loop). When the engine does not
+        answer: :class:`~.elsewhere.Unlisted`, with the rows as last seen."""
+        return []
+
+    def user_rows(self, env: Mapping[str, str]) -> tuple[list[Elsewhere], str | None]:
+        """For ``jupyter vgpu status``: this user's kernels of this launcher, wherever they were
+        started from, and what kept them from being listed (one sentence), if anything."""
+        return [], None
+
+    async def leave_line(self, row_id: str, env: Mapping[str, str]) -> bool | None:
+        """``DELETE /api/vgpu/waiting/<row_id>``: take a pending (or ending) kernel of this process
+        out of the engine's line. True when done; None when the row id is not this launcher's kind.
+        One sentence each: InvalidRequest for an id of its kind that is malformed, LeftLine for one
+        that is no kernel of this process's in line (it may have started or left), another
+        VGPUError when the engine does not answer."""
+        return None
+
+    def clean_up(self, env: Mapping[str, str]) -> list[str]:
+        """When a server starts and a kernelspec uses this launcher: end what kernels of servers
+        that have gone left behind (their jobs hold GPUs nobody uses). What it did, a sentence each."""
+        return []
+
+    #: ``jupyter vgpu kernelspec install --<option>`` installs kernelspecs of this launcher, with
+    #: ``--<option>-arg ARG`` (once per ARG) for its options, kept in the kernelspec's config under
+    #: ``options_key``; ``label`` is the word their display names carry ("Python 3 (1/4 GPU, Slurm)").
+    #: Empty ``option``: not offered by that command.
+    option = ""
+    option_help = ""
+    options_help = ""
+    options_key = ""
+    label = ""
+
+    def check_options(self, options: Sequence[str]) -> list[str]:
+        """The launcher's options of a kernelspec (``jupyter vgpu kernelspec install``), checked;
+        one sentence (InvalidRequest) for one not allowed. A launcher without options takes none."""
+        if options:
+            raise InvalidRequest(f"launcher {self.name} takes no options; got {shorten(options[0])}.")
+        return []
 
     def report_folder(self, ledger_path: str | Path, labels: Mapping[str, str]) -> Path:
         """Where this host reads the reports (``slices.reports``) of the kernel whose slice has
@@ -199,6 +256,24 @@ def launcher_named(name: Any) -> Launcher:
     except TypeError as error:  # a plug-in that leaves part of the contract out
         raise InvalidRequest(f"launcher {shorten(text)} could not be loaded ({shorten(error)}).") from None
     return made
+
+
+def made() -> list[Launcher]:
+    """The launchers this process has made (its kernels' and its views'): the server asks these for
+    its kernels that run elsewhere, and imports no other."""
+    return list(_made.values())
+
+
+def every() -> list[Launcher]:
+    """Every launcher this installation has, made (``jupyter vgpu status`` asks each for the user's
+    kernels); one that cannot be loaded is left out."""
+    found = []
+    for name in known():
+        try:
+            found.append(launcher_named(name))
+        except InvalidRequest:
+            continue
+    return found
 
 
 def launcher_of(labels: Mapping[str, str]) -> Launcher:

@@ -115,7 +115,7 @@ def check_pinned(value: Any) -> str:
 
 
 def check_slurm_args(value: Any) -> tuple[str, ...]:
-    from .slurmctl import check_args  # here: a local kernel's start never imports Slurm's side
+    from .slurm.client import check_args  # here: a local kernel's start never imports Slurm's side
 
     return check_args(value)
 

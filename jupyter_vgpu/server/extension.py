@@ -31,6 +31,7 @@ from ..units import MAX_WAIT_SECONDS, shorten
 from . import gateway, handlers
 from .changes import Changes
 from .dashboard import DashboardHistory
+from .elsewhere import clean_up
 from .metrics import collector
 from .monitor import Sample, UsageMonitor
 from .reclaim import IdleReclaimer
@@ -371,7 +372,7 @@ class VGPUServer(ExtensionApp):
             monitor.start()
         specs = getattr(serverapp, "kernel_spec_manager", None)
         if specs is not None:
-            self._orphans = asyncio.ensure_future(asyncio.to_thread(cancel_slurm_orphans, specs, self.log))
+            self._orphans = asyncio.ensure_future(asyncio.to_thread(clean_up_launchers, specs, self.log))
 
     async def stop_extension(self) -> None:
         """Called by the server before it shuts its kernels down. Runs whatever state the
@@ -393,32 +394,15 @@ class VGPUServer(ExtensionApp):
             await monitor.stop()
 
 
-def cancel_slurm_orphans(specs: Any, log: Any) -> None:
-    """Where a kernelspec starts its kernels as Slurm jobs: cancel this user's kernel jobs that a
-    server or kernel manager of this host started and that has gone (crashed, killed, restarted):
-    nobody owns them any more. Another running server's jobs are its own."""
+def clean_up_launchers(specs: Any, log: Any) -> None:
+    """When the server starts: each launcher its kernelspecs name ends what kernels of servers that
+    have gone left behind (:func:`.elsewhere.clean_up`)."""
     try:
-        slurm_specs = [name for name, entry in specs.get_all_specs().items() if _launcher_of(entry) == "slurm"]
+        found = specs.get_all_specs()
     except Exception as error:  # a broken kernelspec is the kernel list's business
         log.debug("jupyter-vgpu: could not read the kernelspecs: %s", error)
         return
-    if not slurm_specs:
-        return
-    from ..launch.slurmctl import cancel_orphans
-
-    try:
-        cancelled = cancel_orphans(os.environ)
-    except VGPUError as error:
-        log.warning("jupyter-vgpu: could not look for orphaned Slurm kernel jobs: %s", error)
-        return
-    for job in cancelled:
-        log.info("jupyter-vgpu: cancelled Slurm job %s of kernel %s, whose server has gone.", job.job_id, job.kernel_id)
-
-
-def _launcher_of(entry: Any) -> Any:
-    spec = entry.get("spec") if isinstance(entry, dict) else None
-    stanza = ((spec or {}).get("metadata") or {}).get("kernel_provisioner") or {}
-    return (stanza.get("config") or {}).get("launcher") if isinstance(stanza, dict) else None
+    clean_up(found, os.environ, log)
 
 
 def effective_idle_reclaim(own: float, ledger: Ledger | None) -> float:

@@ -7,10 +7,8 @@ interval old; the only blocking work (releasing a slice) runs on the monitor's w
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
-import sys
 from collections.abc import Awaitable
 from typing import Any
 
@@ -23,7 +21,7 @@ from jupyter_server.services.sessions.handlers import SessionRootHandler
 from tornado import web
 from tornado.httpclient import HTTPClientError
 
-from ..errors import InvalidRequest, NotPermitted, SliceNotFound, VGPUError
+from ..errors import InvalidRequest, LeftLine, NotPermitted, SliceNotFound, VGPUError
 from ..launch.errors import ShownToUser
 from ..launch.launchers import launcher_of
 from ..launch.refusals import START_REQUEST, KernelStartRequest, refusals_of
@@ -32,6 +30,7 @@ from ..slices.records import Waiter
 from ..units import shorten
 from .changes import Changes
 from .dashboard import DashboardHistory
+from .elsewhere import elsewhere_view, kernelspec_launchers, leave_line
 from .monitor import UsageMonitor
 from .peer import peer_gone
 from .reclaim import IdleReclaimer
@@ -40,7 +39,6 @@ from .views import (
     devices_view,
     history_view,
     host_view,
-    job_view,
     kernelspecs_stamp,
     machine_view,
     slice_view,
@@ -53,10 +51,9 @@ DASHBOARD = "jupyter_vgpu_dashboard"
 RECLAIMER = "jupyter_vgpu_reclaimer"
 WATCHDOG = "jupyter_vgpu_watchdog"
 CHANGES = "jupyter_vgpu_changes"
+SPEC_LAUNCHERS = "jupyter_vgpu_spec_launchers"  # kernelspecs by launcher, with the folders' stamp
 #: At most this many kernels' host use in one ``GET /api/vgpu/sample`` (a tab follows one).
 MAX_HOSTS = 8
-#: A place in line that is a kernel's job in Slurm's queue: ``slurm-<job id>`` (its slice id to be).
-SLURM_TICKET = "slurm-"
 
 
 class VGPUHandler(APIHandler):
@@ -91,6 +88,22 @@ class VGPUHandler(APIHandler):
                 continue
             result[kernel_id] = KernelInfo(name=name or None, path=paths.get(kernel_id))
         return result
+
+    async def spec_launchers(self) -> dict[str, list[str]]:
+        """The display names of this server's kernelspecs by the launcher each names (other than
+        ``local``), read again only when a kernelspec folder changed."""
+        dirs = list(self.kernel_spec_manager.kernel_dirs)
+        stamp = await self.monitor.call(kernelspecs_stamp, dirs)
+        cache: dict[str, Any] = self.settings.setdefault(SPEC_LAUNCHERS, {})
+        if cache.get("stamp") != stamp:
+            try:
+                specs = await ensure_async(self.kernel_spec_manager.get_all_specs())
+            except Exception as error:  # a broken kernelspec is the kernel list's business
+                self.log.debug("jupyter-vgpu: could not read the kernelspecs: %s", error)
+                specs = {}
+            cache.update(stamp=stamp, found=kernelspec_launchers(specs))
+        found: dict[str, list[str]] = cache["found"]
+        return found
 
     def kernel_pid(self, kernel_id: str) -> int | None:
         """The pid of this server's kernel ``kernel_id`` (None: not ours, or no process yet)."""
@@ -145,7 +158,7 @@ class SlicesHandler(VGPUHandler):
     async def get(self) -> None:
         sample = await self.monitor.current()
         since = self.since()
-        reply = slices_view(sample, self.monitor, self.watchdog, await self.kernels(), since)
+        reply = slices_view(sample, self.monitor, self.watchdog, await self.kernels(), since, await self.spec_launchers())
         changes: Changes = self.settings[CHANGES]
         self.write_json(changes.slices_reply(reply, since))
 
@@ -165,7 +178,8 @@ class SampleHandler(VGPUHandler):
         kernels = await self.kernels()
         since = self.since()
         changes: Changes = self.settings[CHANGES]
-        slices = changes.slices_reply(slices_view(sample, self.monitor, self.watchdog, kernels, since), since)
+        launchers = await self.spec_launchers()
+        slices = changes.slices_reply(slices_view(sample, self.monitor, self.watchdog, kernels, since, launchers), since)
         reply: dict[str, Any] = {"slices": slices}
         if self.get_query_argument("devices", None) is not None:
             reply["devices"] = devices_view(sample, self.monitor, self.watchdog, self.since("devices"))
@@ -175,7 +189,7 @@ class SampleHandler(VGPUHandler):
             dashboard: DashboardHistory = self.settings[DASHBOARD]
             reply["history"] = history_view(sample, self.monitor, dashboard, kernels, self.since("history"))
         hosts = set(self.get_query_arguments("host")[:MAX_HOSTS])
-        elsewhere = {job["kernel_id"] for job in sample.jobs}  # Slurm kernels: here is only their srun
+        elsewhere = {row.kernel_id for row in sample.elsewhere}  # kernels elsewhere: here is only what reaches them
         for view in slices["slices"]:  # after the changes are noted: who asks for which host varies
             if view["kernel_id"] not in hosts:
                 continue
@@ -267,11 +281,11 @@ class KernelHandler(VGPUHandler):
         pid = self.kernel_pid(kernel_id)
         if usage is not None:  # its launcher says which process of this host is the kernel, if any
             pid = launcher_of(usage.slice.labels).host_process(pid)
-        job = next((job for job in sample.jobs if job["kernel_id"] == kernel_id), None)
-        if job is not None:  # a Slurm kernel: its job is its slice, and here is only its srun
+        row = next((row for row in sample.elsewhere if row.kernel_id == kernel_id), None)
+        if row is not None:  # a kernel elsewhere: its row is its slice, and here is only what reaches it
             pid = None
-            if job["slurm_state"] != "PENDING":
-                view = job_view(job, self.watchdog, kernels)
+            if row.running:
+                view = elsewhere_view(row, self.watchdog, kernels)
         host = await self.monitor.call(host_view, pid) if pid is not None else None
         self.write_json({"kernel_id": kernel_id, "slice": view, "host": host})
 
@@ -323,8 +337,8 @@ class WaitingHandler(VGPUHandler):
     @web.authenticated
     @authorized
     async def delete(self, ticket: str) -> None:
-        if ticket.startswith(SLURM_TICKET):
-            return await self._leave_slurm_queue(ticket)
+        if not ticket.isdigit() and await self._leave_elsewhere(ticket):
+            return
         ledger = self.monitor.ledger
         if ledger is None:
             return self.fail(503, self.monitor.problem or "The jupyter-vgpu ledger is not available.")
@@ -345,25 +359,27 @@ class WaitingHandler(VGPUHandler):
         self.set_status(204)
         self.finish()
 
-    async def _leave_slurm_queue(self, ticket: str) -> None:
-        """``slurm-<job id>``: a kernel of this server whose job waits in Slurm's queue; its job is
-        cancelled (squeue lists this user's jobs only, and only this server's kernels are taken)."""
-        job = ticket[len(SLURM_TICKET) :]
-        if not (job.isascii() and job.isdigit()) or len(job) > 18:
-            return self.fail(400, f"{shorten(ticket)} is not a place in line; GET /api/vgpu/slices lists them.")
-        slurm = sys.modules.get("jupyter_vgpu.launch.slurm")  # loaded once this server starts a Slurm kernel
+    async def _leave_elsewhere(self, ticket: str) -> bool:
+        """A kernel of this server waiting in another engine's line (its launcher's row id, as
+        ``<launcher>-<id>``): its launcher takes it out. False when the ticket is no launcher's."""
         try:
-            cancelled = slurm is not None and await asyncio.to_thread(slurm.cancel_waiting, job, dict(os.environ))
-        except VGPUError as error:  # Slurm does not answer: an ending job stays listed, its cancel retried
-            return self.fail(503, str(error))
-        if not cancelled:
-            return self.fail(
-                404, f"No kernel of this server waits in Slurm's queue in job {job}, nor is its job ending; it may have started or left."
-            )
-        self.log.info("jupyter-vgpu: Slurm job %s was cancelled at the user's request.", job)
+            left = await leave_line(ticket, dict(os.environ))
+        except InvalidRequest as error:
+            self.fail(400, str(error))
+            return True
+        except LeftLine as error:
+            self.fail(404, str(error))
+            return True
+        except VGPUError as error:  # the engine does not answer: an ending kernel stays listed, its end retried
+            self.fail(503, str(error))
+            return True
+        if left is None:
+            return False
+        self.log.info("jupyter-vgpu: %s left its engine's line at the user's request.", ticket)
         await self.monitor.refresh()
         self.set_status(204)
         self.finish()
+        return True
 
 
 #: The header of a refused kernel start's reply that carries the refusal's id (also in its JSON

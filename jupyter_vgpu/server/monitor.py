@@ -12,7 +12,6 @@ import asyncio
 import logging
 import math
 import os
-import sys
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
@@ -22,7 +21,8 @@ from typing import Any, TypeVar
 
 from ..errors import SliceNotFound, VGPUError
 from ..gpus import Snapshot
-from ..launch.launchers import launcher_of, report_folder
+from ..launch.elsewhere import Elsewhere, Unlisted
+from ..launch.launchers import launcher_of, made, report_folder
 from ..ledger import Ledger
 from ..slices import Occupancy, Slice, Waiter, occupancy_of
 from ..slices.holders import Attribution, ProcessOwners
@@ -50,8 +50,8 @@ class Sample:
     slices: tuple[SliceUsage, ...]
     waiting: tuple[Waiter, ...]
     message: str | None = None
-    #: The user's kernel jobs in Slurm (launch.slurm.job_row), where this server starts any.
-    jobs: tuple[dict[str, Any], ...] = ()
+    #: This server's kernels that run elsewhere (launch.elsewhere), by their launchers.
+    elsewhere: tuple[Elsewhere, ...] = ()
 
     def find(self, slice_id: str) -> SliceUsage | None:
         return next((u for u in self.slices if u.slice.id == slice_id), None)
@@ -119,7 +119,7 @@ class UsageMonitor:
         #: Books this server's kernels' slices again after a reset (or a split), and keeps who was not.
         self._rebooking = Rebooking(ledger, uid=self.uid, server_pid=self.server_pid, log=self.log) if ledger is not None else None
         self._last_error: str | None = None
-        self._slurm_problem: str | None = None
+        self._elsewhere_problems: dict[str, str] = {}  # launcher -> why its kernels could not be listed
         self._lock: asyncio.Lock | None = None
         self._task: asyncio.Task[None] | None = None
 
@@ -155,26 +155,26 @@ class UsageMonitor:
         self._reports.forget({s.id for s in slices})
         usages = tuple(self._usage(s, holder_pids[s.id], attribution, snapshot) for s in slices)
         occupancy = occupancy_of(snapshot, slices, attribution)
-        return Sample(now, snapshot, occupancy, usages, waiting, snapshot.message, self._slurm_jobs())
+        return Sample(now, snapshot, occupancy, usages, waiting, snapshot.message, self._elsewhere())
 
-    def _slurm_jobs(self) -> tuple[dict[str, Any], ...]:
-        """The user's kernel jobs, once this server has started a kernel through the ``slurm``
-        launcher (before that its module is not even imported: nothing asked of Slurm)."""
-        slurm = sys.modules.get("jupyter_vgpu.launch.slurm")
-        if slurm is None:
-            return ()
-        try:
-            rows = tuple(slurm.server_rows(os.environ))
-        except VGPUError as error:
-            if str(error) != self._slurm_problem:
-                self.log.warning("jupyter-vgpu: cannot list the Slurm kernel jobs: %s", error)
-            self._slurm_problem = str(error)
-            remembered = getattr(error, "rows", None)  # launch.slurm.Unlisted: this server's jobs as last seen
-            if remembered is not None:
-                return tuple(remembered)
-            return self.latest.jobs if self.latest is not None else ()
-        self._slurm_problem = None
-        return rows
+    def _elsewhere(self) -> tuple[Elsewhere, ...]:
+        """This server's kernels that run elsewhere, as the launchers this process made say them
+        (a launcher no kernel of it used is never made: nothing is asked of its engine)."""
+        rows: list[Elsewhere] = []
+        for launcher in made():
+            try:
+                rows += launcher.rows(os.environ)
+            except VGPUError as error:
+                if self._elsewhere_problems.get(launcher.name) != str(error):
+                    self.log.warning("jupyter-vgpu: cannot list the kernels of launcher %s: %s", launcher.name, error)
+                self._elsewhere_problems[launcher.name] = str(error)
+                if isinstance(error, Unlisted):  # this server's kernels as last seen
+                    rows += error.rows
+                elif self.latest is not None:
+                    rows += [r for r in self.latest.elsewhere if r.launcher == launcher.name]
+            else:
+                self._elsewhere_problems.pop(launcher.name, None)
+        return tuple(rows)
 
     def _usage(self, s: Slice, pid: int | None, attribution: Attribution, snapshot: Snapshot) -> SliceUsage:
         """One slice's usage; a slice whose figures cannot be read shows none, and never stops

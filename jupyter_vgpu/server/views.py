@@ -18,8 +18,9 @@ from typing import Any
 import psutil
 
 from ..slices.records import Slice, Waiter, notebook_path
-from ..slices.usage import MEASURED, NO_USAGE, SliceUsage, use_state
+from ..slices.usage import MEASURED, NO_USAGE, SliceUsage
 from .dashboard import GPU_FIELDS, SLICE_FIELDS, DashboardHistory, points
+from .elsewhere import elsewhere_view, elsewhere_waiting_view, launchers_view
 from .monitor import Point, Sample, UsageMonitor
 from .watchdog import Watchdog
 
@@ -113,108 +114,16 @@ def waiting_view(waiter: Waiter, monitor: UsageMonitor) -> dict[str, Any]:
     return view
 
 
-def _job_holder(job: Mapping[str, Any], kernels: Mapping[str, KernelInfo]) -> dict[str, Any]:
-    kernel = kernels.get(job["kernel_id"])
-    labels = job.get("labels") or {}
-    return {
-        "kernel_id": job["kernel_id"],
-        "kernel_name": labels.get("kernel_name") or (kernel.name if kernel else None),
-        "kernel_display_name": labels.get("kernel_display_name"),
-        "path": notebook_path(kernel.path if kernel else None) or labels.get("path"),
-        "command": None,
-        "running_here": kernel is not None,
-        "yours": True,  # squeue lists this user's jobs only
-    }
-
-
-def _job_request(job: Mapping[str, Any]) -> dict[str, Any]:
-    return {"fraction": job.get("fraction"), "memory": None, "gpus": max(1, len(job.get("gpu_indices") or [])), "gpu": None}
-
-
-def job_view(job: Mapping[str, Any], watchdog: Watchdog, kernels: Mapping[str, KernelInfo]) -> dict[str, Any]:
-    """A kernel running in a Slurm job (``SLICE`` in docs/rest.md, plus the job's fields, "Slurm
-    kernel jobs"): the fields of a slice, its use as the kernel reports it, its reservation the
-    job's budget once the kernel has said it; its GPUs are the node's, not this host's."""
-    view = {key: value for key, value in job.items() if key != "position"}
-    reserved = job.get("memory_reserved")
-    total = reserved * max(1, len(job.get("gpu_indices") or [])) if reserved is not None else None
-    node = job.get("node") or "its node"
-    view.update(
-        {
-            **_job_holder(job, kernels),
-            "owner": None,
-            "pid": None,
-            "request": _job_request(job),
-            "memory_reserved": reserved,
-            "memory_reserved_total": total,
-            "state": use_state(job.get("memory_used"), total),
-            "memory_reserved_by_gpu": {},
-            "memory_limit": None,
-            "context_allowance": None,
-            "logical_devices": 1,
-            "tier_kind": "cooperative",
-            "share_note": (
-                f"Ending: {job['ending']}"
-                if job.get("ending")
-                else f"Unfenced: {job['unfenced']}"
-                if job.get("unfenced")
-                else f"GPU memory through Slurm job {job['job_id']} on {node} (shards fence nothing: its frameworks are fitted to the share)"
-            ),
-            "visible_devices": [],
-            "mig_devices": [],
-            "mig_profiles": [],
-            "memory_used_by_gpu": None,
-            "utilization": None,
-            "watched": False,
-            "memory_peak": None,
-            "usage_note": (
-                f"Reported by the kernel itself, from {node}: what its frameworks say they hold."
-                if job.get("memory_used") is not None
-                else f"No use reported yet: the kernel reports from {node} what its frameworks hold once they use the GPU."
-            ),
-            "idle_seconds": None,
-            "idle_notice": None,
-            "history": [],
-            "watchdog": {"action": watchdog.action, "events": []},
-        }
-    )
-    return view
-
-
-#: What a pending kernel job's place in line carries of its job (docs/rest.md, "Slurm kernel jobs").
-PENDING_JOB_FIELDS = (
-    "job_id", "partition", "slurm_state", "slurm_reason", "slurm_reason_text", "fraction", "shards", "shards_per_gpu", "share_text",
-)  # fmt: skip
-
-
-def pending_job_view(job: Mapping[str, Any], kernels: Mapping[str, KernelInfo]) -> dict[str, Any]:
-    """A kernel whose job waits in Slurm's queue (``WAITING`` in docs/rest.md, plus the job's
-    fields, ``PENDING_JOB_FIELDS``): its place is among the partition's pending jobs."""
-    created = job.get("created") or time.time()
-    return {
-        "ticket": job["id"],
-        "position": job.get("position"),
-        "owner": None,
-        "holder_kind": "kernel",
-        "holder": job["kernel_id"],
-        "pid": None,
-        "request": _job_request(job),
-        "request_text": job.get("request_text"),
-        "labels": job.get("labels") or {},
-        "created": created,
-        "waiting_seconds": max(0.0, time.time() - created),
-        **_job_holder(job, kernels),
-        **{key: job.get(key) for key in PENDING_JOB_FIELDS},
-    }
-
-
 def slices_view(
     sample: Sample,
     monitor: UsageMonitor,
     watchdog: Watchdog,
     kernels: Mapping[str, KernelInfo],
     since: float = 0.0,
+    kernelspecs: Mapping[str, list[str]] | None = None,
 ) -> dict[str, Any]:
+    """``GET /api/vgpu/slices``; ``kernelspecs``: the display names of this server's kernelspecs by
+    the launcher each names (the reply's ``launchers``)."""
     return {
         "node": NODE,
         "simulated": sample.snapshot.simulated,
@@ -224,9 +133,10 @@ def slices_view(
         "history_step": monitor.history_step,
         "taken_at": sample.taken_at,
         "slices": [slice_view(u, monitor, watchdog, kernels, since) for u in sample.slices]
-        + [job_view(j, watchdog, kernels) for j in sample.jobs if j["slurm_state"] != "PENDING"],
+        + [elsewhere_view(r, watchdog, kernels) for r in sample.elsewhere if r.running],
         "waiting": [waiting_view(w, monitor) for w in sample.waiting]
-        + [pending_job_view(j, kernels) for j in sample.jobs if j["slurm_state"] == "PENDING"],
+        + [elsewhere_waiting_view(r, kernels) for r in sample.elsewhere if not r.running],
+        "launchers": launchers_view(sample.elsewhere, kernelspecs or {}),
         "watchdog": {
             "action": watchdog.action,
             "tolerance": watchdog.tolerance,

@@ -14,8 +14,8 @@ from types import SimpleNamespace
 import pytest
 
 from jupyter_vgpu.errors import VGPUError
-from jupyter_vgpu.launch import slurm as slurm_launcher
-from jupyter_vgpu.server.views import job_view
+from jupyter_vgpu.launch.slurm.rows import server_rows
+from jupyter_vgpu.server.elsewhere import elsewhere_view
 
 from .cluster import SlurmCluster
 from .login import BOUND, Login, run_code
@@ -87,11 +87,11 @@ async def test_a_kernel_whose_share_cannot_be_had_as_a_slice_says_unfenced_in_vg
     km = await login.start(name)
     shown = await run_code(km, "%vgpu")
     assert "Unfenced: " in shown and "The kernel runs with the job's GPUs, unfenced: its frameworks are not fitted to the share." in shown
-    (row,) = await login.until(lambda: [r for r in slurm_launcher.server_rows(os.environ) if r.get("unfenced")], "the job's row unfenced")
-    assert row["unfenced"] == (
+    (row,) = await login.until(lambda: [r for r in server_rows(os.environ) if r.fields.get("unfenced")], "the job's row unfenced")
+    assert row.fields["unfenced"] == (
         "JUPYTER_VGPU_CONTEXT_ALLOWANCE 'lots' is not a size such as 6GiB, 512MiB, 1.5GB or a number of bytes. Or use 'auto'. "
         "The kernel runs with the job's GPUs, unfenced: its frameworks are not fitted to the share."
     )
-    view = job_view(row, SimpleNamespace(action="warn"), {})  # type: ignore[arg-type]
-    assert view["share_note"] == f"Unfenced: {row['unfenced']}"
+    view = elsewhere_view(row, SimpleNamespace(action="warn"), {})  # type: ignore[arg-type]
+    assert view["share_note"] == f"Unfenced: {row.fields['unfenced']}"
     await asyncio.wait_for(km.shutdown_kernel(), BOUND)

@@ -146,7 +146,7 @@ async def test_a_forced_kill_cancels_the_job_and_leaves_no_kernel_running(login:
 
 
 async def test_a_restarted_kernel_after_slurm_ended_its_job_runs_in_a_new_job_and_says_why(login: Login) -> None:
-    from jupyter_vgpu.launch.slurm import server_rows
+    from jupyter_vgpu.launch.slurm.rows import server_rows
 
     km = await login.start(login.spec("quarter", gpu_fraction=0.25))
     job = login.job_of(km)
@@ -167,7 +167,7 @@ async def test_a_restarted_kernel_after_slurm_ended_its_job_runs_in_a_new_job_an
     assert why in " ".join(shown.split())  # %vgpu's "previous job" row
     assert "jupyter-vgpu: Slurm ended" not in shown  # said once
     rows = await asyncio.to_thread(server_rows, dict(os.environ))
-    assert [(r["job_id"], r["slurm_ended"]) for r in rows] == [(new_job, why)]  # the REST row says it too
+    assert [(r.fields["job_id"], r.ended) for r in rows] == [(new_job, why)]  # the REST row says it too
     await asyncio.wait_for(km.restart_kernel(), BOUND)  # a restart in the same job: nothing more to say
     assert login.job_of(km) == new_job
     assert (await run_code(km, "print('x')")).strip() == "x"
@@ -240,7 +240,7 @@ async def test_a_start_right_after_a_shutdown_gets_the_freed_gpu_without_waiting
 
 
 async def test_a_kernel_waits_pending_with_its_reason_and_starts_when_a_job_ends(login: Login) -> None:
-    from jupyter_vgpu.launch.slurm import KERNELS
+    from jupyter_vgpu.launch.slurm.rows import KERNELS
 
     fillers = fill(login.cluster)
     km_task = asyncio.ensure_future(login.start(login.spec("waits", gpu_fraction=0.25, wait_timeout=60)))

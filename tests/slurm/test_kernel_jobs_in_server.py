@@ -141,7 +141,7 @@ def start_other_user_of_slurm(slurm: SlurmCluster, tmp: Path) -> tuple[subproces
     kernel_id = "0000aaaa-other-server"
     code = (
         "import subprocess, sys, time\n"
-        "from jupyter_vgpu.launch.slurmctl import starter_comment\n"
+        "from jupyter_vgpu.launch.slurm.client import starter_comment\n"
         f"subprocess.run(['salloc', '--no-shell', '--job-name=jupyter-vgpu-kernel-{kernel_id}', '--gres=shard:1', "
         "'--comment=' + starter_comment()], check=True, timeout=20)\n"
         "print('ready', flush=True)\n"

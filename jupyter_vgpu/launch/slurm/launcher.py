@@ -19,9 +19,9 @@ The login node books nothing in its own ledger (``books_elsewhere``): Slurm is t
 is ``scancel --signal=INT`` (SIGINT to ``srun`` is not forwarded); a restart, forced or not, ends the
 step and keeps the job; a kill ends the step (SIGKILL to ``srun`` alone would leave the kernel running)
 and a shutdown cancels the job;
-a server that starts again cancels its orphans (:func:`.slurmctl.cancel_orphans`), and a cancel
-Slurm did not confirm is retried until it does (:mod:`.slurmending`). How its kernels are seen
-(their records and rows for the views) is :mod:`.slurmrows`.
+a server that starts again cancels its orphans (:func:`.client.cancel_orphans`), and a cancel
+Slurm did not confirm is retried until it does (:mod:`.ending`). How its kernels are seen
+(their records and rows for the views) is :mod:`.rows`.
 """
 
 from __future__ import annotations
@@ -38,10 +38,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..errors import SliceUnavailable
-from ..slices.reports import ENV_REPORTS, read_report_file
-from . import slurmctl, slurmending
-from .launchers import Launcher
+from ...errors import SliceUnavailable
+from ...slices.reports import ENV_REPORTS, read_report_file
+from ..launchers import Launcher
+from . import client as slurmctl
+from . import ending as slurmending
 from .node import (
     ENV_ASKED,
     ENV_CONNECTION,
@@ -52,71 +53,27 @@ from .node import (
     JOB_FILE,
     PORT_NAMES,
 )
-from .slurmrows import (
+from .rows import (
     KERNELS,
     SlurmKernel,
-    Unlisted,
     ending_text,
-    job_row,
-    job_summary,
-    kernel_report,
     reason_text,
     report_folder_of,
     report_root,
-    server_rows,
-    share_text,
-    user_rows,
 )
-
-#: The views' names (:mod:`.slurmrows`) are also this module's: the server and the CLI look them up
-#: here, once a Slurm kernel has loaded it.
-__all__ = [
-    "KERNELS",
-    "SlurmKernel",
-    "SlurmLauncher",
-    "Unlisted",
-    "cancel_waiting",
-    "ending_text",
-    "job_row",
-    "job_summary",
-    "kernel_report",
-    "reason_text",
-    "report_folder_of",
-    "report_root",
-    "server_rows",
-    "share_text",
-    "user_rows",
-]
+from .views import SlurmViews
 
 if TYPE_CHECKING:
     from jupyter_client.provisioning.local_provisioner import LocalProvisioner
 
-    from ..slices import SliceRequest
+    from ...slices import SliceRequest
 
 #: Seconds between looks at a pending job's reason and place.
 PENDING_POLL = 1.0
 
-def cancel_waiting(job_id: str, env: Mapping[str, str]) -> bool:
-    """Take a kernel of this process out of Slurm's queue (``scancel`` its pending job): its start
-    then fails, saying it stopped waiting. A job this process shut down whose cancel Slurm has not
-    confirmed (:mod:`.slurmending`) is cancelled again at once: SlurmDown, in one sentence, while
-    Slurm does not answer. False when no kernel of this process waits in that job, nor is it
-    ending. Blocking: call it off the event loop."""
-    record = next((k for k in KERNELS.values() if k.job_id == job_id and k.state == "PENDING"), None)
-    if record is None:  # a job this process shut down that Slurm has not confirmed ended: try again now
-        confirmed = slurmending.cancel_now(job_id, dict(env))
-        if confirmed is False:
-            raise slurmctl.down(
-                env, f"job {job_id} is not cancelled yet; it stays listed as ending and its cancel is tried again every {slurmending.RETRY:g} s"
-            )
-        return bool(confirmed)
-    record.cancelled = True
-    slurmctl.cancel(job_id, env)
-    return True
-
-
-class SlurmLauncher(Launcher):
-    """The kernel is a step of its own Slurm job on a node Slurm picks."""
+class SlurmLauncher(SlurmViews, Launcher):
+    """The kernel is a step of its own Slurm job on a node Slurm picks; how its kernels are seen is
+    :class:`~.views.SlurmViews`."""
 
     name = "slurm"
     description = "a Slurm job on a GPU node Slurm picks (salloc, then srun --jobid)"
@@ -221,7 +178,7 @@ class SlurmLauncher(Launcher):
             _end(process)
             raise
         if record.cancelled:
-            from ..errors import LeftLine
+            from ...errors import LeftLine
 
             raise LeftLine(
                 f"Stopped waiting in Slurm's queue after {time.monotonic() - began:.0f} s: "
@@ -231,7 +188,7 @@ class SlurmLauncher(Launcher):
             message = slurmctl.said("\n".join(said)) or f"salloc exited with status {code}"
             if any(mark in message for mark in slurmctl._DOWN):
                 raise slurmctl.down(env, message)
-            from ..errors import InvalidRequest
+            from ...errors import InvalidRequest
 
             raise InvalidRequest(f"Slurm refused the job of kernel '{record.labels.get('kernel_display_name', record.kernel_id)}': {message} (slurm_args {' '.join(slurm_args) or 'none'}).")
         if told:
@@ -292,7 +249,7 @@ class SlurmLauncher(Launcher):
         srun = shutil.which("srun", path=env.get("PATH")) or "srun"
         argv = [
             srun, f"--jobid={state['job_id']}", "--nodes=1", "--ntasks=1", "--input=none", "--kill-on-bad-exit=1",
-            sys.executable, "-m", "jupyter_vgpu.launch.node", "--", *cmd,
+            sys.executable, "-m", "jupyter_vgpu.launch.slurm.node", "--", *cmd,
         ]  # fmt: skip
         kwargs["env"] = env
         await LocalProvisioner.launch_kernel(provisioner, argv, **kwargs)
@@ -320,7 +277,7 @@ class SlurmLauncher(Launcher):
             job = await asyncio.to_thread(read_report_file, folder / JOB_FILE)
             if job and job.get("launch") == launch:
                 if job.get("refused"):
-                    from ..errors import InvalidConfig
+                    from ...errors import InvalidConfig
 
                     raise InvalidConfig(f"Kernel {provisioner.kernel_id} was not started on {job.get('node') or 'its node'}: {job['refused']}")
                 ports = job.get("ports") or {}
@@ -344,7 +301,7 @@ class SlurmLauncher(Launcher):
             # srun forwards no SIGINT to the kernel: Slurm signals the job's steps itself
             try:
                 await asyncio.to_thread(slurmctl.cancel, job, _env(provisioner), signal=str(signum))
-            except slurmctl.SlurmDown as error:  # a shutdown goes on: its cancel is retried (slurmending)
+            except slurmctl.SlurmDown as error:  # a shutdown goes on: its cancel is retried (launch.slurm.ending)
                 provisioner.log.warning("Kernel %s: signal %s not sent: %s", provisioner.kernel_id, signum, error)
             return
         await LocalProvisioner.send_signal(provisioner, signum)
@@ -403,7 +360,7 @@ class SlurmLauncher(Launcher):
                 await asyncio.to_thread(slurmctl.cancel, job, env, confirm=True)
             except slurmctl.SlurmDown as error:
                 # The job keeps its shards until Slurm cancels it: retried until Slurm confirms
-                # it, and shown as ending meanwhile (slurmending).
+                # it, and shown as ending meanwhile (launch.slurm.ending).
                 provisioner.log.warning("Kernel %s: %s Its job %s is cancelled once Slurm answers.", kernel_id, error, job)
                 slurmending.hand_over(job, kernel_id, record or _record_of(kernel_id, state), str(error))
                 state.clear()
@@ -417,7 +374,7 @@ class SlurmLauncher(Launcher):
         await asyncio.to_thread(shutil.rmtree, report_folder_of(kernel_id), True)
 
     def alive(self, pid: int | None, start: float | None = None, stamp: str | None = None) -> bool:
-        from ..slices.holders import process_alive
+        from ...slices.holders import process_alive
 
         return process_alive(pid, start, stamp)  # srun, on this host
 

@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import InvalidConfig, InvalidRequest
-from ..units import describe_fraction, format_bytes, shorten
+from ...errors import InvalidConfig, InvalidRequest
+from ...units import describe_fraction, format_bytes, shorten
 
 #: Seconds a client command (squeue, scontrol, scancel, sinfo, salloc's answer) may take;
 #: JUPYTER_VGPU_SLURM_TIMEOUT overrides it.
@@ -137,7 +137,7 @@ def check_args(value: Any) -> tuple[str, ...]:
 def shards_per_gpu(partition: str | None, env: Mapping[str, str]) -> int:
     """How many shards Slurm splits each GPU of ``partition`` (the default one: None) into: the
     admin's setting, else the nodes' GRES as ``sinfo`` lists them."""
-    from ..gpus.slurmshare import ENV_SHARDS_PER_GPU, parse_shards_per_gpu, split_gres
+    from ...gpus.slurmshare import ENV_SHARDS_PER_GPU, parse_shards_per_gpu, split_gres
 
     fix = f"set {ENV_SHARDS_PER_GPU} (c.VGPU.slurm_shards_per_gpu) to the shards of one GPU"
     admin = env.get(ENV_SHARDS_PER_GPU, "").strip()

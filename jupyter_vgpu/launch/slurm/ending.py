@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from . import slurmctl
+from . import client as slurmctl
 
 #: Seconds between two tries of a cancel Slurm has not confirmed.
 RETRY = 5.0

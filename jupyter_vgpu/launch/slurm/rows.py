@@ -1,7 +1,7 @@
 """How the ``slurm`` launcher's kernels are seen (DESIGN.md, launchers: "how it is seen"): this
 process's kernel records (:data:`KERNELS`), Slurm's states and reasons in words, and each kernel
 job as a row of the views (REST ``/api/vgpu/slices``, the sidebar, ``jupyter vgpu status``), a job
-whose cancel Slurm has not confirmed marked ending (:mod:`.slurmending`). How the kernels live is
+whose cancel Slurm has not confirmed marked ending (:mod:`.ending`). How the kernels live is
 :mod:`.slurm`.
 """
 
@@ -14,9 +14,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..slices.reports import read_report_file, report_bytes
-from ..units import describe_fraction
-from . import slurmctl, slurmending
+from ...slices.reports import read_report_file, report_bytes
+from ...units import describe_fraction
+from ..elsewhere import Elsewhere, State, Unlisted
+from . import client as slurmctl
+from . import ending as slurmending
 from .node import JOB_FILE
 
 #: Slurm's pending reasons a user meets most, in words.
@@ -162,17 +164,65 @@ def job_row(job: slurmctl.KernelJob, record: SlurmKernel | None = None) -> dict[
     }
 
 
-def user_rows(env: Mapping[str, str]) -> list[dict[str, Any]]:
+#: The card the ``slurm`` launcher's kernels are shown in, and where its kernelspecs' kernels run.
+TITLE = "Slurm jobs"
+RUNS = "Its GPU kernels run as Slurm jobs on the cluster's GPU nodes, where Slurm places them"
+#: The launcher's own fields of a row (REST keeps them at the top level: docs/rest.md).
+OWN_FIELDS = (
+    "job_id", "node", "partition", "slurm_state", "slurm_reason", "slurm_reason_text", "shards", "shards_per_gpu",
+    "share_text", "slurm_ended", "ending", "unfenced", "usage_source",
+)  # fmt: skip
+
+
+def as_elsewhere(row: Mapping[str, Any]) -> Elsewhere:
+    """A kernel job (:func:`job_row`) as every view sees a kernel that runs elsewhere."""
+    job, node = row["job_id"], row.get("node")
+    pending = row.get("slurm_state") == "PENDING"
+    state: State = "pending" if pending else "ending" if row.get("ending") else "running"
+    name = f"Slurm job {job}" + (f" on {node}" if node and row.get("slurm_state") == "RUNNING" else "")
+    where = [name]
+    if indices := row.get("gpu_indices") or []:
+        where.append(f"{'GPUs' if len(indices) > 1 else 'GPU'} {', '.join(map(str, indices))}")
+    where.append(str(row.get("share_text") or ""))
+    on = node or "its node"
+    reason = row.get("slurm_reason")
+    partition = row.get("partition")
+    position = row.get("position")
+    queue = f"partition {partition}'s queue" if partition else "Slurm's queue"
+    place_text = f"place {position} in {queue}" if position else "its place in Slurm's queue is not known yet"
+    if row.get("ending"):
+        note = f"Ending: {row['ending']}"
+    elif row.get("unfenced"):
+        note = f"Unfenced: {row['unfenced']}"
+    else:
+        note = f"GPU memory through Slurm job {job} on {on} (shards fence nothing: its frameworks are fitted to the share)"
+    used = row.get("memory_used")
+    usage_note = (
+        f"Reported by the kernel itself, from {on}: what its frameworks say they hold."
+        if used is not None
+        else f"No use reported yet: the kernel reports from {on} what its frameworks hold once they use the GPU."
+    )
+    titles = {
+        "pending": f"Slurm keeps job {job} in its queue: {reason_text(reason) if reason else 'no reason given yet'}",
+        "ending": f"Slurm has not confirmed the cancel of job {job} yet: it is tried again until it does",
+        "running": f"Slurm runs job {job} on {on}",
+    }
+    return Elsewhere(
+        launcher="slurm", title=TITLE, id=str(row["id"]), kernel_id=str(row["kernel_id"]), state=state,
+        state_title=titles[state], where=tuple(w for w in where if w), note=note, usage_note=usage_note,
+        summary=job_summary(row), share=str(row.get("share_text") or ""), tier=str(row.get("tier") or ""),
+        fraction=row.get("fraction"), gpus=tuple(row.get("gpus") or ()), gpu_indices=tuple(row.get("gpu_indices") or ()),
+        reason=reason, reason_text=row.get("slurm_reason_text"), place=position if pending else None,
+        place_text=place_text if pending else None, request_text=row.get("request_text"),
+        memory_reserved=row.get("memory_reserved"), memory_used=used, frameworks=row.get("frameworks") or {},
+        labels=row.get("labels") or {}, created=row.get("created"), ended=row.get("slurm_ended"),
+        cancel=pending or state == "ending", fields={k: row.get(k) for k in OWN_FIELDS},
+    )  # fmt: skip
+
+
+def user_rows(env: Mapping[str, str]) -> list[Elsewhere]:
     """This user's kernel jobs, for ``jupyter vgpu status`` on a login node."""
-    return [job_row(job) for job in slurmctl.kernel_jobs(env)]
-
-
-class Unlisted(slurmctl.SlurmDown):
-    """``squeue`` did not answer: ``rows`` are this process's kernel jobs as it last knew them."""
-
-    def __init__(self, message: str, rows: list[dict[str, Any]]) -> None:
-        super().__init__(message)
-        self.rows = rows
+    return [as_elsewhere(job_row(job)) for job in slurmctl.kernel_jobs(env)]
 
 
 def _remembered(record: SlurmKernel) -> slurmctl.KernelJob:
@@ -188,11 +238,11 @@ def _with_ending(row: dict[str, Any]) -> dict[str, Any]:
     return row
 
 
-def server_rows(env: Mapping[str, str]) -> list[dict[str, Any]]:
+def server_rows(env: Mapping[str, str]) -> list[Elsewhere]:
     """The user's kernel jobs with this process's first (one ``squeue``), a job whose kernel was
     shut down but whose cancel Slurm has not confirmed marked ``ending``; [] without a Slurm kernel
-    here, at no cost. When Slurm does not answer, :class:`Unlisted` carries this process's jobs as
-    last seen. Blocking: call it off the event loop."""
+    here, at no cost. When Slurm does not answer, :class:`~..elsewhere.Unlisted` carries this
+    process's jobs as last seen. Blocking: call it off the event loop."""
     if not KERNELS and not slurmending.ENDING:
         return []
     try:
@@ -200,7 +250,7 @@ def server_rows(env: Mapping[str, str]) -> list[dict[str, Any]]:
     except slurmctl.SlurmDown as error:
         records = [r for r in KERNELS.values() if r.job_id]
         records += [e.record for e in slurmending.ENDING.values()]
-        raise Unlisted(str(error), [_with_ending(job_row(_remembered(r), r)) for r in records]) from None
+        raise Unlisted(str(error), [as_elsewhere(_with_ending(job_row(_remembered(r), r))) for r in records]) from None
     ending = {e.job_id: e.record for e in slurmending.ENDING.values()}
     for job in jobs:
         record = KERNELS.get(job.kernel_id)
@@ -211,7 +261,8 @@ def server_rows(env: Mapping[str, str]) -> list[dict[str, Any]]:
     def ours(job: slurmctl.KernelJob) -> bool:
         return job.kernel_id in KERNELS or job.job_id in ending
 
-    return [_with_ending(job_row(j, KERNELS.get(j.kernel_id) or ending.get(j.job_id))) for j in sorted(jobs, key=lambda j: not ours(j))]
+    ordered = sorted(jobs, key=lambda j: not ours(j))
+    return [as_elsewhere(_with_ending(job_row(j, KERNELS.get(j.kernel_id) or ending.get(j.job_id)))) for j in ordered]
 
 
 def job_summary(row: Mapping[str, Any]) -> str:
