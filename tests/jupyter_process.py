@@ -62,6 +62,9 @@ def isolated_env(tmp: Path, **extra: str) -> dict[str, str]:
             "PYTHONUNBUFFERED": "1",
         }
     )
+    if os.environ.get("JUPYTER_VGPU_TEST_JUPYTER_PATH"):
+        # A front end built elsewhere (a worktree's labextension) served before the installed one.
+        env["JUPYTER_PATH"] = os.environ["JUPYTER_VGPU_TEST_JUPYTER_PATH"]
     env.update(extra)
     return env
 

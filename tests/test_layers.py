@@ -184,8 +184,8 @@ def test_both_ledgers_implement_the_whole_contract_and_the_broker_serves_exactly
 
 
 def test_the_ui_names_the_same_holder_kinds_as_the_server() -> None:
-    source = (UI / "api.ts").read_text()
+    source = (UI / "store" / "types.ts").read_text()
     match = re.search(r"export type HolderKind = ([^;]+);", source)
-    assert match, "labextension/src/api.ts declares no HolderKind"
+    assert match, "labextension/src/store/types.ts declares no HolderKind"
     assert tuple(re.findall(r"'(\w+)'", match.group(1))) == HOLDER_KINDS
     assert "holder_kind: HolderKind" in source

@@ -18,29 +18,29 @@ import {
 import { ISettingRegistry } from '@jupyterlab/settingregistry';
 import { IStatusBar } from '@jupyterlab/statusbar';
 
-import { ISlice, VGPUClient } from './api';
-import { addDashboard } from './dashboardplugin';
+import { ISlice, VGPUClient } from './store/api';
+import { addDashboard } from './dashboard/dashboardplugin';
 import { gpuIcon } from './icons';
-import { IdleNotifier, keepSlice } from './idlenotes';
-import { KernelPickerHints } from './kernelpicker';
-import { RefusedStarts } from './kernelstarts';
-import { waitingAlternative } from './kernelspecs';
-import { KernelspecWatch } from './kernelspecwatch';
+import { IdleNotifier, keepSlice } from './notes/idlenotes';
+import { KernelPickerHints } from './dialogs/kernelpicker';
+import { RefusedStarts } from './dialogs/kernelstarts';
+import { waitingAlternative } from './store/kernelspecs';
+import { KernelspecWatch } from './store/kernelspecwatch';
 import { LauncherOrder } from './launcherorder';
-import { GPUModel } from './model';
-import { MonitorStops } from './monitorstops';
-import { RefusalDialogs } from './refusaldialog';
-import { ResizedKernelNames } from './resized';
-import { heldBackText, ShutDownNotebooks } from './shutdownmemory';
-import { GPUSidebar } from './sidebar';
+import { GPUModel } from './store/model';
+import { MonitorStops } from './notes/monitorstops';
+import { RefusalDialogs } from './dialogs/refusaldialog';
+import { ResizedKernelNames } from './store/resized';
+import { heldBackText, ShutDownNotebooks } from './notes/shutdownmemory';
+import { GPUSidebar } from './sidebar/sidebar';
 import {
   GPUStatusItem,
   HostStatusItem,
   KernelSliceModel,
   sessionContextOf
-} from './statusitem';
-import { WaitWatcher } from './waitwatcher';
-import { WatchdogNotifier } from './watchdognotes';
+} from './statusbar/statusitem';
+import { WaitWatcher } from './notes/waitwatcher';
+import { WatchdogNotifier } from './notes/watchdognotes';
 
 const PLUGIN_ID = 'jupyter-vgpu:plugin';
 

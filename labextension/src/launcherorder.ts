@@ -15,7 +15,7 @@
  */
 import { KernelSpec } from '@jupyterlab/services';
 
-import { sliceSize } from './kernelspecs';
+import { sliceSize } from './store/kernelspecs';
 
 function compare(a: [number, number], b: [number, number]): number {
   return a[0] - b[0] || a[1] - b[1];

@@ -1,5 +1,5 @@
 """``GET /api/vgpu/slices?since=`` carries what changed after ``since``; laid over the poller's
-previous reply (as JupyterLab's store does, labextension/src/model.ts ``mergeSlices``) it is
+previous reply (as JupyterLab's store does, labextension/src/store/model.ts ``mergeSlices``) it is
 the whole reply: what a user sees is the same, for a fraction of the bytes."""
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
  * spelled out as an object with one key per member: the compiler (ts-jest type-checks) refuses
  * a missing or an extra member, and the test compares the keys with the server's list.
  */
-import { HolderKind, UsageSource } from '../api';
+import { HolderKind, UsageSource } from '../store/api';
 import vocabulary from '../vocabulary.json';
 
 const HOLDER_KINDS: { [kind in HolderKind]: true } = {

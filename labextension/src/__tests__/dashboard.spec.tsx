@@ -4,9 +4,13 @@
  */
 import * as React from 'react';
 
-import { VGPUApiError } from '../api';
-import { DashboardView, IDashboardViewProps, RANGES } from '../dashboard';
-import { HistoryStore } from '../historyapi';
+import { VGPUApiError } from '../store/api';
+import {
+  DashboardView,
+  IDashboardViewProps,
+  RANGES
+} from '../dashboard/dashboard';
+import { HistoryStore } from '../store/historyapi';
 import { fullReply, reply, storeOf, T0 } from './historyfixtures';
 import { attr, render, tags, texts } from './render';
 

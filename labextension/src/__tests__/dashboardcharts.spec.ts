@@ -1,7 +1,7 @@
 /**
  * What the GPU dashboard charts: a chart for each series NVML gives, a chart per live slice.
  */
-import { gpuCharts, sliceChart } from '../dashboardcharts';
+import { gpuCharts, sliceChart } from '../dashboard/dashboardcharts';
 import { fullReply, GiB, storeOf } from './historyfixtures';
 
 describe('the charts of a GPU', () => {

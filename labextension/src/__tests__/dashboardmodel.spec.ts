@@ -7,10 +7,10 @@ import {
   ISampleReply,
   VGPUApiError,
   VGPUClient
-} from '../api';
-import { DashboardModel } from '../dashboardmodel';
-import { IHistoryReply } from '../historyapi';
-import { GPUModel } from '../model';
+} from '../store/api';
+import { DashboardModel } from '../dashboard/dashboardmodel';
+import { IHistoryReply } from '../store/historyapi';
+import { GPUModel } from '../store/model';
 import { gpu, reply, T0 } from './historyfixtures';
 
 /** A server with no GPU. */

@@ -1,7 +1,7 @@
 /**
  * Drag-to-zoom: the time range a drag across the plot asks for.
  */
-import { DragZoom, MIN_DRAG_PX } from '../dragzoom';
+import { DragZoom, MIN_DRAG_PX } from '../charts/dragzoom';
 
 describe('zoom', () => {
   /** 100 px of plot from x = 50: t = x - 50. */

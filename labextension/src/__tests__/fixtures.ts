@@ -1,7 +1,7 @@
 /**
  * Plain objects shaped like the server's replies, for the unit tests.
  */
-import { IDevice, IHistoryPoint, ISlice, IWaiting } from '../api';
+import { IDevice, IHistoryPoint, ISlice, IWaiting } from '../store/api';
 
 /** A slice as `GET /api/vgpu/slices` sends it: a kernel's 1/4 of GPU 0, cooperative. */
 export function makeSlice(fields: Partial<ISlice> = {}): ISlice {

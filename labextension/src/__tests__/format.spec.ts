@@ -22,7 +22,7 @@ import {
   tierShareNote,
   VOCABULARY,
   waiterLabel
-} from '../format';
+} from '../format/format';
 import vocabulary from '../vocabulary.json';
 import { makeSlice, makeWaiter } from './fixtures';
 

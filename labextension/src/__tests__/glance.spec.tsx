@@ -6,15 +6,20 @@
 import { KernelSpec } from '@jupyterlab/services';
 import * as React from 'react';
 
-import { IDevice } from '../api';
-import { PALETTE_SIZE, preferredColour, SliceColours } from '../colours';
-import { hostGlance, machineGlance, statusTitle, waiterLabel } from '../format';
-import { IEndedSlice, ISliceHistory } from '../historyapi';
-import { kernelspecFit } from '../kernelspecs';
-import { newKernelText } from '../kernelspecwatch';
-import { stopReason } from '../monitorstops';
-import { isResized, sliceKernelName } from '../resized';
-import { lanes, SliceTimeline } from '../timeline';
+import { IDevice } from '../store/api';
+import { PALETTE_SIZE, preferredColour, SliceColours } from '../store/colours';
+import {
+  hostGlance,
+  machineGlance,
+  statusTitle,
+  waiterLabel
+} from '../format/format';
+import { IEndedSlice, ISliceHistory } from '../store/historyapi';
+import { kernelspecFit } from '../store/kernelspecs';
+import { newKernelText } from '../store/kernelspecwatch';
+import { stopReason } from '../notes/monitorstops';
+import { isResized, sliceKernelName } from '../store/resized';
+import { lanes, SliceTimeline } from '../dashboard/timeline';
 import { makeSlice, makeWaiter } from './fixtures';
 import { slice as historySlice } from './historyfixtures';
 import { render, tags, texts } from './render';

@@ -3,13 +3,13 @@
  */
 import { ServerConnection } from '@jupyterlab/services';
 
-import { VGPUApiError } from '../api';
+import { VGPUApiError } from '../store/api';
 import {
   appendPoints,
   HistoryClient,
   historyRoute,
   HistoryStore
-} from '../historyapi';
+} from '../store/historyapi';
 import { gpu, reply, slice } from './historyfixtures';
 
 const times = (points: { t: number }[]) => points.map(p => p.t);

@@ -7,7 +7,7 @@ import {
   IGPUHistoryPoint,
   IHistoryReply,
   ISliceHistory
-} from '../historyapi';
+} from '../store/historyapi';
 
 export const GiB = 1024 ** 3;
 

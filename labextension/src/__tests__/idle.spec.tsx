@@ -2,7 +2,7 @@
  * Idle reclaim in the UI (issue "Idle slices go back to people who are waiting"): how idle
  * times, notices and countdowns read; the slice row's warning and "Keep it"; the status bar's
  * countdown; the notification per notice (once, dismissed when it goes), the reclaim event (once,
- * in the server's words); a GPU card's pod share and utilisation sparkline.
+ * in the server's words).
  */
 import { Notification, showDialog } from '@jupyterlab/apputils';
 import { ServerConnection } from '@jupyterlab/services';
@@ -10,14 +10,12 @@ import { Signal } from '@lumino/signaling';
 import * as React from 'react';
 
 import {
-  IDevice,
   IIdleNotice,
   ISlice,
   IWatchdogEvent,
   VGPUApiError,
   VGPUClient
-} from '../api';
-import { DeviceCard, podShareTitle } from '../devicecard';
+} from '../store/api';
 import {
   formatClock,
   formatCountdown,
@@ -29,12 +27,12 @@ import {
   idleText,
   noticeSecondsLeft,
   statusIdleText
-} from '../format';
-import { IdleNotifier, keepSlice } from '../idlenotes';
-import { GPUModel } from '../model';
-import { IHistorySource, ISliceActions, SliceRow } from '../slicerow';
-import { IdleCountdown } from '../statusitem';
-import { eventText, WatchdogNotifier } from '../watchdognotes';
+} from '../format/format';
+import { IdleNotifier, keepSlice } from '../notes/idlenotes';
+import { GPUModel } from '../store/model';
+import { IHistorySource, ISliceActions, SliceRow } from '../sidebar/slicerow';
+import { IdleCountdown } from '../statusbar/statusitem';
+import { eventText, WatchdogNotifier } from '../notes/watchdognotes';
 import { makeSlice } from './fixtures';
 import { attr, render, tags, texts } from './render';
 
@@ -326,121 +324,6 @@ describe('IdleCountdown (status bar)', () => {
 });
 
 /** A GPU as `GET /api/vgpu/devices` describes it. */
-function device(fields: Partial<IDevice> = {}): IDevice {
-  return {
-    index: 0,
-    uuid: 'GPU-0',
-    name: 'Tesla T4',
-    memory_total: 4 * GiB,
-    memory_used: 0,
-    memory_reserved: 0,
-    memory_used_by_slices: 0,
-    memory_over_use: 0,
-    memory_foreign: 0,
-    memory_free: 4 * GiB,
-    utilization: 0,
-    mig_mode: false,
-    tier: 'cooperative',
-    slices: [],
-    ...fields
-  };
-}
-
-describe("a GPU card in a pod's share", () => {
-  const shared = device({
-    pod_share: "this pod's share: 4.0 GiB of 16.0 GiB (HAMi)",
-    card_memory: 16 * GiB,
-    sm_limit: 50
-  });
-
-  function card(shown: IDevice): string {
-    return render(
-      <DeviceCard
-        device={shown}
-        slices={[]}
-        colour={() => 0}
-        actions={actions()}
-        history={history}
-      />
-    );
-  }
-
-  it('shows the share under the name, muted', () => {
-    const html = card(shared);
-    expect(texts(html, 'jp-vgpu-DeviceCard-podShare')).toEqual([
-      "this pod's share: 4.0 GiB of 16.0 GiB (HAMi)"
-    ]);
-    const line = tags(html, 'div', 'jp-vgpu-DeviceCard-podShare')[0];
-    expect(attr(line, 'title')).toContain('The card itself has 16.0 GiB.');
-  });
-
-  it('says what the share means', () => {
-    expect(podShareTitle(shared).split('\n')).toEqual([
-      "This server runs in a pod that a scheduler placed on a shared GPU: 4.0 GiB is the pod's share, and slices are fractions of it.",
-      'The card itself has 16.0 GiB.',
-      "The pod may use 50% of the card's SMs."
-    ]);
-  });
-
-  it("says a Slurm job's shards the same way", () => {
-    const job = device({
-      memory_total: 8 * GiB,
-      share: 'Slurm job 1234: 16/32 shards of GPU 0, 8.0 GiB',
-      slurm_job: '1234',
-      card_memory: 16 * GiB
-    });
-    const html = card(job);
-    expect(texts(html, 'jp-vgpu-DeviceCard-podShare')).toEqual([
-      'Slurm job 1234: 16/32 shards of GPU 0, 8.0 GiB'
-    ]);
-    expect(podShareTitle(job).split('\n')).toEqual([
-      "This server runs in Slurm job 1234: 8.0 GiB is the job's share of the GPU, and slices are fractions of it.",
-      'The card itself has 16.0 GiB.'
-    ]);
-  });
-
-  it('shows nothing of the kind outside such a pod', () => {
-    for (const d of [device(), device({ pod_share: null })]) {
-      const html = card(d);
-      expect(tags(html, 'div', 'jp-vgpu-DeviceCard-podShare')).toEqual([]);
-    }
-  });
-});
-
-describe("a GPU card's utilisation sparkline", () => {
-  function card(points: { t: number; util: number | null }[]): string {
-    const source: IHistorySource = {
-      ...history,
-      device: uuid =>
-        uuid === 'GPU-0' ? points.map(p => ({ ...p, used: 0 })) : []
-    };
-    return render(
-      <DeviceCard
-        device={device()}
-        slices={[]}
-        colour={() => 0}
-        actions={actions()}
-        history={source}
-      />
-    );
-  }
-
-  it("draws the utilisation of the GPU's history (the server sends it once)", () => {
-    const html = card([
-      { t: 1, util: 0 },
-      { t: 2, util: 100 }
-    ]);
-    expect(tags(html, 'svg', 'jp-vgpu-Sparkline')).toHaveLength(1);
-    expect(html).toContain('<polyline points="0.0,15.0 60.0,1.0"></polyline>');
-  });
-
-  it('draws nothing before the history has two points', () => {
-    expect(
-      tags(card([{ t: 1, util: 50 }]), 'svg', 'jp-vgpu-Sparkline')
-    ).toEqual([]);
-  });
-});
-
 /** Just what the notifiers read of a GPUModel. */
 class FakeModel {
   changed = new Signal<this, void>(this);

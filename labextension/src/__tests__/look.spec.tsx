@@ -5,7 +5,7 @@
  */
 import * as React from 'react';
 
-import { BarLegend, DeviceBar, SliceBar } from '../bars';
+import { BarLegend, DeviceBar, SliceBar } from '../sidebar/bars';
 import {
   formatHost,
   SIMULATED_NOTE,
@@ -13,8 +13,8 @@ import {
   statusTitle,
   usageNote,
   usedOfReserved
-} from '../format';
-import { IDevice } from '../api';
+} from '../format/format';
+import { IDevice } from '../store/api';
 import { makeSlice } from './fixtures';
 
 const GiB = 1024 ** 3;

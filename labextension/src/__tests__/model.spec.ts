@@ -15,15 +15,15 @@ import {
   IWatchdogEvent,
   VGPUApiError,
   VGPUClient
-} from '../api';
+} from '../store/api';
 import {
   appendHistory,
   GPUModel,
   HISTORY_SECONDS,
   mergeSlices,
   PALETTE_SIZE
-} from '../model';
-import { preferredColour } from '../colours';
+} from '../store/model';
+import { preferredColour } from '../store/colours';
 import { makeSlice, points } from './fixtures';
 
 describe('appendHistory', () => {

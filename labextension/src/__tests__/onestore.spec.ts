@@ -6,11 +6,11 @@ import { ISessionContext } from '@jupyterlab/apputils';
 import { ServerConnection } from '@jupyterlab/services';
 import { Signal } from '@lumino/signaling';
 
-import { IDevice, ISlice, VGPUClient } from '../api';
-import { GPUDashboard } from '../dashboard';
-import { GPUModel } from '../model';
-import { GPUSidebar } from '../sidebar';
-import { KernelSliceModel } from '../statusitem';
+import { IDevice, ISlice, VGPUClient } from '../store/api';
+import { GPUDashboard } from '../dashboard/dashboard';
+import { GPUModel } from '../store/model';
+import { GPUSidebar } from '../sidebar/sidebar';
+import { KernelSliceModel } from '../statusbar/statusitem';
 import { makeSlice } from './fixtures';
 import { gpu, reply, T0 } from './historyfixtures';
 

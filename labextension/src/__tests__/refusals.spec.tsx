@@ -8,10 +8,14 @@ import { ServerConnection, Session } from '@jupyterlab/services';
 import { Signal } from '@lumino/signaling';
 import * as React from 'react';
 
-import { IRefusal } from '../api';
-import { IRefusedStart, RefusedStarts, refusalIdOf } from '../kernelstarts';
-import { RefusalView, StoppedWaitingView } from '../refusal';
-import { IStartDialog, RefusalDialogs } from '../refusaldialog';
+import { IRefusal } from '../store/api';
+import {
+  IRefusedStart,
+  RefusedStarts,
+  refusalIdOf
+} from '../dialogs/kernelstarts';
+import { RefusalView, StoppedWaitingView } from '../dialogs/refusal';
+import { IStartDialog, RefusalDialogs } from '../dialogs/refusaldialog';
 
 // Widget packages need a DOM; the dialogs here are fakes.
 jest.mock('@jupyterlab/ui-components', () => ({ ReactWidget: class {} }));

@@ -13,7 +13,7 @@ import {
   segments,
   timeTicks,
   valueScale
-} from '../scales';
+} from '../charts/scales';
 
 const GiB = 1024 ** 3;
 

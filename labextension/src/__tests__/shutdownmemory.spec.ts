@@ -11,7 +11,7 @@ import {
   MARK_LIFETIME_MS,
   ShutDownNotebooks,
   ShutDownReason
-} from '../shutdownmemory';
+} from '../notes/shutdownmemory';
 
 const KEY = 'jupyter-vgpu:shut-down:/base/';
 

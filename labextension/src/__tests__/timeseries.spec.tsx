@@ -4,11 +4,11 @@
  */
 import * as React from 'react';
 
-import { IHistoryPoint } from '../api';
-import { HistoryChart } from '../chart';
-import { formatBytes, formatPercent } from '../format';
-import { AXES, clockTime, ISeries } from '../scales';
-import { ITimeSeriesProps, TimeSeries } from '../timeseries';
+import { IHistoryPoint } from '../store/api';
+import { HistoryChart } from '../sidebar/chart';
+import { formatBytes, formatPercent } from '../format/format';
+import { AXES, clockTime, ISeries } from '../charts/scales';
+import { ITimeSeriesProps, TimeSeries } from '../charts/timeseries';
 import { attr, render, tags, texts, unescape } from './render';
 
 const GiB = 1024 ** 3;

@@ -1,0 +1,231 @@
+/**
+ * What the GPU dashboard charts: for each GPU, a chart per series NVML gives (memory always;
+ * utilisation, power, temperature, PCIe where known); for each live slice, its memory against
+ * its reservation and its utilisation.
+ */
+import { ISlice } from '../store/api';
+import { formatBytes, formatPercent, holderLabel } from '../format/format';
+import {
+  IGPUHistory,
+  IGPUHistoryPoint,
+  ISliceHistory,
+  ISliceHistoryPoint
+} from '../store/historyapi';
+import {
+  AXES,
+  formatCelsius,
+  formatRate,
+  formatWatts,
+  IAxis,
+  IReferenceLine,
+  ISeries,
+  ITimePoint
+} from '../charts/scales';
+
+/** One chart of the dashboard. */
+export interface IChartSpec<P extends ITimePoint> {
+  /** What it shows, as `data-chart` ("memory", "util", "power", "temp", "pcie", "slice"). */
+  kind: string;
+  title: string;
+  /** Beside the title: "of 80 GiB", "limit 300 W". */
+  note?: string;
+  subject: string;
+  points: P[];
+  series: ISeries<P>[];
+  references?: IReferenceLine[];
+  left: IAxis;
+  right?: IAxis;
+}
+
+/** Whether any point has a value for `key`. */
+function has<P>(points: P[], key: keyof P): boolean {
+  return points.some(p => {
+    const v = p[key];
+    return typeof v === 'number' && isFinite(v);
+  });
+}
+
+/** The charts of one GPU: memory always, the others where NVML gives the series. */
+/** The memory in use, drawn first and filled on every memory chart (a GPU's and a slice's). */
+function usedSeries<
+  P extends ITimePoint & { used: number | null }
+>(): ISeries<P> {
+  return {
+    id: 'used',
+    label: 'used',
+    value: p => p.used,
+    format: formatBytes,
+    className: 'jp-vgpu-Series-memory',
+    areaClassName: 'jp-vgpu-Series-memory'
+  };
+}
+
+export function gpuCharts(gpu: IGPUHistory): IChartSpec<IGPUHistoryPoint>[] {
+  const points = gpu.points ?? [];
+  const name = `GPU ${gpu.index}`;
+  const charts: IChartSpec<IGPUHistoryPoint>[] = [
+    {
+      kind: 'memory',
+      title: 'Memory',
+      note: `of ${formatBytes(gpu.memory_total)}`,
+      subject: `${name} memory`,
+      points,
+      series: [
+        usedSeries<IGPUHistoryPoint>(),
+        {
+          id: 'reserved',
+          label: 'reserved by slices',
+          value: p => p.reserved,
+          format: formatBytes,
+          className: 'jp-vgpu-Series-reserved'
+        }
+      ],
+      left: AXES.bytes(gpu.memory_total)
+    }
+  ];
+  if (has(points, 'util')) {
+    charts.push({
+      kind: 'util',
+      title: 'Utilisation',
+      subject: `${name} utilisation`,
+      points,
+      series: [
+        {
+          id: 'util',
+          label: 'utilisation',
+          value: p => p.util,
+          format: formatPercent,
+          className: 'jp-vgpu-Series-util',
+          areaClassName: 'jp-vgpu-Series-util'
+        }
+      ],
+      left: AXES.percent()
+    });
+  }
+  if (has(points, 'power')) {
+    charts.push({
+      kind: 'power',
+      title: 'Power',
+      note:
+        typeof gpu.power_limit === 'number'
+          ? `limit ${formatWatts(gpu.power_limit)}`
+          : undefined,
+      subject: `${name} power`,
+      points,
+      series: [
+        {
+          id: 'power',
+          label: 'power',
+          value: p => p.power,
+          format: formatWatts,
+          className: 'jp-vgpu-Series-power'
+        }
+      ],
+      references: [
+        {
+          id: 'limit',
+          label: 'limit',
+          value: gpu.power_limit,
+          format: formatWatts,
+          className: 'jp-vgpu-Series-limit'
+        }
+      ],
+      left: AXES.watts()
+    });
+  }
+  if (has(points, 'temp')) {
+    charts.push({
+      kind: 'temp',
+      title: 'Temperature',
+      subject: `${name} temperature`,
+      points,
+      series: [
+        {
+          id: 'temp',
+          label: 'temperature',
+          value: p => p.temp,
+          format: formatCelsius,
+          className: 'jp-vgpu-Series-temp'
+        }
+      ],
+      left: AXES.celsius()
+    });
+  }
+  const tx = has(points, 'pcie_tx');
+  const rx = has(points, 'pcie_rx');
+  if (tx || rx) {
+    const series: ISeries<IGPUHistoryPoint>[] = [];
+    if (tx) {
+      series.push({
+        id: 'tx',
+        label: 'PCIe TX',
+        value: p => p.pcie_tx,
+        format: formatRate,
+        className: 'jp-vgpu-Series-tx'
+      });
+    }
+    if (rx) {
+      series.push({
+        id: 'rx',
+        label: 'PCIe RX',
+        value: p => p.pcie_rx,
+        format: formatRate,
+        className: 'jp-vgpu-Series-rx'
+      });
+    }
+    charts.push({
+      kind: 'pcie',
+      title: 'PCIe throughput',
+      subject: `${name} PCIe throughput`,
+      points,
+      series,
+      left: AXES.rate()
+    });
+  }
+  return charts;
+}
+
+/** What a user calls a slice's holder: the notebook's name, or the command. */
+export function sliceTitle(slice: ISliceHistory): string {
+  // holderLabel reads only the holder fields, which the history's slices carry too.
+  return holderLabel(slice as unknown as ISlice);
+}
+
+/** A slice's chart: memory used against its reservation, and utilisation. */
+export function sliceChart(
+  slice: ISliceHistory
+): IChartSpec<ISliceHistoryPoint> {
+  const title = sliceTitle(slice);
+  const series: ISeries<ISliceHistoryPoint>[] = [
+    usedSeries<ISliceHistoryPoint>()
+  ];
+  const points = slice.points ?? [];
+  if (has(points, 'util')) {
+    series.push({
+      id: 'util',
+      label: 'utilisation',
+      value: p => p.util,
+      format: formatPercent,
+      className: 'jp-vgpu-Series-util',
+      axis: 'right'
+    });
+  }
+  return {
+    kind: 'slice',
+    title,
+    subject: `${title} memory and utilisation`,
+    points,
+    series,
+    references: [
+      {
+        id: 'reserved',
+        label: 'reserved',
+        value: slice.memory_reserved_total,
+        format: formatBytes,
+        className: 'jp-vgpu-Series-reserved'
+      }
+    ],
+    left: AXES.bytes(null),
+    right: series.length > 1 ? AXES.percent() : undefined
+  };
+}

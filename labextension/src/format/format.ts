@@ -1,0 +1,10 @@
+/**
+ * How sizes, shares, holders and states read in every view, by subject: one module each.
+ */
+export * from './units';
+export * from './tiers';
+export * from './holders';
+export * from './idle';
+export * from './usage';
+export * from './elsewhere';
+export * from './status';

@@ -1,0 +1,195 @@
+/**
+ * The small pictures: a GPU's stacked memory bar, a slice's used-vs-reserved bar, a sparkline.
+ */
+import * as React from 'react';
+
+import { IDevice, ISlice } from '../store/api';
+import {
+  formatBytes,
+  formatUsage,
+  holderLabel,
+  share,
+  usedOfReserved,
+  usedPerGPU
+} from '../format/format';
+
+export { usedPerGPU };
+
+/** The memory one slice uses on this GPU: measured per GPU when the server can, else an even share. */
+export function usedOn(slice: ISlice, uuid: string): number | null {
+  const measured = slice.memory_used_by_gpu?.[uuid];
+  return typeof measured === 'number' ? measured : usedPerGPU(slice);
+}
+
+function percent(fraction: number): string {
+  return `${(fraction * 100).toFixed(3)}%`;
+}
+
+/**
+ * One GPU's memory, left to right: each slice in its kernel's colour (pale = reserved,
+ * solid = used), then memory used by processes without a slice (hatched), then free.
+ */
+export function DeviceBar(props: {
+  device: IDevice;
+  slices: ISlice[];
+  colour: (sliceId: string) => number;
+  /** The slice whose row is hovered: its part of the bar stands out. */
+  highlighted?: string | null;
+  onHover?: (sliceId: string | null) => void;
+}): JSX.Element {
+  const { device, slices, colour, highlighted, onHover } = props;
+  const total = device.memory_total;
+  return (
+    <div
+      className="jp-vgpu-DeviceBar"
+      role="img"
+      aria-label={`GPU ${device.index}: ${formatBytes(device.memory_reserved)} reserved, ${formatBytes(device.memory_foreign)} used by other processes, of ${formatBytes(total)}`}
+    >
+      {slices.map(slice => {
+        const used = usedOn(slice, device.uuid);
+        return (
+          <div
+            key={slice.id}
+            className={`jp-vgpu-DeviceBar-slice jp-vgpu-colour-${colour(slice.id)} jp-vgpu-mod-${slice.state}${highlighted === slice.id ? ' jp-vgpu-mod-highlighted' : ''}`}
+            data-slice-id={slice.id}
+            onMouseEnter={() => onHover?.(slice.id)}
+            onMouseLeave={() => onHover?.(null)}
+            style={{ width: percent(share(slice.memory_reserved, total)) }}
+            title={`${holderLabel(slice)}: ${formatBytes(used)} used of ${formatBytes(slice.memory_reserved)} reserved`}
+          >
+            <div
+              className="jp-vgpu-DeviceBar-used"
+              style={{ width: percent(share(used, slice.memory_reserved)) }}
+            />
+          </div>
+        );
+      })}
+      {device.memory_foreign > 0 && (
+        <div
+          className="jp-vgpu-DeviceBar-foreign"
+          style={{ width: percent(share(device.memory_foreign, total)) }}
+          title={`Other processes (no slice): ${formatBytes(device.memory_foreign)}`}
+        />
+      )}
+    </div>
+  );
+}
+
+/**
+ * A slice's own bar: used against reserved, coloured like its segment in the GPU bar. The
+ * outlined track is the reservation, empty until the slice uses memory; the solid fill is what
+ * it uses; use beyond the reservation grows the bar with a hatched part in the error colour.
+ */
+export function SliceBar(props: {
+  slice: ISlice;
+  colour: number;
+}): JSX.Element {
+  const { slice, colour } = props;
+  const used = usedPerGPU(slice);
+  const parts = usedOfReserved(used, slice.memory_reserved);
+  const over = parts.over > 0;
+  const text =
+    used === null
+      ? `use unknown of ${formatBytes(slice.memory_reserved)} reserved`
+      : `${formatUsage(used, slice.memory_reserved)} used of reserved` +
+        (over
+          ? `, ${formatBytes(used - (slice.memory_reserved ?? 0))} over the reservation`
+          : '');
+  return (
+    <div
+      className={`jp-vgpu-SliceBar jp-vgpu-colour-${colour} jp-vgpu-mod-${slice.state}${over ? ' jp-vgpu-mod-overflow' : ''}`}
+      role="meter"
+      aria-valuemin={0}
+      aria-valuemax={slice.memory_reserved ?? undefined}
+      aria-valuenow={used ?? undefined}
+      aria-valuetext={text}
+      aria-label="GPU memory used of reserved"
+    >
+      <div
+        className="jp-vgpu-SliceBar-used"
+        style={{ width: percent(parts.used / 100) }}
+      />
+      {over && (
+        <div
+          className="jp-vgpu-SliceBar-over"
+          style={{ width: percent(parts.over / 100) }}
+        />
+      )}
+    </div>
+  );
+}
+
+/**
+ * How to read the bars, once at the top of the panel: used (solid), reserved (pale), other
+ * processes (hatched), free (empty).
+ */
+export function BarLegend(): JSX.Element {
+  const items: [string, string, string][] = [
+    [
+      'used',
+      'used',
+      "Memory a slice's processes use: solid, in the kernel's colour"
+    ],
+    ['reserved', 'reserved', 'Memory a slice reserves but does not use: pale'],
+    [
+      'foreign',
+      'other processes',
+      'Memory used by processes without a slice: hatched'
+    ],
+    [
+      'free',
+      'free',
+      'Memory neither reserved nor used, which a new slice can reserve: empty'
+    ]
+  ];
+  return (
+    <ul className="jp-vgpu-Legend" aria-label="How to read the memory bars">
+      {items.map(([kind, label, title]) => (
+        <li
+          key={kind}
+          className={`jp-vgpu-Legend-item jp-vgpu-mod-${kind}`}
+          title={title}
+        >
+          <span
+            className={`jp-vgpu-Legend-swatch jp-vgpu-mod-${kind}`}
+            aria-hidden="true"
+          />
+          {label}
+        </li>
+      ))}
+    </ul>
+  );
+}
+
+/** Utilisation over the last samples, 0-100 %, as a line. */
+export function Sparkline(props: {
+  values: (number | null)[];
+  title: string;
+}): JSX.Element | null {
+  const values = props.values.slice(-30);
+  if (values.length < 2) {
+    return null;
+  }
+  const width = 60;
+  const height = 16;
+  const step = width / (values.length - 1);
+  const points = values
+    .map((v, i) => {
+      const y = height - ((v ?? 0) / 100) * (height - 2) - 1;
+      return `${(i * step).toFixed(1)},${y.toFixed(1)}`;
+    })
+    .join(' ');
+  return (
+    <svg
+      className="jp-vgpu-Sparkline"
+      width={width}
+      height={height}
+      viewBox={`0 0 ${width} ${height}`}
+      role="img"
+      aria-label={props.title}
+    >
+      <title>{props.title}</title>
+      <polyline points={points} />
+    </svg>
+  );
+}
