@@ -5,7 +5,7 @@ It starts the test cluster of tests/slurm/cluster.py (munged, slurmctld, two slu
 and two kernelspecs that differ only in ``launcher``: ``local`` (a process of this host holding a
 1/4 slice of a simulated GPU) and ``slurm`` (two phases: ``salloc --no-shell`` for 8 of 32 shards,
 the node learnt, the connection file written, ``srun --jobid`` starting the kernel through
-``jupyter_vgpu.launch.node``). They are started alternately (ABBA order), each timed from
+``jupyter_vgpu.launch.slurm.node``). They are started alternately (ABBA order), each timed from
 ``start_kernel()`` to the first ``kernel_info`` reply, then shut down (the job cancelled).
 Target: median Slurm / median local <= 1.5.
 """
