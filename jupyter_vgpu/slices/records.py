@@ -16,7 +16,7 @@ from ..units import format_bytes, shorten
 from .request import SliceRequest
 
 #: What holds a slice: a kernel (its id) or a command (its command line). The UI's
-#: ``HolderKind`` type (labextension/src/api.ts) lists the same values.
+#: ``HolderKind`` type (labextension/src/store/types.ts) lists the same values.
 HolderKind = Literal["kernel", "command"]
 HOLDER_KINDS: tuple[HolderKind, ...] = ("kernel", "command")
 
