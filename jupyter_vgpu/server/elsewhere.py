@@ -15,9 +15,9 @@ from ..launch.elsewhere import Elsewhere
 from ..launch.launchers import DEFAULT, launcher_named, made
 from ..slices.records import notebook_path
 from ..slices.usage import use_state
+from .kernelinfo import KernelInfo
 
 if TYPE_CHECKING:
-    from .views import KernelInfo
     from .watchdog import Watchdog
 
 

@@ -25,11 +25,11 @@ from ..units import shorten
 from .changes import Changes
 from .dashboard import DashboardHistory
 from .elsewhere import elsewhere_view, kernelspec_launchers, leave_line
+from .kernelinfo import KernelInfo
 from .monitor import UsageMonitor
 from .reclaim import IdleReclaimer
 from .starts import requester
 from .views import (
-    KernelInfo,
     devices_view,
     history_view,
     host_view,

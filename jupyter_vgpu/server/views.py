@@ -12,7 +12,6 @@ import socket
 import threading
 import time
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import psutil
@@ -21,19 +20,12 @@ from ..slices.records import Slice, Waiter, notebook_path
 from ..slices.usage import MEASURED, NO_USAGE, SliceUsage
 from .dashboard import GPU_FIELDS, SLICE_FIELDS, DashboardHistory, points
 from .elsewhere import elsewhere_view, elsewhere_waiting_view, launchers_view
+from .kernelinfo import KernelInfo
 from .monitor import Point, Sample, UsageMonitor
 from .watchdog import Watchdog
 
 #: This machine's name, in every reply (a CPU-only JupyterLab shows which GPU node answers).
 NODE = socket.gethostname()
-
-
-@dataclass(frozen=True)
-class KernelInfo:
-    """What the server knows about one of its kernels when a request comes in."""
-
-    name: str | None
-    path: str | None
 
 
 def _points(history: Iterable[Point], since: float) -> list[dict[str, Any]]:
