@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import shutil
 import signal
+import socket
 import subprocess
 import tempfile
 from pathlib import Path
@@ -93,4 +94,5 @@ def test_a_broker_whose_library_cannot_be_preloaded_does_not_start(broker: Broke
         "jupyter vgpu: The broker does not start with a tier it cannot apply: "
         "JUPYTER_VGPU_HAMI_CORE / c.VGPU.hami_core_library /bin/ls "
     ) and "\n" not in said and "Traceback" not in said, said
-    assert not broker.socket.exists()
+    with socket.socket(socket.AF_UNIX) as probe, pytest.raises(OSError):
+        probe.connect(str(broker.socket))  # nothing serves there
