@@ -86,6 +86,39 @@ def test_a_session_shows_its_kernels_job_and_node_in_the_rest_slices(slurm: Slur
         server.stop()
 
 
+def run_in_kernel(server: JupyterProcess, kernel_id: str, code: str) -> str:
+    """Execute ``code`` in the server's kernel as a notebook would (its connection file); its stdout."""
+    from jupyter_client import BlockingKernelClient
+
+    client = BlockingKernelClient(connection_file=str(Path(server.env["JUPYTER_RUNTIME_DIR"]) / f"kernel-{kernel_id}.json"))
+    client.load_connection_file()
+    client.start_channels()
+    try:
+        client.wait_for_ready(timeout=60)
+        said: list[str] = []
+        reply = client.execute_interactive(code, timeout=120, output_hook=lambda m: said.append(m["content"].get("text", "")))
+        assert reply["content"]["status"] == "ok", reply["content"]
+        return "".join(said)
+    finally:
+        client.stop_channels()
+
+
+def test_a_kernels_use_on_its_node_moves_in_its_rest_row_as_a_tensor_comes_and_goes(slurm: SlurmCluster, tmp_path: Path) -> None:
+    server = start_server(slurm, tmp_path)
+    try:
+        kernel_id = open_notebook(server, "use.ipynb")
+        wait_for(lambda: (r := job_row(server, kernel_id)) and r["memory_reserved"], "the job's budget", timeout=30)
+        # 400 MiB in TensorFlow on the node's (simulated) GPU: no %vgpu, no report written by hand.
+        run_in_kernel(server, kernel_id, "import tensorflow as tf\nx = tf.ones((100, 1024, 1024), dtype=tf.float32)\n")
+        row = wait_for(lambda: (r := job_row(server, kernel_id)) and (r["memory_used"] or 0) >= 400 * 2**20 and r, "the tensor's use", timeout=30)
+        assert row["memory_used"] <= 2**30 and row["usage_source"] == "reported", row  # TensorFlow holds it in 512 MiB
+        run_in_kernel(server, kernel_id, "del x\n")
+        row = wait_for(lambda: (r := job_row(server, kernel_id)) and r["memory_used"] is not None and r["memory_used"] < 100 * 2**20 and r, "the use after del", timeout=30)
+        assert row["usage_source"] == "reported"
+    finally:
+        server.stop()
+
+
 def test_a_crashed_server_leaves_no_job_once_it_starts_again(slurm: SlurmCluster, tmp_path: Path) -> None:
     server = start_server(slurm, tmp_path)
     try:
