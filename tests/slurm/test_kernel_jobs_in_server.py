@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from jupyter_process import JupyterProcess, isolated_env, start_jupyter, wait_for, write_sliced_kernelspec
+from jupyter_process import TOKEN, JupyterProcess, isolated_env, start_jupyter, wait_for, write_sliced_kernelspec
 
 from .cluster import SlurmCluster
 
@@ -115,6 +115,45 @@ def test_a_kernels_use_on_its_node_moves_in_its_rest_row_as_a_tensor_comes_and_g
         run_in_kernel(server, kernel_id, "del x\n")
         row = wait_for(lambda: (r := job_row(server, kernel_id)) and r["memory_used"] is not None and r["memory_used"] < 100 * 2**20 and r, "the use after del", timeout=30)
         assert row["usage_source"] == "reported"
+    finally:
+        server.stop()
+
+
+def test_a_kernel_whose_job_its_user_cancelled_dies_saying_why_and_no_new_job_is_asked(slurm: SlurmCluster, tmp_path: Path) -> None:
+    import json
+
+    import websocket
+
+    server = start_server(slurm, tmp_path)
+    try:
+        kernel_id = open_notebook(server, "cancelled.ipynb")
+        job = wait_for(lambda: job_row(server, kernel_id), "the kernel's job", timeout=30)["job_id"]
+        # The notebook's connection, as JupyterLab's: it hears the kernel's status.
+        url = server.url.replace("http://", "ws://") + f"api/kernels/{kernel_id}/channels"
+        notebook = websocket.create_connection(url, header=[f"Authorization: token {server.env.get('JUPYTER_TOKEN') or TOKEN}"], timeout=60)
+        try:
+            slurm.run("scancel", job, timeout=10)  # its user, from a shell on the login node
+
+            def dead() -> bool:
+                msg = json.loads(notebook.recv())
+                return msg.get("msg_type") == "status" and msg["content"].get("execution_state") == "dead"
+
+            wait_for(dead, "the notebook told its kernel is dead", timeout=60)
+        finally:
+            notebook.close()
+        status, _ = server.api("GET", f"api/kernels/{kernel_id}", timeout=10)
+        assert status == 404  # the server let it go: a new kernel is the notebook's to start
+        assert squeue(slurm) == []  # no new job was asked for
+        sentence = (
+            f"Slurm ended this kernel's job {job}: it was cancelled outside this server (scancel by you or an administrator) (CANCELLED); "
+            "no new job is asked for this kernel (slurm_restarts 0), so its variables are lost: "
+            "start a new kernel for this notebook (Kernel > Change Kernel..., or open the notebook again) to run in a new job."
+        )
+        assert sentence in server.log_text()
+        status, said = server.api("GET", "api/vgpu/refusals", timeout=10)
+        assert status == 200 and any(sentence in json.dumps(r) for r in said.get("refusals", said)), said
+        assert not (tmp_path / "data" / "vgpu" / "slurm" / kernel_id).exists()  # its reports folder went with it
+        assert "Traceback" not in server.log_text() and "restarting kernel" not in server.log_text()  # jupyter_client's restarter gave up at once
     finally:
         server.stop()
 

@@ -301,6 +301,19 @@ def job_state(job_id: str, env: Mapping[str, str]) -> tuple[str, str]:
     return (state.group(1) if state else "", reason.group(1) if reason else "")
 
 
+def final_state(job_id: str, env: Mapping[str, str]) -> tuple[str, str]:
+    """:func:`job_state` once the job is no longer completing (its steps ending): how it ended,
+    which Slurm says only then (at most the client timeout)."""
+    import time
+
+    deadline = time.monotonic() + client_timeout()
+    while True:
+        state, reason = job_state(job_id, env)
+        if state != "COMPLETING" or time.monotonic() > deadline:
+            return state, reason
+        time.sleep(0.1)
+
+
 def placement(job_id: str, env: Mapping[str, str]) -> tuple[str, str, list[int]]:
     """(node, its address, the job's GPU indices there) of a running job."""
     out = call(["scontrol", "--oneliner", "--details", "show", "job", job_id], env)
