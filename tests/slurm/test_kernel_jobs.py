@@ -69,6 +69,10 @@ async def test_a_share_is_asked_as_shards_and_vgpu_says_the_job_and_node(login: 
     node = login.kernel_jobs()[job]["node"]
     assert out.startswith("11\n")
     assert f"Slurm job {job} on {node} · asked 1/3 GPU: 11 of 32 shards, 10.67 rounded up" in out
+    # The kernel's slice is the whole of its job's share: it says what it asked, not "1 GPU".
+    assert re.search(r"\n\s*share\s+1/3 GPU: 11 of 32 shards, 10.67 rounded up\n", out), out
+    on_node = await run_code(km, "import subprocess, sys\nprint(subprocess.run([sys.executable, '-m', 'jupyter_vgpu.cli', 'status'], capture_output=True, text=True).stdout)")
+    assert "[1/3 GPU: 11 of 32 shards, 10.67 rounded up" in on_node.replace("\u00a0", " ") and "[1 GPU" not in on_node, on_node
     shown = await asyncio.to_thread(
         subprocess.run, [sys.executable, "-m", "jupyter_vgpu.cli", "status"], capture_output=True, text=True, timeout=30
     )
