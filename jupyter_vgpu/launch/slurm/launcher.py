@@ -58,6 +58,7 @@ from .rows import (
     KERNELS,
     SlurmKernel,
     ending_text,
+    placed_text,
     reason_text,
     report_folder_of,
     report_root,
@@ -123,8 +124,7 @@ class SlurmLauncher(SlurmViews, Launcher):
         if ended:
             state["slurm_ended"] = f"{ended} This kernel was restarted in job {record.job_id}: variables were lost."
             record.ended = state["slurm_ended"]
-        on = ", ".join(map(str, gpus)) or "?"
-        provisioner.log.info("Kernel %s runs in Slurm job %s on node %s (GPU %s, %s).", kernel_id, record.job_id, node, on, asked.text)
+        provisioner.log.info("Kernel %s runs in %s.", kernel_id, placed_text(record.job_id, node, gpus, asked.text))
 
     async def _salloc(
         self, provisioner: LocalProvisioner, asked: slurmctl.Ask, slurm_args: list[str], env: dict[str, str], record: SlurmKernel

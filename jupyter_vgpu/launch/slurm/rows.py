@@ -57,6 +57,17 @@ def ending_text(job_id: str, state: str, reason: str) -> str:
     return f"Slurm ended this kernel's job {job_id}: {words} ({said})."
 
 
+def placed_text(job_id: str, node: str, gpus: list[int], asked: str) -> str:
+    """``Slurm job 12 on node node1, GPUs 0 and 1; it asked for 2 whole GPUs (gpu:2)``."""
+    if not gpus:
+        on = "GPU not known"
+    elif len(gpus) == 1:
+        on = f"GPU {gpus[0]}"
+    else:
+        on = f"GPUs {', '.join(map(str, gpus[:-1]))} and {gpus[-1]}"
+    return f"Slurm job {job_id} on node {node}, {on}; it asked for {asked}"
+
+
 def reason_text(reason: str) -> str:
     words = REASONS.get(reason)
     return f"{reason}: {words}" if words else reason

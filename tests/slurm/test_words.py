@@ -1,0 +1,13 @@
+"""The ``slurm`` launcher's words, without a cluster."""
+
+from __future__ import annotations
+
+from jupyter_vgpu.launch.slurm.client import ask_for
+from jupyter_vgpu.launch.slurm.rows import placed_text
+
+
+def test_the_log_names_a_two_gpu_kernels_gpus_apart_from_what_it_asked() -> None:
+    asked = ask_for(None, None, 2, per_gpu=None, gpu_memory=None).text
+    assert placed_text("12", "node1", [0, 1], asked) == "Slurm job 12 on node node1, GPUs 0 and 1; it asked for 2 whole GPUs (gpu:2)"
+    quarter = ask_for(0.25, None, 1, per_gpu=32, gpu_memory=None).text
+    assert placed_text("13", "node2", [1], quarter) == "Slurm job 13 on node node2, GPU 1; it asked for 1/4 GPU: 8 of 32 shards"
