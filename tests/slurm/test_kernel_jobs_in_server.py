@@ -59,7 +59,13 @@ def test_a_session_shows_its_kernels_job_and_node_in_the_rest_slices(slurm: Slur
         row = wait_for(lambda: job_row(server, kernel_id), "the kernel's job in /api/vgpu/slices", timeout=30)
         (line,) = squeue(slurm)
         job, name, state, node = line.split("|")
-        assert (row["job_id"], row["node"], row["slurm_state"], name) == (job, node, state, f"jupyter-vgpu-kernel-{kernel_id}")
+        # The notebook's name where an admin looks: first in the job's name (squeue's 8 characters
+        # show "train-ju"), in its comment (scontrol show job), and in the login node's status.
+        assert (row["job_id"], row["node"], row["slurm_state"], name) == (job, node, state, f"train-jupyter-vgpu-kernel-{kernel_id}")
+        shown = slurm.run("scontrol", "--oneliner", "show", "job", job, timeout=10).stdout
+        assert " notebook=train.ipynb" in shown.split("Comment=", 1)[1].split(" Req", 1)[0], shown
+        status = subprocess.run([sys.executable, "-m", "jupyter_vgpu.cli", "status"], env=server.env, capture_output=True, text=True, timeout=60)
+        assert f"8/32 shards (1/4 GPU) notebook train.ipynb kernel {kernel_id}" in " ".join(status.stdout.split()), status.stdout
         assert state == "RUNNING"
         assert row["shards"] == 8 and row["shards_per_gpu"] == 32 and row["fraction"] == 0.25
         assert row["path"] == "train.ipynb" and row["kernel_display_name"] == DISPLAY and row["running_here"]

@@ -11,3 +11,11 @@ def test_the_log_names_a_two_gpu_kernels_gpus_apart_from_what_it_asked() -> None
     assert placed_text("12", "node1", [0, 1], asked) == "Slurm job 12 on node node1, GPUs 0 and 1; it asked for 2 whole GPUs (gpu:2)"
     quarter = ask_for(0.25, None, 1, per_gpu=32, gpu_memory=None).text
     assert placed_text("13", "node2", [1], quarter) == "Slurm job 13 on node node2, GPU 1; it asked for 1/4 GPU: 8 of 32 shards"
+
+
+def test_a_kernel_job_is_named_for_its_notebook_first_and_found_by_its_kernel_id() -> None:
+    from jupyter_vgpu.launch.slurm.client import job_name, kernel_of
+
+    assert job_name("k1", "work/My train (v2).ipynb") == "My_train_v2-jupyter-vgpu-kernel-k1"
+    assert job_name("k1") == job_name("k1", "") == "jupyter-vgpu-kernel-k1"
+    assert [kernel_of(n) for n in ("My_train_v2-jupyter-vgpu-kernel-k1", "jupyter-vgpu-kernel-k1", "myjupyter-vgpu-kernel-k1", "bash")] == ["k1", "k1", None, None]

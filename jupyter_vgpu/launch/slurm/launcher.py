@@ -132,7 +132,8 @@ class SlurmLauncher(SlurmViews, Launcher):
         """Submit the allocation and wait for Slurm to grant it; the job id."""
         salloc = shutil.which("salloc", path=env.get("PATH")) or "salloc"
         argv = [
-            salloc, "--no-shell", f"--job-name={slurmctl.job_name(record.kernel_id)}", f"--comment={slurmctl.starter_comment(per_gpu=asked.per_gpu)}",
+            salloc, "--no-shell", f"--job-name={slurmctl.job_name(record.kernel_id, record.labels.get('path'))}",
+            f"--comment={slurmctl.starter_comment(per_gpu=asked.per_gpu, notebook=record.labels.get('path'))}",
             f"--gres={asked.gres}", "--nodes=1", "--ntasks=1", *slurm_args,
         ]  # fmt: skip
         try:

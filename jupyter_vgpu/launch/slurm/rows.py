@@ -168,11 +168,19 @@ def job_row(job: slurmctl.KernelJob, record: SlurmKernel | None = None) -> dict[
         "usage_source": "reported" if used is not None else "none",
         "frameworks": (report or {}).get("frameworks") or {},
         "tier": f"Slurm job {job.job_id}" + (f" on {node}" if node else "") + " (shards fence nothing: cooperative limits)",
-        "labels": dict(record.labels) if record else {},
+        "labels": dict(record.labels) if record else _labels_of(job),
         "created": record.created if record else None,
         "slurm_ended": record.ended if record else None,
         "unfenced": facts.get("unfenced") if isinstance(facts.get("unfenced"), str) else None,
     }
+
+
+def _labels_of(job: slurmctl.KernelJob) -> dict[str, str]:
+    """What a job this process did not start says of its kernel: its notebook (its comment)."""
+    from urllib.parse import unquote
+
+    notebook = job.starter.get("notebook")
+    return {"path": unquote(notebook)} if notebook else {}
 
 
 #: The card the ``slurm`` launcher's kernels are shown in, and where its kernelspecs' kernels run.
