@@ -348,3 +348,19 @@ async def test_slurmctld_down_is_one_sentence_within_the_client_timeout(login: L
     assert time.monotonic() - began < 20
     login.cluster.start_controller()
     assert login.kernel_jobs() == {}
+
+
+async def test_status_in_an_salloc_shell_on_the_login_node_says_where_the_jobs_gpus_are(login: Login) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "JUPYTER_VGPU_SIMULATE"}  # the login node has no GPU
+    shown = await asyncio.to_thread(
+        subprocess.run, ["salloc", "--gres=shard:8", sys.executable, "-m", "jupyter_vgpu.cli", "status"],
+        env=env, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    job = re.search(r"Granted job allocation (\d+)", shown.stderr)
+    assert job, shown.stderr
+    flat = " ".join(shown.stdout.split())
+    assert "No GPU: " in flat, flat
+    assert re.search(
+        rf"This shell is in Slurm job {job.group(1)}'s allocation but not on its node: the job's GPUs or GPU shards are on "
+        r"node[12], which srun reaches from here \(srun jupyter vgpu status, srun python train.py\)\.", flat
+    ), flat
