@@ -57,6 +57,7 @@ class Elsewhere:
     line: str = ""  # its engine's line, in words ("Slurm's queue")
     ref: str = ""  # the engine's own id of what holds it ("12": a job)
     notice: str | None = None  # the sentence under a row that is ending or runs unfenced
+    simulated: bool = False  # its GPUs are simulated (JUPYTER_VGPU_SIMULATE where it runs)
     #: The launcher's own fields, at the top level of the REST rows as they have always been.
     fields: Mapping[str, Any] = field(default_factory=dict)
 
@@ -85,6 +86,7 @@ class Elsewhere:
             "line": self.line,
             "ref": self.ref,
             "notice": self.notice,
+            "simulated": self.simulated,
         }
 
 

@@ -74,6 +74,7 @@ def test_a_session_shows_its_kernels_job_and_node_in_the_rest_slices(slurm: Slur
         # The kernel says its budget from its node: 8 of 32 shards of a 16 GiB GPU; no use yet.
         row = wait_for(lambda: (r := job_row(server, kernel_id)) and r["memory_reserved"] and r, "the job's budget", timeout=30)
         assert (row["memory_reserved"], row["memory_used"], row["state"]) == (4 * 2**30, None, "unknown")
+        assert row["elsewhere"]["simulated"] is True  # the nodes' GPUs are simulated: the views can say so
         # Only a kernel of this server waiting in Slurm's queue leaves it through the line's DELETE.
         said = {ticket: server.api("DELETE", f"api/vgpu/waiting/{ticket}", timeout=10) for ticket in ("slurm-x", "slurm-99999", row["id"])}
         assert said["slurm-x"] == (400, {"message": "'slurm-x' is not a place in line; GET /api/vgpu/slices lists them.", "reason": None})

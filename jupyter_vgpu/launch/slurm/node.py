@@ -171,6 +171,7 @@ def write_job_file(
         "memory": memory,
         "unfenced": env.get(ENV_UNFENCED),
         "refused": refused,
+        "simulated": bool(env.get("JUPYTER_VGPU_SIMULATE")),  # the views say so on the login node
         "pid": os.getpid(),
         "updated": time.time(),
     }

@@ -172,6 +172,7 @@ def job_row(job: slurmctl.KernelJob, record: SlurmKernel | None = None) -> dict[
         "created": record.created if record else None,
         "slurm_ended": record.ended if record else None,
         "unfenced": facts.get("unfenced") if isinstance(facts.get("unfenced"), str) else None,
+        "simulated": facts.get("simulated") is True,
     }
 
 
@@ -216,6 +217,7 @@ def as_elsewhere(row: Mapping[str, Any]) -> Elsewhere:
     else:
         note = f"GPU memory through Slurm job {job} on {on} (shards fence nothing: its frameworks are fitted to the share)"
     used = row.get("memory_used")
+    simulated = bool(row.get("simulated"))
     usage_note = (
         f"Reported by the kernel itself, from {on}: what its frameworks say they hold."
         if used is not None
@@ -238,6 +240,7 @@ def as_elsewhere(row: Mapping[str, Any]) -> Elsewhere:
         cancel=pending or state == "ending", fields={k: row.get(k) for k in OWN_FIELDS},
         engine="Slurm", line="Slurm's queue", ref=str(job),
         notice=row["ending"] if row.get("ending") else f"Unfenced: {row['unfenced']}" if row.get("unfenced") else None,
+        simulated=simulated,
     )  # fmt: skip
 
 
