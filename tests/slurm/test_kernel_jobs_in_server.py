@@ -174,11 +174,17 @@ def test_a_crashed_server_leaves_no_job_once_it_starts_again(slurm: SlurmCluster
         server.stop(signal.SIGKILL)
     (line,) = squeue(slurm)
     assert line.split("|")[2] == "RUNNING"  # SIGKILL: nothing could cancel it
+    reports = tmp_path / "data" / "vgpu" / "slurm"
+    assert (reports / kernel_id / "job.json").exists()
+    stale = reports / "gone-kernel"  # what an earlier killed server left, its job long ended
+    stale.mkdir()
+    (stale / "job.json").write_text('{"job_id": "99999"}')
     other = start_other_user_of_slurm(slurm, tmp_path)  # another live starter's job of this user stays
     try:
         again = start_server(slurm, tmp_path)
         try:
             wait_for(lambda: [j.split("|")[1] for j in squeue(slurm)] == [f"jupyter-vgpu-kernel-{other[1]}"], "the orphan cancelled", timeout=30)
+            wait_for(lambda: not (reports / kernel_id).exists() and not stale.exists(), "the killed server's reports folders removed", timeout=30)
         finally:
             again.stop()
     finally:
