@@ -19,3 +19,12 @@ def test_a_kernel_job_is_named_for_its_notebook_first_and_found_by_its_kernel_id
     assert job_name("k1", "work/My train (v2).ipynb") == "My_train_v2-jupyter-vgpu-kernel-k1"
     assert job_name("k1") == job_name("k1", "") == "jupyter-vgpu-kernel-k1"
     assert [kernel_of(n) for n in ("My_train_v2-jupyter-vgpu-kernel-k1", "jupyter-vgpu-kernel-k1", "myjupyter-vgpu-kernel-k1", "bash")] == ["k1", "k1", None, None]
+
+
+def test_the_clusters_guide_installs_kernelspecs_for_a_user_or_an_environment_never_system_wide_in_silence() -> None:
+    import re
+    from pathlib import Path
+
+    guide = (Path(__file__).parents[2] / "docs" / "cluster.md").read_text()
+    commands = re.findall(r"^jupyter vgpu kernelspec install .*$", guide, re.M)
+    assert commands and all(re.search(r" --(user|sys-prefix|prefix)\b", c) for c in commands), commands
