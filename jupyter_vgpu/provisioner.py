@@ -27,19 +27,14 @@ from jupyter_client.provisioning.local_provisioner import LocalProvisioner
 from traitlets import Enum, Float, Int, List, Unicode, Union
 
 from .config import VGPU
-from .errors import (
-    InvalidRequest,
-    NoGPU,
-    SliceNotFound,
-    VGPUError,
-)
+from .errors import InvalidRequest, NoGPU, SliceNotFound, VGPUError
 from .launch.errors import InvalidKernelConfig, ShownToUser, as_shown
 from .launch.launchers import DEFAULT as DEFAULT_LAUNCHER
 from .launch.launchers import LABEL as LAUNCHER_LABEL
 from .launch.launchers import Launcher, launcher_named
 from .launch.refusals import refusals_of
 from .launch.refusing import RefusedStart
-from .launch.settings import (
+from .launch.settings import (  # fmt: skip
     NO_GPU_CHOICES,
     SET_BY_JUPYTER_CLIENT,
     VGPU_SETTINGS,
@@ -71,8 +66,7 @@ class VGPUProvisioner(LocalProvisioner):  # type: ignore[misc]
     """Starts local kernels that each hold a GPU slice (``c.VGPUProvisioner.*`` or kernelspec config).
 
     Each setting is parsed once, by its trait's validator, into the value the slice request
-    takes; a value that is not allowed fails the kernel start before anything is reserved.
-    """
+    takes; a value that is not allowed fails the kernel start before anything is reserved."""
 
     gpu_fraction = Setting(
         Union([Float(), Unicode()]),
@@ -170,6 +164,12 @@ class VGPUProvisioner(LocalProvisioner):  # type: ignore[misc]
         time limit, QOS), given to salloc as they are. The GPU share is the kernel's (gpu_fraction,
         gpus): options that ask for GPUs are refused.""",
     ).tag(config=True)
+
+    slurm_restarts = Setting(
+        Int(min=0), lambda v: v, "a whole number of new jobs, 0 or more", default=0,
+        help="""With launcher "slurm": how many times a kernel whose job Slurm ended (its time limit, a cancel,
+        a preemption) is started again in a new job; 0: never, and its notebook is told why.""",
+    ).tag(config=True)  # fmt: skip
 
     slurm_gpu_memory = Setting(
         Union([Int(min=1), Unicode()]),

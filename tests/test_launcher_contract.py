@@ -59,7 +59,7 @@ async def test_a_row_id_is_left_to_its_own_launcher(with_faraway: None) -> None:
 @pytest.fixture
 def server(tmp_path: Path) -> Iterator[JupyterProcess]:
     env = isolated_env(
-        tmp_path, JUPYTER_VGPU_SIMULATE="1x16GiB", PYTHONPATH=str(FARAWAY), FARAWAY_STATE=str(tmp_path / "faraway.json"),
+        tmp_path, JUPYTER_VGPU_SIMULATE="1x16GiB", PYTHONPATH=os.pathsep.join(filter(None, (str(FARAWAY), os.environ.get("PYTHONPATH")))), FARAWAY_STATE=str(tmp_path / "faraway.json"),
     )  # fmt: skip
     installed = subprocess.run(
         [JUPYTER_VGPU, "kernelspec", "install", "-p", "1/4", "--faraway", "--faraway-arg=--far-zone=b", "--user"],
@@ -108,6 +108,7 @@ def test_a_new_launchers_kernels_show_in_rest_and_status_with_its_words(server: 
         "name": "Faraway host far1", "reason": None, "reason_text": None, "place_text": None,
         "note": "Memory through faraway host far1 (fenced by its engine)", "ended": None, "cancel": False,
         "engine": "Faraway", "line": "the faraway line", "ref": kernel["id"][:8], "notice": None,
+        "simulated": False,
     }  # fmt: skip
     assert (row["share_note"], row["memory_reserved"], row["memory_used"], row["state"]) == (
         "Memory through faraway host far1 (fenced by its engine)", 4 << 30, 1 << 30, "ok",
@@ -126,8 +127,8 @@ def test_a_new_launchers_kernels_show_in_rest_and_status_with_its_words(server: 
     assert shown.returncode == 0, shown.stderr
     said = " ".join(shown.stdout.split())  # status folds long lines at the terminal's width
     assert (
-        f"Faraway hosts: Faraway host far1: running GPU 3 2 of 8 slots kernel {kernel['id']} used 1.0 GiB* "
-        "Faraway host ?: pending GPU 3 2 of 8 slots kernel 0f0f0f0f-aaaa used 1.0 GiB*"
+        f"Faraway hosts: Faraway host far1: running GPU 3 2 of 8 slots notebook far.ipynb kernel {kernel['id']} used 1.0 GiB* "
+        "Faraway host ?: pending GPU 3 2 of 8 slots notebook queued.ipynb kernel 0f0f0f0f-aaaa used 1.0 GiB*"
     ) in said, shown.stdout
 
     assert server.api("DELETE", "api/vgpu/waiting/faraway-0f0f0f0f")[0] == 204  # its launcher takes it out of its line

@@ -221,6 +221,8 @@ async def test_a_server_restart_with_running_kernels_keeps_their_slices(
         ({"gpu": -1}, "gpu -1 is not allowed; use a GPU index (0, 1, ...) or UUID."),
         ({"no_gpu": "maybe"}, "no_gpu 'maybe' is not allowed; use one of: cpu, fail."),
         ({"device_names": "name"}, "device_names 'name' is not allowed; use one of: uuid, index."),
+        ({"slurm_restarts": -1}, "slurm_restarts -1 is not allowed; use a whole number of new jobs, 0 or more."),
+        ({"slurm_restarts": "2"}, "slurm_restarts '2' is not allowed; use a whole number of new jobs, 0 or more."),
     ],
 )
 async def test_bad_kernelspec_config_fails_with_one_clear_message_and_no_slice(

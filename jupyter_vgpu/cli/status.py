@@ -102,7 +102,7 @@ def elsewhere() -> dict[str, Any]:
     for launcher in every():
         found, problem = launcher.user_rows(os.environ)
         rows += [{**r.fields, "kernel_id": r.kernel_id, "gpu_indices": list(r.gpu_indices), "share": r.share,
-                  "memory_used": r.memory_used, "summary": r.summary, "elsewhere": r.to_dict()} for r in found]  # fmt: skip
+                  "memory_used": r.memory_used, "summary": r.summary, "path": r.labels.get("path"), "elsewhere": r.to_dict()} for r in found]  # fmt: skip
         if problem:
             problems.append(f"{launcher.title}: {problem}")
     return {"elsewhere": rows, "elsewhere_problems": problems} if rows or problems else {}
@@ -119,7 +119,8 @@ def elsewhere_lines(data: dict[str, Any]) -> list[str]:
         for row in (r for r in data["elsewhere"] if r["elsewhere"]["title"] == title):
             gpu = ",".join(map(str, row["gpu_indices"])) or "?"
             used = f"  used {format_bytes(row['memory_used'])}*" if row.get("memory_used") is not None else ""
-            lines.append(f"  {row['summary']}  GPU {gpu}  {row['share']}  kernel {row['kernel_id']}{used}")
+            notebook = f"  notebook {row['path']}" if row.get("path") else ""
+            lines.append(f"  {row['summary']}  GPU {gpu}  {row['share']}{notebook}  kernel {row['kernel_id']}{used}")
     return lines
 
 

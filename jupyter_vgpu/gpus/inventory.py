@@ -107,15 +107,17 @@ class Inventory:
             nvml = self._init()
         except InvalidConfig:
             raise
+        env = os.environ if self._env is None else self._env
         if nvml is None:
-            return Snapshot(gpus=(), simulated=False, available=False, message=self._error)
+            return Snapshot(gpus=(), simulated=False, available=False, message=_with_allocation(self._error, env))
         count = _safe(nvml.nvmlDeviceGetCount) or 0
         mps = self.mps.status().active
-        lens = SchedulerLens.of(os.environ if self._env is None else self._env)  # InvalidConfig: a user's mistake
+        lens = SchedulerLens.of(env)  # InvalidConfig: a user's mistake
         self._partition_regions = None if memory_cgroups.manage_problem() else memory_cgroups.dmem_regions()
         gpus = tuple(g for g in (self._read_gpu(nvml, i, mps, telemetry) for i in range(count)) if g is not None)
         message = None if gpus else "NVML reports no GPU on this machine."
         gpus, message = lens.apply(gpus, count, message)
+        message = _with_allocation(message, env) if not gpus else message
         self._forget_names({p.pid for g in gpus for p in g.processes})
         return Snapshot(
             gpus=gpus,
@@ -399,3 +401,11 @@ def _safe(call: Callable[[], T]) -> T | None:
         return call()
     except _nvml_errors():
         return None
+
+
+def _with_allocation(message: str | None, env: Mapping[str, str]) -> str | None:
+    """A machine without GPUs inside a Slurm job's allocation (an ``salloc`` shell): where they are."""
+    from .slurmshare import allocation_note
+
+    note = allocation_note(env)
+    return f"{message} {note}" if message and note else note or message

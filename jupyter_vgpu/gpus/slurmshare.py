@@ -113,6 +113,19 @@ def in_job(env: Mapping[str, str]) -> bool:
     return bool(env.get(JOB, "").strip() and env.get(NODE, "").strip())
 
 
+def allocation_note(env: Mapping[str, str]) -> str | None:
+    """Where a shell inside a job's allocation but not on its node (``salloc`` on a login node) has
+    the job's GPUs, in one sentence; None elsewhere."""
+    job = env.get(JOB, "").strip()
+    if not job or in_job(env):
+        return None
+    nodes = (env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST") or "").strip() or "its node"
+    return (
+        f"This shell is in Slurm job {job}'s allocation but not on its node: the job's GPUs or GPU shards are on "
+        f"{nodes}, which srun reaches from here (srun jupyter vgpu status, srun python train.py)."
+    )
+
+
 def slurm_share(env: Mapping[str, str], *, cache: MutableMapping[str, str] | None = None) -> SlurmShare | None:
     """This job's share from ``env``; None outside a job. A value that cannot be read raises
     InvalidConfig naming the variable and what is allowed (then nothing is reserved).

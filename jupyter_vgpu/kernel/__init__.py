@@ -52,6 +52,9 @@ def load_ipython_extension(ipython: Any) -> None:
     from ..launch.elsewhere import Whereabouts
 
     if (where := Whereabouts.from_env(os.environ)) is not None:  # a kernel its launcher runs elsewhere
+        from . import reporter
+
+        reporter.start(state)  # no server where it runs measures it: its report says its use
         if where.ended:
             notices.say_at_first_cell(ipython, where.ended)
         if where.unfenced:

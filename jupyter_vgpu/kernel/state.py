@@ -133,6 +133,9 @@ class KernelState:
         #: Why the slice's hard tier does not hold this kernel (``Enforcement.not_held``), for the
         #: views that read the report; None: it does, or it is not known.
         self.tier_problem: str | None = None
+        #: True in a kernel its launcher runs on another machine (:mod:`.reporter`): its report is
+        #: the only way its use is seen, simulated GPUs' included.
+        self.elsewhere = False
 
     # -- frameworks -------------------------------------------------------------------
     def record(self, name: str, record: FrameworkRecord) -> None:
@@ -189,6 +192,11 @@ class KernelState:
         with self._lock:
             frameworks = {name: record.to_dict() for name, record in self.records.items()}
         used, peak = framework_memory(self)
+        if self.elsewhere and used is None:
+            from .reporter import use_now
+
+            used = use_now(self)
+            peak = self.peak_used if used is None else max(used, self.peak_used or 0)
         report: dict[str, Any] = {"frameworks": frameworks, "memory_used": used, "peak_memory_used": peak}
         if self.tier_problem:
             report["tier_problem"] = self.tier_problem

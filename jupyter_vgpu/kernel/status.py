@@ -51,7 +51,14 @@ def badge(usage: Usage, state: KernelState) -> str:
 
 
 def share_text(state: KernelState) -> str:
-    """``1/4 GPU``, ``2 x 1/2 GPU``."""
+    """``1/4 GPU``, ``2 x 1/2 GPU``; what a kernel that runs elsewhere asked of its engine, whose
+    whole share its slice is."""
+    import os
+
+    from ..launch.elsewhere import Whereabouts
+
+    if (where := Whereabouts.from_env(os.environ)) is not None and where.share:
+        return where.share
     facts = state.facts
     if facts.fraction is None:
         return "n/a"

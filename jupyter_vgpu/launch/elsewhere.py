@@ -57,6 +57,7 @@ class Elsewhere:
     line: str = ""  # its engine's line, in words ("Slurm's queue")
     ref: str = ""  # the engine's own id of what holds it ("12": a job)
     notice: str | None = None  # the sentence under a row that is ending or runs unfenced
+    simulated: bool = False  # its GPUs are simulated (JUPYTER_VGPU_SIMULATE where it runs)
     #: The launcher's own fields, at the top level of the REST rows as they have always been.
     fields: Mapping[str, Any] = field(default_factory=dict)
 
@@ -85,6 +86,7 @@ class Elsewhere:
             "line": self.line,
             "ref": self.ref,
             "notice": self.notice,
+            "simulated": self.simulated,
         }
 
 
@@ -98,8 +100,10 @@ class Unlisted(VGPUError):
 
 #: What a kernel that runs elsewhere learns of where it runs, from the one variable its launcher's
 #: start on the node sets (JSON): ``label`` (%vgpu's row: "Slurm"), ``where`` ("Slurm job 12 on
-#: node1 · asked 1/4 GPU: 8 of 32 shards"), ``ended`` (why the engine ended the kernel it replaces)
-#: and ``unfenced`` (why it runs with its share but no slice), each a sentence or absent.
+#: node1 · asked 1/4 GPU: 8 of 32 shards"), ``ended`` (why the engine ended the kernel it replaces),
+#: ``unfenced`` (why it runs with its share but no slice), each a sentence or absent, and ``share``
+#: (what the kernel asked for, which its slice of the whole of what the engine gave does not say:
+#: "1/4 GPU: 8 of 32 shards").
 ENV_ELSEWHERE = "JUPYTER_VGPU_ELSEWHERE"
 
 
@@ -111,6 +115,7 @@ class Whereabouts:
     where: str
     ended: str | None = None
     unfenced: str | None = None
+    share: str | None = None
 
     def to_env(self) -> str:
         import json
@@ -128,7 +133,7 @@ class Whereabouts:
             return None
         if not isinstance(data, dict):
             return None
-        text = {k: v for k, v in data.items() if k in ("label", "where", "ended", "unfenced") and isinstance(v, str) and v}
+        text = {k: v for k, v in data.items() if k in ("label", "where", "ended", "unfenced", "share") and isinstance(v, str) and v}
         if "label" not in text or "where" not in text:
             return None
         return cls(**text)

@@ -130,7 +130,7 @@ SET_BY_JUPYTER_CLIENT = frozenset({"kernel_id", "kernel_spec", "parent", "config
 #: inherited from LocalProvisioner are not the user's to set.
 VGPU_SETTINGS = (
     "gpu_fraction", "gpu_memory", "gpus", "gpu", "logical_devices", "placement", "wait_timeout", "no_gpu", "device_names",
-    "launcher", "slurm_args",
+    "launcher", "slurm_args", "slurm_restarts",
 )  # fmt: skip
 
 

@@ -107,6 +107,11 @@ def notebook_path(path: Any, root: str | None = None) -> str | None:
     return normal
 
 
+#: A slice's label saying what its holder asked for where that is not its request: a kernel whose
+#: launcher's engine gave it a share, of which its slice is the whole ("1/4 GPU: 8 of 32 shards").
+ASKED_LABEL = "asked"
+
+
 def clean_labels(labels: Any, *, removable: bool = False) -> dict[str, Any]:
     """Labels as text (None too, with ``removable``, meaning "remove it"), bounded in number and size."""
     if not isinstance(labels, Mapping):
@@ -273,7 +278,7 @@ class Slice:
             "gpu_indices": list(self.gpu_indices),
             "fraction": self.fraction,
             "request": self.request.to_dict(),
-            "request_text": self.request.describe(),
+            "request_text": self.labels.get(ASKED_LABEL) or self.request.describe(),
             "memory_reserved": self.memory_per_gpu,
             "memory_reserved_total": sum(self.memory),
             "memory_reserved_by_gpu": dict(zip(self.gpus, self.memory)),

@@ -69,6 +69,10 @@ async def test_a_share_is_asked_as_shards_and_vgpu_says_the_job_and_node(login: 
     node = login.kernel_jobs()[job]["node"]
     assert out.startswith("11\n")
     assert f"Slurm job {job} on {node} · asked 1/3 GPU: 11 of 32 shards, 10.67 rounded up" in out
+    # The kernel's slice is the whole of its job's share: it says what it asked, not "1 GPU".
+    assert re.search(r"\n\s*share\s+1/3 GPU: 11 of 32 shards, 10.67 rounded up\n", out), out
+    on_node = await run_code(km, "import subprocess, sys\nprint(subprocess.run([sys.executable, '-m', 'jupyter_vgpu.cli', 'status'], capture_output=True, text=True).stdout)")
+    assert "[1/3 GPU: 11 of 32 shards, 10.67 rounded up" in on_node.replace("\u00a0", " ") and "[1 GPU" not in on_node, on_node
     shown = await asyncio.to_thread(
         subprocess.run, [sys.executable, "-m", "jupyter_vgpu.cli", "status"], capture_output=True, text=True, timeout=30
     )
@@ -145,10 +149,50 @@ async def test_a_forced_kill_cancels_the_job_and_leaves_no_kernel_running(login:
     await login.until(lambda: not _exists(kernel_pid), "the kernel under slurmstepd ended")
 
 
-async def test_a_restarted_kernel_after_slurm_ended_its_job_runs_in_a_new_job_and_says_why(login: Login) -> None:
-    from jupyter_vgpu.launch.slurm.rows import server_rows
+async def seen_dead(km: Any) -> None:
+    """Until the kernel's provisioner sees its kernel ended (its srun gone), as the restarter would."""
+    deadline = time.monotonic() + BOUND
+    while await km.provisioner.poll() is None:
+        assert time.monotonic() < deadline, f"the kernel seen dead within {BOUND:.0f} s"
+        await asyncio.sleep(0.1)
+
+
+async def test_a_kernel_whose_job_slurm_ended_is_not_started_again_in_a_new_job_by_default_and_says_why(login: Login) -> None:
+    from jupyter_vgpu.errors import SliceUnavailable
 
     km = await login.start(login.spec("quarter", gpu_fraction=0.25))
+    job = login.job_of(km)
+    login.cluster.run("scancel", job, timeout=10)  # its user, from a shell
+    await login.until(lambda: not login.kernel_jobs(), "the job ended")
+    await seen_dead(km)
+    with pytest.raises(SliceUnavailable) as refused:
+        await asyncio.wait_for(km.restart_kernel(now=True), BOUND)
+    assert str(refused.value) == (
+        f"Slurm ended this kernel's job {job}: it was cancelled outside this server (scancel by you or an administrator) (CANCELLED); "
+        "no new job is asked for this kernel (slurm_restarts 0), so its variables are lost: "
+        "start a new kernel for this notebook (Kernel > Change Kernel..., or open the notebook again) to run in a new job."
+    )
+    assert login.kernel_jobs() == {}  # nothing was asked of Slurm
+
+
+async def test_a_kernel_whose_job_reached_its_time_limit_is_not_started_again(login: Login) -> None:
+    """A real time limit: --time=1 is Slurm's minute, checked by slurmctld every half minute or so."""
+    from jupyter_vgpu.errors import SliceUnavailable
+
+    km = await login.start(login.spec("minute", gpu_fraction=0.25, slurm_args=["--time=1"]))
+    job = login.job_of(km)
+    await login.until(lambda: not login.kernel_jobs(), "the job ended by its time limit", bound=180)
+    await seen_dead(km)
+    with pytest.raises(SliceUnavailable, match=rf"^Slurm ended this kernel's job {job}: its time limit was reached \(TIMEOUT"):
+        await asyncio.wait_for(km.restart_kernel(now=True), BOUND)
+    assert login.kernel_jobs() == {}
+
+
+async def test_a_restarted_kernel_after_slurm_ended_its_job_runs_in_a_new_job_and_says_why(login: Login) -> None:
+    from jupyter_vgpu.errors import SliceUnavailable
+    from jupyter_vgpu.launch.slurm.rows import server_rows
+
+    km = await login.start(login.spec("quarter", gpu_fraction=0.25, slurm_restarts=1))
     job = login.job_of(km)
     login.cluster.run("scancel", job, timeout=10)  # as an administrator would, outside the server
     await login.until(lambda: not login.kernel_jobs(), "the job ended")
@@ -172,6 +216,13 @@ async def test_a_restarted_kernel_after_slurm_ended_its_job_runs_in_a_new_job_an
     assert login.job_of(km) == new_job
     assert (await run_code(km, "print('x')")).strip() == "x"
     assert "previous job" not in await run_code(km, "%vgpu")
+    # slurm_restarts 1: one new job, and no second.
+    login.cluster.run("scancel", new_job, timeout=10)
+    await login.until(lambda: not login.kernel_jobs(), "the new job ended")
+    await seen_dead(km)
+    with pytest.raises(SliceUnavailable, match=r"no new job beyond 1 is asked for this kernel \(slurm_restarts 1\)"):
+        await asyncio.wait_for(km.restart_kernel(now=True), BOUND)
+    assert login.kernel_jobs() == {}
 
 
 async def test_a_restarted_server_talks_to_the_running_jobs_kernel_and_its_shutdown_cancels_the_job(login: Login) -> None:
@@ -297,3 +348,19 @@ async def test_slurmctld_down_is_one_sentence_within_the_client_timeout(login: L
     assert time.monotonic() - began < 20
     login.cluster.start_controller()
     assert login.kernel_jobs() == {}
+
+
+async def test_status_in_an_salloc_shell_on_the_login_node_says_where_the_jobs_gpus_are(login: Login) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "JUPYTER_VGPU_SIMULATE"}  # the login node has no GPU
+    shown = await asyncio.to_thread(
+        subprocess.run, ["salloc", "--gres=shard:8", sys.executable, "-m", "jupyter_vgpu.cli", "status"],
+        env=env, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    job = re.search(r"Granted job allocation (\d+)", shown.stderr)
+    assert job, shown.stderr
+    flat = " ".join(shown.stdout.split())
+    assert "No GPU: " in flat, flat
+    assert re.search(
+        rf"This shell is in Slurm job {job.group(1)}'s allocation but not on its node: the job's GPUs or GPU shards are on "
+        r"node[12], which srun reaches from here \(srun jupyter vgpu status, srun python train.py\)\.", flat
+    ), flat

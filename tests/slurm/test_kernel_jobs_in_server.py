@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from jupyter_process import JupyterProcess, isolated_env, start_jupyter, wait_for, write_sliced_kernelspec
+from jupyter_process import TOKEN, JupyterProcess, isolated_env, start_jupyter, wait_for, write_sliced_kernelspec
 
 from .cluster import SlurmCluster
 
@@ -59,7 +59,13 @@ def test_a_session_shows_its_kernels_job_and_node_in_the_rest_slices(slurm: Slur
         row = wait_for(lambda: job_row(server, kernel_id), "the kernel's job in /api/vgpu/slices", timeout=30)
         (line,) = squeue(slurm)
         job, name, state, node = line.split("|")
-        assert (row["job_id"], row["node"], row["slurm_state"], name) == (job, node, state, f"jupyter-vgpu-kernel-{kernel_id}")
+        # The notebook's name where an admin looks: first in the job's name (squeue's 8 characters
+        # show "train-ju"), in its comment (scontrol show job), and in the login node's status.
+        assert (row["job_id"], row["node"], row["slurm_state"], name) == (job, node, state, f"train-jupyter-vgpu-kernel-{kernel_id}")
+        shown = slurm.run("scontrol", "--oneliner", "show", "job", job, timeout=10).stdout
+        assert " notebook=train.ipynb" in shown.split("Comment=", 1)[1].split(" Req", 1)[0], shown
+        status = subprocess.run([sys.executable, "-m", "jupyter_vgpu.cli", "status"], env=server.env, capture_output=True, text=True, timeout=60)
+        assert f"8/32 shards (1/4 GPU) notebook train.ipynb kernel {kernel_id}" in " ".join(status.stdout.split()), status.stdout
         assert state == "RUNNING"
         assert row["shards"] == 8 and row["shards_per_gpu"] == 32 and row["fraction"] == 0.25
         assert row["path"] == "train.ipynb" and row["kernel_display_name"] == DISPLAY and row["running_here"]
@@ -68,6 +74,7 @@ def test_a_session_shows_its_kernels_job_and_node_in_the_rest_slices(slurm: Slur
         # The kernel says its budget from its node: 8 of 32 shards of a 16 GiB GPU; no use yet.
         row = wait_for(lambda: (r := job_row(server, kernel_id)) and r["memory_reserved"] and r, "the job's budget", timeout=30)
         assert (row["memory_reserved"], row["memory_used"], row["state"]) == (4 * 2**30, None, "unknown")
+        assert row["elsewhere"]["simulated"] is True  # the nodes' GPUs are simulated: the views can say so
         # Only a kernel of this server waiting in Slurm's queue leaves it through the line's DELETE.
         said = {ticket: server.api("DELETE", f"api/vgpu/waiting/{ticket}", timeout=10) for ticket in ("slurm-x", "slurm-99999", row["id"])}
         assert said["slurm-x"] == (400, {"message": "'slurm-x' is not a place in line; GET /api/vgpu/slices lists them.", "reason": None})
@@ -86,6 +93,78 @@ def test_a_session_shows_its_kernels_job_and_node_in_the_rest_slices(slurm: Slur
         server.stop()
 
 
+def run_in_kernel(server: JupyterProcess, kernel_id: str, code: str) -> str:
+    """Execute ``code`` in the server's kernel as a notebook would (its connection file); its stdout."""
+    from jupyter_client import BlockingKernelClient
+
+    client = BlockingKernelClient(connection_file=str(Path(server.env["JUPYTER_RUNTIME_DIR"]) / f"kernel-{kernel_id}.json"))
+    client.load_connection_file()
+    client.start_channels()
+    try:
+        client.wait_for_ready(timeout=60)
+        said: list[str] = []
+        reply = client.execute_interactive(code, timeout=120, output_hook=lambda m: said.append(m["content"].get("text", "")))
+        assert reply["content"]["status"] == "ok", reply["content"]
+        return "".join(said)
+    finally:
+        client.stop_channels()
+
+
+def test_a_kernels_use_on_its_node_moves_in_its_rest_row_as_a_tensor_comes_and_goes(slurm: SlurmCluster, tmp_path: Path) -> None:
+    server = start_server(slurm, tmp_path)
+    try:
+        kernel_id = open_notebook(server, "use.ipynb")
+        wait_for(lambda: (r := job_row(server, kernel_id)) and r["memory_reserved"], "the job's budget", timeout=30)
+        # 400 MiB in TensorFlow on the node's (simulated) GPU: no %vgpu, no report written by hand.
+        run_in_kernel(server, kernel_id, "import tensorflow as tf\nx = tf.ones((100, 1024, 1024), dtype=tf.float32)\n")
+        row = wait_for(lambda: (r := job_row(server, kernel_id)) and (r["memory_used"] or 0) >= 400 * 2**20 and r, "the tensor's use", timeout=30)
+        assert row["memory_used"] <= 2**30 and row["usage_source"] == "reported", row  # TensorFlow holds it in 512 MiB
+        run_in_kernel(server, kernel_id, "del x\n")
+        row = wait_for(lambda: (r := job_row(server, kernel_id)) and r["memory_used"] is not None and r["memory_used"] < 100 * 2**20 and r, "the use after del", timeout=30)
+        assert row["usage_source"] == "reported"
+    finally:
+        server.stop()
+
+
+def test_a_kernel_whose_job_its_user_cancelled_dies_saying_why_and_no_new_job_is_asked(slurm: SlurmCluster, tmp_path: Path) -> None:
+    import json
+
+    import websocket
+
+    server = start_server(slurm, tmp_path)
+    try:
+        kernel_id = open_notebook(server, "cancelled.ipynb")
+        job = wait_for(lambda: job_row(server, kernel_id), "the kernel's job", timeout=30)["job_id"]
+        # The notebook's connection, as JupyterLab's: it hears the kernel's status.
+        url = server.url.replace("http://", "ws://") + f"api/kernels/{kernel_id}/channels"
+        notebook = websocket.create_connection(url, header=[f"Authorization: token {server.env.get('JUPYTER_TOKEN') or TOKEN}"], timeout=60)
+        try:
+            slurm.run("scancel", job, timeout=10)  # its user, from a shell on the login node
+
+            def dead() -> bool:
+                msg = json.loads(notebook.recv())
+                return msg.get("msg_type") == "status" and msg["content"].get("execution_state") == "dead"
+
+            wait_for(dead, "the notebook told its kernel is dead", timeout=60)
+        finally:
+            notebook.close()
+        status, _ = server.api("GET", f"api/kernels/{kernel_id}", timeout=10)
+        assert status == 404  # the server let it go: a new kernel is the notebook's to start
+        assert squeue(slurm) == []  # no new job was asked for
+        sentence = (
+            f"Slurm ended this kernel's job {job}: it was cancelled outside this server (scancel by you or an administrator) (CANCELLED); "
+            "no new job is asked for this kernel (slurm_restarts 0), so its variables are lost: "
+            "start a new kernel for this notebook (Kernel > Change Kernel..., or open the notebook again) to run in a new job."
+        )
+        assert sentence in server.log_text()
+        status, said = server.api("GET", "api/vgpu/refusals", timeout=10)
+        assert status == 200 and any(sentence in json.dumps(r) for r in said.get("refusals", said)), said
+        assert not (tmp_path / "data" / "vgpu" / "slurm" / kernel_id).exists()  # its reports folder went with it
+        assert "Traceback" not in server.log_text() and "restarting kernel" not in server.log_text()  # jupyter_client's restarter gave up at once
+    finally:
+        server.stop()
+
+
 def test_a_crashed_server_leaves_no_job_once_it_starts_again(slurm: SlurmCluster, tmp_path: Path) -> None:
     server = start_server(slurm, tmp_path)
     try:
@@ -95,11 +174,17 @@ def test_a_crashed_server_leaves_no_job_once_it_starts_again(slurm: SlurmCluster
         server.stop(signal.SIGKILL)
     (line,) = squeue(slurm)
     assert line.split("|")[2] == "RUNNING"  # SIGKILL: nothing could cancel it
+    reports = tmp_path / "data" / "vgpu" / "slurm"
+    assert (reports / kernel_id / "job.json").exists()
+    stale = reports / "gone-kernel"  # what an earlier killed server left, its job long ended
+    stale.mkdir()
+    (stale / "job.json").write_text('{"job_id": "99999"}')
     other = start_other_user_of_slurm(slurm, tmp_path)  # another live starter's job of this user stays
     try:
         again = start_server(slurm, tmp_path)
         try:
             wait_for(lambda: [j.split("|")[1] for j in squeue(slurm)] == [f"jupyter-vgpu-kernel-{other[1]}"], "the orphan cancelled", timeout=30)
+            wait_for(lambda: not (reports / kernel_id).exists() and not stale.exists(), "the killed server's reports folders removed", timeout=30)
         finally:
             again.stop()
     finally:

@@ -219,13 +219,23 @@ def ask_for(
 # -- kernel jobs -----------------------------------------------------------------------------
 
 
-def job_name(kernel_id: str) -> str:
-    return f"{JOB_PREFIX}{kernel_id}"
+def job_name(kernel_id: str, notebook: str | None = None) -> str:
+    """``train-jupyter-vgpu-kernel-<kernel id>``: the notebook's name first, which ``squeue``'s
+    8-character column shows (the name without it where there is none)."""
+    stem = re.sub(r"[^A-Za-z0-9_.-]+", "_", Path(notebook).stem)[:32].strip("._-") if notebook else ""
+    return f"{stem}-{JOB_PREFIX}{kernel_id}" if stem else f"{JOB_PREFIX}{kernel_id}"
 
 
-def starter_comment(pid: int | None = None, per_gpu: int | None = None) -> str:
-    """Which process on which host starts a kernel's job (its orphans are found by it), and the
-    shards of one GPU its share was counted in (for views that did not start it)."""
+def kernel_of(name: str) -> str | None:
+    """The kernel id in a kernel job's name (:func:`job_name`); None for another job."""
+    before, sep, kernel_id = name.rpartition(JOB_PREFIX)
+    return kernel_id if sep and kernel_id and (not before or before.endswith("-")) else None
+
+
+def starter_comment(pid: int | None = None, per_gpu: int | None = None, notebook: str | None = None) -> str:
+    """Which process on which host starts a kernel's job (its orphans are found by it), the
+    shards of one GPU its share was counted in (for views that did not start it), and its
+    notebook (URL-quoted: ``scontrol show job`` and ``squeue -o %k`` show it to an admin)."""
     import psutil
 
     pid = os.getpid() if pid is None else pid
@@ -234,7 +244,9 @@ def starter_comment(pid: int | None = None, per_gpu: int | None = None) -> str:
     except psutil.Error:
         start = 0
     text = f"{COMMENT_PREFIX} host={socket.gethostname()} pid={pid} start={start}"
-    return text + (f" per_gpu={per_gpu}" if per_gpu else "")
+    from urllib.parse import quote
+
+    return text + (f" per_gpu={per_gpu}" if per_gpu else "") + (f" notebook={quote(notebook)}" if notebook else "")
 
 
 @dataclass
@@ -275,11 +287,11 @@ def kernel_jobs(env: Mapping[str, str], *, job_ids: Sequence[str] = ()) -> list[
     jobs = []
     for line in out.splitlines():
         parts = line.split("|", 7)
-        if len(parts) != 8 or not parts[1].startswith(JOB_PREFIX):
+        if len(parts) != 8 or (kernel_id := kernel_of(parts[1].strip())) is None:
             continue
-        job_id, name, state, reason, node, gres, partition, comment = (p.strip() for p in parts)
+        job_id, _, state, reason, node, gres, partition, comment = (p.strip() for p in parts)
         starter = dict(p.split("=", 1) for p in comment.split()[1:] if "=" in p) if comment.startswith(COMMENT_PREFIX) else {}
-        jobs.append(KernelJob(job_id, name[len(JOB_PREFIX) :], state, reason, node, gres, comment, partition, starter=starter))
+        jobs.append(KernelJob(job_id, kernel_id, state, reason, node, gres, comment, partition, starter=starter))
     pending = [j for j in jobs if j.state == "PENDING"]
     if pending:
         for partition in {j.partition for j in pending}:
@@ -299,6 +311,19 @@ def job_state(job_id: str, env: Mapping[str, str]) -> tuple[str, str]:
     state = re.search(r"\bJobState=(\S+)", out)
     reason = re.search(r"\bReason=(\S+)", out)
     return (state.group(1) if state else "", reason.group(1) if reason else "")
+
+
+def final_state(job_id: str, env: Mapping[str, str]) -> tuple[str, str]:
+    """:func:`job_state` once the job is no longer completing (its steps ending): how it ended,
+    which Slurm says only then (at most the client timeout)."""
+    import time
+
+    deadline = time.monotonic() + client_timeout()
+    while True:
+        state, reason = job_state(job_id, env)
+        if state != "COMPLETING" or time.monotonic() > deadline:
+            return state, reason
+        time.sleep(0.1)
 
 
 def placement(job_id: str, env: Mapping[str, str]) -> tuple[str, str, list[int]]:

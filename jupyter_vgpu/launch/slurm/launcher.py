@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any
 from ...errors import SliceUnavailable
 from ...slices.reports import ENV_REPORTS, read_report_file
 from ..launchers import Launcher
+from ..refusals import refusals_of
 from . import client as slurmctl
 from . import ending as slurmending
 from .node import (
@@ -57,6 +58,7 @@ from .rows import (
     KERNELS,
     SlurmKernel,
     ending_text,
+    placed_text,
     reason_text,
     report_folder_of,
     report_root,
@@ -91,8 +93,12 @@ class SlurmLauncher(SlurmViews, Launcher):
                 state.pop("slurm_ended", None)  # said once, by the kernel that replaced the ended one
                 return
             ended = state.get("slurm_ended") or ending_text(state["job_id"], job_state, why)
-            provisioner.log.warning("Kernel %s: %s A new job is asked for.", kernel_id, ended)
+            asked_again, allowed = int(state.get("new_jobs") or 0), int(getattr(provisioner, "slurm_restarts", 0) or 0)
+            if asked_again >= allowed:
+                raise _no_new_job(provisioner, ended, allowed)
+            provisioner.log.warning("Kernel %s: %s A new job is asked for (%d of slurm_restarts %d).", kernel_id, ended, asked_again + 1, allowed)
             state.clear()
+            state["new_jobs"] = asked_again + 1
         slurm_args = list(getattr(provisioner, "slurm_args", None) or ())
         per_gpu = None
         if request.memory is not None or (request.fraction or 1.0) < 1:
@@ -118,8 +124,7 @@ class SlurmLauncher(SlurmViews, Launcher):
         if ended:
             state["slurm_ended"] = f"{ended} This kernel was restarted in job {record.job_id}: variables were lost."
             record.ended = state["slurm_ended"]
-        on = ", ".join(map(str, gpus)) or "?"
-        provisioner.log.info("Kernel %s runs in Slurm job %s on node %s (GPU %s, %s).", kernel_id, record.job_id, node, on, asked.text)
+        provisioner.log.info("Kernel %s runs in %s.", kernel_id, placed_text(record.job_id, node, gpus, asked.text))
 
     async def _salloc(
         self, provisioner: LocalProvisioner, asked: slurmctl.Ask, slurm_args: list[str], env: dict[str, str], record: SlurmKernel
@@ -127,7 +132,8 @@ class SlurmLauncher(SlurmViews, Launcher):
         """Submit the allocation and wait for Slurm to grant it; the job id."""
         salloc = shutil.which("salloc", path=env.get("PATH")) or "salloc"
         argv = [
-            salloc, "--no-shell", f"--job-name={slurmctl.job_name(record.kernel_id)}", f"--comment={slurmctl.starter_comment(per_gpu=asked.per_gpu)}",
+            salloc, "--no-shell", f"--job-name={slurmctl.job_name(record.kernel_id, record.labels.get('path'))}",
+            f"--comment={slurmctl.starter_comment(per_gpu=asked.per_gpu, notebook=record.labels.get('path'))}",
             f"--gres={asked.gres}", "--nodes=1", "--ntasks=1", *slurm_args,
         ]  # fmt: skip
         try:
@@ -336,11 +342,14 @@ class SlurmLauncher(SlurmViews, Launcher):
             return None
         status: int | None = await LocalProvisioner.poll(provisioner)
         if status is not None and state.get("job_id") and not state.get("ended"):
-            job_state, why = await asyncio.to_thread(slurmctl.job_state, state["job_id"], _env(provisioner))
-            if job_state not in ("RUNNING", "COMPLETING", ""):
-                state["ended"] = f"{job_state.lower()}{f': {why}' if why not in ('', 'None') else ''}"
+            job_state, why = await asyncio.to_thread(slurmctl.final_state, state["job_id"], _env(provisioner))
+            if job_state != "RUNNING":
+                state["ended"] = f"{(job_state or 'gone').lower()}{f': {why}' if why not in ('', 'None') else ''}"
                 state["slurm_ended"] = ending_text(state["job_id"], job_state, why)
                 provisioner.log.warning("Kernel %s ended: %s", provisioner.kernel_id, state["slurm_ended"])
+                allowed = int(getattr(provisioner, "slurm_restarts", 0) or 0)
+                if int(state.get("new_jobs") or 0) >= allowed:
+                    _let_go(provisioner, _no_new_job_text(state["slurm_ended"], allowed))
         return status
 
     def has_kernel(self, provisioner: LocalProvisioner) -> bool:
@@ -380,6 +389,59 @@ class SlurmLauncher(SlurmViews, Launcher):
 
     def report_folder(self, ledger_path: str | Path, labels: Mapping[str, str]) -> Path:
         return report_root()
+
+
+def _no_new_job_text(ended: str, allowed: int) -> str:
+    times = "no new job" if not allowed else f"no new job beyond {allowed}"
+    return (
+        f"{ended.rstrip('.')}; {times} is asked for this kernel (slurm_restarts {allowed}), so its variables are lost: "
+        "start a new kernel for this notebook (Kernel > Change Kernel..., or open the notebook again) to run in a new job."
+    )
+
+
+def _no_new_job(provisioner: Any, ended: str, allowed: int) -> SliceUnavailable:
+    """A kernel whose job Slurm ended (its time limit, a cancel, a preemption) is not started again
+    in a new job beyond ``slurm_restarts``: a restart is refused in one sentence, and
+    jupyter_client's restarter, which would ask again at every look, gives up on it."""
+    sentence = _no_new_job_text(ended, allowed)
+    if not _let_go(provisioner, sentence):
+        provisioner.log.warning("Kernel %s: %s", provisioner.kernel_id, sentence)
+        _forget(provisioner)
+    restarter = getattr(provisioner.parent, "_restarter", None)
+    if restarter is not None and getattr(provisioner.parent, "autorestart", False):
+        provisioner.parent.stop_restarter()
+        restarter._fire_callbacks("dead")  # the notebook sees its kernel dead; the server lets it go
+    return SliceUnavailable(sentence)
+
+
+def _let_go(provisioner: Any, sentence: str) -> bool:
+    """Forget the kernel whose job ended for good and say why where its notebook looks (jupyter_server's
+    kernel model ``reason``); tell jupyter_client's restarter, if one watches it, that its next
+    restart has failed, so that it declares the kernel dead (the notebook hears it) instead of
+    restarting it. Whether one did."""
+    km = provisioner.parent
+    if km is not None and hasattr(km, "reason"):
+        km.reason = sentence
+    restarter = getattr(km, "_restarter", None)
+    if restarter is None or not getattr(km, "autorestart", False):
+        return False  # a restart asked by hand is refused (allocate)
+    provisioner.log.warning("Kernel %s: %s", provisioner.kernel_id, sentence)
+    restarter._restarting, restarter._restart_count = True, restarter.restart_limit
+    labels = getattr(provisioner, "_start_labels", None) or {}
+    server = getattr(km, "parent", None)
+    refusals_of(server if server is not None else provisioner).add(
+        {"t": time.time(), "kernel_id": str(provisioner.kernel_id), "path": labels.get("path"), "kernel_name": labels.get("kernel_name"),
+         "kernel_display_name": labels.get("kernel_display_name"), "status": 503, "reason": "job_ended", "message": sentence, "summary": sentence}
+    )  # fmt: skip
+    _forget(provisioner)
+    return True
+
+
+def _forget(provisioner: Any) -> None:
+    """A kernel whose job ended and that gets no new one: nothing of it is left to show or cancel."""
+    _state(provisioner).clear()
+    KERNELS.pop(str(provisioner.kernel_id), None)
+    shutil.rmtree(report_folder_of(str(provisioner.kernel_id)), ignore_errors=True)
 
 
 def _record_of(kernel_id: str, state: Mapping[str, Any]) -> SlurmKernel:

@@ -124,12 +124,14 @@ def take_share(env: dict[str, str]) -> tuple[str | None, str | None, int | None]
     from ...ledger import open_ledger
     from ...slices import Holder, SliceRequest, cpu_environment, slice_environment
     from ...slices.environment import without_slice
+    from ...slices.records import ASKED_LABEL
 
     gpus = [g for g in (env.get("SLURM_STEP_GPUS") or env.get("SLURM_JOB_GPUS") or "").split(",") if g.strip()]
     try:
         settings = load_settings()
         ledger = open_ledger(settings)
-        holder = Holder.kernel(env.get(ENV_KERNEL, "") or "kernel", pid=os.getpid(), labels={"launcher": "slurm"})
+        labels = {"launcher": "slurm", **({ASKED_LABEL: env[ENV_ASKED]} if env.get(ENV_ASKED) else {})}  # its views say what it asked
+        holder = Holder.kernel(env.get(ENV_KERNEL, "") or "kernel", pid=os.getpid(), labels=labels)
         slice_ = ledger.reserve(SliceRequest(fraction=1.0, gpus=max(1, len(gpus))), holder, wait=0)
     except NoGPU as error:
         env.update(cpu_environment(reason=f"{error} This kernel runs on the CPU."))
@@ -169,6 +171,7 @@ def write_job_file(
         "memory": memory,
         "unfenced": env.get(ENV_UNFENCED),
         "refused": refused,
+        "simulated": bool(env.get("JUPYTER_VGPU_SIMULATE")),  # the views say so on the login node
         "pid": os.getpid(),
         "updated": time.time(),
     }
@@ -238,7 +241,7 @@ def whereabouts(env: Mapping[str, str]) -> Whereabouts:
     job, node = env.get("SLURM_JOB_ID", "?"), env.get("SLURMD_NODENAME", "its node")
     asked = env.get(ENV_ASKED)
     where = f"Slurm job {job} on {node}" + (f" · asked {asked}" if asked else "")
-    return Whereabouts("Slurm", where, ended=env.get(ENV_ENDED) or None, unfenced=env.get(ENV_UNFENCED) or None)
+    return Whereabouts("Slurm", where, ended=env.get(ENV_ENDED) or None, unfenced=env.get(ENV_UNFENCED) or None, share=asked or None)
 
 
 def _wait_for(child: int) -> int:

@@ -57,6 +57,17 @@ def ending_text(job_id: str, state: str, reason: str) -> str:
     return f"Slurm ended this kernel's job {job_id}: {words} ({said})."
 
 
+def placed_text(job_id: str, node: str, gpus: list[int], asked: str) -> str:
+    """``Slurm job 12 on node node1, GPUs 0 and 1; it asked for 2 whole GPUs (gpu:2)``."""
+    if not gpus:
+        on = "GPU not known"
+    elif len(gpus) == 1:
+        on = f"GPU {gpus[0]}"
+    else:
+        on = f"GPUs {', '.join(map(str, gpus[:-1]))} and {gpus[-1]}"
+    return f"Slurm job {job_id} on node {node}, {on}; it asked for {asked}"
+
+
 def reason_text(reason: str) -> str:
     words = REASONS.get(reason)
     return f"{reason}: {words}" if words else reason
@@ -157,11 +168,20 @@ def job_row(job: slurmctl.KernelJob, record: SlurmKernel | None = None) -> dict[
         "usage_source": "reported" if used is not None else "none",
         "frameworks": (report or {}).get("frameworks") or {},
         "tier": f"Slurm job {job.job_id}" + (f" on {node}" if node else "") + " (shards fence nothing: cooperative limits)",
-        "labels": dict(record.labels) if record else {},
+        "labels": dict(record.labels) if record else _labels_of(job),
         "created": record.created if record else None,
         "slurm_ended": record.ended if record else None,
         "unfenced": facts.get("unfenced") if isinstance(facts.get("unfenced"), str) else None,
+        "simulated": facts.get("simulated") is True,
     }
+
+
+def _labels_of(job: slurmctl.KernelJob) -> dict[str, str]:
+    """What a job this process did not start says of its kernel: its notebook (its comment)."""
+    from urllib.parse import unquote
+
+    notebook = job.starter.get("notebook")
+    return {"path": unquote(notebook)} if notebook else {}
 
 
 #: The card the ``slurm`` launcher's kernels are shown in, and where its kernelspecs' kernels run.
@@ -197,6 +217,7 @@ def as_elsewhere(row: Mapping[str, Any]) -> Elsewhere:
     else:
         note = f"GPU memory through Slurm job {job} on {on} (shards fence nothing: its frameworks are fitted to the share)"
     used = row.get("memory_used")
+    simulated = bool(row.get("simulated"))
     usage_note = (
         f"Reported by the kernel itself, from {on}: what its frameworks say they hold."
         if used is not None
@@ -219,6 +240,7 @@ def as_elsewhere(row: Mapping[str, Any]) -> Elsewhere:
         cancel=pending or state == "ending", fields={k: row.get(k) for k in OWN_FIELDS},
         engine="Slurm", line="Slurm's queue", ref=str(job),
         notice=row["ending"] if row.get("ending") else f"Unfenced: {row['unfenced']}" if row.get("unfenced") else None,
+        simulated=simulated,
     )  # fmt: skip
 
 

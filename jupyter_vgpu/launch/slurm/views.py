@@ -13,7 +13,7 @@ from ...units import shorten
 from ..elsewhere import Elsewhere
 from . import client as slurmctl
 from . import ending as slurmending
-from .rows import KERNELS, RUNS, TITLE, report_root, server_rows, user_rows
+from .rows import KERNELS, RUNS, TITLE, report_folder_of, report_root, server_rows, user_rows
 
 #: A row's id, and a pending one's ticket: ``slurm-<job id>``.
 PREFIX = "slurm-"
@@ -59,13 +59,36 @@ class SlurmViews:
         """Cancel this user's kernel jobs that a server or kernel manager of this host started and
         that has gone (crashed, killed, restarted): nobody owns them any more. Another running
         server's jobs are its own."""
-        return [
-            f"cancelled Slurm job {job.job_id} of kernel {job.kernel_id}, whose server has gone"
-            for job in slurmctl.cancel_orphans(env)
-        ]
+        said = []
+        for job in slurmctl.cancel_orphans(env):
+            shutil.rmtree(report_folder_of(job.kernel_id), ignore_errors=True)  # a server killed outright left it
+            said.append(f"cancelled Slurm job {job.job_id} of kernel {job.kernel_id}, whose server has gone")
+        return said + sweep_reports(env)
 
     def check_options(self, options: Sequence[str]) -> list[str]:
         return list(slurmctl.check_args(list(options)))
+
+
+def sweep_reports(env: Mapping[str, str]) -> list[str]:
+    """Remove the reports folders whose kernel's job (``job.json``) Slurm no longer lists: what a
+    server killed outright left. A folder without ``job.json`` may be a start under way: kept."""
+    from ...slices.reports import read_report_file
+    from .node import JOB_FILE
+
+    try:
+        folders = [f for f in report_root().iterdir() if f.is_dir() and not f.is_symlink()]
+    except OSError:
+        return []
+    if not folders:
+        return []
+    listed = {job.job_id for job in slurmctl.kernel_jobs(env)}
+    said = []
+    for folder in folders:
+        job = read_report_file(folder / JOB_FILE) or {}
+        if isinstance(job.get("job_id"), str) and job["job_id"] not in listed:
+            shutil.rmtree(folder, ignore_errors=True)
+            said.append(f"removed the reports folder of kernel {folder.name}, whose Slurm job {job['job_id']} has ended")
+    return said
 
 
 def cancel_waiting(job_id: str, env: Mapping[str, str]) -> bool:
