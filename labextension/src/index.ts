@@ -28,6 +28,7 @@ import { waitingAlternative } from './store/kernelspecs';
 import { KernelspecWatch } from './store/kernelspecwatch';
 import { LauncherOrder } from './launcherorder';
 import { GPUModel } from './store/model';
+import { KernelEnds } from './notes/kernelends';
 import { MonitorStops } from './notes/monitorstops';
 import { RefusalDialogs } from './dialogs/refusaldialog';
 import { ResizedKernelNames } from './store/resized';
@@ -193,7 +194,15 @@ const plugin: JupyterFrontEndPlugin<void> = {
       widgets: mainWidgets
     });
     const monitors = new MonitorStops({ widgets: mainWidgets });
-    const scanMonitors = () => monitors.scan();
+    // A kernel the server will not start again (its engine ended what held it) says why.
+    const ends = new KernelEnds({
+      widgets: mainWidgets,
+      refusals: since => client.refusals(since)
+    });
+    const scanMonitors = () => {
+      monitors.scan();
+      ends.scan();
+    };
     app.shell.currentChanged?.connect(scanMonitors);
     labShell?.layoutModified.connect(scanMonitors);
     app.restored.then(scanMonitors).catch(console.error);

@@ -187,6 +187,16 @@ export class VGPUClient {
     }
   }
 
+  /** This user's refused kernel starts and ended kernels the server noted after `since`, newest first. */
+  async refusals(since: number): Promise<IRefusal[]> {
+    const reply = await requestAPI<{ refusals: IRefusal[] }>(
+      withSince('refusals', since),
+      {},
+      this.serverSettings
+    );
+    return reply.refusals ?? [];
+  }
+
   /** Take a request out of the line (its kernel start then fails with "Stopped waiting..."). */
   async cancelWaiting(ticket: number | string): Promise<void> {
     await requestAPI<unknown>(
