@@ -2,7 +2,7 @@
 and dark.
 
 One lab and one browser tab, in file order: resize.ipynb's kernel is resized from 1/4 to 1/2 GPU
-and its row and toolbar say so; a notebook with a long name is cut, its idle time (91 s: "1 min
+and its row, toolbar and status bar say so; a notebook with a long name is cut, its idle time (91 s: "1 min
 31 s") kept on its line; a command waiting in line reads as its program and arguments; "free"
 says it means free to reserve; colours survive a reload and hovering links a row to its part of
 the bar; the status bar shows the kernel's CPU and RAM beside its GPU, the panel's header the
@@ -120,9 +120,13 @@ def test_after_vgpu_resize_the_row_and_the_toolbar_say_the_new_size(
     expect(kernel).to_have_attribute("title", re.compile(r"Resized with %vgpu resize: its kernelspec, “Python 3 \(1/4 GPU\)”"))
     expect(row.locator(".jp-vgpu-SliceRow-memory")).to_have_text("0.0 / 8.0 GiB")
     expect(toolbar_name).to_have_text("Python 3 (1/2 GPU)")
+    # JupyterLab's status bar item says the kernel's name too ("Python 3 (1/2 GPU) | Idle").
+    status_name = page.locator('.jp-StatusBar-TextItem[title^="Change kernel for"]')
+    expect(status_name).to_have_text(re.compile(r"^Python 3 \(1/2 GPU\)( \| \w+)?$"))
     page.evaluate("() => window.jupyterapp.commands.execute('notebook:enter-command-mode')")
     shot(page, "resized-row", row)
     shot(page, "resized-toolbar", current_panel(page).locator(".jp-NotebookPanel-toolbar"))
+    shot(page, "resized-status-bar", page.locator(".jp-StatusBar-Widget"))
     assert sidebar.is_visible()
 
 
