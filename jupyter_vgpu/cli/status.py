@@ -168,6 +168,7 @@ def render(data: dict[str, Any]) -> str:
         for uuid in row["gpus"]:
             by_gpu.setdefault(uuid, []).append(row)
     rule = "+" + "-" * (width - 2) + "+"
+    tier_width = _tier_width(data["slices"])  # one HOLDER column for every table
     shown = {gpu["uuid"] for gpu in data["gpus"]}
     for gpu in data["gpus"]:
         total = gpu["memory_total"]
@@ -197,7 +198,7 @@ def render(data: dict[str, Any]) -> str:
         if not rows:
             lines.append("  (no slices)")
             continue
-        lines += _slice_table(rows, gpu["uuid"], width)
+        lines += _slice_table(rows, gpu["uuid"], width, tier_width)
     elsewhere = [row for row in data["slices"] if not shown.intersection(row["gpus"])]
     if elsewhere:
         lines.append("")
@@ -206,7 +207,7 @@ def render(data: dict[str, Any]) -> str:
             f"the GPU source differs (here: {data['gpus_source']}). They were reserved by processes that saw other "
             "GPUs, e.g. with JUPYTER_VGPU_SIMULATE set; run `status` with the same setting to see their use."
         )
-        lines += _slice_table(elsewhere, None, width)
+        lines += _slice_table(elsewhere, None, width, tier_width)
     if data["simulated"] and any(row.get("memory_used") for row in data["slices"]):
         lines.append("USED, on simulated GPUs: what each slice's frameworks hold in the host's memory.")
     if data["waiting"]:
@@ -246,30 +247,85 @@ def _boxed(text: str, width: int) -> list[str]:
     return [f"| {line.replace(_KEEP, ' '):<{inner}} |" for line in folded]
 
 
-#: Where the HOLDER column starts in a slice row; a holder folds under it while 24 characters are left.
-HOLDER_COLUMN = 78
+#: The narrowest HOLDER column beside a slice's figures; a terminal with less room puts every
+#: row's holder on the lines under its figures.
+HOLDER_MIN_WIDTH = 24
+#: Where a holder starts when it has lines of its own.
+HOLDER_INDENT = 6
 
 
-def _slice_table(rows: list[dict[str, Any]], uuid: str | None, width: int) -> list[str]:
-    """Slices under a GPU (reserved on that GPU), or slices on GPUs not shown (reserved per GPU);
-    each row folded to ``width``."""
-    hang = HOLDER_COLUMN if width - HOLDER_COLUMN >= 24 else 6
-    lines = [f"  {'SLICE':<13}{'OWNER':<10}{'RESERVED':>10}{'USED':>11}{'CONTEXT':>10}  {'TIER':<20}HOLDER"]
+def _slice_table(rows: list[dict[str, Any]], uuid: str | None, width: int, tier_width: int) -> list[str]:
+    """Slices under a GPU (reserved on that GPU), or slices on GPUs not shown (reserved per GPU).
+
+    One layout for every row of a table, chosen by the terminal's width: the holder in a column
+    of its own beside the figures (folded within that column); else on the lines under them;
+    else, narrower still, the tier (and the context) on a line of their own between the two. ``tier_width``: the TIER column's,
+    the same in every table (:func:`_tier_width`)."""
+    figures = f"  {'SLICE':<13}{'OWNER':<10}{'RESERVED':>10}{'USED':>11}"
+    context_below = len(figures) + 10 > width
+    if not context_below:
+        figures += f"{'CONTEXT':>10}"
+    holder_column = len(figures) + 2 + tier_width
+    beside = width - holder_column >= HOLDER_MIN_WIDTH
+    tier_below = len(figures) + tier_width > width
+    below = " " * HOLDER_INDENT
+    if beside:
+        lines = [f"{figures}  {'TIER':<{tier_width}}HOLDER"]
+    elif tier_below:
+        lines = [figures, f"{below}{'CONTEXT, ' if context_below else ''}TIER", f"{below}HOLDER"]
+    else:
+        lines = [f"{figures}  TIER", f"{below}HOLDER"]
     for row in rows:
         reserved = row["memory_reserved_by_gpu"][uuid] if uuid else row["memory_reserved"]
         where = "" if uuid else f" on GPU {', '.join(str(i) for i in row['gpu_indices'])}"
-        lines += _fold(
-            f"  {row['id']:<13}{row['owner'][:9]:<10}{format_bytes(reserved):>10}"
-            f"{_used(row):>11}{format_bytes(row['context_allowance']):>10}"
-            f"  {row['tier']:<20}{row['holder_text']} " + f"[{row['request_text']}{where}]".replace(" ", _KEEP)
-            + (f" idle {format_duration(row['idle_seconds'])}" if row.get("idle_seconds") is not None else ""),
-            width,
-            hang,
-        )
+        context = format_bytes(row["context_allowance"])
+        numbers = f"  {row['id']:<13}{row['owner'][:9]:<10}{format_bytes(reserved):>10}{_used(row):>11}"
+        if not context_below:
+            numbers += f"{context:>10}"
+        holder = (
+            f"{row['holder_text']} " + f"[{row['request_text']}{where}]".replace(" ", _KEEP)
+            + (f" idle {format_duration(row['idle_seconds'])}" if row.get("idle_seconds") is not None else "")
+        )  # fmt: skip
+        if beside:
+            first, *rest = _fold_column(holder, width - holder_column)
+            lines.append(f"{numbers}  {row['tier']:<{tier_width}}{first}".rstrip())
+            lines += [" " * holder_column + part for part in rest]
+        elif tier_below:
+            lines.append(numbers)
+            lines += _fold_column(f"{context}, {row['tier']}" if context_below else row["tier"], width, HOLDER_INDENT)
+            lines += _fold_column(holder, width, HOLDER_INDENT)
+        else:
+            lines.append(f"{numbers}  {row['tier']}")
+            lines += _fold_column(holder, width, HOLDER_INDENT)
         lines += [part for line in configured_lines(row.get("configured") or []) for part in _fold(f"{'':15}{line}", width, 17)]
     if any(row.get("usage_source") == REPORTED for row in rows):
         lines.append("  * reported by the kernel's frameworks: NVML's process ids do not match it (e.g. in a container)")
     return lines
+
+
+def _tier_width(rows: list[dict[str, Any]]) -> int:
+    """The TIER column's width: the longest tier's and two spaces, at least 20."""
+    return max([20] + [len(row["tier"]) + 2 for row in rows])
+
+
+def _fold_column(text: str, width: int, indent: int = 0) -> list[str]:
+    """``text`` folded to ``width``, its lines starting at column ``indent`` (continuations 2
+    further in when there is an indent): "16.0 GiB" and a bracketed request kept whole where they
+    fit, a word longer than a line cut."""
+    kept = _AMOUNT.sub(f"\\1{_KEEP}\\2", text)
+    hang = " " * (indent + 2 if indent else 0)
+    wrapper = _WordFirst(width, initial_indent=" " * indent, subsequent_indent=hang, break_on_hyphens=False)
+    return [part.replace(_KEEP, " ") for part in wrapper.wrap(kept) or [""]]
+
+
+class _WordFirst(textwrap.TextWrapper):
+    """Starts a word longer than a line (a path) on a line of its own before cutting it, so it
+    reads whole as far as it can."""
+
+    def _handle_long_word(self, reversed_chunks: list[str], cur_line: list[str], cur_len: int, width: int) -> None:
+        if cur_line:
+            return  # the line ends here; the next one begins with the word
+        super()._handle_long_word(reversed_chunks, cur_line, cur_len, width)
 
 
 def _used(row: dict[str, Any]) -> str:

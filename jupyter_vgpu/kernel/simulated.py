@@ -8,11 +8,18 @@ changed, writes it for the simulated driver (:mod:`jupyter_vgpu.gpus.simulated_u
 over the slice's GPUs, with the process's CPU load standing in for its GPU utilisation. Every
 view then shows the slice's use as on a real GPU, under its "simulated" label. Nothing is asked
 per cell, and nothing runs on real GPUs or in a process without a slice.
+
+In a kernel, the CPU load counts only while a cell runs (or ran since the previous look): an
+idle kernel's frameworks keep threads of their own (TensorFlow's thread pools, a ``tf.data``
+prefetch filling its buffer) whose load would otherwise read as GPU work for ever, and the idle
+reclaim would never see the kernel idle. A process without cells (``jupyter vgpu run``) is at
+work while it lives.
 """
 
 from __future__ import annotations
 
 import atexit
+import sys
 import threading
 import time
 from pathlib import Path
@@ -45,7 +52,48 @@ def start(state: KernelState) -> None:
 
     folder = use_folder(Path(facts.ledger_path).parent)
     atexit.register(remove_use, folder)
-    threading.Thread(target=_watch, args=(state, folder), name="jupyter-vgpu-simulated-use", daemon=True).start()
+    cells = Cells()
+    try:
+        cells.attach()
+    except Exception:
+        pass  # no cells followed: the process counts as at work
+    threading.Thread(target=_watch, args=(state, folder, cells), name="jupyter-vgpu-simulated-use", daemon=True).start()
+
+
+class Cells:
+    """Whether a kernel ran a cell since the previous look (IPython's cell events); a process
+    without an IPython shell is always at work."""
+
+    def __init__(self) -> None:
+        self.kernel = False
+        # Started by a framework's import, which in a kernel is a cell's: it runs now.
+        self.running = True
+        self.ran = True
+
+    def attach(self) -> None:
+        """Follow this process's IPython shell, if it has one (never imports IPython)."""
+        ipython = sys.modules.get("IPython")
+        shell = ipython.get_ipython() if ipython is not None else None
+        events = getattr(shell, "events", None)
+        if events is None:
+            return
+        events.register("pre_run_cell", self._began)
+        events.register("post_run_cell", self._ended)
+        self.kernel = True
+
+    def at_work(self) -> bool:
+        """True when a cell runs now or ran since the previous call (or no cells here)."""
+        if not self.kernel:
+            return True
+        busy = self.running or self.ran
+        self.ran = self.running
+        return busy
+
+    def _began(self, info: object = None) -> None:
+        self.running = self.ran = True
+
+    def _ended(self, result: object = None) -> None:
+        self.running = False
 
 
 def held(state: KernelState) -> int | None:
@@ -63,7 +111,7 @@ def held(state: KernelState) -> int | None:
     return total
 
 
-def _watch(state: KernelState, folder: Path) -> None:
+def _watch(state: KernelState, folder: Path, cells: Cells) -> None:
     import psutil
 
     from ..gpus.simulated_use import write_use
@@ -76,7 +124,11 @@ def _watch(state: KernelState, folder: Path) -> None:
         try:
             used = held(state) or 0
             load = min(100, round(process.cpu_percent()))  # since the previous look
-            if written is not None and abs(used - written[0]) < NOISE and abs(load - written[1]) < 5:
+            if not cells.at_work():
+                load = 0  # no cell ran: the frameworks' own threads are not GPU work
+            # A small change is not written again, but going idle (or leaving it) always is.
+            steady = written is not None and abs(load - written[1]) < 5 and (load == 0) == (written[1] == 0)
+            if written is not None and abs(used - written[0]) < NOISE and steady:
                 continue
             write_use(folder, {gpu: used // len(gpus) for gpu in gpus}, {gpu: load for gpu in gpus})
             written = (used, load)

@@ -12,6 +12,7 @@ import {
 import {
   Dialog,
   ICommandPalette,
+  IKernelStatusModel,
   ISessionContext,
   Notification
 } from '@jupyterlab/apputils';
@@ -61,7 +62,8 @@ const plugin: JupyterFrontEndPlugin<void> = {
     IStatusBar,
     ISettingRegistry,
     ICommandPalette,
-    ILabShell
+    ILabShell,
+    IKernelStatusModel
   ],
   activate: (
     app: JupyterFrontEnd,
@@ -69,7 +71,8 @@ const plugin: JupyterFrontEndPlugin<void> = {
     statusBar: IStatusBar | null,
     settingRegistry: ISettingRegistry | null,
     palette: ICommandPalette | null,
-    labShell: ILabShell | null
+    labShell: ILabShell | null,
+    kernelStatus: IKernelStatusModel | null
   ) => {
     const client = new VGPUClient(app.serviceManager.serverSettings);
     // The one store the sidebar, the status bar and the dashboard read: one poll for all.
@@ -185,13 +188,14 @@ const plugin: JupyterFrontEndPlugin<void> = {
       dialogAdded: Dialog.tracker.widgetAdded
     });
     new KernelspecWatch({ model, kernelspecs: app.serviceManager.kernelspecs });
-    // A notebook's toolbar says the size of its kernel's slice after `%vgpu resize`; a
-    // `%vgpu monitor` whose kernel restarted says so.
+    // A notebook's toolbar and the status bar's kernel item say the size of its kernel's slice
+    // after `%vgpu resize`; a `%vgpu monitor` whose kernel restarted says so.
     const mainWidgets = () => app.shell.widgets('main');
     new ResizedKernelNames({
       model,
       kernelspecs: app.serviceManager.kernelspecs,
-      widgets: mainWidgets
+      widgets: mainWidgets,
+      kernelStatus
     });
     const monitors = new MonitorStops({ widgets: mainWidgets });
     // A kernel the server will not start again (its engine ended what held it) says why.

@@ -1,6 +1,8 @@
 /**
  * Launcher cards of sliced kernelspecs in order of slice size ("1/10", "1/4", "1/2", "1 GPU",
- * "2 GPUs") instead of as text ("1 GPU", "1/10", "1/2", ...).
+ * "2 GPUs") instead of as text ("1 GPU", "1/10", "1/2", ...). Of equal sizes the plain one comes
+ * first ("1/2" before "1/2, 2 devices" and "1 GPU" before "1 GPU, waits", which text order turns
+ * round: "," sorts before ")").
  *
  * JupyterLab sorts launcher items by rank and then by label, and offers no hook to change that,
  * so each card container is reordered in place: sliced kernelspecs' cards swap among the places
@@ -15,10 +17,32 @@
  */
 import { KernelSpec } from '@jupyterlab/services';
 
-import { sliceSize } from './store/kernelspecs';
+import { sliceConfig, sliceSize } from './store/kernelspecs';
 
-function compare(a: [number, number], b: [number, number]): number {
-  return a[0] - b[0] || a[1] - b[1];
+/** Settings that make a slice a size, not a variant of one. */
+const SIZE_KEYS = new Set(['gpu_fraction', 'gpu_memory', 'gpus', 'launcher']);
+
+/**
+ * Where a sliced kernelspec's card goes among the others: its size (an amount compared with a
+ * share through `gpuMemory`; without it, after every share), then plain before a variant (more
+ * settings than its size: logical devices, a wait in line, a limit). Null without a slice.
+ */
+export function launcherRank(
+  spec: KernelSpec.ISpecModel | undefined,
+  gpuMemory: number | null
+): [number, number, number] | null {
+  const size = sliceSize(spec, gpuMemory);
+  if (!size) {
+    return null;
+  }
+  const variant = Object.keys(sliceConfig(spec) ?? {}).some(
+    key => !SIZE_KEYS.has(key)
+  );
+  return [size[0], size[1], variant ? 1 : 0];
+}
+
+function compare(a: number[], b: number[]): number {
+  return a[0] - b[0] || a[1] - b[1] || a[2] - b[2];
 }
 
 export class LauncherOrder {
@@ -83,13 +107,13 @@ export class LauncherOrder {
     this._watched.forEach((_, node) => this._sort(node));
   }
 
-  /** Sizes of the sliced kernelspecs, by display name (the launcher card's title). */
-  private _sizes(): Map<string, [number, number]> {
-    const sizes = new Map<string, [number, number]>();
+  /** Ranks of the sliced kernelspecs, by display name (the launcher card's title). */
+  private _sizes(): Map<string, [number, number, number]> {
+    const sizes = new Map<string, [number, number, number]>();
     const specs = this._kernelspecs.specs?.kernelspecs ?? {};
     const memory = this._gpuMemory();
     for (const spec of Object.values(specs)) {
-      const size = sliceSize(spec, memory);
+      const size = launcherRank(spec, memory);
       if (spec && size) {
         sizes.set(spec.display_name, size);
       }
@@ -109,7 +133,7 @@ export class LauncherOrder {
         const slots: number[] = [];
         const sliced: {
           card: HTMLElement;
-          size: [number, number];
+          size: [number, number, number];
           index: number;
         }[] = [];
         cards.forEach((card, index) => {

@@ -8,12 +8,14 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
 from jupyter_vgpu.gpus import Inventory
 from jupyter_vgpu.gpus.simulated_use import use_folder
+from jupyter_vgpu.kernel.simulated import Cells
 from jupyter_vgpu.units import GiB, MiB
 
 from .harness import Kernel, Workspace
@@ -71,3 +73,39 @@ def test_a_kernel_that_imports_no_framework_uses_nothing_and_writes_nothing(work
     time.sleep(1.5)
     assert simulated_use(workspace, kernel.pid) == 0
     assert not use_folder(workspace.ledger_path.parent).exists()
+
+
+class _Events:
+    """IPython's cell events, as far as :class:`Cells` uses them."""
+
+    def __init__(self) -> None:
+        self.callbacks: dict[str, list[Any]] = {}
+
+    def register(self, event: str, callback: Any) -> None:
+        self.callbacks.setdefault(event, []).append(callback)
+
+    def fire(self, event: str) -> None:
+        for callback in self.callbacks.get(event, []):
+            callback(None)
+
+
+def test_a_kernels_cpu_load_counts_only_while_a_cell_runs_or_ran_since_the_last_look(monkeypatch: pytest.MonkeyPatch) -> None:
+    events = _Events()
+    monkeypatch.setitem(sys.modules, "IPython", SimpleNamespace(get_ipython=lambda: SimpleNamespace(events=events)))
+    cells = Cells()
+    cells.attach()
+    assert cells.at_work()  # started by a framework's import, in a cell
+    events.fire("post_run_cell")
+    assert cells.at_work()  # the cell ran since the last look
+    assert not cells.at_work() and not cells.at_work()  # idle: its threads' load is not GPU work
+    events.fire("pre_run_cell")
+    assert cells.at_work() and cells.at_work()  # a long cell
+    events.fire("post_run_cell")
+    assert cells.at_work() and not cells.at_work()
+
+
+def test_a_process_without_cells_is_always_at_work(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delitem(sys.modules, "IPython", raising=False)  # `jupyter vgpu run python train.py`
+    cells = Cells()
+    cells.attach()
+    assert cells.at_work() and cells.at_work()

@@ -11,6 +11,7 @@ import subprocess
 import sys
 from typing import Any
 
+import psutil
 import pytest
 
 from .conftest import get_json, until
@@ -75,6 +76,43 @@ async def test_an_idle_kernel_gets_a_notice_then_gives_its_slice_to_the_waiter(
         assert not [s for s in sessions if s["path"] == "forgotten.ipynb" and s.get("kernel")]
     finally:
         command.kill()
+
+
+#: TensorFlow at work with no cell running: a tf.data prefetch filling a buffer of 100,000 matrix
+#: products in its own thread, for minutes.
+PREFETCHING = """
+import tensorflow as tf
+products = tf.data.Dataset.from_tensors(tf.ones([384, 384])).repeat().map(lambda m: tf.reduce_sum(m @ m))
+batches = iter(products.prefetch(100_000))
+next(batches)
+"""
+
+
+@pytest.mark.tensorflow
+async def test_a_tensorflow_kernel_whose_own_threads_work_accrues_idle_time(
+    jp_fetch: Any, start_kernel: Any, vgpu_env: dict[str, str]
+) -> None:
+    """On simulated GPUs a kernel's CPU load stands in for its GPU use; TensorFlow's threads kept
+    an idle kernel's utilisation above 0, so it never accrued idle time (issue 41)."""
+    kernel = await start_kernel()
+    reply, _ = await kernel.run(PREFETCHING)
+    assert reply["status"] == "ok", reply
+    # No cell runs, and TensorFlow works on.
+    load = await asyncio.to_thread(psutil.Process(kernel.pid).cpu_percent, 2.0)
+    assert load > 20, f"the kernel's CPU load with no cell running: {load}%"
+
+    async def idle() -> Any:
+        view = await slice_of(jp_fetch, kernel.id)
+        return view if view and (view["idle_seconds"] or 0) >= AFTER + 2 else None
+
+    view = await until(idle, timeout=30, what="the kernel's idle time")
+    assert (view["utilization"] or 0) == 0, view
+    assert psutil.Process(kernel.pid).cpu_percent(1.0) > 20  # still at work: idle all the same
+    # A cell that runs is activity again.
+    reply, _ = await kernel.run("import time; time.sleep(3)", timeout=30)
+    assert reply["status"] == "ok", reply
+    fresh = await slice_of(jp_fetch, kernel.id)
+    assert fresh is not None and (fresh["idle_seconds"] or 0) < view["idle_seconds"], fresh
 
 
 async def test_an_idle_kernel_nobody_waits_for_is_kept_and_its_idle_time_shown(

@@ -282,7 +282,13 @@ def test_refusal_dialog_shows_holders_advice_and_starts_a_kernel_that_fits(lab: 
     expect(view.locator(".jp-vgpu-Refusal-asked")).to_contain_text("big2.ipynb")
     holder = view.locator(".jp-vgpu-Refusal-gpu[data-gpu-index='0'] .jp-vgpu-Refusal-holder", has_text="train.ipynb")
     expect(holder).to_contain_text("4.0 GiB")
-    expect(view.locator(".jp-vgpu-Refusal-advice li")).not_to_have_count(0)
+    advice = view.locator(".jp-vgpu-Refusal-advice")
+    expect(advice.locator("li")).not_to_have_count(0)
+    # The server's markdown code spans read as code, not as backticks.
+    expect(advice.locator("code", has_text="jupyter vgpu kernelspec install --wait SECONDS")).to_be_visible()
+    expect(advice).not_to_contain_text("`")
+    summary_font = view.locator(".jp-vgpu-Refusal-summary").evaluate("e => getComputedStyle(e).fontFamily")
+    assert "mono" not in summary_font.lower(), summary_font  # only the code spans read as code
     # The same slice from a kernelspec that waits in line for it.
     expect(view.get_by_role("button", name="Wait in line (Python 3 (1 GPU, waits))")).to_have_attribute(
         "data-kernel-name", WAITS

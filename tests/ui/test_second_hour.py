@@ -2,12 +2,12 @@
 and dark.
 
 One lab and one browser tab, in file order: resize.ipynb's kernel is resized from 1/4 to 1/2 GPU
-and its row and toolbar say so; a notebook with a long name is cut, its idle time (91 s: "1 min
+and its row, toolbar and status bar say so; a notebook with a long name is cut, its idle time (91 s: "1 min
 31 s") kept on its line; a command waiting in line reads as its program and arguments; "free"
 says it means free to reserve; colours survive a reload and hovering links a row to its part of
 the bar; the status bar shows the kernel's CPU and RAM beside its GPU, the panel's header the
 host's, and the tooltip does not say "NVML" of simulated GPUs; the Select Kernel dialog says
-which GPU kernels fit now; a kernelspec installed from a terminal shows at once; a `run` slice
+which GPU kernels fit now, and after a refused start (and a reload) selects one that fits; a kernelspec installed from a terminal shows at once; a `run` slice
 that lived 3 s is on the dashboard's timeline; a `%vgpu monitor` says it stopped when its kernel
 restarts. Screenshots land in artifacts/ui/ (``second-hour-*``).
 """
@@ -36,6 +36,7 @@ LAB_ARGS = ["--LabApp.expose_app_in_browser=True"]
 
 RESIZE = "work/resize.ipynb"
 LONG = "work/a-rather-long-notebook-name-for-the-training-runs.ipynb"
+WHOLE = "work/whole.ipynb"
 PROGRAM = Path(sys.executable).name
 
 
@@ -120,9 +121,13 @@ def test_after_vgpu_resize_the_row_and_the_toolbar_say_the_new_size(
     expect(kernel).to_have_attribute("title", re.compile(r"Resized with %vgpu resize: its kernelspec, “Python 3 \(1/4 GPU\)”"))
     expect(row.locator(".jp-vgpu-SliceRow-memory")).to_have_text("0.0 / 8.0 GiB")
     expect(toolbar_name).to_have_text("Python 3 (1/2 GPU)")
+    # JupyterLab's status bar item says the kernel's name too ("Python 3 (1/2 GPU) | Idle").
+    status_name = page.locator('.jp-StatusBar-TextItem[title^="Change kernel for"]')
+    expect(status_name).to_have_text(re.compile(r"^Python 3 \(1/2 GPU\)( \| \w+)?$"))
     page.evaluate("() => window.jupyterapp.commands.execute('notebook:enter-command-mode')")
     shot(page, "resized-row", row)
     shot(page, "resized-toolbar", current_panel(page).locator(".jp-NotebookPanel-toolbar"))
+    shot(page, "resized-status-bar", page.locator(".jp-StatusBar-Widget"))
     assert sidebar.is_visible()
 
 
@@ -272,6 +277,42 @@ def test_the_kernel_picker_says_which_gpu_kernels_fit_now(
     expect(hint).to_contain_text("Asks for 4.0 GiB on 1 GPU: fits now on GPU 0 (4.0 GiB free to reserve).")
     dialog.get_by_role("button", name="Cancel").click()
     expect(dialog).to_have_count(0)
+
+
+def refused_then_picker(page: Any) -> Any:
+    """whole.ipynb's start is refused: past JupyterLab's error (Ok), its Select Kernel dialog."""
+    error = page.locator(".jp-Dialog", has_text="Error Starting Kernel")
+    expect(error.locator(".jp-vgpu-Refusal")).to_be_visible(timeout=60_000)
+    error.get_by_role("button", name="Ok").click()
+    picker = page.locator(".jp-Dialog", has_text="Select Kernel")
+    expect(picker).to_be_visible()
+    return picker
+
+
+def test_after_a_reload_the_kernel_picker_selects_a_kernel_with_room(
+    lab: Lab, page: Any, notebooks: dict[str, dict[str, Any]]
+) -> None:
+    """whole.ipynb asks for the whole GPU with 4 GiB free: after its refused start, before and
+    after a reload, JupyterLab's Select Kernel dialog selects a kernel that fits (issue 41)."""
+    (lab.root / WHOLE).write_text(notebook_json(WHOLE_GPU, "Python 3 (1 GPU)"))
+    open_notebook(page, WHOLE)
+    refused_then_picker(page).locator(".jp-Dialog-footer .jp-mod-reject").click()
+    page.reload()
+    picker = refused_then_picker(page)
+    select = picker.locator("select")
+    hint = picker.locator(".jp-vgpu-KernelHint")
+    expect(hint).to_contain_text("Chosen for you: “Python 3 (1 GPU)” has no room now.")
+    chosen = select.evaluate("s => s.selectedOptions[0].text")
+    assert chosen == f"{KERNEL_DISPLAY_NAME} · fits now", chosen  # the largest that fits: 4 GiB of 4
+    expect(hint).to_have_attribute("data-jp-vgpu-fits", "true")
+    shot(page, "kernel-picker-with-room", picker.locator(".jp-Dialog-content"))
+    # The user's own choice stands, and the note goes.
+    select.select_option(label="Python 3 (1 GPU) · no room now")
+    expect(hint).not_to_contain_text("Chosen for you")
+    picker.locator(".jp-Dialog-footer .jp-mod-reject").click()
+    expect(picker).to_have_count(0)
+    page.locator(".lm-DockPanel-tabBar .lm-TabBar-tab.lm-mod-current .lm-TabBar-tabCloseIcon").click()
+    expect(page.locator(".lm-DockPanel-tabBar .lm-TabBar-tab", has_text="whole.ipynb")).to_have_count(0)
 
 
 def test_a_kernelspec_installed_from_a_terminal_shows_at_once(

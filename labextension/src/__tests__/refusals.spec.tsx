@@ -15,6 +15,7 @@ import {
   refusalIdOf
 } from '../dialogs/kernelstarts';
 import { RefusalView, StoppedWaitingView } from '../dialogs/refusal';
+import { render } from './render';
 import { IStartDialog, RefusalDialogs } from '../dialogs/refusaldialog';
 
 // Widget packages need a DOM; the dialogs here are fakes.
@@ -285,5 +286,30 @@ describe('RefusalDialogs', () => {
     expect(asked).toEqual([ID]);
     expect(error.mounted).toBeNull();
     expect(error.classes.size).toBe(0);
+  });
+});
+
+describe('RefusalView', () => {
+  it("shows the server's code spans as code, without their backticks", () => {
+    const html = render(
+      <RefusalView
+        refusal={refusal({
+          summary: 'No room for 1 GPU (16.0 GiB) now: every GPU is full.',
+          fits_now: { memory: 4 << 30, text: '`-p 0.25` (4.0 GiB)' },
+          advice: [
+            'Wait in line: a kernel with wait_timeout, or `jupyter vgpu run --wait SECONDS`; requests are served first come, first served.',
+            'Ask for 1 GPU (`-n 1`, or `gpus: 1` in a kernelspec): 1/2 GPU on each fits now.'
+          ]
+        })}
+        onStart={() => undefined}
+      />
+    );
+    const shown = html.replace(/<pre>[\s\S]*<\/pre>/, ''); // the raw message stays raw
+    expect(shown).not.toContain('`');
+    expect(shown).toContain('<code>jupyter vgpu run --wait SECONDS</code>');
+    expect(shown).toContain(
+      'Ask for 1 GPU (<code>-n 1</code>, or <code>gpus: 1</code> in a kernelspec)'
+    );
+    expect(shown).toContain('The most that fits now: <code>-p 0.25</code>');
   });
 });

@@ -15,6 +15,21 @@ function showOpened(event: React.SyntheticEvent<HTMLDetailsElement>): void {
   }
 }
 
+/**
+ * The server's sentences write commands and settings as markdown code spans
+ * (`` `jupyter vgpu run --wait SECONDS` ``): shown as code, without the backticks.
+ */
+export function CodeSpans(props: { text: string }): JSX.Element {
+  const parts = props.text.split(/`([^`]+)`/);
+  return (
+    <>
+      {parts.map((part, i) =>
+        i % 2 ? <code key={i}>{part}</code> : part ? part : null
+      )}
+    </>
+  );
+}
+
 /** At most this many "Start ..." buttons (the server lists the largest that fits first). */
 const MAX_SUGGESTIONS = 3;
 
@@ -73,7 +88,9 @@ export function RefusalView(props: {
   const fits = r.fits_now?.text ?? '';
   return (
     <div className="jp-vgpu-Refusal" data-status={r.status}>
-      <h3 className="jp-vgpu-Refusal-summary">{summary}</h3>
+      <h3 className="jp-vgpu-Refusal-summary">
+        <CodeSpans text={summary} />
+      </h3>
       {/* The heading above and the buttons below stay in view: only this part scrolls. */}
       <div className="jp-vgpu-Refusal-scroll">
         {(r.asked || notebook) && (
@@ -99,7 +116,10 @@ export function RefusalView(props: {
             ) : null}
             .
             {fits && !summary.includes(fits) ? (
-              <> The most that fits now: {fits}.</>
+              <>
+                {' '}
+                The most that fits now: <CodeSpans text={fits} />.
+              </>
             ) : null}
           </p>
         )}
@@ -128,7 +148,9 @@ export function RefusalView(props: {
         {(r.advice ?? []).length > 0 && (
           <ul className="jp-vgpu-Refusal-advice" aria-label="What you can do">
             {r.advice.map((a, i) => (
-              <li key={i}>{a}</li>
+              <li key={i}>
+                <CodeSpans text={a} />
+              </li>
             ))}
           </ul>
         )}

@@ -189,6 +189,40 @@ export function kernelspecFit(
   };
 }
 
+/**
+ * What to pick instead of the kernelspec `name` when its slice has no room now: among `names`
+ * (in their order), the largest sliced kernelspec that fits now and asks for no more than `name`
+ * does. Null when `name` fits, has no slice, or nothing smaller fits either.
+ */
+export function roomierChoice(
+  specs: { [name: string]: KernelSpec.ISpecModel | undefined },
+  name: string,
+  names: readonly string[],
+  devices: readonly IDevice[]
+): string | null {
+  const asked = kernelspecFit(specs[name], devices);
+  if (!asked || asked.fits) {
+    return null;
+  }
+  const memory = Math.min(...devices.map(d => d.memory_total));
+  const most = sliceSize(specs[name], memory);
+  let best: { name: string; size: [number, number] } | null = null;
+  for (const other of names) {
+    const size = sliceSize(specs[other], memory);
+    if (
+      size &&
+      most &&
+      size[0] === most[0] &&
+      size[1] <= most[1] + 1e-9 &&
+      kernelspecFit(specs[other], devices)?.fits &&
+      (!best || size[1] > best.size[1] + 1e-9)
+    ) {
+      best = { name: other, size };
+    }
+  }
+  return best?.name ?? null;
+}
+
 /** "300 s", "5 min", "2 h": a kernelspec's wait_timeout. */
 function formatWait(seconds: number): string {
   if (seconds < 120) {

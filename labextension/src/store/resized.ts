@@ -6,8 +6,11 @@
  * The toolbar's kernel name is JupyterLab's (`sessionContext.kernelDisplayName`, read again
  * whenever the kernel changes): for a notebook whose kernel holds a resized slice, that getter
  * is wrapped on the notebook's own session context, and the label on screen is set at once.
+ * The status bar's kernel item ("Python 3 (1/4 GPU) | Idle") reads the same getter, but only
+ * when a notebook becomes current or its kernel changes; when a name changes it is made to read
+ * the current notebook's again.
  */
-import { ISessionContext } from '@jupyterlab/apputils';
+import { IKernelStatusModel, ISessionContext } from '@jupyterlab/apputils';
 import { KernelSpec } from '@jupyterlab/services';
 import { Widget } from '@lumino/widgets';
 
@@ -105,6 +108,7 @@ export class ResizedKernelNames {
     this._model = options.model;
     this._kernelspecs = options.kernelspecs;
     this._widgets = options.widgets;
+    this._kernelStatus = options.kernelStatus ?? null;
     this._model.changed.connect(this.update, this);
   }
 
@@ -123,6 +127,7 @@ export class ResizedKernelNames {
 
   /** Wrap the kernel names that need it, and show the names on screen now. */
   update(): void {
+    let changed = false;
     for (const widget of this._widgets()) {
       const context = sessionContextOf(widget);
       const kernel = context?.session?.kernel;
@@ -150,7 +155,24 @@ export class ResizedKernelNames {
       if (text && text.nodeType === Node.TEXT_NODE && text.nodeValue !== name) {
         text.nodeValue = name; // the same text node React keeps, so its next render goes on
       }
+      changed = changed || this._names.get(context) !== name;
+      this._names.set(context, name);
     }
+    if (changed) {
+      this._refreshStatus();
+    }
+  }
+
+  /**
+   * Make the status bar's kernel item read the current notebook's kernel name again. It reads
+   * it when it is given a session context, which adding a session provider does (for the current
+   * widget); the provider gives none, and being the same function each time it is kept once.
+   * Twice: JupyterLab 4's item model announces a new state only when a reading changed nothing
+   * (`_triggerChange`), so the second reading shows the first's name.
+   */
+  private _refreshStatus(): void {
+    this._kernelStatus?.addSessionProvider(noSession);
+    this._kernelStatus?.addSessionProvider(noSession);
   }
 
   dispose(): void {
@@ -158,9 +180,16 @@ export class ResizedKernelNames {
   }
 
   private _kernelspecs: KernelSpec.IManager;
+  private _kernelStatus: IKernelStatusModel | null;
   private _model: GPUModel;
+  private _names = new WeakMap<ISessionContext, string>();
   private _widgets: () => Iterable<Widget>;
   private _wrapped = new WeakSet<ISessionContext>();
+}
+
+/** A session provider for the status bar's kernel item that provides nothing. */
+function noSession(): null {
+  return null;
 }
 
 export namespace ResizedKernelNames {
@@ -169,5 +198,7 @@ export namespace ResizedKernelNames {
     kernelspecs: KernelSpec.IManager;
     /** The main area's widgets (`app.shell.widgets('main')`). */
     widgets: () => Iterable<Widget>;
+    /** JupyterLab's status bar kernel item, where there is one. */
+    kernelStatus?: IKernelStatusModel | null;
   }
 }
