@@ -30,7 +30,7 @@ from ..units import describe_fraction, exact_bytes, format_bytes, parse_seconds,
 DEFAULT_SET = ("1/4", "1/2", "1")
 
 
-def add_parser(commands: Any) -> None:
+def add_parser(commands: Any, *, launchers: bool = True) -> None:
     parser = commands.add_parser("kernelspec", help="install, list or remove sliced kernelspecs")
     sub = parser.add_subparsers(dest="kernelspec_command", metavar="ACTION", parser_class=type(parser))
 
@@ -49,7 +49,7 @@ def add_parser(commands: Any) -> None:
     install.add_argument("--name", help="kernelspec name (default derived, e.g. python3-vgpu-1-4)")
     install.add_argument("--display-name", help='name in the kernel picker (default e.g. "Python 3 (1/4 GPU)")')
     install.add_argument("--replace", action="store_true", help="replace a kernelspec of the same name that differs")
-    for launcher in offered_launchers():  # a launcher's own option: its kernels run elsewhere
+    for launcher in offered_launchers() if launchers else ():  # a launcher's own option: its kernels run elsewhere
         install.add_argument(f"--{launcher.option}", action="store_true", dest=f"launcher_{launcher.name}", help=launcher.option_help)
         install.add_argument(
             f"--{launcher.option}-arg", action="append", default=[], metavar="ARG", dest=f"launcher_{launcher.name}_args",
