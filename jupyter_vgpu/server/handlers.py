@@ -83,11 +83,12 @@ class VGPUHandler(APIHandler):
             result[kernel_id] = KernelInfo(name=name or None, path=paths.get(kernel_id))
         return result
 
-    async def spec_launchers(self) -> dict[str, list[str]]:
+    async def spec_launchers(self, stamp: str | None = None) -> dict[str, list[str]]:
         """The display names of this server's kernelspecs by the launcher each names (other than
-        ``local``), read again only when a kernelspec folder changed."""
-        dirs = list(self.kernel_spec_manager.kernel_dirs)
-        stamp = await self.monitor.call(kernelspecs_stamp, dirs)
+        ``local``), read again only when a kernelspec folder changed (``stamp``: the folders'
+        :func:`.views.kernelspecs_stamp`, when the caller has it)."""
+        if stamp is None:
+            stamp = await self.kernelspecs_stamp()
         cache: dict[str, Any] = self.settings.setdefault(SPEC_LAUNCHERS, {})
         if cache.get("stamp") != stamp:
             try:
@@ -98,6 +99,11 @@ class VGPUHandler(APIHandler):
             cache.update(stamp=stamp, found=kernelspec_launchers(specs))
         found: dict[str, list[str]] = cache["found"]
         return found
+
+    async def kernelspecs_stamp(self) -> str:
+        """What changes when a kernelspec of this server is installed, removed or rewritten."""
+        stamp: str = await self.monitor.call(kernelspecs_stamp, list(self.kernel_spec_manager.kernel_dirs))
+        return stamp
 
     def kernel_pid(self, kernel_id: str) -> int | None:
         """The pid of this server's kernel ``kernel_id`` (None: not ours, or no process yet)."""
@@ -172,13 +178,14 @@ class SampleHandler(VGPUHandler):
         kernels = await self.kernels()
         since = self.since()
         changes: Changes = self.settings[CHANGES]
-        launchers = await self.spec_launchers()
+        stamp = await self.kernelspecs_stamp()  # the kernelspecs' launchers and the reply's kernelspecs
+        launchers = await self.spec_launchers(stamp)
         slices = changes.slices_reply(slices_view(sample, self.monitor, self.watchdog, kernels, since, launchers), since)
         reply: dict[str, Any] = {"slices": slices}
         if self.get_query_argument("devices", None) is not None:
             reply["devices"] = devices_view(sample, self.monitor, self.watchdog, self.since("devices"))
             reply["devices"]["host"] = await self.monitor.call(machine_view)
-        reply["kernelspecs"] = await self.monitor.call(kernelspecs_stamp, list(self.kernel_spec_manager.kernel_dirs))
+        reply["kernelspecs"] = stamp
         if self.get_query_argument("history", None) is not None:
             dashboard: DashboardHistory = self.settings[DASHBOARD]
             reply["history"] = history_view(sample, self.monitor, dashboard, kernels, self.since("history"))
