@@ -156,7 +156,8 @@ def test_a_kernel_whose_job_its_user_cancelled_dies_saying_why_and_no_new_job_is
             "no new job is asked for this kernel (slurm_restarts 0), so its variables are lost: "
             "start a new kernel for this notebook (Kernel > Change Kernel..., or open the notebook again) to run in a new job."
         )
-        assert sentence in server.log_text()
+        said_in_log = [line for line in server.log_text().splitlines() if f"job {job}" in line]
+        assert any(sentence in line for line in said_in_log), said_in_log
         status, said = server.api("GET", "api/vgpu/refusals", timeout=10)
         assert status == 200 and any(sentence in json.dumps(r) for r in said.get("refusals", said)), said
         assert not (tmp_path / "data" / "vgpu" / "slurm" / kernel_id).exists()  # its reports folder went with it

@@ -87,7 +87,7 @@ class SlurmLauncher(SlurmViews, Launcher):
         kernel_id = str(provisioner.kernel_id)
         ended = None
         if state.get("job_id"):  # a restart: the kernel keeps its job while Slurm runs it
-            job_state, why = await asyncio.to_thread(slurmctl.job_state, state["job_id"], env)
+            job_state, why = await asyncio.to_thread(slurmctl.final_state, state["job_id"], env)  # how it ended, once Slurm says
             if job_state == "RUNNING":
                 state.pop("ended", None)
                 state.pop("slurm_ended", None)  # said once, by the kernel that replaced the ended one

@@ -45,6 +45,7 @@ ENDINGS = {
     "OUT_OF_MEMORY": "it ran out of memory",
     "FAILED": "it failed",
     "COMPLETED": "it completed",
+    "COMPLETING": "it is ending, and Slurm has not yet said why",
 }
 
 
