@@ -5,7 +5,7 @@ jupyter_client creates one provisioner per kernel (from the kernelspec's
 ``JUPYTER_DEFAULT_PROVISIONER_NAME=vgpu-provisioner``). Its life with a slice:
 
 * ``pre_launch`` reserves the slice in the ledger (waiting in line up to ``wait_timeout``),
-  sets the kernel environment from :func:`jupyter_vgpu.slices.slice_environment` (the same
+  sets the kernel environment from :func:`jupyter_vgpu.slices.environment.with_slice` (the same
   mapping ``jupyter vgpu run`` uses) and adds ``--ext=jupyter_vgpu`` to ipykernel command lines;
 * ``post_launch`` makes the kernel process the slice's holder, so a kernel killed with
   SIGKILL frees its slice at the next reservation or ``jupyter vgpu gc``;
@@ -52,8 +52,8 @@ from .launch.settings import (  # fmt: skip
 from .launch.waiting import LineLog
 from .launch.workarounds import CLIENT_NOTEBOOK, forget_when_done
 from .ledger import Ledger
-from .slices import Holder, Slice, SliceRequest, cpu_environment, slice_environment
-from .slices.environment import DEVICE_NAMES, without_slice
+from .slices import Holder, Slice, SliceRequest, cpu_environment
+from .slices.environment import DEVICE_NAMES, with_slice, without_slice
 from .slices.records import GATEWAY_CLIENT, notebook_path
 from .slices.reports import remove_report
 from .slices.request import MAX_COUNT, PLACEMENTS
@@ -359,13 +359,12 @@ class VGPUProvisioner(LocalProvisioner):  # type: ignore[misc]
                 slice_ = await self._slice(ledger, request, env)
             if slice_ is not None:  # None: no GPU at all, and no_gpu="cpu"
                 self.slice_id, self._slice_tier = slice_.id, slice_.tier.value
-                env.update(
-                    slice_environment(
-                        slice_,
-                        ledger_path=str(ledger.path),
-                        simulate=settings.resolved_simulate,
-                        device_names=self.device_names or "uuid",
-                    )
+                env = with_slice(  # fractions of what CUDA sees under the kernel's scheduler share
+                    env,
+                    slice_,
+                    ledger_path=str(ledger.path),
+                    simulate=settings.resolved_simulate,
+                    device_names=self.device_names or "uuid",
                 )
                 self.log.info("Kernel %s holds GPU slice %s: %s", self.kernel_id, slice_.id, slice_.request.describe())
             kwargs["env"] = env

@@ -30,6 +30,7 @@ from dataclasses import replace
 from typing import Any
 
 from .errors import InvalidRequest
+from .gpus.lenses import SchedulerLens
 from .slices.environment import slice_environment
 from .slices.records import Slice
 from .units import format_bytes
@@ -104,7 +105,10 @@ def task_options(num_gpus: float, env: Mapping[str, str] | None = None, held: Sl
             f"num_gpus={num_gpus:g} of this slice is {format_bytes(part.memory_per_gpu)}, no more than the "
             f"{format_bytes(held.context_allowance)} a task's CUDA context needs; ask for more."
         )
-    variables = slice_environment(part, ledger_path=env.get("JUPYTER_VGPU_LEDGER", ""), simulate=env.get("JUPYTER_VGPU_SIMULATE", ""))
+    variables = slice_environment(
+        part, ledger_path=env.get("JUPYTER_VGPU_LEDGER", ""), simulate=env.get("JUPYTER_VGPU_SIMULATE", ""),
+        cuda_portion=SchedulerLens.here(env).cuda_portion(),
+    )  # fmt: skip
     variables.pop("CUDA_VISIBLE_DEVICES", None)  # Ray names the GPUs each task gets
     return {"num_gpus": num_gpus, "runtime_env": {"env_vars": variables}}
 

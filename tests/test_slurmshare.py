@@ -215,3 +215,27 @@ def test_a_local_folder_under_a_network_mount_is_local(tmp_path: Path, monkeypat
     mounts(tmp_path, monkeypatch, "lustre@o2ib:/fs /lus lustre rw 0 0\n")
     assert filesystem.network_filesystem(Path("/lus/home/alice")) == "lustre"
     assert filesystem.network_filesystem(Path("/lustre-like")) is None  # a prefix is not a mount point
+
+
+@pytest.mark.parametrize(
+    ("env", "card_fraction"),
+    [
+        ({}, False),  # no scheduler: CUDA sees the GPU the slice is of
+        ({"CUDA_DEVICE_MEMORY_LIMIT_0": "8g"}, False),  # HAMi-core makes CUDA report the pod's share
+        ({"GPU_PORTION": "0.5"}, True),  # KAI: CUDA still sees the whole card
+        (STEP, True),  # a job's shards: CUDA still sees the whole card
+        ({"GPU_PORTION": "half"}, False),  # said where the GPUs are read; the slice's own size stays right
+    ],
+)
+def test_a_slices_fractions_are_of_what_cuda_sees_under_the_share_its_environment_names(env: dict[str, str], card_fraction: bool) -> None:
+    from jupyter_vgpu.slices import Slice, SliceRequest
+    from jupyter_vgpu.slices.environment import with_slice
+
+    # 4 GiB of a GPU the lens made 8 GiB (half a 16 GiB card)
+    held = Slice(
+        id="abcdef012345", owner="u", uid=0, holder_kind="kernel", holder="k", pid=None, pid_start=None, gpus=("GPU-0",),
+        gpu_indices=(0,), memory=(4 * GiB,), memory_total=(8 * GiB,), context_allowance=0, logical_devices=1, request=SliceRequest.parse(0.5),
+    )  # fmt: skip
+    given = with_slice({"PATH": "/bin", **env}, held, ledger_path="/l")
+    assert float(given["JUPYTER_VGPU_MEMORY_FRACTION"]) == (0.25 if card_fraction else 0.5)
+    assert given["PATH"] == "/bin" and given["JUPYTER_VGPU_MEMORY_LIMIT"] == str(4 * GiB)  # the rest kept, the slice's size as booked

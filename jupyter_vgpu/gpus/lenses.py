@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from ..errors import VGPUError
 from .model import GPU
 from .podshare import PodShare, pod_share
 from .slurmshare import SlurmShare, slurm_share
@@ -25,6 +26,25 @@ class SchedulerLens:
     def of(cls, env: Mapping[str, str]) -> SchedulerLens:
         """Read from ``env`` (:class:`~jupyter_vgpu.errors.InvalidConfig` for a value not allowed)."""
         return cls(pod_share(env), slurm_share(env))
+
+    @classmethod
+    def here(cls, env: Mapping[str, str]) -> SchedulerLens:
+        """As :meth:`of`, but no share where ``env`` names one not allowed: that is said where the
+        GPUs are read, and a slice's own size stays right without it."""
+        try:
+            return cls.of(env)
+        except VGPUError:
+            return cls()
+
+    def cuda_portion(self) -> float | None:
+        """The part of each GPU this process has that CUDA does not report (CUDA, and so every
+        framework's fraction, still sees the whole card): a KAI pod's portion, a Slurm job's
+        shards (which never span GPUs). None where CUDA sees what the process has: no share,
+        whole GPUs, or a HAMi pod (HAMi-core makes CUDA report the share itself)."""
+        if self.pod is not None and self.pod.portion is not None:
+            return self.pod.portion
+        job = self.job
+        return job.portion(job.gpus[0]) if job is not None and job.sharded and job.gpus else None
 
     def apply(self, gpus: tuple[GPU, ...], count: int, message: str | None) -> tuple[tuple[GPU, ...], str | None]:
         """``gpus`` (of ``count`` NVML sees) as this process has them, and what to say of them."""

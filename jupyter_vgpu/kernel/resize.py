@@ -14,6 +14,7 @@ from dataclasses import replace
 
 from ..errors import InvalidRequest, VGPUError
 from ..frameworks import FRAMEWORKS, revisit
+from ..gpus.lenses import SchedulerLens
 from ..ledger import open_ledger
 from ..slices import SliceRequest, parse_share, slice_environment
 from ..slices.environment import VARIABLES, fit_installed_frameworks
@@ -65,8 +66,9 @@ def resize(state: KernelState, text: str) -> str:
         resized = ledger.resize(facts.slice_id, request)
         by_index = all(part.strip().isdigit() for part in os.environ.get("CUDA_VISIBLE_DEVICES", "x").split(","))
         env = slice_environment(
-            resized, ledger_path=str(ledger.path), simulate=facts.simulate, device_names="index" if by_index else "uuid"
-        )
+            resized, ledger_path=str(ledger.path), simulate=facts.simulate, device_names="index" if by_index else "uuid",
+            cuda_portion=SchedulerLens.here(os.environ).cuda_portion(),
+        )  # fmt: skip
         for name in VARIABLES:
             os.environ.pop(name, None)  # the new environment names each variable afresh
         fit_installed_frameworks(env)

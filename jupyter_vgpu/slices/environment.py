@@ -11,13 +11,11 @@ an MPS slice gets the MPS server's pinned memory limit and thread share).
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Callable, Mapping, MutableMapping
 from typing import TYPE_CHECKING
 
 from ..enforcement import TIERS, Tier, by_tier
 from ..enforcement.base import ENV_ENTER
-from ..errors import VGPUError
 from ..frameworks import FRAMEWORKS
 from ..frameworks.base import GUARDED, guarded_after
 from .reports import report_dir
@@ -60,10 +58,14 @@ def without_slice(env: Mapping[str, str]) -> dict[str, str]:
 def with_slice(
     env: Mapping[str, str], slice_: Slice, *, ledger_path: str, simulate: str = "", device_names: str = "uuid"
 ) -> dict[str, str]:
-    """``env`` for a process that holds ``slice_``: inherited slice variables replaced."""
+    """``env`` for a process that holds ``slice_``: inherited slice variables replaced, its
+    fractions taken of what CUDA sees under the scheduler share ``env`` names (a pod's, a job's)."""
+    from ..gpus.lenses import SchedulerLens
+
+    portion = SchedulerLens.here(env).cuda_portion()
     return {
         **without_slice(env),
-        **slice_environment(slice_, ledger_path=ledger_path, simulate=simulate, device_names=device_names),
+        **slice_environment(slice_, ledger_path=ledger_path, simulate=simulate, device_names=device_names, cuda_portion=portion),
     }
 
 
@@ -74,30 +76,17 @@ def with_slice(
 DEVICE_NAMES = ("uuid", "index")
 
 
-def _scheduler_portion() -> float | None:
-    """The part of the card a scheduler gave this process without making CUDA report it: a KAI
-    pod's portion, a Slurm job's shards (a Slurm job's shards never span GPUs)."""
-    from ..gpus.podshare import pod_share
-    from ..gpus.slurmshare import slurm_share
-
-    try:
-        share = pod_share(os.environ)
-        job = slurm_share(os.environ)
-    except VGPUError:
-        return None  # said where the GPUs are read; the slice's own size is still right
-    if share is not None and share.portion is not None:
-        return share.portion
-    return job.portion(job.gpus[0]) if job is not None and job.sharded else None
-
-
 def slice_environment(
-    slice_: Slice, *, ledger_path: str, simulate: str = "", device_names: str = "uuid"
+    slice_: Slice, *, ledger_path: str, simulate: str = "", device_names: str = "uuid", cuda_portion: float | None = None
 ) -> dict[str, str]:
-    """The variables of a process that holds ``slice_`` (README.md, "Kernel environment")."""
+    """The variables of a process that holds ``slice_`` (README.md, "Kernel environment").
+    ``cuda_portion``: the part of the card a scheduler gave the process without CUDA reporting
+    it (:meth:`~jupyter_vgpu.gpus.lenses.SchedulerLens.cuda_portion`; :func:`with_slice` reads it
+    from the environment it is given)."""
     limit = slice_.memory_limit
     # What CUDA reports as the device's total: the MIG device itself on a MIG slice.
     smallest_total: float = min(slice_.device_memory)
-    if slice_.tier is not Tier.MIG and (portion := _scheduler_portion()) is not None:
+    if slice_.tier is not Tier.MIG and (portion := cuda_portion) is not None:
         # In a KAI-Scheduler pod or a Slurm job with shards the slice's GPU is the pod's or job's
         # portion of the card, but CUDA (and so every framework's fraction) still sees the whole
         # card; HAMi-core, which HAMi preloads, makes CUDA report a HAMi pod's share itself.

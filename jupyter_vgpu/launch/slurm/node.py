@@ -122,8 +122,8 @@ def take_share(env: dict[str, str]) -> tuple[str | None, str | None, int | None]
     from ...config import load_settings
     from ...errors import NoGPU, VGPUError
     from ...ledger import open_ledger
-    from ...slices import Holder, SliceRequest, cpu_environment, slice_environment
-    from ...slices.environment import without_slice
+    from ...slices import Holder, SliceRequest, cpu_environment
+    from ...slices.environment import with_slice
     from ...slices.records import ASKED_LABEL
 
     gpus = [g for g in (env.get("SLURM_STEP_GPUS") or env.get("SLURM_JOB_GPUS") or "").split(",") if g.strip()]
@@ -138,10 +138,9 @@ def take_share(env: dict[str, str]) -> tuple[str | None, str | None, int | None]
         return None, None, None
     except VGPUError as error:
         return str(error), None, None
-    kept = without_slice(env)
+    sliced = with_slice(env, slice_, ledger_path=str(ledger.path), simulate=settings.resolved_simulate)  # of the job's shards
     env.clear()
-    env.update(kept)
-    env.update(slice_environment(slice_, ledger_path=str(ledger.path), simulate=settings.resolved_simulate))
+    env.update(sliced)
     return None, slice_.id, (slice_.memory[0] if slice_.memory else None)
 
 
