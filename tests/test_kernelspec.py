@@ -116,6 +116,16 @@ def test_slurm_installs_a_kernel_started_as_a_slurm_job_with_the_sites_options(j
     }  # fmt: skip
 
 
+def test_slurm_restarts_sets_how_many_new_jobs_a_kernel_whose_job_ended_gets(jupyter_dirs: Path) -> None:
+    result = vgpu("install", "-p", "1/4", "--slurm", "--slurm-restarts", "2", "--source", "lab-python", "--user")
+    assert result.returncode == 0, result.stderr
+    config = spec(jupyter_dirs, "lab-python-vgpu-1-4-slurm")["metadata"]["kernel_provisioner"]["config"]  # type: ignore[index]
+    assert config == {"gpu_fraction": 0.25, "launcher": "slurm", "slurm_restarts": 2}
+    from jupyter_vgpu.provisioner import VGPUProvisioner
+
+    assert VGPUProvisioner(**config).slurm_restarts == 2  # as jupyter_client makes it from the kernelspec
+
+
 def test_prefix_installs_under_prefix(jupyter_dirs: Path, tmp_path: Path) -> None:
     result = vgpu("install", "-p", "1/2", "--prefix", str(tmp_path / "env"))
     assert result.returncode == 0, result.stderr
@@ -148,6 +158,8 @@ def test_list_shows_only_sliced_specs_and_remove_takes_them_away(jupyter_dirs: P
         (["remove"], "Name the kernelspecs to remove"),
         (["install", "-p", "1/4", "--slurm-arg=--partition=gpu", "--user"], "--slurm-arg is for kernels started as Slurm jobs; add --slurm."),
         (["install", "-p", "1/4", "--slurm", "--slurm-arg=--gres=gpu:1", "--user"], "slurm_args '--gres=gpu:1' asks Slurm for GPUs"),
+        (["install", "-p", "1/4", "--slurm-restarts", "1", "--user"], "--slurm-restarts is for kernels started as Slurm jobs; add --slurm."),
+        (["install", "-p", "1/4", "--slurm", "--slurm-restarts", "-1", "--user"], "--slurm-restarts '-1' is not a whole number of times; use 0 or more (2)."),
     ],
 )
 def test_mistakes_get_one_sentence(jupyter_dirs: Path, args: list[str], message: str) -> None:

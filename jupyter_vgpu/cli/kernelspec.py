@@ -14,7 +14,7 @@ import re
 import shutil
 import sys
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +55,8 @@ def add_parser(commands: Any, *, launchers: bool = True) -> None:
             f"--{launcher.option}-arg", action="append", default=[], metavar="ARG", dest=f"launcher_{launcher.name}_args",
             help=launcher.options_help,
         )  # fmt: skip
+        for key, text in launcher.counts:
+            install.add_argument(f"--{key.replace('_', '-')}", metavar="N", dest=f"launcher_{launcher.name}__{key}", help=text)
     where = install.add_mutually_exclusive_group()
     where.add_argument("--user", action="store_true", help="install for the current user")
     where.add_argument("--sys-prefix", action="store_true", help="install into this Python environment")
@@ -135,12 +137,14 @@ def install(
     replace: bool = False,
     keep: bool = False,
     launcher: tuple[str, Sequence[str]] | None = None,
+    launcher_counts: Mapping[str, int] | None = None,
 ) -> tuple[str, str, str, str]:
     """Install one sliced kernelspec; returns (name, display name, path, what happened:
     ``installed``, ``replaced``, ``unchanged`` or ``kept``). An existing kernelspec of the same
     name that differs is replaced only with ``replace``; with ``keep`` it stays (``--defaults``,
     which ``scripts/lab`` runs at every start); otherwise the install is refused, saying so.
-    ``launcher``: the kernels start through this launcher (its name) with these options of its own."""
+    ``launcher``: the kernels start through this launcher (its name) with these options of its own,
+    and ``launcher_counts``, its whole-number settings (:attr:`~jupyter_vgpu.launch.launchers.Launcher.counts`)."""
     manager = manager or KernelSpecManager()
     try:
         spec = manager.get_kernel_spec(source)
@@ -168,6 +172,7 @@ def install(
         config["launcher"] = chosen.name
         if options := chosen.check_options(list(launcher[1])):
             config[chosen.options_key] = options
+        config.update(launcher_counts or {})
     metadata = dict(data.get("metadata") or {})
     metadata["kernel_provisioner"] = {"provisioner_name": PROVISIONER_NAME, "config": config}
     described = describe_slice(request, wait, label=chosen.label if chosen is not None else "")
@@ -238,15 +243,17 @@ def sliced_specs(manager: KernelSpecManager | None = None) -> dict[str, dict[str
 def install_command(args: argparse.Namespace) -> int:
     prefix = sys.prefix if args.sys_prefix else args.prefix
     seconds = parse_seconds(args.wait, what="--wait")
-    launcher = None
+    launcher, counts = None, {}
     for offered in offered_launchers():
         chosen, options = getattr(args, f"launcher_{offered.name}", False), getattr(args, f"launcher_{offered.name}_args", [])
-        if options and not chosen:
-            raise InvalidRequest(f"--{offered.option}-arg is for kernels started as {offered.title}; add --{offered.option}.")
+        given = {key: value for key, _ in offered.counts if (value := getattr(args, f"launcher_{offered.name}__{key}", None)) is not None}
+        if (options or given) and not chosen:
+            flag = f"--{offered.option}-arg" if options else f"--{next(iter(given)).replace('_', '-')}"
+            raise InvalidRequest(f"{flag} is for kernels started as {offered.title}; add --{offered.option}.")
         if chosen:
             if launcher is not None:
                 raise InvalidRequest(f"A kernelspec has one launcher; choose --{offered.option} or the other.")
-            launcher = (offered.name, options)
+            launcher, counts = (offered.name, options), {key: _whole(key, value) for key, value in given.items()}
     if args.defaults:
         if args.name or args.display_name:
             raise InvalidRequest("--defaults installs several kernelspecs; it cannot take --name or --display-name.")
@@ -270,6 +277,7 @@ def install_command(args: argparse.Namespace) -> int:
             replace=args.replace,
             keep=args.defaults and not args.replace,
             launcher=launcher,
+            launcher_counts=counts,
         )
         if action == "kept":
             print(f"Kept your kernelspec {name} ({display!r}) in {path}; --replace installs the default over it.")
@@ -308,3 +316,10 @@ def remove_command(args: argparse.Namespace) -> int:
         path = manager.remove_kernel_spec(name)
         print(f"Removed kernelspec {name} from {path}")
     return 0
+
+
+def _whole(key: str, value: str) -> int:
+    """A launcher's whole-number setting as given on the command line (``--slurm-restarts 2``)."""
+    if not (value.strip().isascii() and value.strip().isdigit()) or len(value.strip()) > 6:
+        raise InvalidRequest(f"--{key.replace('_', '-')} {shorten(value)} is not a whole number of times; use 0 or more (2).")
+    return int(value)

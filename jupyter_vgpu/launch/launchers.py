@@ -155,6 +155,9 @@ class Launcher(ABC):
     options_help = ""
     options_key = ""
     label = ""
+    #: Whole-number settings of its kernelspecs (config key, help), each offered by that command as
+    #: ``--<key with dashes> N`` beside ``--<option>``: ``slurm_restarts`` -> ``--slurm-restarts 2``.
+    counts: tuple[tuple[str, str], ...] = ()
 
     def check_options(self, options: Sequence[str]) -> list[str]:
         """The launcher's options of a kernelspec (``jupyter vgpu kernelspec install``), checked;

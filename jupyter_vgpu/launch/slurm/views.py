@@ -28,6 +28,13 @@ class SlurmViews:
     option_help = "start each kernel as a Slurm job on a GPU node Slurm picks (launcher slurm)"
     options_help = "an salloc option for the kernels' jobs (partition, account, time, QOS), once per option: --slurm-arg=--partition=gpu"
     options_key = "slurm_args"
+    counts: tuple[tuple[str, str], ...] = (
+        (
+            "slurm_restarts",
+            "how many times a kernel whose job Slurm ended (its time limit, a cancel, a preemption) is started again "
+            "in a new job (default 0: never, and its notebook is told why)",
+        ),
+    )
     label = "Slurm"
 
     def rows(self, env: Mapping[str, str]) -> list[Elsewhere]:
