@@ -225,6 +225,32 @@ async def test_a_restarted_kernel_after_slurm_ended_its_job_runs_in_a_new_job_an
     assert login.kernel_jobs() == {}
 
 
+async def test_a_restart_that_gets_no_job_still_counts_against_slurm_restarts(login: Login) -> None:
+    from jupyter_vgpu.errors import SliceUnavailable
+
+    km = await login.start(login.spec("once", gpu_fraction=0.25, slurm_restarts=1))  # wait_timeout 0: a job that would wait is refused
+    job = login.job_of(km)
+    login.cluster.run("scancel", job, timeout=10)
+    await login.until(lambda: not login.kernel_jobs(), "the job ended")
+    await seen_dead(km)
+    fillers = fill(login.cluster)
+    with pytest.raises(SliceUnavailable, match=r"^Slurm cannot start kernel .* would wait"):
+        await asyncio.wait_for(km.restart_kernel(now=True), BOUND)  # no room: the one new job allowed is not asked
+    for filler in fillers:
+        login.cluster.run("scancel", filler, timeout=10)
+    await login.until(lambda: not login.kernel_jobs(), "the fillers ended")
+    await asyncio.wait_for(km.restart_kernel(now=True), BOUND)
+    new_job = login.job_of(km)
+    out = await run_code(km, "print('in the new job')")
+    assert f"Slurm ended this kernel's job {job}: it was cancelled" in out and f"restarted in job {new_job}" in out  # still said why
+    login.cluster.run("scancel", new_job, timeout=10)
+    await login.until(lambda: not login.kernel_jobs(), "the new job ended")
+    await seen_dead(km)
+    with pytest.raises(SliceUnavailable, match=r"no new job beyond 1 is asked for this kernel \(slurm_restarts 1\)"):
+        await asyncio.wait_for(km.restart_kernel(now=True), BOUND)  # the refused restart did not reset the count
+    assert login.kernel_jobs() == {}
+
+
 async def test_a_restarted_server_talks_to_the_running_jobs_kernel_and_its_shutdown_cancels_the_job(login: Login) -> None:
     from jupyter_client import AsyncKernelManager
     from jupyter_client.provisioning import KernelProvisionerFactory

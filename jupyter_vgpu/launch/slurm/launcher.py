@@ -85,7 +85,7 @@ class SlurmLauncher(SlurmViews, Launcher):
     async def allocate(self, provisioner: LocalProvisioner, request: SliceRequest, env: dict[str, str]) -> None:
         state = _state(provisioner)
         kernel_id = str(provisioner.kernel_id)
-        ended = None
+        ended = None if state.get("job_id") else state.get("slurm_ended")  # set: an earlier restart got no job
         if state.get("job_id"):  # a restart: the kernel keeps its job while Slurm runs it
             job_state, why = await asyncio.to_thread(slurmctl.final_state, state["job_id"], env)  # how it ended, once Slurm says
             if job_state == "RUNNING":
@@ -117,7 +117,10 @@ class SlurmLauncher(SlurmViews, Launcher):
             KERNELS.pop(kernel_id, None)
             if record.job_id:
                 await asyncio.to_thread(slurmctl.cancel, record.job_id, env)
+            asked_again = state.get("new_jobs")
             state.clear()
+            if asked_again:  # a restart that got no job still counts the new jobs asked before, and why
+                state.update(new_jobs=asked_again, slurm_ended=ended)
             raise
         record.state, record.reason, record.position, record.node, record.gpus = "RUNNING", "", None, node, gpus
         state.update(node=node, address=address, gpus=gpus, asked=asked.text)
@@ -379,7 +382,10 @@ class SlurmLauncher(SlurmViews, Launcher):
             # shutdown would otherwise be refused ("Resources") for shards that are being freed.
             if not await asyncio.to_thread(slurmctl.wait_gone, job, env, timeout=slurmctl.client_timeout()):
                 provisioner.log.warning("Kernel %s: Slurm job %s is still ending %.0f s after its cancel.", kernel_id, job, slurmctl.client_timeout())
+        # Without a job (a restart that got none): the new jobs asked before, and why, are still counted.
+        kept = {} if job else {key: state[key] for key in ("new_jobs", "slurm_ended") if state.get(key)}
         state.clear()
+        state.update(kept)
         await asyncio.to_thread(shutil.rmtree, report_folder_of(kernel_id), True)
 
     def alive(self, pid: int | None, start: float | None = None, stamp: str | None = None) -> bool:
