@@ -145,7 +145,8 @@ def refusal_text(detail: dict[str, Any], tips: list[str]) -> str:
     line per GPU, then what to do."""
     waited = detail.get("waited")
     summary = str(detail.get("summary", ""))
-    lines = [f"Waited {waited:g} s in line. {summary}" if isinstance(waited, (int, float)) else summary]
+    said_wait = isinstance(waited, (int, float)) and "waited" not in summary.lower()
+    lines = [f"Waited {waited:g} s in line. {summary}" if said_wait else summary]
     lines += [str(line) for line in detail.get("gpu_lines", [])]
     lines.append("What you can do: " + " ".join(tips))
     return "\n".join(line for line in lines if line)

@@ -47,7 +47,8 @@ class RefusedStart:
                 kernels = await asyncio.to_thread(self.kernels_that_fit, detail)
             except Exception as problem:  # a suggestion is a nicety: never fail over it
                 self.log.debug("jupyter-vgpu: could not list kernels that fit: %s", problem)
-            tips = refusal_tips(detail, kernels=kernels, wait_timeout=self.wait_timeout)
+            # a launcher whose engine places the kernel says what to do there; else this ledger's advice
+            tips = list(detail.get("advice") or ()) or refusal_tips(detail, kernels=kernels, wait_timeout=self.wait_timeout)
             shown = type(shown)(refusal_text(detail, tips))
         request = START_REQUEST.get()  # the REST request of the start: the refusal is its user's
         refusal_id = log.add(
@@ -82,6 +83,8 @@ class RefusedStart:
     def refused_request(self, error: BaseException) -> dict[str, Any] | None:
         """The request refused for room now (not one no wait could place, nor bad input)."""
         if not isinstance(error, SliceUnavailable) or isinstance(error, NeverFits) or error.detail is None:
+            return None
+        if error.detail.get("elsewhere"):  # another engine's room: nothing idle here makes it
             return None
         try:
             return self.request().to_dict()

@@ -295,10 +295,10 @@ async def test_a_start_that_would_wait_is_refused_with_slurms_reason(login: Logi
     began = time.monotonic()
     with pytest.raises(VGPUError) as refused:
         await login.start(name)
-    message = str(refused.value)
-    assert "Slurm cannot start kernel 'Python 3 (1/4 GPU, Slurm)' now" in message
-    assert "(Resources: no node has the GPU shards free now)" in message
-    assert "\n" not in message
+    summary, advice = str(refused.value).split("\n")  # what happened, then what to do
+    assert "Slurm cannot start kernel 'Python 3 (1/4 GPU, Slurm)' now" in summary
+    assert "(Resources: no node has the GPU shards free now)" in summary
+    assert advice.startswith("What you can do: Wait in Slurm's queue: a kernel installed with `jupyter vgpu kernelspec install --slurm --wait SECONDS`")
     assert time.monotonic() - began < 15
     assert [j["name"] for j in login.kernel_jobs().values()] == ["filler", "filler"]  # its job cancelled
 

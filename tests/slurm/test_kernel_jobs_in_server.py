@@ -236,3 +236,35 @@ def start_other_user_of_slurm(slurm: SlurmCluster, tmp: Path) -> tuple[subproces
     process = subprocess.Popen([sys.executable, "-c", code], env={**slurm.env, "PYTHONPATH": os.environ.get("PYTHONPATH", "")}, stdout=subprocess.PIPE)
     assert process.stdout is not None and process.stdout.readline().strip() == b"ready"
     return process, kernel_id
+
+
+def test_a_start_slurm_would_keep_waiting_is_refused_with_what_to_do_and_nothing_for_the_reclaim(slurm: SlurmCluster, tmp_path: Path) -> None:
+    import json
+
+    server = start_server(slurm, tmp_path)
+    write_sliced_kernelspec(tmp_path / "data", {"gpu_fraction": 0.25, "launcher": "slurm", "slurm_args": ["--partition=gpu"]}, name="now", display_name="Now (1/4 GPU, Slurm)")
+    fillers = [slurm.run("salloc", "--no-shell", "--job-name=filler", "--gres=gpu:2", "--nodes=1", timeout=20) for _ in range(2)]
+    try:
+        assert all("Granted job allocation" in f.stderr for f in fillers), [f.stderr for f in fillers]
+        status, said = server.api("POST", "api/sessions", {"path": "now.ipynb", "type": "notebook", "name": "now.ipynb", "kernel": {"name": "now"}}, timeout=60)
+        assert status >= 400, said
+        status, reply = server.api("GET", "api/vgpu/refusals", timeout=10)
+        (refusal,) = [r for r in reply.get("refusals", reply) if r.get("path") == "now.ipynb"]
+        summary, advice = refusal["message"].split("\n")
+        assert summary.startswith("Slurm cannot start kernel 'Now (1/4 GPU, Slurm)' now: its job ") and summary.endswith(
+            " would wait (Resources: no node has the GPU shards free now), and this kernel does not wait in Slurm's queue; the job is cancelled."
+        ), summary
+        assert refusal["advice"] == [
+            "Wait in Slurm's queue: a kernel installed with `jupyter vgpu kernelspec install --slurm --wait SECONDS` (and this kernel's "
+            "share and --slurm-arg options) waits for its job in Slurm's order, its place shown in the GPUs panel.",
+            "See what holds the GPUs: `squeue -p gpu -t RUNNING`.",
+            "Or shut down the kernels you no longer use: their jobs free their shards.",
+        ]
+        assert advice == "What you can do: " + " ".join(refusal["advice"])
+        assert (refusal["reason"], refusal["asked"], refusal["status"]) == ("full", "1/4 GPU: 8 of 32 shards", 503)
+        assert refusal["request"] is None and refusal["allowed_gpus"] == []  # the local idle reclaim has nothing to make room for
+        assert "Traceback" not in server.log_text() and json.dumps(refusal).count("wait_timeout 0") == 0
+        assert [line.split("|")[1] for line in squeue(slurm)] == ["filler", "filler"]  # its job cancelled
+    finally:
+        server.stop()
+        slurm.run("scancel", "--name=filler", timeout=10)

@@ -60,6 +60,7 @@ from .rows import (
     ending_text,
     placed_text,
     reason_text,
+    refusal_advice,
     report_folder_of,
     report_root,
 )
@@ -117,10 +118,10 @@ class SlurmLauncher(SlurmViews, Launcher):
             KERNELS.pop(kernel_id, None)
             if record.job_id:
                 await asyncio.to_thread(slurmctl.cancel, record.job_id, env)
-            asked_again = state.get("new_jobs")
+            counted = state.get("new_jobs")
             state.clear()
-            if asked_again:  # a restart that got no job still counts the new jobs asked before, and why
-                state.update(new_jobs=asked_again, slurm_ended=ended)
+            if counted:  # a restart that got no job still counts the new jobs asked before, and why
+                state.update(new_jobs=counted, slurm_ended=ended)
             raise
         record.state, record.reason, record.position, record.node, record.gpus = "RUNNING", "", None, node, gpus
         state.update(node=node, address=address, gpus=gpus, asked=asked.text)
@@ -167,7 +168,7 @@ class SlurmLauncher(SlurmViews, Launcher):
                         if found.group(1) == "Granted":
                             break
                         if wait <= 0:
-                            raise await self._refuse_now(provisioner, record, env)
+                            raise await self._refuse_now(provisioner, record, env, slurm_args)
                 if record.job_id is None:
                     if time.monotonic() - began > slurmctl.client_timeout():
                         raise slurmctl.down(env, f"salloc got no job id within {slurmctl.client_timeout():.0f} s")
@@ -176,10 +177,11 @@ class SlurmLauncher(SlurmViews, Launcher):
                 told = True
                 if time.monotonic() - began > wait:
                     reason = reason_text(record.reason) if record.reason else "pending"
-                    raise SliceUnavailable(
+                    raise _refusal(
                         f"Kernel '{record.labels.get('kernel_display_name', record.kernel_id)}' waited {wait:g} s in Slurm's "
-                        f"queue (job {record.job_id}: {reason}) and gave up; the job is cancelled."
-                    )
+                        f"queue (job {record.job_id}: {reason}) and gave up; the job is cancelled.",
+                        record, slurm_args, waited=wait,
+                    )  # fmt: skip
             rest = await asyncio.wait_for(process.stderr.read(), slurmctl.client_timeout())
             said += rest.decode(errors="replace").splitlines()
             code = await asyncio.wait_for(process.wait(), slurmctl.client_timeout())
@@ -215,7 +217,7 @@ class SlurmLauncher(SlurmViews, Launcher):
                 record.kernel_id, record.job_id, reason_text(record.reason or "None"), record.position or "?",
             )  # fmt: skip
 
-    async def _refuse_now(self, provisioner: LocalProvisioner, record: SlurmKernel, env: dict[str, str]) -> SliceUnavailable:
+    async def _refuse_now(self, provisioner: LocalProvisioner, record: SlurmKernel, env: dict[str, str], slurm_args: list[str]) -> SliceUnavailable:
         """wait_timeout 0 and Slurm would keep the job waiting: cancel it, with Slurm's reason."""
         assert record.job_id is not None
         for _ in range(10):  # the scheduler names its reason within moments of the submission
@@ -225,10 +227,11 @@ class SlurmLauncher(SlurmViews, Launcher):
             await asyncio.sleep(0.1)
         await asyncio.to_thread(slurmctl.cancel, record.job_id, env)
         name = record.labels.get("kernel_display_name", record.kernel_id)
-        return SliceUnavailable(
+        return _refusal(
             f"Slurm cannot start kernel '{name}' now: its job {record.job_id} would wait ({reason_text(record.reason or 'pending')}), "
-            "and this kernel does not wait (wait_timeout 0); the job is cancelled."
-        )
+            "and this kernel does not wait in Slurm's queue; the job is cancelled.",
+            record, slurm_args, waited=None,
+        )  # fmt: skip
 
     # -- phase 2: the kernel in the allocation ----------------------------------------------
     async def launch(self, provisioner: LocalProvisioner, cmd: list[str], **kwargs: Any) -> Any:
@@ -395,6 +398,16 @@ class SlurmLauncher(SlurmViews, Launcher):
 
     def report_folder(self, ledger_path: str | Path, labels: Mapping[str, str]) -> Path:
         return report_root()
+
+
+def _refusal(summary: str, record: SlurmKernel, slurm_args: list[str], *, waited: float | None) -> SliceUnavailable:
+    """A start Slurm did not place, with what to do (the refusal's record and its dialog), and
+    nothing for this host's idle reclaim to make room for (``elsewhere``)."""
+    advice = refusal_advice(record.reason, waited=waited, partition=slurmctl.partition_of(slurm_args))
+    detail: dict[str, Any] = {"summary": summary, "asked": record.asked.text, "advice": advice, "elsewhere": "slurm"}
+    if waited is not None:
+        detail["waited"] = waited
+    return SliceUnavailable(summary, detail=detail)
 
 
 def _no_new_job_text(ended: str, allowed: int) -> str:

@@ -49,6 +49,29 @@ ENDINGS = {
 }
 
 
+#: Reasons a job waits for a limit of the user's own (account, QOS) rather than for free shards.
+OWN_LIMITS = ("QOSMaxGRESPerUser", "AssocGrpGRES", "AssocMaxGRESPerJob", "QOSGrpGRES")
+
+
+def refusal_advice(reason: str, *, waited: float | None, partition: str | None) -> list[str]:
+    """What the person whose Slurm kernel did not start can do, best first (the dialog's list,
+    as the local "no room" dialog's): wait in Slurm's queue, see what holds the GPUs, or end a
+    kernel of their own."""
+    if waited is None:
+        tips = [
+            "Wait in Slurm's queue: a kernel installed with `jupyter vgpu kernelspec install --slurm --wait SECONDS` "
+            "(and this kernel's share and --slurm-arg options) waits for its job in Slurm's order, its place shown in the GPUs panel."
+        ]
+    else:
+        tips = [f"Wait longer: this kernel waits {waited:g} s in Slurm's queue (its wait_timeout)."]
+    if reason in OWN_LIMITS:
+        tips.append("Shut down a kernel of yours that holds GPU shares (`squeue --me` lists your jobs), or ask your Slurm administrator about the limit.")
+    else:
+        tips.append(f"See what holds the GPUs: `squeue{f' -p {partition}' if partition else ''} -t RUNNING`.")
+        tips.append("Or shut down the kernels you no longer use: their jobs free their shards.")
+    return tips
+
+
 def ending_text(job_id: str, state: str, reason: str) -> str:
     """``Slurm ended this kernel's job 12: its time limit was reached (TIMEOUT, TimeLimit).``"""
     if not state:
