@@ -11,11 +11,13 @@ import * as React from 'react';
 
 import { IElsewhere } from '../store/api';
 import {
+  ELSEWHERE_SIMULATED,
   elsewherePlaceText,
   elsewhereReasonText,
   elsewhereText,
   elsewhereWaitingText,
   elsewhereWaitingTitle,
+  statusSimulated,
   statusText,
   statusTitle
 } from '../format/format';
@@ -118,6 +120,16 @@ describe('the status bar item of a Slurm kernel', () => {
     expect(lines.join('\n')).not.toMatch(/simulated/i);
   });
 
+  it("says simulated when its node's GPUs are, whatever this server's are", () => {
+    const simulated = runningJob({}, { simulated: true });
+    expect(statusSimulated(simulated, false)).toBe(true);
+    expect(statusSimulated(runningJob(), true)).toBe(false);
+    expect(statusSimulated(makeSlice({}), true)).toBe(true); // a slice of this server's GPUs
+    expect(statusTitle(simulated, null, false).split('\n')).toContain(
+      ELSEWHERE_SIMULATED
+    );
+  });
+
   it('says a pending job, its reason and place', () => {
     const w = pendingJob();
     expect(elsewhereWaitingText(w, w.elsewhere!)).toBe(
@@ -150,6 +162,20 @@ describe('the Slurm jobs card', () => {
     expect(tags(html, 'div', 'jp-vgpu-SliceBar')).toHaveLength(1);
     expect(tags(html, 'button', 'jp-vgpu-action-shutdown')).toHaveLength(1);
     expect(tags(html, 'p', 'jp-vgpu-SliceRow-note')).toHaveLength(0);
+  });
+
+  it("says its node's GPUs are simulated when its kernel reports so", () => {
+    const html = jobs([runningJob({}, { simulated: true })], []);
+    const chips = tags(html, 'span', 'jp-vgpu-mod-simulated');
+    expect(chips).toHaveLength(1);
+    expect(texts(html, 'jp-vgpu-mod-simulated')).toEqual(['simulated']);
+    expect(attr(chips[0], 'title')).toBe(ELSEWHERE_SIMULATED);
+    expect(texts(html, 'jp-vgpu-SlurmRow-job')).toEqual([
+      'Slurm job 12 on node1 · GPU 0 · 8/32 shards (1/4 GPU)'
+    ]);
+    expect(
+      tags(jobs([runningJob()], []), 'span', 'jp-vgpu-mod-simulated')
+    ).toHaveLength(0);
   });
 
   it("says a use not yet reported, and no bar before the job's budget is known", () => {

@@ -7,7 +7,7 @@ import { KernelSpec } from '@jupyterlab/services';
 
 import { IDevice } from '../store/api';
 import { launcherRank } from '../launcherorder';
-import { roomierChoice } from '../store/kernelspecs';
+import { roomierChoice, waitingAlternative } from '../store/kernelspecs';
 
 const GiB = 1024 ** 3;
 
@@ -106,5 +106,60 @@ describe('launcherRank', () => {
       'Python 3 (1 GPU)'
     ]);
     expect(launcherRank(sliced('p', null), 16 * GiB)).toBeNull();
+  });
+});
+
+describe('waitingAlternative', () => {
+  const specs = (...all: KernelSpec.ISpecModel[]) =>
+    ({
+      default: all[0].name,
+      kernelspecs: Object.fromEntries(all.map(s => [s.name, s]))
+    }) as KernelSpec.ISpecModels;
+  const local = sliced('local', { gpu_fraction: 0.25 });
+  const localWaits = sliced('local-waits', {
+    gpu_fraction: '1/4',
+    wait_timeout: 300
+  });
+  const slurm = sliced('slurm', {
+    gpu_fraction: 0.25,
+    launcher: 'slurm',
+    slurm_args: ['--partition=gpu']
+  });
+  const slurmWaits = sliced('slurm-waits', {
+    gpu_fraction: 0.25,
+    launcher: 'slurm',
+    slurm_args: ['--partition=gpu'],
+    wait_timeout: 120
+  });
+  const otherPartition = sliced('slurm-debug-waits', {
+    gpu_fraction: 0.25,
+    launcher: 'slurm',
+    slurm_args: ['--partition=debug'],
+    wait_timeout: 600
+  });
+
+  it('offers the same slice started the same way, waiting', () => {
+    const all = specs(local, localWaits, slurm, slurmWaits, otherPartition);
+    expect(waitingAlternative(all, 'local')?.name).toBe('local-waits');
+    expect(waitingAlternative(all, 'slurm')?.name).toBe('slurm-waits');
+  });
+
+  it('never offers a kernel of another launcher or other options', () => {
+    expect(waitingAlternative(specs(slurm, localWaits), 'slurm')).toBeNull();
+    expect(waitingAlternative(specs(local, slurmWaits), 'local')).toBeNull();
+    expect(
+      waitingAlternative(specs(slurm, otherPartition), 'slurm')
+    ).toBeNull();
+  });
+
+  it('names the launcher or leaves it out alike', () => {
+    const explicit = sliced('explicit-local', {
+      gpu_fraction: 0.25,
+      launcher: 'local',
+      wait_timeout: 60
+    });
+    expect(waitingAlternative(specs(local, explicit), 'local')?.name).toBe(
+      'explicit-local'
+    );
   });
 });

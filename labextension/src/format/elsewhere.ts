@@ -102,6 +102,21 @@ export function elsewhereStatusText(slice: ISlice, e: IElsewhere): string {
     : `GPU ${formatBytes(used)} · ${e.name}`;
 }
 
+/** What a kernel that runs elsewhere on simulated GPUs says of them (its row, its status bar item). */
+export const ELSEWHERE_SIMULATED =
+  'The GPUs where this kernel runs are simulated (JUPYTER_VGPU_SIMULATE there): no real hardware is used.';
+
+/**
+ * Whether the status bar item of `slice` says "simulated": a kernel that runs elsewhere as its
+ * node's GPUs are (as it reports), any other as this server's are.
+ */
+export function statusSimulated(
+  slice: ISlice,
+  serverSimulated: boolean
+): boolean {
+  return slice.elsewhere ? !!slice.elsewhere.simulated : serverSimulated;
+}
+
 /** The status bar item's tooltip for a kernel that runs elsewhere. */
 export function elsewhereStatusTitle(slice: ISlice, e: IElsewhere): string {
   const used = usedPerGPU(slice);
@@ -122,6 +137,9 @@ export function elsewhereStatusTitle(slice: ISlice, e: IElsewhere): string {
   }
   if (e.ended) {
     lines.push(e.ended);
+  }
+  if (e.simulated) {
+    lines.push(ELSEWHERE_SIMULATED);
   }
   lines.push('Click to show the GPUs panel.');
   return lines.join('\n');

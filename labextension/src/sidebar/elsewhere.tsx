@@ -26,7 +26,8 @@ import {
   stateText,
   usageNote,
   usedPerGPU,
-  waiterLabel
+  waiterLabel,
+  ELSEWHERE_SIMULATED
 } from '../format/format';
 import { ISliceActions } from './slicerow';
 import { IWaitingActions, IWaitingRowProps } from './waiting';
@@ -38,8 +39,10 @@ function KernelLine(props: {
   state: 'running' | 'pending' | 'ending';
   /** What the state means for this job. */
   title: string;
+  /** Its GPUs are simulated (where it runs). */
+  simulated?: boolean;
 }): JSX.Element {
-  const { name, request, state, title } = props;
+  const { name, request, state, title, simulated } = props;
   return (
     <div className="jp-vgpu-SliceRow-line jp-vgpu-SliceRow-sub">
       <kernelIcon.react
@@ -56,6 +59,14 @@ function KernelLine(props: {
       >
         {state}
       </span>
+      {simulated && (
+        <span
+          className="jp-vgpu-Chip jp-vgpu-mod-simulated"
+          title={ELSEWHERE_SIMULATED}
+        >
+          simulated
+        </span>
+      )}
     </div>
   );
 }
@@ -164,6 +175,7 @@ export function ElsewhereRow(props: {
           request={job.request_text}
           state={state}
           title={e.state_title}
+          simulated={e.simulated}
         />
         <JobLine where={e} title={`Enforcement: ${job.tier}`} />
         <Use job={job} colour={colour} />

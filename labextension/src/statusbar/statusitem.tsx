@@ -21,7 +21,8 @@ import {
   elsewhereWaitingTitle,
   statusIdleText,
   statusText,
-  statusTitle
+  statusTitle,
+  statusSimulated
 } from '../format/format';
 import { gpuIcon } from '../icons';
 import { GPUModel } from '../store/model';
@@ -265,8 +266,9 @@ export class GPUStatusItem extends ReactWidget {
           if (!slice) {
             return <span />;
           }
-          // A kernel that runs elsewhere: this server's (simulated) GPUs are not its.
-          const simulated = this.model.simulated && !slice.elsewhere;
+          // A kernel that runs elsewhere: this server's (simulated) GPUs are not its; its own
+          // node's are as it reports.
+          const simulated = statusSimulated(slice, this.model.simulated);
           if (slice.idle_notice) {
             return (
               <IdleCountdown

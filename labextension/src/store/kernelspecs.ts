@@ -97,9 +97,33 @@ export function sliceConfig(
   return provisioner.config ?? {};
 }
 
+/** The keys that say how much a kernelspec asks for and how long it waits. */
+const SIZE_KEYS = new Set([
+  'gpu_fraction',
+  'gpu_memory',
+  'gpus',
+  'wait_timeout'
+]);
+
 /**
- * An installed kernelspec that asks for the same slice as `name` and waits in line for it longer
- * than `name` does (`wait_timeout`; the longest wait when there are several), or null.
+ * How a sliced kernelspec starts its kernel apart from its size and wait: its launcher (absent:
+ * `local`) and the launcher's own options, as one comparable string.
+ */
+function startedHow(config: { [key: string]: unknown }): string {
+  const rest: { [key: string]: unknown } = { launcher: 'local' };
+  for (const key of Object.keys(config).sort()) {
+    if (!SIZE_KEYS.has(key)) {
+      rest[key] = config[key];
+    }
+  }
+  return JSON.stringify(rest);
+}
+
+/**
+ * An installed kernelspec that asks for the same slice as `name`, started the same way (its
+ * launcher and options: a Slurm kernel's alternative waits in Slurm's queue, not for this
+ * server's GPUs), and waits in line for it longer than `name` does (`wait_timeout`; the longest
+ * wait when there are several), or null.
  */
 export function waitingAlternative(
   specs: KernelSpec.ISpecModels | null | undefined,
@@ -112,15 +136,19 @@ export function waitingAlternative(
     return null;
   }
   const size = JSON.stringify(sliceSize(asked, null));
+  const how = startedHow(config);
   let best: KernelSpec.ISpecModel | null = null;
   let longest = Number(config.wait_timeout ?? 0) || 0;
   for (const spec of Object.values(all)) {
-    const wait = Number(sliceConfig(spec)?.wait_timeout ?? 0);
+    const other = sliceConfig(spec);
+    const wait = Number(other?.wait_timeout ?? 0);
     if (
       spec &&
+      other &&
       spec.name !== name &&
       wait > longest &&
-      JSON.stringify(sliceSize(spec, null)) === size
+      JSON.stringify(sliceSize(spec, null)) === size &&
+      startedHow(other) === how
     ) {
       best = spec;
       longest = wait;

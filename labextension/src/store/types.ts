@@ -146,6 +146,8 @@ export interface IElsewhere {
   engine?: string | null;
   line?: string | null;
   notice?: string | null;
+  /** The GPUs where it runs are simulated (JUPYTER_VGPU_SIMULATE there), as its kernel reports. */
+  simulated?: boolean;
 }
 
 /** A launcher of this server's kernels other than `local` (the slices reply's `launchers`). */
