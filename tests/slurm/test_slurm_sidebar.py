@@ -28,6 +28,9 @@ pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 NAME = "python3-vgpu-1-4-slurm"
 DISPLAY = "Python 3 (1/4 GPU, Slurm)"
+#: The same share, started the same way, that does not wait in Slurm's queue.
+NOW = "python3-vgpu-1-4-slurm-now"
+NOW_DISPLAY = "Python 3 (1/4 GPU, Slurm, now)"
 
 
 @pytest.fixture(scope="module")
@@ -40,11 +43,13 @@ def lab(slurm_cluster: SlurmCluster, tmp_path_factory: pytest.TempPathFactory) -
     (tmp / "node-tmp").mkdir()
     for name in ("train.ipynb", "queued.ipynb", "third.ipynb"):
         (tmp / "root" / "work" / name).write_text(notebook_json(NAME, DISPLAY))
+    (tmp / "root" / "work" / "now.ipynb").write_text(notebook_json(NOW, NOW_DISPLAY))
     _write_user_settings(tmp / "config")
-    spec = write_sliced_kernelspec(tmp / "data", {"gpu_fraction": 0.25, "launcher": "slurm", "wait_timeout": 120}, name=NAME, display_name=DISPLAY)
-    kernel = json.loads((spec / "kernel.json").read_text())
-    kernel["env"] = {"JUPYTER_VGPU_SIMULATE": slurm_cluster.simulate}  # the nodes' GPUs, not the login node's
-    (spec / "kernel.json").write_text(json.dumps(kernel))
+    for config, name, display in (({"wait_timeout": 120}, NAME, DISPLAY), ({}, NOW, NOW_DISPLAY)):
+        spec = write_sliced_kernelspec(tmp / "data", {"gpu_fraction": 0.25, "launcher": "slurm", **config}, name=name, display_name=display)
+        kernel = json.loads((spec / "kernel.json").read_text())
+        kernel["env"] = {"JUPYTER_VGPU_SIMULATE": slurm_cluster.simulate}  # the nodes' GPUs, not the login node's
+        (spec / "kernel.json").write_text(json.dumps(kernel))
     env = isolated_env(
         tmp, SLURM_CONF=slurm_cluster.env["SLURM_CONF"], PATH=slurm_cluster.env["PATH"], TMPDIR=str(tmp / "node-tmp"),
         JUPYTER_VGPU_SLURM_TIMEOUT="5",
@@ -108,7 +113,7 @@ def test_a_running_kernels_job_shows_its_node_gpu_shards_state_and_the_use_it_re
     job, node, (gpu,) = row["job_id"], row["node"], row["gpu_indices"]
     # The login node has no GPU: no "Kernels run on the CPU", but where its GPU kernels run.
     expect(sidebar).to_contain_text("No GPU on this server.")
-    expect(sidebar).to_contain_text(f"Its GPU kernels run as Slurm jobs on the cluster's GPU nodes, where Slurm places them: start “{DISPLAY}” from the launcher.")
+    expect(sidebar).to_contain_text(f"Its GPU kernels run as Slurm jobs on the cluster's GPU nodes, where Slurm places them: start “{NOW_DISPLAY}” or “{DISPLAY}” from the launcher.")
     expect(sidebar).not_to_contain_text("Kernels run on the CPU")
     card = sidebar.locator(".jp-vgpu-Slurm")
     expect(card.locator(".jp-vgpu-Slurm-title")).to_contain_text("Slurm jobs 1")
@@ -122,8 +127,11 @@ def test_a_running_kernels_job_shows_its_node_gpu_shards_state_and_the_use_it_re
     row = job_row(lab, "work/train.ipynb")
     assert row and row["memory_reserved"] == 4 * GiB and row["memory_used"] is None, row
     expect(shown.locator(".jp-vgpu-SliceRow-note")).to_contain_text(f"No use reported yet: the kernel reports from {node}")
+    # Its node's GPUs are simulated (JUPYTER_VGPU_SIMULATE there), as the kernel reports: said on its row and in the status bar.
+    expect(shown.locator(".jp-vgpu-Chip.jp-vgpu-mod-simulated")).to_have_text("simulated")
+    expect(shown.locator(".jp-vgpu-Chip.jp-vgpu-mod-simulated")).to_have_attribute("title", re.compile(r"^The GPUs where this kernel runs are simulated"))
     status = page.locator(STATUS)
-    expect(status).to_have_text(f"GPU – / 4.0 GiB · Slurm job {job} on {node}")
+    expect(status).to_have_text(f"GPU – / 4.0 GiB · Slurm job {job} on {node} · simulated")
 
     # The kernel reports its use from its node (as its frameworks' report does) through the
     # folder the login node reads: the row and the status bar show it live.
@@ -134,7 +142,8 @@ def test_a_running_kernels_job_shows_its_node_gpu_shards_state_and_the_use_it_re
     expect(shown.locator(".jp-vgpu-SlurmRow-use")).to_have_text("1.5 / 4.0 GiB")
     expect(shown.locator(".jp-vgpu-SliceRow-note")).to_have_count(0)
     expect(shown.locator(".jp-vgpu-SlurmRow-use")).to_have_attribute("title", f"Reported by the kernel itself, from {node}: what its frameworks say they hold.")
-    expect(status).to_have_text(f"GPU 1.5 / 4.0 GiB · Slurm job {job} on {node}")
+    expect(status).to_have_text(f"GPU 1.5 / 4.0 GiB · Slurm job {job} on {node} · simulated")
+    expect(status.locator(".jp-vgpu-StatusItem-content")).to_have_attribute("title", re.compile(r"\nThe GPUs where this kernel runs are simulated"))
     expect(status.locator(".jp-vgpu-StatusItem-content")).to_have_attribute("title", re.compile(rf"^Slurm job {job} on {node} · GPU {gpu} · 8/32 shards \(1/4 GPU\)\."))
     # The kernel's process here is srun: its CPU and RAM are not the kernel's.
     expect(page.locator(".jp-vgpu-HostItem-content")).to_have_count(0)
@@ -198,3 +207,62 @@ def test_cancel_takes_a_pending_kernel_out_of_slurms_queue(lab: Lab, page: Any, 
     page.wait_for_timeout(2000)  # the kernel start fails now: no error dialog for it
     expect(page.locator(".jp-Dialog")).to_have_count(0)
     assert "Stopped waiting in Slurm's queue after" in lab.log_text() and f"job {job} (1/4 GPU: 8 of 32 shards) was cancelled." in lab.log_text()
+
+
+def test_a_start_slurm_would_keep_waiting_says_what_to_do_and_offers_the_kernel_that_waits(lab: Lab, page: Any, slurm_cluster: SlurmCluster) -> None:
+    """Every shard is held (the tests above): a kernel that does not wait is refused with what to
+    do, as the local "no room" dialog does, and "Wait in line" starts the same share that waits."""
+    open_notebook(page, "work/now.ipynb")
+    dialog = page.locator(".jp-Dialog", has=page.locator(".jp-vgpu-Refusal"))
+    expect(dialog.locator(".jp-vgpu-Refusal-summary")).to_contain_text(
+        f"Slurm cannot start kernel '{NOW_DISPLAY}' now: its job", timeout=30_000
+    )
+    expect(dialog.locator(".jp-vgpu-Refusal-summary")).to_contain_text(
+        "would wait (Resources: no node has the GPU shards free now), and this kernel does not wait in Slurm's queue; the job is cancelled."
+    )
+    expect(dialog.locator(".jp-vgpu-Refusal-asked")).to_have_text(f"now.ipynb asked for 1/4 GPU: 8 of 32 shards with “{NOW_DISPLAY}”.")
+    advice = dialog.locator(".jp-vgpu-Refusal-advice li")
+    expect(advice).to_have_count(3)
+    expect(advice.nth(0)).to_contain_text("Wait in Slurm's queue: a kernel installed with jupyter vgpu kernelspec install --slurm --wait SECONDS")
+    expect(advice.nth(0).locator("code")).to_have_text("jupyter vgpu kernelspec install --slurm --wait SECONDS")  # code, not backticks
+    expect(advice.nth(1).locator("code")).to_have_text("squeue -t RUNNING")
+    expect(dialog).not_to_contain_text("wait_timeout 0")
+    expect(dialog.locator(".jp-vgpu-Refusal-start")).to_have_count(0)  # no local kernel is offered for a Slurm one
+    wait = dialog.locator(".jp-vgpu-Refusal-wait")
+    expect(wait).to_have_text(f"Wait in line ({DISPLAY})")
+    expect(wait).to_have_attribute("data-kernel-name", NAME)
+    shot(page, "refused")
+    wait.click()
+    expect(dialog).to_have_count(0)
+    waiter = wait_for("now.ipynb's kernel pending in Slurm's queue", lambda: pending(lab, "work/now.ipynb"), timeout=30)
+    job = waiter["job_id"]
+    row = page.locator(f'{SIDEBAR} .jp-vgpu-SlurmRow.jp-vgpu-mod-pending[data-job-id="{job}"]')
+    row.get_by_role("button", name="Cancel waiting for now.ipynb").click()
+    wait_for("its job gone from Slurm's queue", lambda: job not in slurm_cluster.jobs(), timeout=20)
+
+
+def test_a_kernel_whose_job_slurm_ended_says_why_in_its_notebook(lab: Lab, page: Any, slurm_cluster: SlurmCluster) -> None:
+    """Its user cancels the running kernel's job from a shell: the notebook says why its kernel
+    died and what to do, once; no new job is asked for."""
+    row = wait_for("train.ipynb's job", lambda: job_row(lab, "work/train.ipynb"))
+    job = row["job_id"]
+    open_notebook(page, "work/train.ipynb")
+    slurm_cluster.run("scancel", job, timeout=10)
+    sentence = (
+        f"Slurm ended this kernel's job {job}: it was cancelled outside this server (scancel by you or an administrator) "
+        "(CANCELLED); no new job is asked for this kernel (slurm_restarts 0), so its variables are lost: start a new kernel for this "
+        "notebook (Kernel > Change Kernel..., or open the notebook again) to run in a new job."
+    )
+    toast = page.locator(".jp-Notification-Toast-warning", has_text=f"Slurm ended this kernel's job {job}")
+    expect(toast).to_have_count(1, timeout=60_000)
+    # The gist, whole within JupyterLab's 140 characters; Details says all of it, what to do included.
+    expect(toast).to_contain_text(f"train.ipynb: Slurm ended this kernel's job {job} (CANCELLED): start a new kernel to go on.")
+    shot(page, "job-ended")
+    toast.get_by_role("button", name="Details").click()
+    details = page.locator(".jp-Dialog", has_text="train.ipynb: its kernel ended")
+    expect(details.locator(".jp-Dialog-body")).to_have_text(sentence)
+    details.get_by_role("button", name="Ok").click()
+    page.wait_for_timeout(3000)  # the notice, read, is not said again
+    expect(page.locator(".jp-Notification-Toast-warning", has_text=f"Slurm ended this kernel's job {job}")).to_have_count(0)
+    names = slurm_cluster.run("squeue", "--noheader", "--format=%j", timeout=10).stdout.split()
+    assert not [n for n in names if n.startswith("train-")], names  # no new job was asked for

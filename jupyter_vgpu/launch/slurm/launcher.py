@@ -57,6 +57,7 @@ from .node import (
 from .rows import (
     KERNELS,
     SlurmKernel,
+    ended_summary,
     ending_text,
     placed_text,
     reason_text,
@@ -450,7 +451,7 @@ def _let_go(provisioner: Any, sentence: str) -> bool:
     server = getattr(km, "parent", None)
     refusals_of(server if server is not None else provisioner).add(
         {"t": time.time(), "kernel_id": str(provisioner.kernel_id), "path": labels.get("path"), "kernel_name": labels.get("kernel_name"),
-         "kernel_display_name": labels.get("kernel_display_name"), "status": 503, "reason": "job_ended", "message": sentence, "summary": sentence}
+         "kernel_display_name": labels.get("kernel_display_name"), "status": 503, "reason": "job_ended", "message": sentence, "summary": ended_summary(sentence)}
     )  # fmt: skip
     _forget(provisioner)
     return True

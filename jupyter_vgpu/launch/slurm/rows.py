@@ -81,6 +81,15 @@ def ending_text(job_id: str, state: str, reason: str) -> str:
     return f"Slurm ended this kernel's job {job_id}: {words} ({said})."
 
 
+def ended_summary(sentence: str) -> str:
+    """The gist of a kernel's end for a notification, which JupyterLab cuts at 140 characters:
+    ``Slurm ended this kernel's job 12 (TIMEOUT, TimeLimit): start a new kernel to go on.`` (the
+    whole sentence is the record's ``message``)."""
+    head = sentence.split(":", 1)[0].split(" and ", 1)[0]
+    code = re.search(r"\(([^()]*)\)[.;]", sentence)
+    return f"{head}{f' ({code.group(1)})' if code else ''}: start a new kernel to go on."
+
+
 def placed_text(job_id: str, node: str, gpus: list[int], asked: str) -> str:
     """``Slurm job 12 on node node1, GPUs 0 and 1; it asked for 2 whole GPUs (gpu:2)``."""
     if not gpus:

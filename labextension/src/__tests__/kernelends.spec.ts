@@ -1,10 +1,12 @@
-import { Notification } from '@jupyterlab/apputils';
+import { Notification, showDialog } from '@jupyterlab/apputils';
 
 import { endOf, KernelEnds } from '../notes/kernelends';
 import { IRefusal } from '../store/types';
 
 jest.mock('@jupyterlab/apputils', () => ({
-  Notification: { warning: jest.fn() }
+  Dialog: { okButton: () => ({ label: 'OK' }) },
+  Notification: { warning: jest.fn() },
+  showDialog: jest.fn()
 }));
 jest.mock('../store/sessions', () => ({ sessionContextOf: () => null }));
 
@@ -19,9 +21,9 @@ function note(kernelId: string, reason = 'job_ended'): IRefusal {
     status: 503,
     reason,
     message:
-      "Slurm ended this kernel's job 18: its time limit was reached (TIMEOUT). Start a new kernel (Kernel > Restart Kernel or a new notebook) to get a new job.",
+      "Slurm ended this kernel's job 18: its time limit was reached (TIMEOUT, TimeLimit); no new job is asked for this kernel (slurm_restarts 0), so its variables are lost: start a new kernel for this notebook (Kernel > Change Kernel..., or open the notebook again) to run in a new job.",
     summary:
-      "Slurm ended this kernel's job 18: its time limit was reached (TIMEOUT).",
+      "Slurm ended this kernel's job 18 (TIMEOUT, TimeLimit): start a new kernel to go on.",
     asked: null,
     fits_now: null,
     gpus: []
@@ -51,9 +53,17 @@ describe('a kernel its engine ended', () => {
     expect(await ends.said('k-1')).toBe(true);
     expect(await ends.said('k-1')).toBe(false);
     expect(warning).toHaveBeenCalledTimes(1);
-    expect(warning.mock.calls[0][0]).toBe(
-      "work/train.ipynb: Slurm ended this kernel's job 18: its time limit was reached (TIMEOUT). Start a new kernel (Kernel > Restart Kernel or a new notebook) to get a new job."
+    // The gist fits JupyterLab's 140 characters; Details shows the whole sentence.
+    const [text, options] = warning.mock.calls[0];
+    expect(text).toBe(
+      "train.ipynb: Slurm ended this kernel's job 18 (TIMEOUT, TimeLimit): start a new kernel to go on."
     );
+    expect(text.length).toBeLessThanOrEqual(140);
+    expect(options.autoClose).toBe(false);
+    expect(options.actions.map((a: any) => a.label)).toEqual(['Details']);
+    options.actions[0].callback();
+    const shown = (showDialog as jest.Mock).mock.calls[0][0];
+    expect(shown.body).toBe(note('k-1').message);
     expect(asked.every(t => t <= Date.now() / 1000 - 60)).toBe(true);
   });
 

@@ -6,9 +6,15 @@
  * JupyterLab itself only shows "dead". When a notebook's kernel dies, this looks for that note and
  * shows it, once, with what to do.
  */
-import { ISessionContext, Notification } from '@jupyterlab/apputils';
+import {
+  Dialog,
+  ISessionContext,
+  Notification,
+  showDialog
+} from '@jupyterlab/apputils';
 import { Widget } from '@lumino/widgets';
 
+import { pathLabel } from '../format/format';
 import { IRefusal } from '../store/types';
 import { sessionContextOf } from '../store/sessions';
 
@@ -64,8 +70,24 @@ export class KernelEnds {
       return false;
     }
     this._told.add(kernelId);
-    const where = context?.name || found.path || 'this notebook';
-    Notification.warning(`${where}: ${found.message}`, { autoClose: false });
+    const where = pathLabel(context?.name || found.path) || 'this notebook';
+    // JupyterLab cuts a notification at 140 characters: the gist, and the whole sentence (what
+    // to do included) one click away.
+    const message = found.message;
+    Notification.warning(`${where}: ${found.summary || message}`, {
+      autoClose: false,
+      actions: [
+        {
+          label: 'Details',
+          callback: () =>
+            void showDialog({
+              title: `${where}: its kernel ended`,
+              body: message,
+              buttons: [Dialog.okButton()]
+            })
+        }
+      ]
+    });
     return true;
   }
 
