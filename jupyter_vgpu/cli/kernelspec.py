@@ -319,7 +319,7 @@ def remove_command(args: argparse.Namespace) -> int:
 
 
 def _whole(key: str, value: str) -> int:
-    """A launcher's whole-number setting as given on the command line (``--slurm-restarts 2``)."""
+    """A launcher's whole-number setting as given on the command line (``--<launcher>-restarts 2``)."""
     if not (value.strip().isascii() and value.strip().isdigit()) or len(value.strip()) > 6:
         raise InvalidRequest(f"--{key.replace('_', '-')} {shorten(value)} is not a whole number of times; use 0 or more (2).")
     return int(value)
