@@ -38,6 +38,7 @@ from .launch.settings import (  # fmt: skip
     NO_GPU_CHOICES,
     SET_BY_JUPYTER_CLIENT,
     VGPU_SETTINGS,
+    BurstLimits,
     Setting,
     check_device_names,
     check_no_gpu,
@@ -62,7 +63,7 @@ from .units import ALLOWED_FRACTIONS, ALLOWED_WAITS, parse_bytes, parse_fraction
 EXTENSION_ARG = "--ext=jupyter_vgpu"
 
 
-class VGPUProvisioner(LocalProvisioner):  # type: ignore[misc]
+class VGPUProvisioner(LocalProvisioner, BurstLimits):  # type: ignore[misc,metaclass]
     """Starts local kernels that each hold a GPU slice (``c.VGPUProvisioner.*`` or kernelspec config).
 
     Each setting is parsed once, by its trait's validator, into the value the slice request
@@ -236,12 +237,12 @@ class VGPUProvisioner(LocalProvisioner):  # type: ignore[misc]
         """The slice this kernel asks for, built from the traits (each parsed by its validator)."""
         try:
             return SliceRequest(
-                fraction=self.gpu_fraction,
-                memory=self.gpu_memory,
+                fraction=self.gpu_fraction, memory=self.gpu_memory,
                 gpus=self.gpus or 1,
                 gpu=self.gpu,
                 logical_devices=self.logical_devices or 1,
                 placement=self.placement or "binpack",
+                limit_fraction=self.gpu_fraction_limit, limit_memory=self.gpu_memory_limit,  # BurstLimits
             )
         except InvalidRequest as error:
             raise InvalidKernelConfig(f"Kernel '{self._display_name()}': {error}") from None

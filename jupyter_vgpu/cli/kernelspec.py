@@ -3,7 +3,8 @@
 A sliced kernelspec is a copy of an installed one (``python3`` by default: its argv, env,
 metadata such as ``supported_encryption`` and logos are kept) whose metadata names the
 ``vgpu-provisioner`` with the slice to reserve, and whose display name says the slice:
-"Python 3 (1/4 GPU)", "Python 3 (8 GiB GPU)", "Python 3 (2 GPUs)".
+"Python 3 (1/4 GPU)", "Python 3 (8 GiB GPU)", "Python 3 (2 GPUs)", and an elastic slice its limit:
+"Python 3 (1/4 GPU, up to 1/2)".
 """
 
 from __future__ import annotations
@@ -42,6 +43,9 @@ def add_parser(commands: Any, *, launchers: bool = True) -> None:
     amount.add_argument("-p", "--fraction", metavar="FRACTION", help="share of each GPU: 0.25, 1/4 or 25%%")
     amount.add_argument("-m", "--memory", metavar="MEMORY", help="memory per GPU, e.g. 8GiB")
     amount.add_argument("--defaults", action="store_true", help="install 1/4, 1/2 and full-GPU kernels")
+    install.add_argument(
+        "--limit", metavar="LIMIT", help="elastic slice: what the kernel may burst to, of the request's kind (1/2, 8GiB); only the request is booked"
+    )
     install.add_argument("-n", "--gpus", default="1", metavar="N", help="number of GPUs (default 1)")
     install.add_argument("--logical-devices", default="1", metavar="K", help="TensorFlow logical devices per GPU")
     install.add_argument("--wait", default="0", metavar="SECONDS", help="wait in line up to SECONDS at kernel start")
@@ -96,6 +100,8 @@ def describe_slice(request: SliceRequest, wait: float = 0.0, label: str = "") ->
             share = "1 GPU"
     if request.gpus > 1:
         share = f"{request.gpus} GPUs" if request.fraction == 1 else f"{request.gpus} × {share}"
+    if request.elastic:
+        share += f", up to {request.describe_limit()}"
     if request.logical_devices > 1:
         share += f", {request.logical_devices} devices"
     if wait:
@@ -113,6 +119,10 @@ def default_name(source: str, request: SliceRequest, wait: float = 0.0, launcher
         part = "1" if request.fraction >= 1 else describe_fraction(request.fraction).replace("/", "-").replace("%", "pct")
         part = part if request.fraction < 1 else "full"
     name = f"{source}-vgpu-{part}"
+    if request.limit_memory is not None:
+        name += "-to-" + format_bytes(request.limit_memory, precision=1).replace(" ", "").replace(".0", "").replace(".", "_").lower()
+    elif request.limit_fraction is not None:
+        name += "-to-" + ("full" if request.limit_fraction >= 1 else describe_fraction(request.limit_fraction).replace("/", "-").replace("%", "pct"))
     if request.gpus > 1:
         name += f"-x{request.gpus}"
     if request.logical_devices > 1:
@@ -161,6 +171,10 @@ def install(
         config["gpu_fraction"] = request.fraction
     if request.memory is not None:
         config["gpu_memory"] = exact_bytes(request.memory)  # what was asked, to the byte
+    if request.limit_fraction is not None:
+        config["gpu_fraction_limit"] = request.limit_fraction
+    if request.limit_memory is not None:
+        config["gpu_memory_limit"] = exact_bytes(request.limit_memory)
     if request.gpus != 1:
         config["gpus"] = request.gpus
     if request.logical_devices != 1:
@@ -255,14 +269,14 @@ def install_command(args: argparse.Namespace) -> int:
                 raise InvalidRequest(f"A kernelspec has one launcher; choose --{offered.option} or the other.")
             launcher, counts = (offered.name, options), {key: _whole(key, value) for key, value in given.items()}
     if args.defaults:
-        if args.name or args.display_name:
-            raise InvalidRequest("--defaults installs several kernelspecs; it cannot take --name or --display-name.")
+        if args.name or args.display_name or args.limit:
+            raise InvalidRequest("--defaults installs several kernelspecs; it cannot take --name, --display-name or --limit.")
         requests = [SliceRequest.parse(f, gpus=args.gpus, logical_devices=args.logical_devices, names=CLI_NAMES) for f in DEFAULT_SET]
     else:
         if args.fraction is None and args.memory is None:
             raise InvalidRequest("Say how much GPU: -p FRACTION (e.g. 1/4), -m MEMORY (e.g. 8GiB) or --defaults.")
         requests = [SliceRequest.parse(
-                args.fraction, args.memory, gpus=args.gpus, logical_devices=args.logical_devices, names=CLI_NAMES
+                args.fraction, args.memory, gpus=args.gpus, logical_devices=args.logical_devices, names=CLI_NAMES, limit=args.limit
             )
         ]
     for request in requests:

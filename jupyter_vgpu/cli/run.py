@@ -52,12 +52,15 @@ def add_parser(commands: Any) -> None:
             "started runs (in the background, or as a daemon): they hold the slice's memory. Ctrl+C, "
             "SIGTERM and SIGHUP end them all. Processes another service starts for it are not waited for."
         ),
-        usage="jupyter vgpu run [-n N] [-p FRACTION | -m MEMORY] [--gpu ID] [--wait SECONDS] -- COMMAND...",
+        usage="jupyter vgpu run [-n N] [-p FRACTION | -m MEMORY] [--limit LIMIT] [--gpu ID] [--wait SECONDS] -- COMMAND...",
     )
     parser.add_argument("-n", "--gpus", default="1", metavar="N", help="number of GPUs (default 1)")
     amount = parser.add_mutually_exclusive_group()
     amount.add_argument("-p", "--fraction", metavar="FRACTION", help="share of each GPU: 0.25, 1/4 or 25%% (default 1)")
     amount.add_argument("-m", "--memory", metavar="MEMORY", help="memory per GPU, e.g. 6GiB or 512MiB")
+    parser.add_argument(
+        "--limit", metavar="LIMIT", help="elastic slice: what the command may burst to, of the request's kind (1/2, 8GiB); only the request is booked"
+    )
     parser.add_argument("--gpu", metavar="ID", help="pin to one GPU by index or UUID")
     parser.add_argument("--wait", default="0", metavar="SECONDS", help="wait in line up to SECONDS for a slice (default 0)")
     parser.add_argument("--logical-devices", default="1", metavar="K", help="TensorFlow logical devices per GPU")
@@ -85,6 +88,7 @@ def run(args: argparse.Namespace) -> int:
         logical_devices=args.logical_devices,
         placement=args.placement,
         names=CLI_NAMES,
+        limit=args.limit,
     )
     wait = parse_seconds(args.wait, what="--wait")
     settings = load_settings()

@@ -30,7 +30,7 @@ class CuPy(Framework):
         return {"CUPY_GPU_MEMORY_LIMIT": str(limit)}  # bytes; read whenever CuPy makes a device's pool
 
     def configure(self, cupy: Any, state: ProcessState) -> FrameworkRecord:
-        limit = state.facts.memory_limit
+        limit = state.facts.framework_limit  # an elastic slice's limit: the pool grows to it on demand
         if not state.facts.sliced or limit is None:
             return FrameworkRecord(self.title, SKIPPED, "no slice in this kernel: CuPy may use whole GPUs")
         cupy.get_default_memory_pool().set_limit(size=limit)

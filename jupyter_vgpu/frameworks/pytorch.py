@@ -92,7 +92,7 @@ class PyTorch(Framework):
 
     def apply(self, torch: Any, state: ProcessState, *, late: bool = False) -> FrameworkRecord:
         """Set the fraction on every visible device (CUDA must be initialised or initialising)."""
-        limit = state.facts.memory_limit
+        limit = state.facts.framework_limit  # an elastic slice's limit: the caching allocator grows to it on demand
         assert limit is not None
         fractions = []
         for index in range(torch.cuda.device_count()):

@@ -32,6 +32,32 @@ def runtime_started(tf: Any) -> bool:
         return False
 
 
+#: TensorFlow's own switch for growing its GPU allocators on demand, read when it creates its GPU devices.
+ALLOW_GROWTH = "TF_FORCE_GPU_ALLOW_GROWTH"
+
+
+def grow_on_demand() -> str:
+    """Make TensorFlow grow within an elastic slice's limit instead of taking all of it at once.
+
+    A logical device's ``memory_limit`` is the ``total_memory`` of its BFC allocator, and without
+    allow-growth that allocator takes the whole of it at the first allocation:
+    ``BFCAllocator::BFCAllocator`` sets ``curr_region_allocation_bytes_ = RoundedBytes(total_memory)``
+    unless ``opts.allow_growth`` (2 MiB, doubling, otherwise), and ``BFCAllocator::Extend`` asks its
+    sub-allocator for ``min(curr_region_allocation_bytes_, available_bytes)``
+    (tensorflow/tensorflow: third_party/xla/xla/tsl/framework/bfc_allocator.cc, lines 94-101 at commit
+    0d7247fd990b8821f3f6e9df135804d5329ff0e5). So a limit above the request would be a bigger fixed
+    slice. ``tf.config.experimental.set_memory_growth`` cannot help: TensorFlow refuses it on a device
+    with logical devices ("Cannot set memory growth on device when virtual devices configured") and
+    sends no ``allow_growth`` when virtual devices are configured (tensorflow/python/eager/context.py
+    of TensorFlow 2.21, ``set_memory_growth`` and ``_compute_device_options``). The environment
+    variable overrides the option for every GPU allocator ("Overridden by TF_FORCE_GPU_ALLOW_GROWTH if
+    that envvar is set", tensorflow/core/common_runtime/gpu/gpu_bfc_allocator.h,
+    ``GPUBFCAllocator::Options::allow_growth``), logical devices included, and is read when TensorFlow
+    creates its GPU devices (its first op), after this hook. Returns what was done, in words."""
+    os.environ[ALLOW_GROWTH] = "true"
+    return f"growing on demand up to that ({ALLOW_GROWTH}=true: an elastic slice)"
+
+
 def _plural(count: int, word: str) -> str:
     return f"{count} {word}{'' if count == 1 else 's'}"
 
@@ -60,13 +86,16 @@ class TensorFlow(Framework):
         try:
             gpus = tf.config.list_physical_devices("GPU")
             if gpus and facts.sliced:
-                assert facts.memory_limit is not None
-                per_device = max(1, facts.memory_limit // MiB // count)
+                limit = facts.framework_limit  # an elastic slice's burst limit, else the slice's limit
+                assert limit is not None
+                per_device = max(1, limit // MiB // count)
                 config = [tf.config.LogicalDeviceConfiguration(memory_limit=per_device) for _ in range(count)]
                 for gpu in gpus:
                     tf.config.set_logical_device_configuration(gpu, config)
                 each = f"on each of {_plural(len(gpus), 'GPU')}" if len(gpus) > 1 else "on its GPU"
                 detail = f"{_plural(count, 'logical GPU')} of {format_bytes(per_device * MiB)} {each}"
+                if facts.burst_limit is not None:
+                    detail += f", {grow_on_demand()}"
                 return FrameworkRecord(self.title, APPLIED, detail)
             if gpus:
                 return FrameworkRecord(

@@ -18,7 +18,7 @@ from ..gpus.lenses import SchedulerLens
 from ..ledger import open_ledger
 from ..slices import SliceRequest, parse_share, slice_environment
 from ..slices.environment import VARIABLES, fit_installed_frameworks
-from ..units import describe_fraction, format_bytes, shorten
+from ..units import describe_fraction, exact_bytes, format_bytes, shorten
 from .state import KernelState, SliceFacts
 
 
@@ -26,8 +26,62 @@ class ResizeRefused(VGPUError):
     """The slice cannot change in this process any more (a framework fixed its limits)."""
 
 
+#: How ``%vgpu resize`` names the burst limit it takes, and the word that removes it.
+LIMIT_OPTION = "--limit"
+NO_LIMIT = "none"
+
+
+def split_resize(text: str) -> tuple[str | None, str | None]:
+    """``"1/4 --limit 1/2"`` -> ``("1/4", "1/2")``; ``"--limit=8GiB"`` -> ``(None, "8GiB")``;
+    ``"0.5"`` -> ``("0.5", None)``. One sentence for anything else."""
+    words = text.split()
+    limit = None
+    rest = []
+    while words:
+        word = words.pop(0)
+        if word == LIMIT_OPTION or word.startswith(f"{LIMIT_OPTION}="):
+            value = word.partition("=")[2] or (words.pop(0) if words else "")
+            if not value or limit is not None:
+                raise InvalidRequest(
+                    f"%vgpu resize {shorten(text.strip())}: give {LIMIT_OPTION} once, with a limit (1/2, 8GiB) or {NO_LIMIT}."
+                )
+            limit = value
+        else:
+            rest.append(word)
+    if len(rest) > 1:
+        raise InvalidRequest(
+            f"%vgpu resize {shorten(text.strip())}: give one size, then {LIMIT_OPTION} LIMIT if it bursts, e.g. `%vgpu resize 1/4 {LIMIT_OPTION} 1/2`."
+        )
+    return (rest[0] if rest else None), limit
+
+
+def new_request(text: str, current: SliceRequest) -> SliceRequest:
+    """The request ``%vgpu resize text`` asks for, from the slice's ``current`` one: a size alone
+    keeps the current limit (refused in one sentence if that no longer goes with it), ``--limit``
+    alone keeps the current size, ``--limit none`` makes the slice fixed."""
+    size, limit = split_resize(text)
+    if size is None and limit is None:
+        raise ResizeRefused("Say the new size: `%vgpu resize 0.5`, `%vgpu resize 1/2` or `%vgpu resize 6GiB`.")
+    if size is None:
+        size = exact_bytes(current.memory) if current.memory is not None else repr(current.fraction)
+    try:
+        share = parse_share(size, None if limit in (None, NO_LIMIT) else limit, names={"gpu_fraction_limit": LIMIT_OPTION, "gpu_memory_limit": LIMIT_OPTION})
+    except InvalidRequest as error:
+        raise InvalidRequest(f"%vgpu resize {shorten(text.strip())}: {error} For example `%vgpu resize 1/2` or `%vgpu resize 1/4 --limit 1/2`.") from None
+    if limit is None and current.elastic:
+        try:  # the limit it had, with the new size
+            share = replace(share, limit_fraction=current.limit_fraction, limit_memory=current.limit_memory)
+        except InvalidRequest:
+            raise InvalidRequest(
+                f"%vgpu resize {shorten(text.strip())}: the slice's limit ({current.describe_limit()}) does not go with "
+                f"{share.describe()}; add {LIMIT_OPTION} LIMIT, or {LIMIT_OPTION} {NO_LIMIT} for a fixed slice."
+            ) from None
+    return share
+
+
 def resize(state: KernelState, text: str) -> str:
-    """Resize the kernel's slice to ``text`` (``0.5``, ``1/2``, ``50%``, ``6GiB``); returns what changed."""
+    """Resize the kernel's slice to ``text`` (``0.5``, ``1/2``, ``50%``, ``6GiB``, and ``--limit
+    LIMIT`` or ``--limit none`` for an elastic slice's limit); returns what changed."""
     facts = state.facts
     if not facts.sliced or not facts.slice_id:
         raise ResizeRefused(
@@ -35,10 +89,8 @@ def resize(state: KernelState, text: str) -> str:
         )
     if not text.strip():
         raise ResizeRefused("Say the new size: `%vgpu resize 0.5`, `%vgpu resize 1/2` or `%vgpu resize 6GiB`.")
-    try:
-        share = parse_share(text)
-    except InvalidRequest as error:
-        raise InvalidRequest(f"%vgpu resize {shorten(text.strip())}: {error} For example `%vgpu resize 1/2` or `%vgpu resize 6GiB`.") from None
+    if split_resize(text)[0] is not None:
+        new_request(text, SliceRequest())  # a size and a limit that are not allowed are said before anything else
     holding = []
     for framework in FRAMEWORKS:
         module = sys.modules.get(framework.module)
@@ -55,14 +107,11 @@ def resize(state: KernelState, text: str) -> str:
         )
     old_reserved = facts.memory_reserved
     old_share = facts.fraction
-    request = SliceRequest(
-        fraction=share.fraction,
-        memory=share.memory,
-        gpus=max(1, len(facts.gpus)),
-        logical_devices=facts.logical_devices,
-    )
+    old_limit = os.environ.get("JUPYTER_VGPU_BURST_SHARE") if facts.burst_limit is not None else None
     ledger = open_ledger()
     try:
+        share = new_request(text, ledger.get(facts.slice_id).request)
+        request = replace(share, gpus=max(1, len(facts.gpus)), logical_devices=facts.logical_devices)
         resized = ledger.resize(facts.slice_id, request)
         by_index = all(part.strip().isdigit() for part in os.environ.get("CUDA_VISIBLE_DEVICES", "x").split(","))
         env = slice_environment(
@@ -77,14 +126,13 @@ def resize(state: KernelState, text: str) -> str:
     os.environ.update(env)
     state.facts = replace(SliceFacts.from_env(), simulate=facts.simulate)
     state.record_all(revisit(state, "reapply"))
-    before = _describe(old_share, old_reserved)
-    after = _describe(state.facts.fraction, state.facts.memory_reserved)
-    return (
-        f"Slice {facts.slice_id} resized from {before} to {after}; frameworks imported from now on "
-        f"get {format_bytes(state.facts.memory_limit)} per GPU."
-    )
+    before = _describe(old_share, old_reserved, old_limit)
+    burst = state.facts.burst_limit
+    after = _describe(state.facts.fraction, state.facts.memory_reserved, os.environ.get("JUPYTER_VGPU_BURST_SHARE") if burst else None)
+    gets = f"get {format_bytes(state.facts.memory_limit)} per GPU" if burst is None else f"grow up to {format_bytes(burst)} per GPU"
+    return f"Slice {facts.slice_id} resized from {before} to {after}; frameworks imported from now on {gets}."
 
 
-def _describe(fraction: float | None, reserved: int | None) -> str:
+def _describe(fraction: float | None, reserved: int | None, limit: str | None = None) -> str:
     share = "?" if fraction is None else ("1 GPU" if fraction >= 1 else f"{describe_fraction(fraction)} GPU")
-    return f"{share} ({format_bytes(reserved)} per GPU)"
+    return f"{share} ({format_bytes(reserved)} per GPU{f', up to {limit}' if limit else ''})"

@@ -36,6 +36,8 @@ class SliceFacts:
     gpus: tuple[str, ...] = ()
     fraction: float | None = None
     memory_limit: int | None = None
+    #: An elastic slice's limit for frameworks (JUPYTER_VGPU_BURST_LIMIT); None: no burst.
+    burst_limit: int | None = None
     memory_reserved: int | None = None
     context_allowance: int | None = None
     logical_devices: int = 1
@@ -50,6 +52,11 @@ class SliceFacts:
     def sliced(self) -> bool:
         """True when this kernel holds a GPU slice with a known memory limit."""
         return self.slice_id is not None and self.memory_limit is not None
+
+    @property
+    def framework_limit(self) -> int | None:
+        """What frameworks may allocate per GPU: an elastic slice's burst limit, else the slice's limit."""
+        return self.burst_limit if self.burst_limit is not None else self.memory_limit
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> SliceFacts:
@@ -69,6 +76,7 @@ class SliceFacts:
             mig_profiles=tuple(p for p in env.get("JUPYTER_VGPU_MIG_PROFILES", "").split(",") if p),
             fraction=_number(env, "JUPYTER_VGPU_FRACTION", float),
             memory_limit=_number(env, "JUPYTER_VGPU_MEMORY_LIMIT", int),
+            burst_limit=_number(env, "JUPYTER_VGPU_BURST_LIMIT", int),
             memory_reserved=_number(env, "JUPYTER_VGPU_MEMORY_RESERVED", int),
             context_allowance=_number(env, "JUPYTER_VGPU_CONTEXT_ALLOWANCE", int),
             logical_devices=_number(env, "JUPYTER_VGPU_LOGICAL_DEVICES", int) or 1,

@@ -63,7 +63,10 @@ def share_text(state: KernelState) -> str:
     if facts.fraction is None:
         return "n/a"
     share = "1 GPU" if facts.fraction >= 1 else f"{describe_fraction(facts.fraction)} GPU"
-    return f"{len(facts.gpus)} x {share}" if len(facts.gpus) > 1 else share
+    share = f"{len(facts.gpus)} x {share}" if len(facts.gpus) > 1 else share
+    if facts.burst_limit is not None and (limit := os.environ.get("JUPYTER_VGPU_BURST_SHARE")):
+        share += f", up to {limit}"  # an elastic slice: the request, and the limit as it was asked
+    return share
 
 
 def gpu_line(gpu: GPU, usage: Usage, *, mine: bool = False) -> str:
@@ -95,7 +98,11 @@ def slice_rows(state: KernelState, usage: Usage) -> list[tuple[str, str]]:
         if where.ended:
             rows.append(("previous job", where.ended))
     rows.append(("reserved", f"{format_bytes(facts.memory_reserved)} per GPU (context allowance included)"))
-    rows.append(("limit", f"{format_bytes(facts.memory_limit)} per GPU for frameworks"))
+    if facts.burst_limit is not None:
+        rows.append(("limit", f"{format_bytes(facts.memory_limit)} per GPU guaranteed (the request)"))
+        rows.append(("burst limit", f"{format_bytes(facts.burst_limit)} per GPU for frameworks, grown into on demand"))
+    else:
+        rows.append(("limit", f"{format_bytes(facts.memory_limit)} per GPU for frameworks"))
     rows.append(("context allowance", f"{format_bytes(facts.context_allowance)} per GPU for the CUDA context"))
     if facts.logical_devices > 1:
         rows.append(("logical devices", f"{facts.logical_devices} TensorFlow devices per GPU"))
@@ -217,8 +224,8 @@ def would_give_rows(state: KernelState) -> list[tuple[str, str]]:
     """What each framework gets from this slice on a real GPU: on simulated GPUs the frameworks
     see none and skip it, and this is what the demo can show of the headline."""
     facts = state.facts
-    limit = facts.memory_limit or 0
-    fraction = os.environ.get("JUPYTER_VGPU_MEMORY_FRACTION", "")
+    limit = facts.framework_limit or 0  # an elastic slice's frameworks get its burst limit
+    fraction = os.environ.get("JUPYTER_VGPU_BURST_FRACTION") or os.environ.get("JUPYTER_VGPU_MEMORY_FRACTION", "")
     rows = []
     for framework in FRAMEWORKS:
         words = framework.would_give(limit, fraction, facts.logical_devices)
@@ -334,6 +341,7 @@ HELP = (
     ("%vgpu monitor --minutes M --interval S", "the same, for M minutes, every S seconds"),
     ("%vgpu monitor stop", "stop every live view of this kernel"),
     ("%vgpu resize 0.5 | 1/2 | 6GiB", "change the slice while no framework uses the GPU yet"),
+    ("%vgpu resize 1/4 --limit 1/2", "an elastic slice: 1/4 booked, frameworks may grow to 1/2 (--limit none: fixed again)"),
     ("%vgpu help", "this list"),
 )
 

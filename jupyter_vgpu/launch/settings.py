@@ -7,13 +7,13 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from traitlets import TraitError, TraitType
+from traitlets import Float, HasTraits, Int, TraitError, TraitType, Unicode, Union
 
 from ..config import VGPU, load_settings
 from ..errors import InvalidRequest
 from ..ledger import Ledger, open_ledger
 from ..slices.environment import DEVICE_NAMES
-from ..slices.request import PLACEMENTS
+from ..slices.request import PLACEMENTS, parse_limit
 from ..units import parse_seconds, shorten
 from .errors import InvalidKernelConfig
 
@@ -85,6 +85,31 @@ class Setting(TraitType[Any, Any]):
         return self.allowed
 
 
+class BurstLimits(HasTraits):
+    """An elastic slice's limit (issue 42), a part of the provisioner's settings: what the kernel's
+    frameworks may grow to beyond its request (``gpu_fraction`` / ``gpu_memory``), which alone is
+    booked and guaranteed. Checked against the request when the kernel starts (:meth:`SliceRequest`'s
+    one sentence), before anything is reserved."""
+
+    gpu_fraction_limit = Setting(
+        Union([Float(), Unicode()]),
+        lambda v: parse_limit(v, None)[0],
+        "a share of a GPU in (0, 1] at least gpu_fraction, written 0.5, 1/2 or 50%",
+        help="""Elastic slice: the share of each GPU this kernel's frameworks may grow to while no
+        other kernel's request needs it, at least gpu_fraction (which is what is booked). Needs
+        gpu_fraction; without it the slice is fixed.""",
+    ).tag(config=True)
+
+    gpu_memory_limit = Setting(
+        Union([Int(min=1), Unicode()]),
+        lambda v: parse_limit(None, v)[1],
+        "a size such as 8GiB, at least gpu_memory",
+        help="""Elastic slice: the memory per GPU this kernel's frameworks may grow to while no
+        other kernel's request needs it, at least gpu_memory (which is what is booked). Needs
+        gpu_memory; without it the slice is fixed.""",
+    ).tag(config=True)
+
+
 def check_seconds(value: Any) -> float:
     return parse_seconds(value, what="wait_timeout")
 
@@ -130,7 +155,7 @@ SET_BY_JUPYTER_CLIENT = frozenset({"kernel_id", "kernel_spec", "parent", "config
 #: inherited from LocalProvisioner are not the user's to set.
 VGPU_SETTINGS = (
     "gpu_fraction", "gpu_memory", "gpus", "gpu", "logical_devices", "placement", "wait_timeout", "no_gpu", "device_names",
-    "launcher", "slurm_args", "slurm_restarts",
+    "launcher", "slurm_args", "slurm_restarts", "gpu_fraction_limit", "gpu_memory_limit",
 )  # fmt: skip
 
 

@@ -371,7 +371,9 @@ class SQLiteLedger(Ledger):
                         f"{request.describe()} is {format_bytes(need)}, not more than the CUDA-context allowance "
                         f"({format_bytes(found.context_allowance)}); ask for more memory."
                     )
-                if need > gpu.free:
+                if request.limit_memory is not None and request.limit_memory > gpu.total:
+                    raise InvalidRequest(f"{request.describe()} has a limit above GPU {gpu.index} ({format_bytes(gpu.total)}); ask for at most that.")
+                if need > gpu.free:  # the request is booked; its limit never is
                     raise SliceUnavailable(f"Cannot resize slice {found.id} to {request.describe()}: {gpu.explain()}.")
                 changes.append((need, found.id, gpu.uuid))
             db.executemany("UPDATE slice_gpus SET memory = ? WHERE slice_id = ? AND gpu_uuid = ?", changes)

@@ -288,4 +288,6 @@ def _request(data: Any) -> SliceRequest:
         gpu=data.get("gpu"),
         logical_devices=data.get("logical_devices", 1),
         placement=data.get("placement", "binpack"),
+        limit_fraction=data.get("limit_fraction"),
+        limit_memory=data.get("limit_memory"),
     )

@@ -73,6 +73,7 @@ def elsewhere_view(row: Elsewhere, watchdog: Watchdog, kernels: Mapping[str, Ker
         "state": use_state(row.memory_used, total),
         "memory_reserved_by_gpu": {},
         "memory_limit": None,
+        "memory_burst_limit": None,
         "context_allowance": None,
         "logical_devices": 1,
         "tier": row.tier,

@@ -34,6 +34,9 @@ VARIABLES = (
     "JUPYTER_VGPU_FRACTION",
     "JUPYTER_VGPU_MEMORY_LIMIT",
     "JUPYTER_VGPU_MEMORY_FRACTION",
+    "JUPYTER_VGPU_BURST_LIMIT",
+    "JUPYTER_VGPU_BURST_FRACTION",
+    "JUPYTER_VGPU_BURST_SHARE",
     "JUPYTER_VGPU_MEMORY_RESERVED",
     "JUPYTER_VGPU_CONTEXT_ALLOWANCE",
     "JUPYTER_VGPU_LOGICAL_DEVICES",
@@ -91,7 +94,11 @@ def slice_environment(
         # portion of the card, but CUDA (and so every framework's fraction) still sees the whole
         # card; HAMi-core, which HAMi preloads, makes CUDA report a HAMi pod's share itself.
         smallest_total = smallest_total / portion
-    fraction = f"{math.floor(limit / smallest_total * 1000) / 1000:.3f}"
+    fraction = _share(limit, smallest_total)
+    # An elastic slice's frameworks get its limit (issue 42) and grow on demand within it; the
+    # reservation's own figures above keep their meaning.
+    burst = slice_.memory_burst_limit
+    framework_limit, framework_fraction = (burst, _share(burst, smallest_total)) if burst is not None else (limit, fraction)
     env = {
         # NVML ignores CUDA_VISIBLE_DEVICES and indices can differ from CUDA's order: UUIDs are unambiguous.
         "CUDA_VISIBLE_DEVICES": ",".join(slice_.visible_devices),
@@ -108,8 +115,13 @@ def slice_environment(
         # The limit as a share of the device's total memory, rounded down so it stays inside the slice.
         "JUPYTER_VGPU_MEMORY_FRACTION": fraction,
     }
+    if burst is not None:
+        # What frameworks may grow to per GPU (the limit minus the context allowance), and as a share.
+        env["JUPYTER_VGPU_BURST_LIMIT"] = str(burst)
+        env["JUPYTER_VGPU_BURST_FRACTION"] = framework_fraction
+        env["JUPYTER_VGPU_BURST_SHARE"] = slice_.request.describe_limit()  # the limit as asked: "1/2", "8.0 GiB"
     for framework in FRAMEWORKS:  # each framework's own variables (jupyter_vgpu/frameworks/)
-        env.update(framework.environment(limit, fraction))
+        env.update(framework.environment(framework_limit, framework_fraction))
     if device_names == "index" and slice_.tier is not Tier.MIG:
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in slice_.gpu_indices)
     if slice_.mig_profiles:
@@ -124,6 +136,11 @@ def slice_environment(
         for framework in FRAMEWORKS:  # so each can say what it holds in host memory (kernel.simulated)
             env.update(framework.simulated_environment())
     return env
+
+
+def _share(amount: int, total: float) -> str:
+    """``amount`` as a share of ``total``, rounded down so it stays inside: ``"0.250"``."""
+    return f"{math.floor(amount / total * 1000) / 1000:.3f}"
 
 
 def cpu_environment(*, logical_devices: int = 1, reason: str) -> dict[str, str]:
@@ -153,7 +170,7 @@ def for_installed_frameworks(
     process it starts (``!python train.py``, DataLoader workers): each registered framework's
     :meth:`~jupyter_vgpu.frameworks.base.Framework.for_installed`. Applied where the program runs:
     by the kernel extension at load, by the start-up hook, and by ``jupyter vgpu run``."""
-    fraction = env.get("JUPYTER_VGPU_MEMORY_FRACTION")
+    fraction = env.get("JUPYTER_VGPU_BURST_FRACTION") or env.get("JUPYTER_VGPU_MEMORY_FRACTION")  # an elastic slice's limit
     if not fraction:
         return {}
     changes: dict[str, str | None] = {}

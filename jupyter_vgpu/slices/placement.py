@@ -94,6 +94,11 @@ def place(
     if request.gpus > len(candidates):
         return Placement(reason=f"{request.describe()} needs {request.gpus} GPUs but this machine has {len(candidates)}.", permanent=True)
     need = needs(request, candidates)
+    if request.limit_memory is not None and request.limit_memory > (largest := max(g.total for g in candidates)):
+        raise InvalidRequest(
+            f"{request.describe()} has a limit above the largest GPU here ({format_bytes(largest)}); "
+            f"ask for a limit of at most {format_bytes(largest)}."
+        )
     for gpu in candidates:
         if need[gpu.uuid] <= (context := allowance(gpu)):
             raise InvalidRequest(
@@ -118,8 +123,16 @@ def place(
         # On a MIG GPU: what the MIG device holds beyond the request (the smaller, the better the fit).
         return (chosen.device.memory_total if chosen is not None else g.free) - need[g.uuid]
 
+    def burst_room(g: GPUOccupancy, chosen: MIGState | None) -> int:
+        # An elastic request's room to grow here, up to its limit: what no request holds (the ledger
+        # books requests only). Every GPU with room for the whole limit ties, and the policy decides.
+        limit = request.limit_on(g.total)
+        if limit is None or chosen is not None:
+            return 0  # no limit, or a MIG device: its size is the slice
+        return min(g.free - need[g.uuid], limit - need[g.uuid])
+
     sign = -1 if request.placement == "spread" else 1
-    ordered = sorted(fits, key=lambda fit: (sign * leftover(*fit), fit[0].index))
+    ordered = sorted(fits, key=lambda fit: (-burst_room(*fit), sign * leftover(*fit), fit[0].index))
     picked = ordered[: request.gpus]
     return Placement(
         chosen=tuple((g, chosen.device.memory_total if chosen is not None else need[g.uuid]) for g, chosen in picked),

@@ -228,6 +228,18 @@ class Slice:
         return max(0, self.memory_per_gpu - self.context_allowance)
 
     @property
+    def memory_burst_limit(self) -> int | None:
+        """What frameworks may grow to per GPU in an elastic slice: its limit (on the smallest of its
+        GPUs, never more than a GPU) minus the context allowance; None without a limit. Only a
+        cooperative slice bursts for now: a hard tier (MIG, MPS, HAMi-core) holds its processes at
+        the reservation, so there frameworks get :attr:`memory_limit` as before."""
+        if not self.request.elastic or self.tier is not Tier.COOPERATIVE or not self.memory_total:
+            return None
+        limits = [self.request.limit_on(total) or 0 for total in self.memory_total]
+        burst = max(min(limits), self.memory_per_gpu)
+        return max(0, burst - self.context_allowance)
+
+    @property
     def fraction(self) -> float:
         """The share of each GPU this slice holds (of the smallest, for mixed GPUs)."""
         if not self.memory:
@@ -284,6 +296,7 @@ class Slice:
             "memory_reserved_by_gpu": dict(zip(self.gpus, self.memory)),
             "context_allowance": self.context_allowance,
             "memory_limit": self.memory_limit,
+            "memory_burst_limit": self.memory_burst_limit,
             "logical_devices": self.logical_devices,
             "tier": self.tier_text,
             "tier_kind": self.tier.value,

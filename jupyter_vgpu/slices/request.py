@@ -1,13 +1,20 @@
-"""What a user asks for: a share (fraction or memory) of one or more GPUs."""
+"""What a user asks for: a share (fraction or memory) of one or more GPUs, and the limit it may burst to.
+
+An elastic request (issue 42) carries a **limit** beside its **request**, of the same kind (a
+fraction with a fraction, memory with memory): the request is what the ledger books and
+guarantees; the limit is what the process's frameworks may grow to while memory no request holds
+is free. A request without a limit is exactly a request of before.
+"""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ..errors import InvalidRequest
-from ..units import describe_fraction, format_bytes, parse_bytes, parse_fraction, shorten
+from ..units import describe_fraction, exact_bytes, format_bytes, parse_bytes, parse_fraction, share_number, shorten
 
 PLACEMENTS = ("binpack", "spread")
 
@@ -19,6 +26,8 @@ CLI_NAMES = {
     "gpu": "--gpu",
     "logical_devices": "--logical-devices",
     "placement": "--placement",
+    "gpu_fraction_limit": "--limit",
+    "gpu_memory_limit": "--limit",
 }
 
 
@@ -38,9 +47,15 @@ class SliceRequest:
     placement: str = "binpack"
     #: The fraction was asked for as a percentage (``-p 33%``): said back as one ("33% of a GPU").
     percent: bool = field(default=False, compare=False)
+    #: The limit to burst to, of the request's kind (a share of each GPU, or bytes per GPU); None:
+    #: no burst. A limit equal to the request is no limit.
+    limit_fraction: float | None = None
+    limit_memory: int | None = None
 
     def __post_init__(self) -> None:
         """The invariants of an already-parsed request (a kernelspec's traits build one directly)."""
+        if self.fraction is None and self.memory is None and (self.limit_fraction is not None or self.limit_memory is not None):
+            _check_limit(None, None, self.limit_fraction, self.limit_memory, _KEYS, {})
         if (self.fraction is None) == (self.memory is None):
             if self.fraction is None:
                 object.__setattr__(self, "fraction", 1.0)  # neither: whole GPUs
@@ -52,6 +67,16 @@ class SliceRequest:
             raise InvalidRequest(f"A pinned GPU (gpu {shorten(self.gpu)}) needs one GPU, not {self.gpus}.")
         if self.placement not in PLACEMENTS:
             raise InvalidRequest(f"placement {shorten(self.placement)} is not allowed; use one of: {', '.join(PLACEMENTS)}.")
+        _check_limit(self.fraction, self.memory, self.limit_fraction, self.limit_memory, _KEYS, {})
+        if self.limit_fraction is not None and self.limit_fraction == self.fraction:
+            object.__setattr__(self, "limit_fraction", None)
+        if self.limit_memory is not None and self.limit_memory == self.memory:
+            object.__setattr__(self, "limit_memory", None)
+
+    @property
+    def elastic(self) -> bool:
+        """Whether the request has a limit above it to burst to."""
+        return self.limit_fraction is not None or self.limit_memory is not None
 
     @classmethod
     def parse(
@@ -65,15 +90,32 @@ class SliceRequest:
         placement: Any = "binpack",
         default_fraction: float | None = 1.0,
         names: dict[str, str] | None = None,
+        limit: Any = None,
+        limit_fraction: Any = None,
+        limit_memory: Any = None,
     ) -> SliceRequest:
         """Validate raw values (strings from a CLI, kernelspec JSON, env) into a request.
 
         Each bad value raises :class:`InvalidRequest` with one sentence naming the value and
         what is allowed. ``names`` renames the settings in messages (e.g. ``{"gpu_fraction":
         "-p/--fraction"}`` for a command line); by default they are the kernelspec keys.
+
+        The burst limit comes as ``limit_fraction`` / ``limit_memory`` (kernelspec keys
+        ``gpu_fraction_limit`` / ``gpu_memory_limit``), or as ``limit``, read as the request's kind
+        (a command line's ``--limit``): a limit below the request, above a whole GPU, or of the
+        other kind is refused in one sentence.
         """
-        name = {key: key for key in ("gpu_fraction", "gpu_memory", "gpus", "gpu", "logical_devices", "placement")}
+        name = {key: key for key in (*_KEYS, "gpus", "gpu", "logical_devices", "placement")}
         name.update(names or {})
+        if _given(limit):
+            if _given(limit_fraction) or _given(limit_memory):
+                raise InvalidRequest(f"{name['gpu_fraction_limit']} is given twice ({shorten(limit)}); give it once.")
+            text = str(limit).strip()
+            # Read as what it is written as, so that a limit of the other kind is said to be one.
+            if text[-1:].isalpha() or (_given(memory) and text.isascii() and text.isdigit()):
+                limit_memory = limit
+            else:
+                limit_fraction = limit
         if _given(fraction) and _given(memory):
             raise InvalidRequest(
                 f"{name['gpu_fraction']} ({shorten(fraction)}) and {name['gpu_memory']} ({shorten(memory)}) are both set; "
@@ -81,6 +123,10 @@ class SliceRequest:
             )
         parsed_fraction = parse_fraction(fraction, what=name["gpu_fraction"]) if _given(fraction) else None
         parsed_memory = parse_bytes(memory, what=name["gpu_memory"]) if _given(memory) else None
+        parsed_limit_fraction, parsed_limit_memory = parse_limit(limit_fraction, limit_memory, name)
+        written = {"gpu_fraction_limit": limit_fraction, "gpu_memory_limit": limit_memory}
+        if parsed_fraction is None and parsed_memory is None and (_given(limit_fraction) or _given(limit_memory)):
+            _check_limit(None, None, parsed_limit_fraction, parsed_limit_memory, name, written)
         if parsed_fraction is None and parsed_memory is None:
             if default_fraction is None:
                 raise InvalidRequest(f"Set {name['gpu_fraction']} (e.g. 0.25) or {name['gpu_memory']} (e.g. 6GiB).")
@@ -98,6 +144,7 @@ class SliceRequest:
                 raise InvalidRequest(f"{name['gpu']} {shorten(pinned)} is not a GPU index or UUID.")
             if count != 1:
                 raise InvalidRequest(f"A pinned GPU ({name['gpu']} {shorten(pinned)}) needs one GPU, not {count}.")
+        _check_limit(parsed_fraction, parsed_memory, parsed_limit_fraction, parsed_limit_memory, name, written)
         return cls(
             fraction=parsed_fraction,
             memory=parsed_memory,
@@ -106,6 +153,8 @@ class SliceRequest:
             logical_devices=logical,
             placement=str(placement),
             percent=parsed_fraction is not None and isinstance(fraction, str) and fraction.strip().endswith("%"),
+            limit_fraction=parsed_limit_fraction,
+            limit_memory=parsed_limit_memory,
         )
 
     def amount_on(self, memory_total: int) -> int:
@@ -115,9 +164,29 @@ class SliceRequest:
         assert self.fraction is not None
         return int(math.floor(self.fraction * memory_total))
 
+    def limit_on(self, memory_total: int) -> int | None:
+        """Bytes this request may burst to on a GPU of ``memory_total`` bytes (never more than the
+        GPU); None without a limit."""
+        if self.limit_memory is not None:
+            return min(self.limit_memory, memory_total)
+        if self.limit_fraction is not None:
+            return int(math.floor(min(1.0, self.limit_fraction) * memory_total))
+        return None
+
+    def describe_limit(self) -> str:
+        """``1/2``, ``50%``, ``1 GPU``, ``8.0 GiB``: the limit as it was asked for; empty without one."""
+        if self.limit_memory is not None:
+            return format_bytes(self.limit_memory)
+        if self.limit_fraction is None:
+            return ""
+        if self.limit_fraction >= 1:
+            return "1 GPU"
+        return describe_fraction(self.limit_fraction, percent=self.percent)
+
     def describe(self) -> str:
         """``1/4 GPU``, ``0.33 GPU``, ``33% of a GPU``, ``6.0 GiB``, ``2 x 1/2 GPU``, ``1 GPU``: the
-        share as it was asked for (:func:`~jupyter_vgpu.units.describe_fraction`)."""
+        share as it was asked for (:func:`~jupyter_vgpu.units.describe_fraction`); an elastic one
+        adds its limit: ``1/4 GPU, up to 1/2``, ``4.0 GiB, up to 8.0 GiB``."""
         if self.memory is not None:
             share = format_bytes(self.memory)
         else:
@@ -128,22 +197,106 @@ class SliceRequest:
             share = f"{self.gpus} GPUs" if self.fraction == 1 else f"{self.gpus} x {share}"
         if self.gpu is not None:
             share += f" on GPU {self.gpu}"
+        if self.elastic:
+            share += f", up to {self.describe_limit()}"
         return share
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """The request's fields; a limit's only when it has one (a request without a limit is
+        stored, sent and shown exactly as before limits existed)."""
+        data = asdict(self)
+        for key in ("limit_fraction", "limit_memory"):
+            if data[key] is None:
+                del data[key]
+        return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> SliceRequest:
         return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})
 
 
-def parse_share(text: str) -> SliceRequest:
-    """``"1/4"``, ``"25%"``, ``"0.25"`` (a fraction) or ``"6GiB"`` (memory), for one GPU."""
+def parse_share(text: str, limit: str | None = None, *, names: dict[str, str] | None = None) -> SliceRequest:
+    """``"1/4"``, ``"25%"``, ``"0.25"`` (a fraction) or ``"6GiB"`` (memory), for one GPU, with
+    ``limit`` (``"1/2"``, ``"8GiB"``) of the same kind to burst to."""
     value = str(text).strip()
     if value and value[-1].isalpha():
-        return SliceRequest.parse(memory=value)
-    return SliceRequest.parse(fraction=value)
+        return SliceRequest.parse(memory=value, limit=limit, names=names)
+    return SliceRequest.parse(fraction=value, limit=limit, names=names)
+
+
+#: The kernelspec keys of a request's amount and its limit, as messages name them.
+_KEYS = {"gpu_fraction": "gpu_fraction", "gpu_memory": "gpu_memory", "gpu_fraction_limit": "gpu_fraction_limit", "gpu_memory_limit": "gpu_memory_limit"}
+
+
+def parse_limit(fraction: Any, memory: Any, name: Mapping[str, str] = _KEYS) -> tuple[float | None, int | None]:
+    """A burst limit as written (a share of a GPU, or a size) into ``(limit_fraction,
+    limit_memory)``; one sentence for a value that is not one, or a share above a whole GPU."""
+    if _given(fraction) and _given(memory):
+        raise InvalidRequest(
+            f"{name['gpu_fraction_limit']} ({shorten(fraction)}) and {name['gpu_memory_limit']} ({shorten(memory)}) are both set; "
+            "set only one of them."
+        )
+    if _given(fraction):
+        try:
+            above = share_number(fraction) > 1
+        except (ValueError, ZeroDivisionError):
+            above = False  # parse_fraction says what it is not
+        if above:
+            raise InvalidRequest(f"{name['gpu_fraction_limit']} {shorten(fraction)} is above a whole GPU; use a limit of at most 1 (and at least the request).")
+    parsed_fraction = parse_fraction(fraction, what=name["gpu_fraction_limit"]) if _given(fraction) else None
+    parsed_memory = parse_bytes(memory, what=name["gpu_memory_limit"]) if _given(memory) else None
+    return parsed_fraction, parsed_memory
+
+
+def _check_limit(
+    fraction: float | None,
+    memory: int | None,
+    limit_fraction: float | None,
+    limit_memory: int | None,
+    name: dict[str, str],
+    written: Mapping[str, Any],
+) -> None:
+    """One sentence for a limit that cannot go with its request: both kinds, no request, the
+    other kind, above a whole GPU, below the request. ``written``: the values as the user wrote
+    them (else the parsed ones are named)."""
+
+    def said(key: str, value: Any) -> str:
+        raw = written.get(key)
+        if _given(raw):
+            return shorten(raw)
+        return exact_bytes(value) if key == "gpu_memory_limit" else shorten(value)
+
+    if limit_fraction is None and limit_memory is None:
+        return
+    if limit_fraction is not None and limit_memory is not None:
+        raise InvalidRequest(
+            f"{name['gpu_fraction_limit']} ({said('gpu_fraction_limit', limit_fraction)}) and {name['gpu_memory_limit']} "
+            f"({said('gpu_memory_limit', limit_memory)}) are both set; set only one of them."
+        )
+    key = "gpu_fraction_limit" if limit_fraction is not None else "gpu_memory_limit"
+    shown = f"{name[key]} {said(key, limit_fraction if limit_fraction is not None else limit_memory)}"
+    if fraction is None and memory is None:
+        raise InvalidRequest(
+            f"{shown} is a limit with no request to burst from; also set {name['gpu_fraction' if limit_fraction is not None else 'gpu_memory']} "
+            "(what is booked and guaranteed)."
+        )
+    if limit_fraction is not None and fraction is None:
+        raise InvalidRequest(f"{shown} is a share of a GPU but the request is memory ({format_bytes(memory)}); give the limit as a size too, e.g. 8GiB.")
+    if limit_memory is not None and memory is None:
+        assert fraction is not None
+        raise InvalidRequest(
+            f"{shown} is a size but the request is a share of a GPU ({describe_fraction(fraction)}); give the limit as a share too, e.g. 1/2."
+        )
+    if limit_fraction is not None:
+        assert fraction is not None
+        if not math.isfinite(limit_fraction) or limit_fraction > 1:
+            raise InvalidRequest(f"{shown} is above a whole GPU; use a limit of at least {describe_fraction(fraction)} and at most 1.")
+        if limit_fraction < fraction:
+            raise InvalidRequest(
+                f"{shown} is below its request ({describe_fraction(fraction)}); use a limit of at least {describe_fraction(fraction)} and at most 1."
+            )
+    if limit_memory is not None and memory is not None and limit_memory < memory:
+        raise InvalidRequest(f"{shown} is below its request ({format_bytes(memory)}); use a limit of at least {exact_bytes(memory)}.")
 
 
 def _given(value: Any) -> bool:

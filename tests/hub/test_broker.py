@@ -399,3 +399,17 @@ def test_a_lost_answer_leaves_one_slice_that_asking_again_finds(system_users: Us
     assert other.id != first.id and len(open_ledger().slices()) == 2
     with pytest.raises(Exception, match="is not a request token"):
         Holder.kernel("k", token="../../etc")
+
+
+def test_an_elastic_request_keeps_its_limit_through_the_broker(system_users: Users, broker: BrokerProcess) -> None:
+    """Issue 42: the wire carries the limit; the broker books the request only."""
+    alice = system_users.alice
+    env = alice.env(JUPYTER_VGPU_BROKER=str(broker.socket), **{k: v for k, v in os.environ.items() if k == "PYTHONPATH"})
+    script = "import os; print(os.environ['JUPYTER_VGPU_MEMORY_RESERVED'], os.environ['JUPYTER_VGPU_BURST_LIMIT'])"
+    result = alice.run(JUPYTER_VGPU, "run", "-p", "1/4", "--limit", "1/2", "--", PYTHON, "-c", script, env=env)
+    assert result.returncode == 0, result.stderr
+    reserved, burst = (int(n) for n in result.stdout.split())
+    assert reserved == 4 << 30 and burst > reserved  # 8 GiB less the context allowance
+    assert "(1/4 GPU, up to 1/2)" in result.stderr
+    refused = alice.run(JUPYTER_VGPU, "run", "-p", "1/4", "--limit", "1/8", "--", "true", env=env)
+    assert refused.returncode != 0 and "--limit '1/8' is below its request (1/4)" in refused.stderr, refused.stderr

@@ -1,0 +1,79 @@
+"""An elastic slice in a real kernel (issue 42): started from a kernelspec with gpu_fraction and
+gpu_fraction_limit through the provisioner, on a simulated 4 GiB GPU, with real TensorFlow."""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from kernels import Kernel, Outcome
+
+from jupyter_vgpu.ledger import open_ledger
+from jupyter_vgpu.units import GiB, MiB
+
+pytestmark = pytest.mark.tensorflow
+
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+@pytest.fixture
+def kernel(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, vgpu_env: dict[str, str]) -> Iterator[Kernel]:
+    """A kernel of a "Python 3 (1/4 GPU, up to 1/2)" kernelspec on one simulated 4 GiB GPU."""
+    monkeypatch.setenv("JUPYTER_VGPU_SIMULATE", "1x4GiB")  # small, so that a burst fits in the host's memory
+    root = tmp_path / "jupyter-path"
+    folder = root / "kernels" / "python3-vgpu-1-4-to-1-2"
+    folder.mkdir(parents=True)
+    config = {"gpu_fraction": 0.25, "gpu_fraction_limit": 0.5}
+    spec = {
+        "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+        "display_name": "Python 3 (1/4 GPU, up to 1/2)",
+        "language": "python",
+        "metadata": {"kernel_provisioner": {"provisioner_name": "vgpu-provisioner", "config": config}},
+        "env": {"TF_CPP_MIN_LOG_LEVEL": "3"},
+    }
+    (folder / "kernel.json").write_text(json.dumps(spec))
+    monkeypatch.setenv("JUPYTER_PATH", str(root))
+    monkeypatch.setenv("JUPYTER_RUNTIME_DIR", str(tmp_path / "runtime"))
+    monkeypatch.setenv("IPYTHONDIR", str(tmp_path / "ipython"))
+    started = Kernel.start("python3-vgpu-1-4-to-1-2")
+    try:
+        yield started
+    finally:
+        started.stop()
+
+
+def text(outcome: Outcome) -> str:
+    return ANSI.sub("", outcome.stdout + "".join(bundle.get("text/plain", "") for bundle in outcome.displays))
+
+
+def test_an_elastic_kernel_books_its_request_and_its_frameworks_get_its_limit(kernel: Kernel) -> None:
+    ledger = open_ledger()
+    [held] = ledger.slices()
+    ledger.close()
+    allowance = int(kernel.env("JUPYTER_VGPU_CONTEXT_ALLOWANCE"))
+    assert held.memory == (1 * GiB,)  # the request is booked
+    assert int(kernel.env("JUPYTER_VGPU_MEMORY_RESERVED")) == 1 * GiB
+    assert int(kernel.env("JUPYTER_VGPU_MEMORY_LIMIT")) == 1 * GiB - allowance  # as before
+    assert int(kernel.env("JUPYTER_VGPU_BURST_LIMIT")) == 2 * GiB - allowance  # what frameworks may grow to
+
+    status = text(kernel.run("%vgpu"))
+    assert "\n  share              1/4 GPU, up to 1/2\n" in status, status
+    assert f"\n  burst limit        {(2 * GiB - allowance) / GiB:.1f} GiB per GPU for frameworks, grown into on demand\n" in status, status
+
+    imported = kernel.run("import tensorflow as tf")
+    assert imported.ok, imported.error
+    shown = text(kernel.run("%vgpu"))
+    each = (2 * GiB - allowance) // MiB * MiB
+    # What TensorFlow's logical device gets on a real GPU (the CPU build sees no GPU to configure).
+    assert re.search(rf"\n  TensorFlow +1 logical GPU of {each / GiB:.1f} GiB on each GPU\n", shown), shown
+
+    # More than the whole request (1 GiB), less than the limit: TensorFlow allocates it.
+    burst = 1 * GiB + 256 * MiB
+    allocated = kernel.run(f"x = tf.ones(({burst // 4},), dtype=tf.float32); held = int(tf.size(x)) * 4")
+    assert allocated.ok, allocated.error
+    assert kernel.eval("held") == burst
+    assert kernel.eval("tf.config.experimental.get_memory_info('CPU:0')['current']") >= burst  # what the simulated GPU counts
