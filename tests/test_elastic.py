@@ -161,6 +161,29 @@ def test_a_slice_without_a_limit_has_no_burst(tmp_path: Path) -> None:
     book.close()
 
 
+@pytest.mark.parametrize(
+    ("used_gib", "state", "over"),
+    [(3, "ok", False), (6, "ok", False), (7.5, "near", False), (8.5, "over", True)],
+)
+def test_a_burst_within_the_limit_is_not_over_use_and_beyond_it_is(tmp_path: Path, used_gib: float, state: str, over: bool) -> None:
+    from jupyter_vgpu.slices.usage import MEASURED, SliceUsage
+
+    book = ledger(tmp_path)
+    elastic = book.reserve(SliceRequest.parse("1/4", limit="1/2"), Holder.command("x"))
+    fixed = book.reserve(SliceRequest.parse("1/4"), Holder.command("y"))
+    used = int(used_gib * GiB)
+
+    def usage(held: Any) -> SliceUsage:
+        return SliceUsage(held, None, {held.gpus[0]: used}, used, None, MEASURED, None)
+
+    # The elastic slice may use its limit (8 GiB of the 16 GiB GPU): the views and the watchdog
+    # see "over" only beyond it; the fixed slice of the same request is over at 4 GiB as before.
+    assert (usage(elastic).state, usage(elastic).overshoot() > 0) == (state, over)
+    assert (usage(fixed).state == "over") == (used > 4 * GiB) == (usage(fixed).overshoot() > 0)
+    assert elastic.memory_allowed == (8 * GiB,) and fixed.memory_allowed == (4 * GiB,)
+    book.close()
+
+
 def test_placement_prefers_the_gpu_with_room_for_the_limit(tmp_path: Path) -> None:
     book = ledger(tmp_path, "2x16GiB")
     book.reserve(SliceRequest.parse("5/8", gpu="0"), Holder.command("a"))  # GPU 0: 6 GiB free

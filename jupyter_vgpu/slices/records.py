@@ -240,6 +240,14 @@ class Slice:
         return max(0, burst - self.context_allowance)
 
     @property
+    def memory_allowed(self) -> tuple[int, ...]:
+        """What the slice may use on each of its GPUs before it is over its limit: an elastic
+        cooperative slice's limit (it bursts there, its request booked), else what it reserves."""
+        if self.memory_burst_limit is None:
+            return self.memory
+        return tuple(max(reserved, self.request.limit_on(total) or 0) for reserved, total in zip(self.memory, self.memory_total))
+
+    @property
     def fraction(self) -> float:
         """The share of each GPU this slice holds (of the smallest, for mixed GPUs)."""
         if not self.memory:

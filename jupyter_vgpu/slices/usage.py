@@ -117,24 +117,27 @@ class SliceUsage:
 
     @property
     def state(self) -> str:
-        """``ok``, ``near`` (>= 90% of the reservation), ``over`` or ``unknown``."""
-        return use_state(self.memory_used, self.memory_reserved_total)
+        """``ok``, ``near`` (>= 90% of what it may use: the reservation, or an elastic slice's
+        limit), ``over`` (beyond it) or ``unknown``. A burst within the limit is not over."""
+        return use_state(self.memory_used, sum(self.slice.memory_allowed))
 
     def overshoot(self) -> float:
-        """How far usage exceeds the reservation, as a share of it (0 when within).
+        """How far usage exceeds what the slice may use (the reservation, or an elastic slice's
+        limit: the watchdog never acts on a burst within it), as a share of it (0 when within).
 
         Measured usage is compared GPU by GPU (a slice holds the same share on each GPU);
-        reported usage, which has no per-GPU split, against the whole reservation.
+        reported usage, which has no per-GPU split, against the whole.
         """
         if self.memory_used is None:
             return 0.0
+        allowed = self.slice.memory_allowed
         if self.used_by_gpu:
             worst = 0.0
-            for gpu, reserved in zip(self.slice.gpus, self.slice.memory):
-                if reserved:
-                    worst = max(worst, self.used_by_gpu.get(gpu, 0) / reserved - 1)
+            for gpu, most in zip(self.slice.gpus, allowed):
+                if most:
+                    worst = max(worst, self.used_by_gpu.get(gpu, 0) / most - 1)
             return max(0.0, worst)
-        total = self.memory_reserved_total
+        total = sum(allowed)
         return max(0.0, self.memory_used / total - 1) if total else 0.0
 
 
