@@ -296,6 +296,8 @@ class Broker:
         view = self.acting_for(caller)
         with self._grant_lock:
             found = view.get(slice_id)
+            if found.uid == caller.uid:
+                quotas.check_limit(quota, request)  # before the ledger changes: a refused limit changes nothing
             others = [s for s in self._held_by(found.uid) if s.id != found.id]
             resized = view.resize(found.id, request)
             if found.uid == caller.uid:

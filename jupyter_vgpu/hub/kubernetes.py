@@ -24,7 +24,10 @@ budget when their server starts (``c.KubeSpawner.profile_list``). Either way the
 scheduler's share, and jupyter-vgpu inside it splits that share per kernel (gpus.podshare).
 
 ``gpus`` and ``max_wait`` have no Kubernetes meaning here (use node selectors and the scheduler's
-own queueing); ``max_slices: 0`` gives the pod no GPU at all.
+own queueing); ``max_slices: 0`` gives the pod no GPU at all. Nor has ``max_limit`` (issue 42): an
+extended resource's limit is its request, so a pod gets its budget and never more to burst to; the
+kernels' limits inside the pod stay within what the pod got, and the ledger there does not read the
+hub policy.
 """
 
 from __future__ import annotations

@@ -4,13 +4,15 @@ Admins write the policy as ``c.VGPUPolicy.*`` in ``jupyterhub_config.py`` or as 
 the same shape; the broker reads it at start and again on SIGHUP or when the file changes::
 
     {"default": {"max_per_kernel": "1/2", "max_slices": 4},
-     "groups": {"students": {"max_per_kernel": "1/4", "max_total": "1/2", "max_wait": 60},
+     "groups": {"students": {"max_per_kernel": "1/4", "max_total": "1/2", "max_limit": "1/2", "max_wait": 60},
                 "staff": {"max_per_kernel": 2, "max_total": 2}},
      "users": {"alice": {"gpus": [0]}},
      "admin_users": ["carol"], "admin_groups": ["wheel"]}
 
 Shares are GPU-fractions (``"1/4"``, ``"25%"``, ``0.25``, ``2`` = two whole GPUs, summed over
-a slice's GPUs) or memory (``"8GiB"``, summed over a slice's GPUs). For each limit a user's own
+a slice's GPUs) or memory (``"8GiB"``, summed over a slice's GPUs). ``max_limit`` caps the limit an
+elastic request may burst to (issue 42), written as a share, or 0 / false for no bursting; quotas
+(``max_per_kernel``, ``max_total``) count requests only, never limits. For each limit a user's own
 entry wins, then the most generous of their groups that sets it, then the default; a limit set
 nowhere does not apply, except two the broker always applies (:data:`BROKER_DEFAULTS`): a place in
 line waits at most an hour (``max_wait``) and a user has at most 8 places in line at once
@@ -34,7 +36,7 @@ from traitlets.config.loader import PyFileConfigLoader
 from ..errors import InvalidConfig, InvalidRequest
 from ..units import ALLOWED_WAITS, describe_fraction, format_bytes, parse_bytes, parse_seconds, share_number, shorten
 
-LIMITS = ("max_per_kernel", "max_total", "max_slices", "gpus", "max_wait", "max_waiting", "idle_reclaim_after")
+LIMITS = ("max_per_kernel", "max_total", "max_limit", "max_slices", "gpus", "max_wait", "max_waiting", "idle_reclaim_after")
 
 #: Limits that apply where the policy sets none (the policy can raise or lower them).
 BROKER_DEFAULTS: dict[str, Any] = {"max_wait": 3600.0, "max_waiting": 8}
@@ -68,6 +70,30 @@ class Share:
             raise InvalidConfig(f"{what} {shorten(value)} must be more than zero; use {SHARES}.")
         return cls(gpus=number)
 
+    @classmethod
+    def parse_limit(cls, value: Any, *, what: str) -> Share:
+        """``max_limit``: a share as :meth:`parse` reads it, or 0 / false for no bursting at all
+        (:data:`NO_BURST`); any other value raises :class:`InvalidConfig` in one sentence."""
+        if value is False:
+            return NO_BURST
+        try:
+            if not isinstance(value, bool) and share_number(value) == 0:
+                return NO_BURST
+        except (ValueError, ZeroDivisionError):
+            pass
+        try:
+            return cls.parse(value, what=what)
+        except InvalidConfig:
+            raise InvalidConfig(
+                f"{what} {shorten(value)} is not allowed; use the largest limit one kernel may burst to, {SHARES}, "
+                "or 0 or false for no bursting."
+            ) from None
+
+    @property
+    def no_burst(self) -> bool:
+        """Whether this is ``max_limit`` 0: no limit above a request at all."""
+        return self.memory is None and not self.gpus
+
     def describe(self) -> str:
         if self.memory is not None:
             return format_bytes(self.memory)
@@ -82,6 +108,10 @@ class Share:
     def spent(self, gpus: float, memory: int) -> str:
         """An amount in this share's unit, for messages."""
         return format_bytes(memory) if self.memory is not None else describe_gpus(gpus)
+
+
+#: ``max_limit`` 0 (or false): a kernel may not burst beyond its request.
+NO_BURST = Share(gpus=0.0)
 
 
 def describe_gpus(amount: float) -> str:
@@ -102,6 +132,9 @@ class Limits:
 
     max_per_kernel: Share | None = None
     max_total: Share | None = None
+    #: The largest limit one kernel may burst to (summed over its GPUs, as ``max_per_kernel``);
+    #: :data:`NO_BURST` (0 or false): no limit above a request at all.
+    max_limit: Share | None = None
     max_slices: int | None = None
     gpus: tuple[str, ...] | None = None
     max_wait: float | None = None
@@ -121,6 +154,8 @@ class Limits:
         for key in ("max_per_kernel", "max_total"):
             if data.get(key) is not None:
                 values[key] = Share.parse(data[key], what=f"{where}.{key}")
+        if data.get("max_limit") is not None:
+            values["max_limit"] = Share.parse_limit(data["max_limit"], what=f"{where}.max_limit")
         for key in ("max_slices", "max_waiting"):
             if data.get(key) is not None:
                 count = data[key]
@@ -160,7 +195,7 @@ class Quota:
 
 
 def _generosity(name: str, value: Any) -> tuple[float, ...]:
-    if name in ("max_per_kernel", "max_total"):
+    if name in ("max_per_kernel", "max_total", "max_limit"):  # max_limit 0 (no bursting): the least
         share: Share = value
         return (1.0, float(share.memory)) if share.memory is not None else (0.0, float(share.gpus or 0.0))
     if name == "gpus":
@@ -263,7 +298,8 @@ class VGPUPolicy(Configurable):
 
     The broker enforces them; each mapping is ``{name: {limit: value}}`` with the limits
     ``max_per_kernel``, ``max_total`` (GPU-fractions such as "1/4" or 2, or memory such as "8GiB"),
-    ``max_slices`` (slices at once), ``gpus`` (allowed GPU indices or UUIDs), ``max_wait``
+    ``max_limit`` (the largest limit one kernel may burst to, written the same way; 0 or false: no
+    bursting), ``max_slices`` (slices at once), ``gpus`` (allowed GPU indices or UUIDs), ``max_wait``
     (seconds in line; 3600 where none is set) and ``max_waiting`` (places in line at once; 8 where
     none is set).
     """

@@ -2,6 +2,10 @@
 
 Each refusal is a :class:`NotPermitted` that names the user, the limit, where the limit comes
 from and what was asked: ``alice: at most 1/4 GPU per kernel (group students); asked for 1/2 GPU.``
+
+Quotas count requests (what the ledger books), never limits: an elastic slice of 1/4 GPU, up to 1/2
+counts 1/4 against ``max_per_kernel`` and ``max_total``. Its limit is held against ``max_limit``
+alone, and a limit over it is refused, not lowered to it: bad input books nothing (issue 42).
 """
 
 from __future__ import annotations
@@ -48,6 +52,7 @@ def check_request(
     ``queueing`` the request asks for a place in line, which ``max_waiting`` bounds."""
     if quota.unlimited:
         return
+    check_limit(quota, request)
     waiting = list(waiting)
     places, source = quota.get("max_waiting")
     if queueing and places is not None and len(waiting) >= places:
@@ -81,10 +86,35 @@ def check_request(
             raise NotPermitted(_total_message(quota.user, total, source, held_gpus, held_memory, request.describe()))
 
 
+def check_limit(quota: Quota, request: SliceRequest) -> None:
+    """Before placement: an elastic request's limit against ``max_limit``, where the two are of one
+    kind (a fraction with a share of GPUs, a size with memory); :func:`check_slice` judges the rest."""
+    cap: Share | None
+    cap, source = quota.get("max_limit")
+    if quota.unlimited or cap is None or not request.elastic:
+        return
+    if cap.no_burst:
+        raise NotPermitted(_no_burst_message(quota.user, source, request.describe()))
+    gpus, memory = _limit_requested(request)
+    if _judgeable(cap, gpus, memory) and cap.exceeded_by(gpus or 0.0, memory or 0):
+        raise NotPermitted(_limit_message(quota.user, cap, source, request.describe()))
+
+
 def check_slice(quota: Quota, granted: Slice, others: list[Slice]) -> None:
     """After placement, exactly: the granted slice (or a resized one) against the limits."""
     if quota.unlimited:
         return
+    cap: Share | None
+    cap, source = quota.get("max_limit")
+    if cap is not None and granted.request.elastic:
+        if cap.no_burst:
+            raise NotPermitted(_no_burst_message(quota.user, source, granted.request.describe()))
+        limit_gpus, limit_memory = limit_amount(granted)
+        if cap.exceeded_by(limit_gpus, limit_memory):
+            asked = granted.request.describe()
+            if (cap.memory is None) != (granted.request.limit_memory is None) or granted.request.gpus > 1:
+                asked += f" (a limit of {cap.spent(limit_gpus, limit_memory)})"  # in the cap's unit, summed
+            raise NotPermitted(_limit_message(quota.user, cap, source, asked))
     gpus, memory = amount([granted])
     per_kernel: Share | None
     per_kernel, source = quota.get("max_per_kernel")
@@ -96,6 +126,19 @@ def check_slice(quota: Quota, granted: Slice, others: list[Slice]) -> None:
         held_gpus, held_memory = amount(others)
         if total.exceeded_by(held_gpus + gpus, held_memory + memory):
             raise NotPermitted(_total_message(quota.user, total, source, held_gpus, held_memory, _asked(granted, total)))
+
+
+def limit_amount(granted: Slice) -> tuple[float, int]:
+    """GPU-fractions and bytes an elastic slice may burst to (summed over its GPUs)."""
+    limits = [(granted.request.limit_on(total) or 0, total) for total in granted.memory_total]
+    return sum(limit / total for limit, total in limits if total), sum(limit for limit, _ in limits)
+
+
+def _limit_requested(request: SliceRequest) -> tuple[float | None, int | None]:
+    if request.limit_fraction is not None:
+        return min(1.0, request.limit_fraction) * request.gpus, None
+    assert request.limit_memory is not None
+    return None, request.limit_memory * request.gpus
 
 
 def _requested(request: SliceRequest) -> tuple[float | None, int | None]:
@@ -118,6 +161,14 @@ def _asked(granted: Slice, share: Share) -> str:
 
 def _per_kernel_message(user: str, limit: Share, source: str, asked: str) -> str:
     return f"{user}: at most {limit.describe()} per kernel ({source}); asked for {asked}."
+
+
+def _limit_message(user: str, cap: Share, source: str, asked: str) -> str:
+    return f"{user}: may burst to at most {cap.describe()} per kernel ({source}); asked for {asked}."
+
+
+def _no_burst_message(user: str, source: str, asked: str) -> str:
+    return f"{user}: may not burst beyond a request ({source}: max_limit 0); asked for {asked}; ask without a limit."
 
 
 def _total_message(user: str, limit: Share, source: str, gpus: float, memory: int, asked: str) -> str:

@@ -107,3 +107,59 @@ def test_idle_reclaim_comes_from_the_policy_through_the_broker_and_the_stricter_
 def test_a_bad_idle_reclaim_in_the_policy_is_named() -> None:
     with pytest.raises(InvalidConfig, match=r"groups\.students\.idle_reclaim_after 'soon' is not allowed"):
         Policy.parse({"groups": {"students": {"idle_reclaim_after": "soon"}}}, source="test")
+
+
+def test_max_limit_is_a_share_or_0_for_no_bursting() -> None:
+    """Issue 42: max_limit caps the limit one kernel may burst to, written like max_per_kernel;
+    0 or false turns bursting off, and the most generous group wins as for every limit."""
+    from jupyter_vgpu.hub.policy import NO_BURST
+
+    data = {
+        "default": {"max_limit": False},
+        "groups": {"students": {"max_limit": "1/2"}, "tas": {"max_limit": "8GiB"}, "guests": {"max_limit": 0}},
+        "users": {"alice": {"max_limit": "0"}},
+    }
+    policy = Policy.parse(data, source="test")
+    assert policy.quota("sue", ["students"]).get("max_limit") == (Share(gpus=0.5), "group students")
+    assert policy.quota("tom", ["tas"]).get("max_limit") == (Share(memory=8 << 30), "group tas")
+    assert policy.quota("ann", ["guests", "students"]).get("max_limit") == (Share(gpus=0.5), "group students")
+    assert policy.quota("gus", ["guests"]).get("max_limit") == (NO_BURST, "group guests")
+    assert policy.quota("bob", []).get("max_limit") == (NO_BURST, "default")
+    assert policy.quota("alice", ["students"]).get("max_limit") == (NO_BURST, "user alice")
+    assert NO_BURST.no_burst and not Share(gpus=0.5).no_burst and not Share(memory=1).no_burst
+    assert Policy.parse({}, source="test").quota("sue", []).get("max_limit") == (None, "")
+
+
+@pytest.mark.parametrize("value", ["half", True, "-1/2", "1/0", [], "0GiB"])
+def test_a_bad_max_limit_is_one_sentence_naming_it(value: object) -> None:
+    with pytest.raises(InvalidConfig) as refused:
+        Policy.parse({"groups": {"students": {"max_limit": value}}}, source="policy.json")
+    from jupyter_vgpu.units import shorten
+
+    assert str(refused.value) == (
+        f"The policy in policy.json is not valid: groups.students.max_limit {shorten(value)} is not allowed; use the "
+        'largest limit one kernel may burst to, a GPU share such as "1/4", "25%", 0.5 or 2 (GPUs), or memory such as '
+        '"8GiB", or 0 or false for no bursting.'
+    )
+
+
+def test_max_limit_holds_a_requests_limit_and_never_counts_toward_quotas() -> None:
+    """Quotas count requests; the limit is held against max_limit alone, and refused, not lowered."""
+    from jupyter_vgpu.errors import NotPermitted
+    from jupyter_vgpu.hub.quota import check_limit, check_request
+    from jupyter_vgpu.slices import SliceRequest
+
+    data = {"groups": {"students": {"max_per_kernel": "1/4", "max_total": "1/4", "max_limit": "1/2"}, "guests": {"max_limit": 0}}}
+    policy = Policy.parse(data, source="test")
+    sue, gus = policy.quota("sue", ["students"]), policy.quota("gus", ["guests"])
+    check_request(sue, SliceRequest.parse("1/4", limit="1/2"), [])  # counts 1/4 against 1/4 per kernel and in total
+    with pytest.raises(NotPermitted) as over:
+        check_request(sue, SliceRequest.parse("1/4", limit="3/4"), [])
+    assert str(over.value) == "sue: may burst to at most 1/2 GPU per kernel (group students); asked for 1/4 GPU, up to 3/4."
+    with pytest.raises(NotPermitted) as off:
+        check_limit(gus, SliceRequest.parse("1/4", limit="1/2"))
+    assert str(off.value) == (
+        "gus: may not burst beyond a request (group guests: max_limit 0); asked for 1/4 GPU, up to 1/2; ask without a limit."
+    )
+    check_limit(gus, SliceRequest.parse("1/4"))  # a fixed slice is no burst
+    check_limit(policy.quota("root", []), SliceRequest.parse("1/4", limit="1"))
