@@ -281,7 +281,10 @@ export function SliceRow(props: {
             {slice.watched && <WatchedChip />}
           </span>
         </div>
-        <div className="jp-vgpu-SliceRow-line">
+        {/* An elastic slice's bar gets a line of its own: its figure is longer. */}
+        <div
+          className={`jp-vgpu-SliceRow-line jp-vgpu-SliceRow-usage${elastic ? ' jp-vgpu-mod-elastic' : ''}`}
+        >
           <SliceBar slice={slice} colour={colour} />
           {/* Beside the figure it is about, so the name above keeps its room. */}
           <WarningMark warning={warning} />
