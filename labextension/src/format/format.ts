@@ -7,4 +7,5 @@ export * from './holders';
 export * from './idle';
 export * from './usage';
 export * from './elsewhere';
+export * from './elastic';
 export * from './status';

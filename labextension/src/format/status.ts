@@ -3,14 +3,27 @@
  */
 import { IGateway, IHostUsage, ISlice } from '../store/api';
 
+import {
+  elasticOf,
+  elasticSentence,
+  elasticStatusText,
+  elasticUsageText
+} from './elastic';
 import { elsewhereStatusText, elsewhereStatusTitle } from './elsewhere';
 import { formatUsage } from './units';
 import { formatHost, stateText, usageNote, usedPerGPU } from './usage';
 
-/** What the status bar item says of a kernel's slice: "GPU 2.1 / 4.0 GiB". */
+/**
+ * What the status bar item says of a kernel's slice: "GPU 2.1 / 4.0 GiB"; of an elastic one,
+ * "GPU 6.1 / 4.0 GiB, up to 8.0 GiB" (used of its request, then its limit).
+ */
 export function statusText(slice: ISlice): string {
   if (slice.elsewhere) {
     return elsewhereStatusText(slice, slice.elsewhere);
+  }
+  const elastic = elasticOf(slice);
+  if (elastic) {
+    return elasticStatusText(elastic);
   }
   return `GPU ${formatUsage(usedPerGPU(slice), slice.memory_reserved)}`;
 }
@@ -32,9 +45,15 @@ export function statusTitle(
     // Its GPUs are its launcher's: this server's say nothing of it.
     return elsewhereStatusTitle(slice, slice.elsewhere);
   }
-  const lines = [
-    `${statusText(slice)} used of reserved: ${slice.request_text}, slice ${slice.id} (${slice.tier})`
-  ];
+  const elastic = elasticOf(slice);
+  const lines = elastic
+    ? [
+        `GPU ${elasticUsageText(elastic)}: ${slice.request_text}, slice ${slice.id} (${slice.tier})`,
+        elasticSentence(elastic)
+      ]
+    : [
+        `${statusText(slice)} used of reserved: ${slice.request_text}, slice ${slice.id} (${slice.tier})`
+      ];
   const hostText = formatHost(host);
   if (hostText) {
     lines.push(hostText);

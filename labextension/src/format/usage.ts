@@ -15,11 +15,16 @@ export function usedPerGPU(slice: ISlice): number | null {
 
 /** Words for the server's usage state. */
 export function stateText(slice: ISlice): string | null {
+  // An elastic slice's state is against its limit (it may burst past its request).
+  const what =
+    slice.memory_burst_limit === null || slice.memory_burst_limit === undefined
+      ? 'slice'
+      : 'limit';
   switch (slice.state) {
     case 'near':
-      return 'Near its slice: the next allocation may fail.';
+      return `Near its ${what}: the next allocation may fail.`;
     case 'over':
-      return 'Over its slice: it uses memory reserved for others.';
+      return `Over its ${what}: it uses memory reserved for others.`;
     default:
       return null;
   }

@@ -5,8 +5,11 @@ import * as React from 'react';
 
 import { IDevice, ISlice } from '../store/api';
 import {
+  elasticOf,
+  elasticParts,
   formatBytes,
   formatUsage,
+  IElastic,
   holderLabel,
   share,
   usedOfReserved,
@@ -85,6 +88,10 @@ export function SliceBar(props: {
   colour: number;
 }): JSX.Element {
   const { slice, colour } = props;
+  const elastic = elasticOf(slice);
+  if (elastic) {
+    return <ElasticBar elastic={elastic} state={slice.state} colour={colour} />;
+  }
   const used = usedPerGPU(slice);
   const parts = usedOfReserved(used, slice.memory_reserved);
   const over = parts.over > 0;
@@ -113,6 +120,74 @@ export function SliceBar(props: {
         <div
           className="jp-vgpu-SliceBar-over"
           style={{ width: percent(parts.over / 100) }}
+        />
+      )}
+    </div>
+  );
+}
+
+/**
+ * An elastic slice's bar: the outlined track is its limit, a mark where its request (the
+ * guarantee) ends; use within the request is solid, the burst above it hatched in the kernel's
+ * colour, and use beyond the limit hatched in the error colour as a fixed slice's overflow.
+ */
+function ElasticBar(props: {
+  elastic: IElastic;
+  state: ISlice['state'];
+  colour: number;
+}): JSX.Element {
+  const { elastic, state, colour } = props;
+  const parts = elasticParts(elastic);
+  const bursting = parts.burst > 0;
+  const over = parts.over > 0;
+  const used = elastic.used;
+  const text =
+    (used === null ? 'use unknown' : `${formatBytes(used)} used`) +
+    ` of up to ${formatBytes(elastic.limit)}, ${formatBytes(elastic.request)} guaranteed` +
+    (bursting
+      ? `, bursting ${formatBytes(elastic.burst)} above the request`
+      : '') +
+    (over && used !== null
+      ? `, ${formatBytes(used - elastic.limit)} over the limit`
+      : '');
+  return (
+    <div
+      className={`jp-vgpu-SliceBar jp-vgpu-mod-elastic jp-vgpu-colour-${colour} jp-vgpu-mod-${state}${bursting ? ' jp-vgpu-mod-bursting' : ''}${over ? ' jp-vgpu-mod-overflow' : ''}`}
+      role="meter"
+      aria-valuemin={0}
+      aria-valuemax={elastic.limit}
+      aria-valuenow={used ?? undefined}
+      aria-valuetext={text}
+      aria-label="GPU memory used of the limit, the request guaranteed"
+    >
+      <div
+        className="jp-vgpu-SliceBar-used"
+        style={{ width: percent(parts.solid / 100) }}
+      />
+      {bursting && (
+        <div
+          className="jp-vgpu-SliceBar-burst"
+          style={{ width: percent(parts.burst / 100) }}
+        />
+      )}
+      {over && (
+        <div
+          className="jp-vgpu-SliceBar-over"
+          style={{ width: percent(parts.over / 100) }}
+        />
+      )}
+      <div
+        className="jp-vgpu-SliceBar-request"
+        style={{ left: percent(parts.requestAt / 100) }}
+        title={`Request: ${formatBytes(elastic.request)} guaranteed`}
+        aria-hidden="true"
+      />
+      {over && (
+        <div
+          className="jp-vgpu-SliceBar-limit"
+          style={{ left: percent(parts.limitAt / 100) }}
+          title={`Limit: ${formatBytes(elastic.limit)}`}
+          aria-hidden="true"
         />
       )}
     </div>

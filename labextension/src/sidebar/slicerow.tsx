@@ -17,6 +17,9 @@ import { Disclosure, HolderName, WarningMark, WatchedChip } from './chips';
 import { useNoticeCountdown } from './countdown';
 import {
   commandText,
+  elasticOf,
+  elasticSentence,
+  elasticUsageText,
   formatBytes,
   formatPercent,
   formatSpan,
@@ -112,13 +115,17 @@ function Holder(props: { slice: ISlice; actions: ISliceActions }): JSX.Element {
 }
 
 function details(slice: ISlice): string {
+  const elastic = elasticOf(slice);
   const lines = [
     `Slice ${slice.id}: ${slice.request_text}`,
     shareSentence(slice),
     `Enforcement: ${slice.tier}${slice.watched ? ', watched by the server' : ''}`,
-    `Frameworks may allocate ${formatBytes(slice.memory_limit)} per GPU` +
+    `Frameworks may allocate ${formatBytes(elastic ? slice.memory_burst_limit : slice.memory_limit)} per GPU` +
       ` (${formatBytes(slice.context_allowance)} is kept for the CUDA context)`
   ];
+  if (elastic) {
+    lines.splice(2, 0, elasticSentence(elastic));
+  }
   const note = usageNote(slice);
   if (note) {
     lines.push(note);
@@ -182,6 +189,7 @@ export function SliceRow(props: {
   const idle = idleText(slice);
   const [expanded, setExpanded] = React.useState(false);
   const warning = stateText(slice);
+  const elastic = elasticOf(slice);
   const label = holderLabel(slice);
   const detailsId = `jp-vgpu-slice-history-${slice.id}`;
   const isKernel = slice.holder_kind === 'kernel';
@@ -273,12 +281,17 @@ export function SliceRow(props: {
             {slice.watched && <WatchedChip />}
           </span>
         </div>
-        <div className="jp-vgpu-SliceRow-line">
+        {/* An elastic slice's bar gets a line of its own: its figure is longer. */}
+        <div
+          className={`jp-vgpu-SliceRow-line jp-vgpu-SliceRow-usage${elastic ? ' jp-vgpu-mod-elastic' : ''}`}
+        >
           <SliceBar slice={slice} colour={colour} />
           {/* Beside the figure it is about, so the name above keeps its room. */}
           <WarningMark warning={warning} />
           <span className="jp-vgpu-SliceRow-memory">
-            {formatUsage(usedPerGPU(slice), slice.memory_reserved)}
+            {elastic
+              ? elasticUsageText(elastic)
+              : formatUsage(usedPerGPU(slice), slice.memory_reserved)}
           </span>
           <span className="jp-vgpu-SliceRow-util" title="GPU utilisation">
             {formatPercent(slice.utilization)}

@@ -169,6 +169,10 @@ export interface ISliceRequest {
   fraction: number | null;
   memory: number | null;
   gpus: number;
+  /** An elastic slice's limit, as asked: a share of each GPU (absent without a limit). */
+  limit_fraction?: number | null;
+  /** Or an amount per GPU, in bytes (absent without a limit). */
+  limit_memory?: number | null;
 }
 
 /**
@@ -204,6 +208,12 @@ export interface ISlice {
   memory_reserved_total?: number;
   context_allowance: number;
   memory_limit: number;
+  /**
+   * An elastic slice (a request and a limit): what frameworks may grow to per GPU, its limit
+   * minus the context allowance; null for a fixed slice, absent on older servers. Its
+   * `memory_reserved` is then the request (booked, guaranteed), and `state` is against the limit.
+   */
+  memory_burst_limit?: number | null;
   memory_used: number | null;
   /** Measured memory per GPU uuid (absent or null when not measured per GPU). */
   memory_used_by_gpu?: { [uuid: string]: number | null } | null;
