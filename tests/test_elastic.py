@@ -184,6 +184,28 @@ def test_a_burst_within_the_limit_is_not_over_use_and_beyond_it_is(tmp_path: Pat
     book.close()
 
 
+def test_a_request_kept_out_by_a_burst_is_told_it_is_a_burst_and_whose(tmp_path: Path) -> None:
+    spec = tmp_path / "gpus.json"
+    spec.write_text(json.dumps({"devices": [{"memory": "16GiB"}], "processes": []}))
+    book = SQLiteLedger(tmp_path / "ledger.sqlite", Inventory(str(spec)), context_allowance=ALLOWANCE)
+    book.reserve(SliceRequest.parse("1/4", limit="1/2"), Holder("command", "bursty", pid=os.getpid()))
+    # It uses 7 GiB: 3 GiB above its 4 GiB request, within its 8 GiB limit; the burst is not free.
+    spec.write_text(json.dumps({"devices": [{"memory": "16GiB"}], "processes": [{"gpu": 0, "pid": os.getpid(), "memory": "7GiB"}]}))
+    with pytest.raises(SliceUnavailable) as refused:
+        book.reserve(SliceRequest.parse(memory="10GiB"), Holder.command("y"))
+    said = str(refused.value)
+    assert "9.0 GiB free of 16.0 GiB" in said
+    assert "3.0 GiB held above their requests by bursting kernels (bursty [" in said and "theirs until they free it" in said
+    assert "used beyond reservations" not in said  # a burst within its limit is no over-use
+    # Beyond its limit, the rest is over-use, said as before.
+    spec.write_text(json.dumps({"devices": [{"memory": "16GiB"}], "processes": [{"gpu": 0, "pid": os.getpid(), "memory": "9GiB"}]}))
+    with pytest.raises(SliceUnavailable) as refused:
+        book.reserve(SliceRequest.parse(memory="10GiB"), Holder.command("y"))
+    assert "4.0 GiB held above their requests by bursting kernels" in str(refused.value)
+    assert "1.0 GiB used beyond reservations" in str(refused.value)
+    book.close()
+
+
 def test_placement_prefers_the_gpu_with_room_for_the_limit(tmp_path: Path) -> None:
     book = ledger(tmp_path, "2x16GiB")
     book.reserve(SliceRequest.parse("5/8", gpu="0"), Holder.command("a"))  # GPU 0: 6 GiB free

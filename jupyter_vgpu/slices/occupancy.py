@@ -115,6 +115,14 @@ class GPUOccupancy:
         left = self.total - self.reserved - self.over_use - self.foreign
         return left if left >= CRUMB else 0  # what fractions leave over (3 x 1/3) is nobody's
 
+    def burst_of(self, share: Share) -> int:
+        """What an elastic slice uses here above its reservation, up to its limit: its burst (its
+        use beyond the limit, or any slice's beyond a fixed reservation, is over-use)."""
+        if share.slice.memory_burst_limit is None:
+            return 0
+        limit = share.slice.request.limit_on(self.gpu.memory_total) or share.reserved
+        return max(0, min(share.used, limit) - share.reserved)
+
     def explain(self) -> str:
         """One line for a refusal: what is free, who holds the rest."""
         if self.in_mig_mode:
@@ -127,8 +135,13 @@ class GPUOccupancy:
             shown = ", ".join(f"{s.holder_text()} {format_bytes(s.reserved)}" for s in self.shares[:NAMED_HOLDERS])
             more = f" and {len(self.shares) - NAMED_HOLDERS} more" if len(self.shares) > NAMED_HOLDERS else ""
             parts.append(f"reserved by {shown}{more}")
-        if self.over_use:
-            parts.append(f"{format_bytes(self.over_use)} used beyond reservations")
+        bursts = [(s, b) for s in self.shares if (b := self.burst_of(s))]
+        if bursts:
+            held = sum(b for _, b in bursts)
+            who = ", ".join(s.holder_text() for s, _ in bursts[:NAMED_HOLDERS])
+            parts.append(f"{format_bytes(held)} held above their requests by bursting kernels ({who}), theirs until they free it")
+        if beyond := self.over_use - sum(b for _, b in bursts):
+            parts.append(f"{format_bytes(beyond)} used beyond reservations")
         if self.foreign:
             parts.append(f"{format_bytes(self.foreign)} used by processes without a slice")
         return text + (f"; {'; '.join(parts)}" if parts else "")
