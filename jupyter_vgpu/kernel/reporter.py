@@ -42,6 +42,15 @@ def use_now(state: KernelState) -> int | None:
     return used
 
 
+def _simulated_use(state: KernelState) -> int | None:
+    """On simulated GPUs, what this kernel's frameworks hold in host memory; else None."""
+    if not state.facts.simulate:
+        return None
+    from .simulated import held
+
+    return held(state)
+
+
 def start(state: KernelState) -> bool:
     """Start the thread once per process, for a kernel with a slice report; whether it runs."""
     global _started
@@ -53,6 +62,7 @@ def start(state: KernelState) -> bool:
             return True
         _started = True
     state.elsewhere = True
+    state.other_use = lambda: _simulated_use(state)
     threading.Thread(target=_watch, args=(state,), name="jupyter-vgpu-report-use", daemon=True).start()
     return True
 

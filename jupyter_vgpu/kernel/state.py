@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import sys
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -144,6 +144,9 @@ class KernelState:
         #: True in a kernel its launcher runs on another machine (:mod:`.reporter`): its report is
         #: the only way its use is seen, simulated GPUs' included.
         self.elsewhere = False
+        #: What its frameworks hold when their GPU counters cannot tell (there: on simulated GPUs,
+        #: what they hold in host memory), set by :mod:`.reporter`; None: nothing else to ask.
+        self.other_use: Callable[[], int | None] | None = None
 
     # -- frameworks -------------------------------------------------------------------
     def record(self, name: str, record: FrameworkRecord) -> None:
@@ -200,10 +203,8 @@ class KernelState:
         with self._lock:
             frameworks = {name: record.to_dict() for name, record in self.records.items()}
         used, peak = framework_memory(self)
-        if self.elsewhere and used is None:
-            from .reporter import use_now
-
-            used = use_now(self)
+        if used is None and self.other_use is not None:
+            used = self.other_use()
             peak = self.peak_used if used is None else max(used, self.peak_used or 0)
         report: dict[str, Any] = {"frameworks": frameworks, "memory_used": used, "peak_memory_used": peak}
         if self.tier_problem:
