@@ -153,7 +153,9 @@ class SlurmCluster:
             "SlurmdTimeout=30",
             "InactiveLimit=0",
             "KillWait=2",
-            "MinJobAge=2",
+            # Slurm's default, as sites have it: an ended job's state and reason stay readable for
+            # 300 s (at 2 s a loaded machine read "no longer remembers why" for a cancelled job).
+            "MinJobAge=300",
         ]
         gres = ["AutoDetect=off"]
         for name, port in zip(NODES, self.node_ports):
