@@ -48,7 +48,9 @@ class RefusedStart:
             except Exception as problem:  # a suggestion is a nicety: never fail over it
                 self.log.debug("jupyter-vgpu: could not list kernels that fit: %s", problem)
             # a launcher whose engine places the kernel says what to do there; else this ledger's advice
-            tips = list(detail.get("advice") or ()) or refusal_tips(detail, kernels=kernels, wait_timeout=self.wait_timeout)
+            # (a ledger's refusal carries advice of its own for the command line: these tips are richer)
+            engines = list(detail.get("advice") or ()) if detail.get("elsewhere") else []
+            tips = engines or refusal_tips(detail, kernels=kernels, wait_timeout=self.wait_timeout)
             shown = type(shown)(refusal_text(detail, tips))
         request = START_REQUEST.get()  # the REST request of the start: the refusal is its user's
         refusal_id = log.add(
