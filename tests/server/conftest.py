@@ -47,19 +47,24 @@ def vgpu_grace() -> float:
     return 0.0
 
 
-@pytest.fixture
-def vgpu_kernelspec(jp_data_dir: Path) -> str:
-    """A kernelspec whose kernels get a quarter of the GPU from ``vgpu-provisioner``."""
+def write_kernelspec(jp_data_dir: Path, config: dict[str, Any], display_name: str = DISPLAY_NAME) -> str:
+    """The kernelspec ``KERNEL`` whose kernels get ``config``'s slice from ``vgpu-provisioner``."""
     folder = jp_data_dir / "kernels" / KERNEL
     folder.mkdir(parents=True, exist_ok=True)
     spec = {
         "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
-        "display_name": DISPLAY_NAME,
+        "display_name": display_name,
         "language": "python",
-        "metadata": {"kernel_provisioner": {"provisioner_name": "vgpu-provisioner", "config": {"gpu_fraction": 0.25}}},
+        "metadata": {"kernel_provisioner": {"provisioner_name": "vgpu-provisioner", "config": config}},
     }
     (folder / "kernel.json").write_text(json.dumps(spec))
     return KERNEL
+
+
+@pytest.fixture
+def vgpu_kernelspec(jp_data_dir: Path) -> str:
+    """A kernelspec whose kernels get a quarter of the GPU from ``vgpu-provisioner``."""
+    return write_kernelspec(jp_data_dir, {"gpu_fraction": 0.25})
 
 
 @pytest.fixture

@@ -3,7 +3,6 @@ words, beside a fixed slice that reads as it always has."""
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 from pathlib import Path
@@ -15,7 +14,7 @@ from jupyter_vgpu.ledger import open_ledger
 from jupyter_vgpu.slices import Holder, SliceRequest
 from jupyter_vgpu.units import GiB
 
-from .conftest import KERNEL, get_json, until
+from .conftest import get_json, until, write_kernelspec
 
 ELASTIC = {"gpu_fraction": 0.25, "gpu_fraction_limit": 0.5}
 
@@ -23,16 +22,7 @@ ELASTIC = {"gpu_fraction": 0.25, "gpu_fraction_limit": 0.5}
 @pytest.fixture
 def vgpu_kernelspec(jp_data_dir: Path) -> str:
     """This module's kernelspec: "Python 3 (1/4 GPU, up to 1/2)"."""
-    folder = jp_data_dir / "kernels" / KERNEL
-    folder.mkdir(parents=True, exist_ok=True)
-    spec = {
-        "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
-        "display_name": "Python 3 (1/4 GPU, up to 1/2)",
-        "language": "python",
-        "metadata": {"kernel_provisioner": {"provisioner_name": "vgpu-provisioner", "config": ELASTIC}},
-    }
-    (folder / "kernel.json").write_text(json.dumps(spec))
-    return KERNEL
+    return write_kernelspec(jp_data_dir, ELASTIC, "Python 3 (1/4 GPU, up to 1/2)")
 
 
 async def rows(jp_fetch: Any) -> dict[str, Any]:
