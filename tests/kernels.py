@@ -59,6 +59,10 @@ class Kernel:
     def __init__(self, client: BlockingKernelClient, manager: KernelManager | None = None, *, ready: float = 120) -> None:
         self.manager = manager
         self.client = client
+        # A client without a manager judges a kernel alive by its heartbeat, and jupyter_client's
+        # channel calls a kernel dead after one ping unanswered for 1 s: a kernel still starting on a
+        # loaded machine (CI's two cores) was read as "died before replying to kernel_info".
+        self.client.hb_channel.time_to_dead = 10.0
         self.client.start_channels()
         self.client.wait_for_ready(timeout=ready)
         self._pid: int | None = None
