@@ -195,7 +195,7 @@ def test_a_request_kept_out_by_a_burst_is_told_it_is_a_burst_and_whose(tmp_path:
         book.reserve(SliceRequest.parse(memory="10GiB"), Holder.command("y"))
     said = str(refused.value)
     assert "9.0 GiB free of 16.0 GiB" in said
-    assert "3.0 GiB held above their requests by bursting kernels (bursty [" in said and "theirs until they free it" in said
+    assert "3.0 GiB held above their requests by bursting kernels (bursty [" in said and "given back when a request waits for it" in said
     assert "used beyond reservations" not in said  # a burst within its limit is no over-use
     # Beyond its limit, the rest is over-use, said as before.
     spec.write_text(json.dumps({"devices": [{"memory": "16GiB"}], "processes": [{"gpu": 0, "pid": os.getpid(), "memory": "9GiB"}]}))

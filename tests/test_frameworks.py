@@ -50,3 +50,18 @@ def test_a_slices_environment_is_the_core_variables_plus_each_frameworks(tmp_pat
     assert env["JUPYTER_VGPU_MEMORY_FRACTION"] == "0.250"
     assert without_slice({**env, "HOME": "/h"}) == {"HOME": "/h", "JUPYTER_VGPU_LEDGER": "/tmp/l.sqlite"}  # where, not what
     assert set(for_installed_frameworks(env, NEWEST.get)) <= set(VARIABLES) | {"PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF"}
+
+
+def test_asked_for_a_burst_back_pytorch_empties_its_cache_only_once_cuda_runs() -> None:
+    """PyTorch's caching allocator gives its unused blocks back (issue 42); before CUDA starts there
+    is nothing to give, and nothing is called."""
+    from types import SimpleNamespace
+
+    emptied: list[bool] = []
+    cuda = SimpleNamespace(is_initialized=lambda: False, empty_cache=lambda: emptied.append(True))
+    torch = SimpleNamespace(cuda=cuda)
+    pytorch = by_name("torch")
+    assert pytorch.give_back(torch) is None and not emptied
+    cuda.is_initialized = lambda: True
+    assert pytorch.give_back(torch) == "PyTorch released its cached GPU memory (memory its tensors hold stays)"
+    assert emptied == [True]

@@ -48,6 +48,20 @@ def by_name(name: str) -> Framework:
     raise KeyError(name)
 
 
+def give_back(state: ProcessState) -> list[str]:
+    """Ask every imported framework to release what it caches (a burst asked back); what each
+    did, in words. Never raises."""
+    said = []
+    for framework, module in imported(state):
+        try:
+            done = framework.give_back(module)
+        except Exception as error:
+            done = f"{framework.title} could not release its cache ({type(error).__name__})"
+        if done:
+            said.append(done)
+    return said
+
+
 def imported(state: ProcessState) -> list[tuple[Framework, Any]]:
     """The frameworks the user has imported, with their modules."""
     found = []

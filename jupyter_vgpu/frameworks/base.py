@@ -122,6 +122,12 @@ class Framework(ABC):
         Returns the new record, or None when nothing needs doing."""
         return None
 
+    def give_back(self, module: Any) -> str | None:
+        """Release what the framework caches but no tensor holds, when the server asks for a
+        burst back (issue 42). Returns what was done (or why nothing can be) as a clause, or
+        None when there was nothing to release."""
+        return None
+
     def refresh(self, module: Any, state: ProcessState) -> FrameworkRecord | None:
         """Called before ``%vgpu`` shows the records: a chance to finish work that waited for
         the framework (e.g. a limit that needs CUDA). Returns a new record or None."""

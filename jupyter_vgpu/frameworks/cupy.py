@@ -41,6 +41,13 @@ class CuPy(Framework):
             return "CuPy already holds GPU memory in its pool."
         return None
 
+    def give_back(self, cupy: Any) -> str | None:
+        pool = cupy.get_default_memory_pool()
+        if not int(pool.free_bytes()):
+            return None
+        pool.free_all_blocks()  # blocks no array holds go back to the driver
+        return "CuPy released its memory pool's free blocks (memory its arrays hold stays)"
+
     def reapply(self, cupy: Any, state: ProcessState) -> FrameworkRecord | None:
         return self.configure(cupy, state)
 

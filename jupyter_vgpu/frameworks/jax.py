@@ -75,6 +75,12 @@ class JAX(Framework):
         when = "in force" if status == APPLIED else "read when JAX starts its GPU backend"
         return FrameworkRecord(self.title, status, f"{', '.join(settings)} ({when})")
 
+    def give_back(self, jax: Any) -> str | None:
+        if not backend_started():
+            return None
+        # Without preallocation its BFC allocator grows on demand and keeps what it grew to.
+        return "JAX keeps the GPU memory its allocator grew to until the kernel restarts"
+
     def holds_gpu(self, jax: Any) -> str | None:
         if backend_started():
             return "JAX has started its GPU backend with the current memory fraction."

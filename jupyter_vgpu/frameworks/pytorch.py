@@ -119,6 +119,12 @@ class PyTorch(Framework):
             return "PyTorch has initialised CUDA with the current limit."
         return None  # the queued limit reads the slice when CUDA starts
 
+    def give_back(self, torch: Any) -> str | None:
+        if not cuda_initialised(torch):
+            return None
+        torch.cuda.empty_cache()  # the caching allocator's unused blocks go back to the driver
+        return "PyTorch released its cached GPU memory (memory its tensors hold stays)"
+
     def simulated_memory(self, torch: Any) -> int | None:
         return None  # its allocator statistics are CUDA's: PyTorch keeps no count of its CPU tensors
 

@@ -163,6 +163,12 @@ class TensorFlow(Framework):
         # one it uses on GPUs): 40 µs to ask, checked on TensorFlow 2.21.
         return {"TF_CPU_ALLOCATOR_USE_BFC": "true"}
 
+    def give_back(self, tf: Any) -> str | None:
+        if not runtime_started(tf):
+            return None
+        # Its BFC allocator keeps every region it has grown for the life of the process.
+        return "TensorFlow cannot give GPU memory back before the kernel restarts (del and gc free nothing to the GPU)"
+
     def simulated_memory(self, tf: Any) -> int | None:
         if not runtime_started(tf):
             return 0  # no tensor yet

@@ -46,7 +46,9 @@ def load_ipython_extension(ipython: Any) -> None:
         print(f"jupyter-vgpu: {state.problem} Frameworks are not limited in this kernel.", file=sys.stderr)
     _check_tier(state)
     state.write_report()
-    notices.start(ipython, state.facts.ledger_path, state.facts.slice_id)
+    from ..frameworks import give_back
+
+    notices.start(ipython, state.facts.ledger_path, state.facts.slice_id, on_burst=lambda: give_back(state))
     import os
 
     from ..launch.elsewhere import Whereabouts

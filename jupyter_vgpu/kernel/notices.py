@@ -10,6 +10,9 @@ changed) and prints each new notice on stderr:
 - while the kernel is idle, at the start of the next cell, unless the notice is older than
   :data:`IDLE_KEEP_SECONDS` by then (an old warning about a past cell only confuses).
 
+A ``burst`` notice (the server asks an elastic slice's burst back) also has the kernel release,
+at once and from this thread, what its frameworks cache (``on_burst``), and says what it did.
+
 When a cell ends with ``KeyboardInterrupt`` shortly after an ``interrupt`` notice, one more
 line says the watchdog interrupted it, so the user knows it was not them.
 
@@ -23,7 +26,7 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from ..slices.reports import notices_path, read_notices
@@ -78,8 +81,17 @@ def _time(notice: Mapping[str, Any]) -> float | None:
 class NoticeWatcher:
     """Prints a slice's watchdog notices into the running cell (or the next one)."""
 
-    def __init__(self, shell: Any, ledger_path: str, slice_id: str, *, since: float | None = None) -> None:
+    def __init__(
+        self,
+        shell: Any,
+        ledger_path: str,
+        slice_id: str,
+        *,
+        since: float | None = None,
+        on_burst: Callable[[], list[str]] | None = None,
+    ) -> None:
         self.shell = shell
+        self.on_burst = on_burst  # releases the frameworks' caches; what each did, in words
         self.ledger_path = ledger_path
         self.slice_id = slice_id
         self.path = notices_path(ledger_path, slice_id)
@@ -125,7 +137,14 @@ class NoticeWatcher:
     def check(self) -> None:
         """Read the notices file if it changed; print new notices now or hold them for the next cell."""
         with self._lock:
-            for notice in self._new_notices():
+            fresh = self._new_notices()
+        asked = any(n.get("action") == "burst" and n.get("stage") == "ahead" for n in fresh)
+        if asked and self.on_burst is not None:
+            done = self.on_burst()
+            said = "; ".join(done) if done else "no framework here caches GPU memory it could release"
+            fresh.append({"t": time.time(), "action": "burst", "stage": "released", "message": f"{said}."})
+        with self._lock:
+            for notice in fresh:
                 if notice.get("action") == "interrupt":
                     self._interrupts.append(notice)
                 if self.executing:
@@ -199,14 +218,16 @@ def _say(line: str) -> None:
 _watcher: NoticeWatcher | None = None
 
 
-def start(shell: Any, ledger_path: str | None, slice_id: str | None) -> NoticeWatcher | None:
+def start(
+    shell: Any, ledger_path: str | None, slice_id: str | None, on_burst: Callable[[], list[str]] | None = None
+) -> NoticeWatcher | None:
     """Start watching the slice's notices (once per process); None without a slice or a ledger."""
     global _watcher
     if _watcher is not None:
         return _watcher
     if not ledger_path or not slice_id:
         return None
-    _watcher = NoticeWatcher(shell, ledger_path, slice_id)
+    _watcher = NoticeWatcher(shell, ledger_path, slice_id, on_burst=on_burst)
     _watcher.start()
     return _watcher
 

@@ -90,6 +90,8 @@ def elsewhere_view(row: Elsewhere, watchdog: Watchdog, kernels: Mapping[str, Ker
         "usage_note": row.usage_note,
         "idle_seconds": None,
         "idle_notice": None,
+        "memory_burst": None,
+        "burst_notice": None,
         "history": [],
         "watchdog": {"action": watchdog.action, "events": []},
     }

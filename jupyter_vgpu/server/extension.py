@@ -29,12 +29,14 @@ from ..ledger import Ledger, open_ledger
 from ..slices.occupancy import GPUOccupancy
 from ..units import MAX_WAIT_SECONDS, shorten
 from . import gateway, handlers, starts
+from .bursts import ACTIONS as BURST_ACTIONS
+from .bursts import BurstReclaimer
 from .changes import Changes
 from .dashboard import DashboardHistory
 from .elsewhere import clean_up
 from .metrics import collector
 from .monitor import Sample, UsageMonitor
-from .reclaim import IdleReclaimer
+from .reclaim import IdleReclaimer, lets_in
 from .watchdog import ACTIONS, Watchdog, leave_notice
 
 
@@ -118,6 +120,24 @@ class VGPUServer(ExtensionApp):
         slices one request needs) in this many seconds, however many places in line they take.""",
     ).tag(config=True)
 
+    burst_reclaim_notice = Float(
+        60.0,
+        help="""Seconds between the notice to a kernel that bursts above its request (an elastic
+        slice's, "1/4 GPU, up to 1/2") while someone needs that memory, and burst_reclaim_action.
+        At the notice the kernel releases what its frameworks cache (PyTorch, CuPy); a burst given
+        back in time ends it. Bursts are reclaimed before idle kernels, the youngest burst first.""",
+    ).tag(config=True)
+
+    burst_reclaim_action = Enum(
+        list(BURST_ACTIONS),
+        default_value="restart",
+        help="""What happens to a kernel still bursting when its burst notice runs out: "restart"
+        (the default: it keeps its slice, back at its request, and loses its variables),
+        "interrupt" (stops the running cell; memory already held stays held), "shutdown" (frees
+        the slice too; the notebook is kept) or "warn" (only says so). A kernel within its
+        request is never touched.""",
+    ).tag(config=True)
+
     accept_kernel_env = Bool(
         False,
         help="""Keep the environment a gateway client sends with a kernel start (the KERNEL_*
@@ -192,6 +212,7 @@ class VGPUServer(ExtensionApp):
         "idle_reclaim_notice": 86400.0,
         "idle_reclaim_demand_seconds": 86400.0,
         "idle_reclaim_per_user_seconds": 86400.0,
+        "burst_reclaim_notice": 86400.0,
     }
 
     @validate(*_LIMITS)
@@ -328,6 +349,17 @@ class VGPUServer(ExtensionApp):
     def _reclaim(self, ledger: Ledger | None, manager: Any) -> float:
         """The idle reclaim, on the monitor's samples; after how many idle seconds it reclaims (0: never)."""
         idle_after = effective_idle_reclaim(self.idle_reclaim_after, ledger)
+        allowance = allowance_of(ledger)
+        bursts = BurstReclaimer(
+            manager,
+            self.watchdog,
+            notice=self.burst_reclaim_notice,
+            action=self.burst_reclaim_action,
+            lets_in=lambda want, gpus: lets_in(want, gpus, allowance),
+            on_action=self.monitor.reap_soon,
+            ledger_path=str(ledger.path) if ledger is not None else None,
+            log=self.log,
+        )
         self.reclaimer = IdleReclaimer(
             manager,
             self.watchdog,
@@ -336,13 +368,15 @@ class VGPUServer(ExtensionApp):
             mode=self.idle_reclaim_mode,
             demand_seconds=self.idle_reclaim_demand_seconds,
             refused_since=refusals_of(manager).since,
-            allowance=allowance_of(ledger),
+            allowance=allowance,
             per_user_seconds=self.idle_reclaim_per_user_seconds,
             on_reclaim=self.monitor.reap_soon,
             ledger_path=str(ledger.path) if ledger is not None else None,
             log=self.log,
+            bursts=bursts,
         )
         self.monitor.listeners.append(self.reclaimer.check)
+        self.monitor.burst_notice_of = bursts.notice
         self.monitor.idle_of = self.reclaimer.idle_seconds
         self.monitor.notice_of = self.reclaimer.notice
         self.settings[handlers.RECLAIMER] = self.reclaimer

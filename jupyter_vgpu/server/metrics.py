@@ -87,6 +87,16 @@ class VGPUCollector(Collector):
             "Seconds a kernel's slice has run nothing and used no GPU (absent for commands and other servers' kernels).",
             labels=slice_labels,
         )
+        slice_limit = GaugeMetricFamily(
+            f"{_PREFIX}_slice_memory_limit_bytes",
+            "GPU memory an elastic slice may burst to, all its GPUs (absent for fixed slices).",
+            labels=slice_labels,
+        )
+        slice_burst = GaugeMetricFamily(
+            f"{_PREFIX}_slice_memory_burst_bytes",
+            "GPU memory an elastic slice uses above its request, within its limit (absent for fixed slices).",
+            labels=slice_labels,
+        )
         slice_util = GaugeMetricFamily(
             f"{_PREFIX}_slice_utilization_percent",
             "GPU utilisation of a slice's processes, percent (absent when unknown).",
@@ -119,8 +129,11 @@ class VGPUCollector(Collector):
                     slice_util.add_metric(labels, usage.utilization)
                 if (idle := monitor.idle_of(usage.slice.id)) is not None:
                     slice_idle.add_metric(labels, idle)
+                if usage.memory_burst is not None:
+                    slice_limit.add_metric(labels, sum(usage.slice.memory_allowed))
+                    slice_burst.add_metric(labels, usage.memory_burst)
         yield from (gpu_total, gpu_used, gpu_reserved, gpu_foreign, gpu_free, gpu_util, *telemetry.values())
-        yield from (slice_reserved, slice_used, slice_util, slice_idle)
+        yield from (slice_reserved, slice_used, slice_util, slice_idle, slice_limit, slice_burst)
 
 
 _collector: VGPUCollector | None = None

@@ -105,6 +105,8 @@ class UsageMonitor:
         self.idle_of: Callable[[str], float | None] = lambda slice_id: None
         #: The idle reclaim's notice to a slice's owner ({"deadline", "seconds_left", "for"}), if any.
         self.notice_of: Callable[[str], dict[str, Any] | None] = lambda slice_id: None
+        #: The burst reclaim's notice to a slice's owner (the idle notice's fields, "action" and "burst").
+        self.burst_notice_of: Callable[[str], dict[str, Any] | None] = lambda slice_id: None
         #: Tells a kernel something at its next cell (the watchdog's ``leave_notice``): here, that
         #: its slice could not be booked again after the ledger was reset.
         self.tell: Callable[[SliceUsage, str], Awaitable[None]] | None = None

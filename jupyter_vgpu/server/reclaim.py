@@ -50,6 +50,7 @@ from ..slices.reports import write_idle
 from ..slices.usage import SliceUsage
 from ..units import format_duration, shorten
 from .activity import ExecutionWatch
+from .bursts import BurstReclaimer
 from .monitor import Sample
 from .watchdog import Watchdog, WatchdogEvent, leave_notice
 
@@ -148,6 +149,7 @@ class IdleReclaimer:
         on_reclaim: Callable[[], None] | None = None,
         ledger_path: str | None = None,
         log: logging.Logger | None = None,
+        bursts: BurstReclaimer | None = None,
     ) -> None:
         if mode not in MODES:
             raise ValueError(f"idle_reclaim_mode {shorten(mode)} is not one of {', '.join(MODES)}.")
@@ -163,6 +165,7 @@ class IdleReclaimer:
         self.on_reclaim = on_reclaim
         self.ledger_path = ledger_path
         self.log = log or logging.getLogger("jupyter_vgpu.server")
+        self.bursts = bursts  # asked first: a burst goes back before an idle kernel is shut down
         self.uid = os.getuid()  # this server's user: whose refused starts these are
         self.started = time.time()
         self.executions = ExecutionWatch(kernel_manager, self.log)
@@ -221,17 +224,22 @@ class IdleReclaimer:
             self.notices.pop(gone, None)
             self._kept.pop(gone, None)
             self._written.pop(gone, None)
+        bursting = self.bursts is not None and self.bursts.bursting(sample)
+        wants = self._wants(sample, now) if self.after > 0 or bursting else []
+        if self.bursts is not None:
+            served = await self.bursts.check(sample, wants)
+            wants = [w for i, w in enumerate(wants) if i not in served]
         if self.after > 0:
-            await self._reclaim_one(judged, now, sample)
+            await self._reclaim_one(judged, now, sample, wants)
 
-    async def _reclaim_one(self, judged: list[SliceUsage], now: float, sample: Sample) -> None:
+    async def _reclaim_one(self, judged: list[SliceUsage], now: float, sample: Sample, wants: list[Want]) -> None:
         """The slices one request needs (or, with mode "always", the longest idle one): a notice
         to each, then, once every notice has run out with nothing done, their reclaim together."""
         if self._reclaiming:
             return
         due = [u for u in judged if u.slice.id in self.notices or now - self.idle_since[u.slice.id] >= self.after]
         due.sort(key=lambda u: (u.slice.id not in self.notices, self.idle_since[u.slice.id]))
-        chosen, need, uid = self._choose(due, sample, now)
+        chosen, need, uid = self._choose(due, sample, now, wants)
         for sid in [s for s in self.notices if s not in chosen]:
             del self.notices[sid]  # nobody it would let in needs it now
             self.log.info("jupyter-vgpu: slice %s is no longer needed by anyone waiting; its idle notice is withdrawn.", sid)
@@ -251,7 +259,9 @@ class IdleReclaimer:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    def _choose(self, due: list[SliceUsage], sample: Sample, now: float) -> tuple[tuple[str, ...], str, int | None]:
+    def _choose(
+        self, due: list[SliceUsage], sample: Sample, now: float, wants: list[Want]
+    ) -> tuple[tuple[str, ...], str, int | None]:
         """Which idle slices to reclaim, for whom (in words) and whose uid that counts against."""
         if not due:
             return (), "", None
@@ -259,7 +269,7 @@ class IdleReclaimer:
         gpus = sample.occupancy.gpus
         for uid in [u for u, t in self._served.items() if now - t >= self.per_user_seconds]:
             del self._served[uid]
-        for want in self._wants(sample, now):
+        for want in wants:
             if want.uid in self._served:
                 continue  # this user's requests had their reclaim lately
             found = plan(want, gpus, idle, self.allowance)
@@ -369,6 +379,8 @@ class IdleReclaimer:
 
     async def stop(self) -> None:
         self.executions.close()
+        if self.bursts is not None:
+            await self.bursts.stop()
         if self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
 

@@ -66,6 +66,8 @@ def slice_view(
             "usage_note": usage.note,
             "idle_seconds": monitor.idle_of(s.id),
             "idle_notice": monitor.notice_of(s.id),
+            "memory_burst": usage.memory_burst,
+            "burst_notice": monitor.burst_notice_of(s.id),
             "frameworks": frameworks if isinstance(frameworks, dict) else {},
             "history": _points(monitor.slice_history.get(s.id, ()), since),
             "watchdog": {"action": watchdog.action, "events": [e.to_dict() for e in watchdog.events(s.id)]},

@@ -139,7 +139,7 @@ class GPUOccupancy:
         if bursts:
             held = sum(b for _, b in bursts)
             who = ", ".join(s.holder_text() for s, _ in bursts[:NAMED_HOLDERS])
-            parts.append(f"{format_bytes(held)} held above their requests by bursting kernels ({who}), theirs until they free it")
+            parts.append(f"{format_bytes(held)} held above their requests by bursting kernels ({who}), given back when a request waits for it")
         if beyond := self.over_use - sum(b for _, b in bursts):
             parts.append(f"{format_bytes(beyond)} used beyond reservations")
         if self.foreign:

@@ -116,6 +116,14 @@ class SliceUsage:
         return sum(self.slice.memory)
 
     @property
+    def memory_burst(self) -> int | None:
+        """What an elastic slice uses above its request, within its limit (None: a fixed slice, or
+        no use known)."""
+        if self.slice.memory_burst_limit is None or self.memory_used is None:
+            return None
+        return max(0, min(self.memory_used, sum(self.slice.memory_allowed)) - self.memory_reserved_total)
+
+    @property
     def state(self) -> str:
         """``ok``, ``near`` (>= 90% of what it may use: the reservation, or an elastic slice's
         limit), ``over`` (beyond it) or ``unknown``. A burst within the limit is not over."""

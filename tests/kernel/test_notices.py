@@ -119,3 +119,30 @@ def test_unloading_the_extension_stops_the_notices(workspace: Workspace, start: 
     assert "jupyter-vgpu notices" not in kernel.eval("[t.name for t in __import__('threading').enumerate()]")
     add_notice(workspace.ledger_path, slice_.id, notice("warn", "this kernel uses 4.5 GiB of its 4.0 GiB slice."))
     assert "jupyter-vgpu" not in kernel.run("print('after')").stderr
+
+
+FAKE_CUPY = """
+import sys, types
+class Pool:
+    released = 0
+    def free_bytes(self): return 0 if self.released else 512 * 2**20
+    def free_all_blocks(self): self.released += 1
+    def total_bytes(self): return 2**30
+    def set_limit(self, size): pass
+pool = Pool()
+sys.modules["cupy"] = types.SimpleNamespace(get_default_memory_pool=lambda: pool, __name__="cupy")
+"""
+
+
+def test_a_burst_notice_has_the_kernel_release_its_frameworks_cache_at_once(sliced: tuple[Workspace, Slice, Kernel]) -> None:
+    """The server asks a burst back: the kernel's notice thread has CuPy's pool give its free blocks
+    back without waiting for a cell, then says so with the notice at the next cell (issue 42)."""
+    kernel = sliced[2]
+    assert kernel.run(FAKE_CUPY).ok
+    post(sliced, "burst", "train.ipynb uses 2.0 GiB above its 4.0 GiB request while 1 waiting in line: give it back by 12:00:00.")
+    time.sleep(3)  # the notice thread looks every 0.5 s; no cell runs meanwhile
+    shown = kernel.run("print('next cell')").stderr
+    assert "jupyter-vgpu: train.ipynb uses 2.0 GiB above its 4.0 GiB request" in shown
+    assert "jupyter-vgpu: CuPy released its memory pool's free blocks (memory its arrays hold stays)." in shown
+    assert kernel.eval("pool.released") == 1  # once
+    kernel.run("del sys.modules['cupy']")
