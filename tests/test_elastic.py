@@ -195,13 +195,14 @@ def test_a_request_kept_out_by_a_burst_is_told_it_is_a_burst_and_whose(tmp_path:
         book.reserve(SliceRequest.parse(memory="10GiB"), Holder.command("y"))
     said = str(refused.value)
     assert "9.0 GiB free of 16.0 GiB" in said
-    assert "3.0 GiB held above their requests by bursting kernels (bursty [" in said and "given back when a request waits for it" in said
+    assert "3.0 GiB held above their requests by bursting commands (bursty [" in said and "theirs until they end" in said
+    assert refused.value.detail is not None and refused.value.detail["burst_held"] is False  # a command's burst is not given back
     assert "used beyond reservations" not in said  # a burst within its limit is no over-use
     # Beyond its limit, the rest is over-use, said as before.
     spec.write_text(json.dumps({"devices": [{"memory": "16GiB"}], "processes": [{"gpu": 0, "pid": os.getpid(), "memory": "9GiB"}]}))
     with pytest.raises(SliceUnavailable) as refused:
         book.reserve(SliceRequest.parse(memory="10GiB"), Holder.command("y"))
-    assert "4.0 GiB held above their requests by bursting kernels" in str(refused.value)
+    assert "4.0 GiB held above their requests by bursting commands" in str(refused.value)
     assert "1.0 GiB used beyond reservations" in str(refused.value)
     book.close()
 
@@ -405,3 +406,33 @@ def test_run_with_a_bad_limit_is_one_sentence_and_books_nothing(vgpu_env: dict[s
     assert f"--limit {limit!r}" in result.stderr and "Traceback" not in result.stderr, result.stderr
     assert len(result.stderr.strip().splitlines()) == 1, result.stderr
     assert json.loads(vgpu("status", "--json").stdout)["slices"] == []
+
+
+def test_a_request_only_kernels_bursts_keep_out_waits_for_them_instead_of_being_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 42: a request is never refused because of a burst. Kept out only by a kernel's burst, a
+    request that asked not to wait joins the line (where the kernel's server asks the burst back);
+    one that would not fit even with every burst back is refused at once, as before."""
+    from jupyter_vgpu.ledger import contract
+
+    spec = tmp_path / "gpus.json"
+    spec.write_text(json.dumps({"devices": [{"memory": "16GiB"}], "processes": []}))
+    book = SQLiteLedger(tmp_path / "ledger.sqlite", Inventory(str(spec)), context_allowance=ALLOWANCE)
+    book.reserve(SliceRequest.parse("1/4", limit="1/2"), Holder("kernel", "k-1", pid=os.getpid(), labels={"path": "bursty.ipynb"}))
+    spec.write_text(json.dumps({"devices": [{"memory": "16GiB"}], "processes": [{"gpu": 0, "pid": os.getpid(), "memory": "7GiB"}]}))
+    with pytest.raises(SliceUnavailable) as refused:
+        book.reserve_now(SliceRequest.parse(memory="10GiB"), Holder.command("y"))
+    detail = refused.value.detail
+    assert detail is not None and detail["burst_held"] is True
+    assert "bursting kernels (bursty.ipynb [" in str(refused.value) and "given back when a request waits for it" in str(refused.value)
+    assert detail["advice"][0].startswith("It fits once bursting kernels give back what they use above their requests")
+    monkeypatch.setattr(contract, "BURST_WAIT_SECONDS", 0.5)
+    with pytest.raises(SliceUnavailable) as waited:
+        book.reserve(SliceRequest.parse(memory="10GiB"), Holder.command("y"))  # wait 0, yet it waits
+    assert str(waited.value).startswith("Waited 0.5 s in line for 10.0 GiB. No room"), str(waited.value)
+    assert book.waiting() == []  # it left the line
+    with pytest.raises(SliceUnavailable) as at_once:
+        book.reserve(SliceRequest.parse(memory="13GiB"), Holder.command("z"))  # 12 GiB free even with the burst back
+    assert not str(at_once.value).startswith("Waited") and at_once.value.detail["burst_held"] is False
+    book.close()

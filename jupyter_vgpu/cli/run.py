@@ -35,6 +35,7 @@ from ..enforcement import Tier, by_tier, setting_problems
 from ..enforcement.base import ENV_ENTER
 from ..errors import InvalidRequest, SliceNotFound, VGPUError
 from ..ledger import Ledger, open_ledger
+from ..ledger.contract import BURST_WAIT_SECONDS
 from ..ledger.keep import KeepBooked
 from ..slices import Holder, SliceRequest, Ticket, summary
 from ..slices.environment import DEVICE_NAMES, fit_installed_frameworks, with_slice
@@ -155,7 +156,14 @@ class _PlaceInLine:
             return  # said by the attempt that fails, if it does
         if place is None or place == self.place:
             return
-        if self.place is None:
+        if self.place is None and self.wait <= 0:  # only bursts keep it out (ledger.contract)
+            print(
+                f"jupyter vgpu: no room now: kernels bursting above their requests hold it; waiting in line (#{place}) up "
+                f"to {BURST_WAIT_SECONDS:g} s for them to give it back for {self.request.describe()}; Ctrl+C gives up.",
+                file=sys.stderr,
+                flush=True,
+            )
+        elif self.place is None:
             print(
                 f"jupyter vgpu: no room now: waiting in line (#{place}) up to {self.wait:g} s for "
                 f"{self.request.describe()}; Ctrl+C gives up.",

@@ -29,6 +29,11 @@ if TYPE_CHECKING:
 #: The contract's operations that the broker serves, by their wire names (the method names).
 #: Reading: slices, get, waiting, book_id. Reserving: reserve_now, enqueue, try_grant, leave_queue.
 #: Holding: attach, update_labels, resize, release, claim, rebook. Housekeeping: reap, overcommitted.
+#: How long a request that only kernels' bursts keep out waits in line for them even when it
+#: asked not to wait (issue 42: never refused because of a burst): their servers' notice
+#: (``burst_reclaim_notice``, 60 s by default) and a restart, with room to spare.
+BURST_WAIT_SECONDS = 300.0
+
 OPERATIONS = (
     "slices",
     "get",
@@ -183,7 +188,12 @@ class Ledger(ABC):
         For code without an event loop (a command); on a loop use :meth:`reserve_async`, the one
         waiting-in-line loop both run."""
         if wait <= 0:
-            return self.reserve_now(request, holder)
+            try:
+                return self.reserve_now(request, holder)
+            except SliceUnavailable as error:
+                if not _burst_held(error):
+                    raise
+                wait = BURST_WAIT_SECONDS
         return asyncio.run(self.reserve_async(request, holder, wait=wait, waiting=waiting))
 
     async def reserve_async(
@@ -199,7 +209,12 @@ class Ledger(ABC):
         cancels a waiting start and the request leaves the line. ``waiting`` hears about each
         attempt that has to go on waiting."""
         if wait <= 0:
-            return await asyncio.to_thread(self.reserve_now, request, holder)
+            try:
+                return await asyncio.to_thread(self.reserve_now, request, holder)
+            except SliceUnavailable as error:
+                if not _burst_held(error):
+                    raise
+                wait = BURST_WAIT_SECONDS  # kept out by bursts only: they are given back to a request in line
         ticket = await asyncio.to_thread(self.enqueue, request, holder)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + wait
@@ -231,3 +246,8 @@ class Ledger(ABC):
             raise type(error)(f"Waited {waited:g} s in line for {request.describe()}. {text}", detail=detail) from None
         finally:
             await asyncio.shield(asyncio.to_thread(self.leave_queue, ticket))
+
+
+def _burst_held(error: SliceUnavailable) -> bool:
+    """Whether only kernels' bursts keep the request out (the refusal's ``burst_held``)."""
+    return not isinstance(error, NeverFits) and bool(error.detail and error.detail.get("burst_held"))

@@ -27,12 +27,12 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Collection, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from jupyter_core.utils import ensure_async
 
-from ..slices.occupancy import GPUOccupancy
+from ..slices.occupancy import GPUOccupancy, within_requests
 from ..units import format_bytes, format_duration, shorten
 from .monitor import Sample
 from .watchdog import Watchdog, WatchdogEvent, leave_notice
@@ -55,15 +55,7 @@ def burst_of(slice_id: str, gpus: Sequence[GPUOccupancy]) -> int:
 def trimmed(gpus: Sequence[GPUOccupancy], given_back: Collection[str]) -> tuple[GPUOccupancy, ...]:
     """The GPUs as they would be with the slices ``given_back`` using no more than their requests
     (their reservations and everyone else's use unchanged): :func:`.reclaim.without`'s partner."""
-    if not given_back:
-        return tuple(gpus)
-    return tuple(
-        replace(
-            g,
-            shares=tuple(replace(s, used=min(s.used, s.reserved)) if s.slice.id in given_back else s for s in g.shares),
-        )
-        for g in gpus
-    )
+    return within_requests(gpus, given_back) if given_back else tuple(gpus)
 
 
 @dataclass(frozen=True)

@@ -12,8 +12,8 @@ accounts for (other containers, other pid namespaces): neither can be handed out
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Collection, Iterable
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ..enforcement import offered_by
@@ -123,6 +123,11 @@ class GPUOccupancy:
         limit = share.slice.request.limit_on(self.gpu.memory_total) or share.reserved
         return max(0, min(share.used, limit) - share.reserved)
 
+    def kernel_bursts(self) -> int:
+        """What kernels' elastic slices use here above their requests: what their servers give
+        back to a request that waits (a command keeps its burst until it ends)."""
+        return sum(self.burst_of(s) for s in self.shares if s.slice.holder_kind == "kernel")
+
     def explain(self) -> str:
         """One line for a refusal: what is free, who holds the rest."""
         if self.in_mig_mode:
@@ -136,10 +141,11 @@ class GPUOccupancy:
             more = f" and {len(self.shares) - NAMED_HOLDERS} more" if len(self.shares) > NAMED_HOLDERS else ""
             parts.append(f"reserved by {shown}{more}")
         bursts = [(s, b) for s in self.shares if (b := self.burst_of(s))]
-        if bursts:
-            held = sum(b for _, b in bursts)
-            who = ", ".join(s.holder_text() for s, _ in bursts[:NAMED_HOLDERS])
-            parts.append(f"{format_bytes(held)} held above their requests by bursting kernels ({who}), given back when a request waits for it")
+        for kind, then in (("kernel", "given back when a request waits for it"), ("command", "theirs until they end")):
+            if mine := [(s, b) for s, b in bursts if (s.slice.holder_kind == "kernel") == (kind == "kernel")]:
+                held = sum(b for _, b in mine)
+                who = ", ".join(s.holder_text() for s, _ in mine[:NAMED_HOLDERS])
+                parts.append(f"{format_bytes(held)} held above their requests by bursting {kind}s ({who}), {then}")
         if beyond := self.over_use - sum(b for _, b in bursts):
             parts.append(f"{format_bytes(beyond)} used beyond reservations")
         if self.foreign:
@@ -231,6 +237,16 @@ class Occupancy:
     def explain(self, uuids: Iterable[str] | None = None) -> str:
         wanted = None if uuids is None else set(uuids)
         return "; ".join(g.explain() for g in self.gpus if wanted is None or g.uuid in wanted)
+
+
+def within_requests(gpus: Iterable[GPUOccupancy], slice_ids: Collection[str] | None = None) -> tuple[GPUOccupancy, ...]:
+    """The GPUs as they would be with the slices ``slice_ids`` (None: every kernel's) using no
+    more than their reservations: bursts given back, everything else unchanged."""
+
+    def back(share: Share) -> bool:
+        return share.slice.holder_kind == "kernel" if slice_ids is None else share.slice.id in slice_ids
+
+    return tuple(replace(g, shares=tuple(replace(s, used=min(s.used, s.reserved)) if back(s) else s for s in g.shares)) for g in gpus)
 
 
 def occupancy_of(snapshot: Snapshot, slices: Iterable[Slice], attribution: Attribution) -> Occupancy:

@@ -13,8 +13,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..units import describe_fraction, format_bytes
-from .occupancy import GPUOccupancy
-from .placement import needs
+from .occupancy import GPUOccupancy, within_requests
+from .placement import needs, place
 from .request import SliceRequest
 
 #: At most this many GPUs are described; the rest are counted.
@@ -129,12 +129,25 @@ class Refusal:
         return text
 
     @property
+    def burst_held(self) -> bool:
+        """It would get a slice with the kernels' bursts given back: only bursts keep it out, and a
+        request in line gets them back (the kernels' servers give notice, then act)."""
+        if self.fits or not any(g.kernel_bursts() for g in self.gpus):
+            return False
+        return bool(place(self.request, within_requests(self.gpus), allowance=lambda g: self.allowance.get(g.uuid, 0)))
+
+    @property
     def smaller_fits(self) -> bool:
         """A smaller request would get a slice now (nobody waits before it)."""
         return self.fits_now > 0 and not self.ahead
 
     def advice(self) -> list[str]:
         tips = []
+        if self.burst_held:
+            tips.append(
+                "It fits once bursting kernels give back what they use above their requests: a request that waits in "
+                "line gets it (their servers give them notice first)."
+            )
         if count := self.fewer_gpus_fit:
             gpus = "1 GPU" if count == 1 else f"{count} GPUs"
             one = replace(self.request, gpus=1).describe()
@@ -170,6 +183,7 @@ class Refusal:
             "fits_now": {"memory": self.fits_now or None, "text": self.fits_now_text()},
             "ahead": self.ahead,
             "smaller_fits": self.smaller_fits,
+            "burst_held": self.burst_held,
             "fewer_gpus_fit": self.fewer_gpus_fit,
             "gpu_lines": self.gpu_lines(),
             "gpus": [

@@ -189,3 +189,23 @@ async def test_a_burst_given_back_in_time_ends_the_notice(
         assert not await burst_events(jp_fetch)
     finally:
         command.kill()
+
+
+async def test_a_kernel_start_kept_out_by_a_burst_waits_for_it_instead_of_being_refused(
+    jp_fetch: Any, jp_data_dir: Path, start_kernel: Any, vgpu_env: dict[str, str], vgpu_server: Any
+) -> None:
+    """A start that asked not to wait (no wait_timeout) and that only a burst keeps out is never
+    refused for it: it waits in line, the burst is asked back, and the kernel starts."""
+    half = write_kernelspec(jp_data_dir, {"gpu_fraction": 0.5}, "Python 3 (1/2 GPU)")
+    spec = jp_data_dir / "kernels" / half
+    spec.rename(spec.with_name("python3-half"))
+    write_kernelspec(jp_data_dir, ELASTIC, "Python 3 (1/4 GPU, up to 3/4)")  # the module's, back beside it
+    bursty = await start_kernel(path="bursty.ipynb")
+    assert (await bursty.run(burst(3)))[0]["status"] == "ok"
+    await until(lambda: bursting(jp_fetch, bursty.id, GiB), what="the burst")
+    started = asyncio.ensure_future(start_kernel(name="python3-half", path="half.ipynb"))
+    (event,) = await until(lambda: burst_events(jp_fetch), timeout=60, what="the burst's restart")
+    assert event["kernel_id"] == bursty.id
+    half_kernel = await asyncio.wait_for(started, timeout=60)
+    rows = await views(jp_fetch, vgpu_env)
+    assert rows[half_kernel.id]["request_text"] == "1/2 GPU" and rows[bursty.id]["memory_reserved"] == GiB
