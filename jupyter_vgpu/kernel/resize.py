@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from dataclasses import replace
 
-from ..errors import InvalidRequest, VGPUError
+from ..errors import InvalidRequest, SliceUnavailable, VGPUError
 from ..frameworks import FRAMEWORKS, revisit
 from ..gpus.lenses import SchedulerLens
-from ..ledger import open_ledger
-from ..slices import SliceRequest, parse_share, slice_environment
+from ..ledger import Ledger, open_ledger
+from ..ledger.contract import BURST_WAIT_SECONDS
+from ..slices import Holder, Slice, SliceRequest, parse_share, slice_environment
 from ..slices.environment import VARIABLES, fit_installed_frameworks
 from ..units import describe_fraction, exact_bytes, format_bytes, shorten
 from .state import KernelState, SliceFacts
@@ -112,7 +114,7 @@ def resize(state: KernelState, text: str) -> str:
     try:
         share = new_request(text, ledger.get(facts.slice_id).request)
         request = replace(share, gpus=max(1, len(facts.gpus)), logical_devices=facts.logical_devices)
-        resized = ledger.resize(facts.slice_id, request)
+        resized = resize_waiting(ledger, facts.slice_id, request)
         by_index = all(part.strip().isdigit() for part in os.environ.get("CUDA_VISIBLE_DEVICES", "x").split(","))
         env = slice_environment(
             resized, ledger_path=str(ledger.path), simulate=facts.simulate, device_names="index" if by_index else "uuid",
@@ -131,6 +133,43 @@ def resize(state: KernelState, text: str) -> str:
     after = _describe(state.facts.fraction, state.facts.memory_reserved, os.environ.get("JUPYTER_VGPU_BURST_SHARE") if burst else None)
     gets = f"get {format_bytes(state.facts.memory_limit)} per GPU" if burst is None else f"grow up to {format_bytes(burst)} per GPU"
     return f"Slice {facts.slice_id} resized from {before} to {after}; frameworks imported from now on {gets}."
+
+
+def resize_waiting(ledger: Ledger, slice_id: str, request: SliceRequest) -> Slice:
+    """The ledger's resize; one that only kernels' bursts keep out waits for them (issue 42: never
+    refused because of a burst). It holds a place in line for the memory it lacks on that GPU,
+    where the bursting kernels' servers see it and ask the bursts back, and tries again every
+    second, up to ``BURST_WAIT_SECONDS`` (an interrupt gives up)."""
+    try:
+        return ledger.resize(slice_id, request)
+    except SliceUnavailable as error:
+        detail = error.detail or {}
+        if not detail.get("burst_held"):
+            raise
+        first = error
+    more = SliceRequest(memory=int(detail["more"]), gpu=str(detail["gpu"]))
+    print(
+        f"jupyter-vgpu: kernels bursting above their requests hold the room for {request.describe()}; waiting up to "
+        f"{BURST_WAIT_SECONDS:g} s for them to give it back (interrupt the kernel to stop).",
+        file=sys.stderr,
+        flush=True,
+    )
+    path = os.environ.get("JPY_SESSION_NAME")  # the notebook (absolute), as the line names a waiting kernel
+    if path and os.path.isabs(path) and not os.path.relpath(path).startswith(".."):
+        path = os.path.relpath(path)  # the kernel runs in the notebook's folder
+    ticket = ledger.enqueue(more, Holder.kernel(f"resize of slice {slice_id}", labels={"path": path} if path else None))
+    deadline = time.monotonic() + BURST_WAIT_SECONDS
+    try:
+        while time.monotonic() < deadline:
+            time.sleep(1.0)
+            try:
+                return ledger.resize(slice_id, request)
+            except SliceUnavailable as error:
+                if not (error.detail or {}).get("burst_held"):
+                    raise
+        raise SliceUnavailable(f"Waited {BURST_WAIT_SECONDS:g} s for bursting kernels. {first}")
+    finally:
+        ledger.leave_queue(ticket)
 
 
 def _describe(fraction: float | None, reserved: int | None, limit: str | None = None) -> str:

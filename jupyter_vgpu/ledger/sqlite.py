@@ -24,7 +24,7 @@ from ..errors import InvalidRequest, LeftLine, NeverFits, NoGPU, NotPermitted, S
 from ..gpus import Inventory, Snapshot
 from ..gpus.context import context_allowance
 from ..slices.holders import attribute, boot_clock, held, process_alive, process_start, start_stamp
-from ..slices.occupancy import GPUOccupancy, Occupancy, occupancy_of
+from ..slices.occupancy import GPUOccupancy, Occupancy, occupancy_of, within_requests
 from ..slices.placement import needs, place
 from ..slices.records import Actor, Holder, Slice, Ticket, Waiter, clean_labels
 from ..slices.refusal import Refusal
@@ -374,7 +374,11 @@ class SQLiteLedger(Ledger):
                 if request.limit_memory is not None and request.limit_memory > gpu.total:
                     raise InvalidRequest(f"{request.describe()} has a limit above GPU {gpu.index} ({format_bytes(gpu.total)}); ask for at most that.")
                 if need > gpu.free:  # the request is booked; its limit never is
-                    raise SliceUnavailable(f"Cannot resize slice {found.id} to {request.describe()}: {gpu.explain()}.")
+                    # more than it holds now, where only kernels' bursts keep it out: it may wait for them
+                    more = need - found.memory[found.gpus.index(gpu.uuid)]
+                    held = need <= within_requests([gpu])[0].free and bool(gpu.kernel_bursts())
+                    detail = {"burst_held": held, "gpu": gpu.index, "more": more}
+                    raise SliceUnavailable(f"Cannot resize slice {found.id} to {request.describe()}: {gpu.explain()}.", detail=detail)
                 changes.append((need, found.id, gpu.uuid))
             db.executemany("UPDATE slice_gpus SET memory = ? WHERE slice_id = ? AND gpu_uuid = ?", changes)
             stored = {**request.to_dict(), "gpu": found.request.gpu, "placement": found.request.placement}

@@ -209,3 +209,23 @@ async def test_a_kernel_start_kept_out_by_a_burst_waits_for_it_instead_of_being_
     half_kernel = await asyncio.wait_for(started, timeout=60)
     rows = await views(jp_fetch, vgpu_env)
     assert rows[half_kernel.id]["request_text"] == "1/2 GPU" and rows[bursty.id]["memory_reserved"] == GiB
+
+
+async def test_a_resize_up_kept_out_by_a_burst_waits_for_it(
+    jp_fetch: Any, start_kernel: Any, vgpu_env: dict[str, str], vgpu_server: Any
+) -> None:
+    """`%vgpu resize` to more than room allows, only because another kernel bursts: the cell waits in
+    line for the burst, the bursting kernel is restarted, and the resize is done."""
+    bursty = await start_kernel(path="bursty.ipynb")
+    grower = await start_kernel(path="grower.ipynb")
+    assert (await bursty.run(burst(2.5)))[0]["status"] == "ok"
+    await until(lambda: bursting(jp_fetch, bursty.id, GiB), what="the burst")
+    # 4 GiB: 1 GiB each booked, 1.5 GiB burst: 0.5 GiB free; 1/2 GPU (1 GiB more) fits only with the burst back
+    outcome = await asyncio.to_thread((await grower.driver()).run, "%vgpu resize 1/2 --limit 3/4", 120)
+    assert outcome.ok, outcome.error or outcome.stderr
+    assert "kernels bursting above their requests hold the room for 1/2 GPU" in outcome.stderr
+    assert "resized from 1/4 GPU (1.0 GiB per GPU, up to 3/4) to 1/2 GPU (2.0 GiB per GPU, up to 3/4)" in outcome.stdout
+    (event,) = await until(lambda: burst_events(jp_fetch), what="the burst's restart")
+    assert event["kernel_id"] == bursty.id and "(first: grower.ipynb, 1.0 GiB on GPU 0)" in event["message"], event
+    rows = await views(jp_fetch, vgpu_env)
+    assert rows[grower.id]["memory_reserved"] == 2 * GiB and rows[bursty.id]["memory_reserved"] == GiB
