@@ -127,7 +127,16 @@ def use_rows(state: KernelState, usage: Usage) -> list[tuple[str, str]]:
         used = usage.total_used
         whole = (facts.memory_reserved or 0) * max(1, len(usage.mine))
         share = f" of {format_bytes(whole)}, {used / whole:.0%}" if whole and used is not None else ""
+        if facts.burst_limit is not None and whole:  # elastic: read against the limit, the request guaranteed
+            reach = (facts.burst_limit + (facts.context_allowance or 0)) * max(1, len(usage.mine))
+            share = f" of up to {format_bytes(reach)} ({format_bytes(whole)} guaranteed)"
         rows.append(("used now", f"{format_bytes(used)}{share} ({used_how(usage)})"))
+        if facts.burst_limit is not None and whole and used is not None and used > whole:
+            rows.append((
+                "burst",
+                f"{format_bytes(used - whole)} above the request: this kernel's while nobody needs it; when a request "
+                "waits for it the server gives notice, then restarts the kernel (the admin's burst_reclaim_action)",
+            ))  # fmt: skip
     else:
         rows.append(("used now", f"not available: {usage.message or 'NVML cannot be read'}"))
     rows.append(("peak", format_bytes(state.peak_used) if state.peak_used is not None else "n/a"))

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import re
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -77,3 +78,11 @@ def test_an_elastic_kernel_books_its_request_and_its_frameworks_get_its_limit(ke
     assert allocated.ok, allocated.error
     assert kernel.eval("held") == burst
     assert kernel.eval("tf.config.experimental.get_memory_info('CPU:0')['current']") >= burst  # what the simulated GPU counts
+    # %vgpu reads its use against the limit, the request guaranteed, and says what the burst is.
+    for _ in range(30):  # the simulated use is written once a second
+        shown = text(kernel.run("%vgpu"))
+        if "\n  burst " in shown:
+            break
+        time.sleep(0.5)
+    assert re.search(r"\n  used now +1\.\d GiB of up to 2\.0 GiB \(1\.0 GiB guaranteed\)", shown), shown
+    assert re.search(r"\n  burst +\d+ MiB above the request: this kernel's while nobody needs it; when a request waits", shown), shown
