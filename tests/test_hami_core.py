@@ -30,6 +30,7 @@ import pytest
 
 from jupyter_vgpu.enforcement import Tier, by_tier, tier_of
 from jupyter_vgpu.enforcement.hamicore import cache_path, library_problem
+from jupyter_vgpu.slices import Holder, SliceRequest
 from jupyter_vgpu.slices.reports import report_dir
 from jupyter_vgpu.units import GiB, MiB
 
@@ -386,3 +387,24 @@ def test_under_hami_core_each_slice_has_its_own_budget_which_its_processes_share
         holder.wait(timeout=30)
     # what a process held leaves the slice's budget with it
     assert allocate(first, fake_gpu, 1024, 4) == ([0, 0, 0, 0], 0, 4096, 4096)
+
+
+def test_an_elastic_slice_under_hami_core_is_capped_at_its_limit_and_books_its_request(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 42: HAMi-core's cap is the slice's limit, what it may burst to; the ledger books the
+    request, and the frameworks grow on demand up to the limit (less the context allowance)."""
+    from kernel.harness import Workspace  # type: ignore[import-not-found]
+
+    monkeypatch.setenv("JUPYTER_VGPU_HAMI_CORE", a_shared_library())
+    workspace = Workspace(tmp_path)
+    ledger = workspace.ledger()
+    try:
+        held = ledger.reserve(SliceRequest.parse("1/4", limit="1/2"), Holder("kernel", "tests/kernel"))
+    finally:
+        ledger.close()
+    assert held.tier is Tier.HAMI_CORE and held.memory == (4 * GiB,)
+    env = workspace.slice_env(held)
+    assert env["CUDA_DEVICE_MEMORY_LIMIT_0"] == "8192m"  # the limit, enforced
+    assert env["JUPYTER_VGPU_MEMORY_RESERVED"] == str(4 * GiB)  # the request, booked
+    assert int(env["JUPYTER_VGPU_BURST_LIMIT"]) == 8 * GiB - held.context_allowance

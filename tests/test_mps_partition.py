@@ -29,7 +29,7 @@ from jupyter_vgpu.enforcement.mpspartition import in_partition
 from jupyter_vgpu.gpus import Inventory, memory_cgroups
 from jupyter_vgpu.gpus.memory_cgroups import PartitionError
 from jupyter_vgpu.ledger import SQLiteLedger
-from jupyter_vgpu.slices import Holder, SliceRequest
+from jupyter_vgpu.slices import Holder, SliceRequest, slice_environment
 from jupyter_vgpu.units import GiB
 
 UUID = "GPU-5e1a0000-0000-4000-8000-00000000a100"
@@ -328,3 +328,26 @@ def test_removing_a_cgroup_never_fails_the_end_of_a_slice(tmp_path: Path, monkey
 
     monkeypatch.setattr(memory_cgroups.os, "rmdir", refuse)
     assert memory_cgroups.remove("abcdef012345", tmp_path) is False  # left for the next sweep, no exception
+
+
+def test_an_elastic_slices_cgroup_guarantees_its_request_and_caps_its_limit(cgroup_root: Path, tmp_path: Path) -> None:
+    """Issue 42: the driver's soft limit (guaranteed) is the request, its hard limit the limit; the
+    ledger books the request only, and the slice's processes may burst up to the limit."""
+    inventory = Inventory(str(simulation(tmp_path)))
+    ledger = SQLiteLedger(tmp_path / "ledger.sqlite", inventory)
+    held = ledger.reserve(SliceRequest.parse("1/4", limit="1/2"), Holder("command", "test"))
+    assert held.tier is Tier.MPS_PARTITION and held.memory == (4 * GiB,)
+    assert held.memory_burst_limit is not None and held.memory_allowed == (8 * GiB,)
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        cgroup = Path(ledger.join_hold(held.id, sleeper.pid))
+        nvml = inventory._init()
+        limits = nvml.c_nvmlGetMemoryLimits_v1_t(nameSpace=str(cgroup).encode())
+        nvml.nvmlDeviceGetMemoryLimits_v1(nvml.nvmlDeviceGetHandleByIndex(0), limits)
+        assert (limits.softLimit, limits.hardLimit) == (4 * GiB, 8 * GiB)
+        env = slice_environment(held, ledger_path=str(tmp_path / "ledger.sqlite"))
+        assert env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == "0=8192M"  # MPS's own cap, the second line, at the limit too
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+        ledger.release(held.id)

@@ -53,12 +53,14 @@ class HeldSlice(Protocol):
     def gpus(self) -> tuple[str, ...]: ...
     @property
     def memory(self) -> tuple[int, ...]: ...
+    @property
+    def memory_allowed(self) -> tuple[int, ...]: ...  # an elastic slice's limit where its tier bursts
 
 
 class Hardware(Protocol):
     """What the process keeping the book can ask of the GPUs (``gpus.inventory.Inventory`` has it)."""
 
-    def partition_limits(self, amounts: Mapping[str, int]) -> list[tuple[Any, Any, int]]: ...
+    def partition_limits(self, amounts: Mapping[str, tuple[int, int]]) -> list[tuple[Any, Any, int, int]]: ...
 
 
 @dataclass(frozen=True)
@@ -94,6 +96,9 @@ class Enforcement(ABC):
     #: The environment variables :meth:`environment` may set: a process that gets a slice starts
     #: without any inherited one (``slices.environment.without_slice``).
     variables: tuple[str, ...] = ()
+    #: True when an elastic slice of this tier may use up to its limit (issue 42): the request is
+    #: booked and guaranteed, and the tier's cap, if it has one, is set at the limit.
+    bursts = False
 
     @abstractmethod
     def applies(self, gpus: list[PlacedGPU], mig_devices: int) -> bool:

@@ -8,6 +8,7 @@ from .base import Enforcement, PlacedGPU, Tier
 
 class Cooperative(Enforcement):
     tier = Tier.COOPERATIVE
+    bursts = True  # the frameworks get the limit
 
     def applies(self, gpus: list[PlacedGPU], mig_devices: int) -> bool:
         return True  # every GPU offers it: the weakest tier, asked last

@@ -236,6 +236,7 @@ def _check(env: Mapping[str, str]) -> str | None:
 class HAMiCore(Enforcement):
     tier = Tier.HAMI_CORE
     hard = True
+    bursts = True  # CUDA_DEVICE_MEMORY_LIMIT_<n> is the limit
     variables = ("CUDA_DEVICE_MEMORY_SHARED_CACHE", "LIBCUDA_LOG_LEVEL", MARK, ENV_PROBLEM)
 
     def set_here(self, env: Mapping[str, str]) -> set[str]:

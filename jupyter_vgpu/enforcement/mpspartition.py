@@ -51,6 +51,7 @@ class MPSPartition(Enforcement):
 
     tier = Tier.MPS_PARTITION
     hard = True
+    bursts = True  # the driver's hard limit is the limit, its soft limit (guaranteed) the request
     variables = (*MPS.variables, ENV_JOIN, ENV_PROBLEM)
     enters = True
 
@@ -93,7 +94,8 @@ class MPSPartition(Enforcement):
         from ..gpus import memory_cgroups
 
         assert where.hardware is not None
-        memory_cgroups.create(slice_.id, where.hardware.partition_limits(dict(zip(slice_.gpus, slice_.memory))))
+        amounts = {gpu: (guaranteed, cap) for gpu, guaranteed, cap in zip(slice_.gpus, slice_.memory, slice_.memory_allowed)}
+        memory_cgroups.create(slice_.id, where.hardware.partition_limits(amounts))
 
     def resized(self, slice_: HeldSlice, where: Where) -> None:
         from ..gpus import memory_cgroups

@@ -219,9 +219,9 @@ class Inventory:
         bus_id = _text(getattr(pci, "busId", "") or "") if pci is not None else ""
         return "dmem" if bus_id and memory_cgroups.pci_address(bus_id) in regions else "driver"
 
-    def partition_limits(self, amounts: Mapping[str, int]) -> list[tuple[Any, Any, int]]:
-        """(NVML, device handle, bytes) for every GPU the driver partitions: ``amounts`` on the
-        slice's GPUs (by UUID), 0 on the others, so a process of the slice cannot take memory on
+    def partition_limits(self, amounts: Mapping[str, tuple[int, int]]) -> list[tuple[Any, Any, int, int]]:
+        """(NVML, device handle, soft, hard bytes) for every GPU the driver partitions: ``amounts``
+        (guaranteed, cap) on the slice's GPUs (by UUID), 0 on the others, so a process of the slice cannot take memory on
         a GPU that is not the slice's (``CUDA_VISIBLE_DEVICES`` is the process's to change). What
         :func:`.partition.create` sets."""
         nvml = self._init()
@@ -234,7 +234,8 @@ class Inventory:
             if uuid is None or not self._supports_partitioning(nvml, handle, _text(uuid)):
                 continue
             found.add(_text(uuid))
-            limits.append((nvml, handle, amounts.get(_text(uuid), 0)))
+            soft, hard = amounts.get(_text(uuid), (0, 0))
+            limits.append((nvml, handle, soft, hard))
         if missing := sorted(set(amounts) - found):
             raise memory_cgroups.PartitionError(f"GPU {', '.join(missing)} no longer offers memory partitioning.")
         return limits

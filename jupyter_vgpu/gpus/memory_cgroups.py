@@ -10,7 +10,7 @@ clears them. Not on MIG devices.
 
 One cgroup per slice, ``<cgroup root>/jupyter-vgpu/<slice id>``, with soft = hard = the slice's
 memory on each of its GPUs (the ledger guarantees that memory, so it is both the guarantee and
-the cap). The slice's processes join it when they start (``ledger.join.enter_here``, which asks the tier: a process that
+the cap); an elastic slice's hard limit is its limit, and its soft limit its request (issue 42). The slice's processes join it when they start (``ledger.join.enter_here``, which asks the tier: a process that
 may move itself, root; otherwise the node broker, root, moves the process that asks), their
 children inherit it, and it is removed with the slice. This module is the mechanism; the tier
 (``enforcement.mpspartition``) is the words and the environment.
@@ -112,20 +112,20 @@ def _set(nvml: Any, handle: Any, cgroup: Path, soft: int, hard: int) -> None:
     nvml.nvmlDeviceSetMemoryLimits_v1(handle, limits)
 
 
-def set_limits(cgroup: Path, limits: Iterable[tuple[Any, Any, int]]) -> None:
+def set_limits(cgroup: Path, limits: Iterable[tuple[Any, Any, int, int]]) -> None:
     """Soft and hard limit of ``cgroup`` on each GPU (``limits``: NVML module, device handle,
-    bytes; 0 on a GPU that is not the slice's), read back to be sure they took. Never below what
+    soft and hard bytes; 0 on a GPU that is not the slice's), read back to be sure they took. Never below what
     the cgroup uses now; on any refusal the limits set so far are put back as they were."""
     done: list[tuple[Any, Any, int, int]] = []
     try:
-        for nvml, handle, amount in limits:
+        for nvml, handle, guaranteed, amount in limits:
             soft, hard, used = _limits(nvml, handle, cgroup)
             if amount and used > amount:
                 raise PartitionError(
                     f"The slice's processes use {format_bytes(used)} on a GPU where its limit would be {format_bytes(amount)}; "
                     "free memory first (or restart the kernel), then resize."
                 )
-            _set(nvml, handle, cgroup, amount, amount)
+            _set(nvml, handle, cgroup, min(guaranteed, amount), amount)
             done.append((nvml, handle, soft, hard))
             kept = _limits(nvml, handle, cgroup)[1]
             if not amount - MiB <= kept <= amount:  # the driver may round to its page size
@@ -155,7 +155,7 @@ def slice_cgroup(slice_id: str, root: Path | None = None) -> Path:
     return parent_cgroup(root) / slice_id
 
 
-def create(slice_id: str, limits: Iterable[tuple[Any, Any, int]], root: Path | None = None) -> Path:
+def create(slice_id: str, limits: Iterable[tuple[Any, Any, int, int]], root: Path | None = None) -> Path:
     """The slice's cgroup with its limit on each GPU (see :func:`set_limits`); set again in place
     (a resize) where it exists. A cgroup made here and refused its limits is removed."""
     cgroup = slice_cgroup(slice_id, root)

@@ -200,7 +200,8 @@ def framework_limits_text(state: KernelState) -> str:
 def hard_tier_text(state: KernelState) -> str | None:
     """How the hardware keeps this kernel inside (MIG device or MPS), or None when nothing does."""
     facts = state.facts
-    return by_tier(facts.tier or Tier.COOPERATIVE).inside(facts.devices, facts.memory_reserved, os.environ)
+    cap = facts.memory_reserved if facts.burst_limit is None else facts.burst_limit + (facts.context_allowance or 0)
+    return by_tier(facts.tier or Tier.COOPERATIVE).inside(facts.devices, cap, os.environ)  # an elastic slice's cap: its limit
 
 
 WATCHED = "the Jupyter server compares NVML use with the slice when its extension runs"

@@ -128,7 +128,8 @@ def slice_environment(
         env["JUPYTER_VGPU_MIG_PROFILES"] = ",".join(slice_.mig_profiles)
     folder = str(report_dir(ledger_path)) if ledger_path else ""  # the owner's private reports folder
     tier = by_tier(slice_.tier)  # the tier's own variables (jupyter_vgpu/enforcement/), as placed
-    env.update(tier.environment(slice_.memory, slice_.fraction, slice_id=slice_.id, folder=folder, setup=slice_.tier_setup))
+    # a tier's cap is an elastic slice's limit where the tier bursts (memory_allowed), else the reservation
+    env.update(tier.environment(slice_.memory_allowed, slice_.fraction, slice_id=slice_.id, folder=folder, setup=slice_.tier_setup))
     if tier.enters:  # its processes enter the slice's hold as they start (ledger.join)
         env[ENV_ENTER] = slice_.tier.value
     if simulate:

@@ -231,9 +231,10 @@ class Slice:
     def memory_burst_limit(self) -> int | None:
         """What frameworks may grow to per GPU in an elastic slice: its limit (on the smallest of its
         GPUs, never more than a GPU) minus the context allowance; None without a limit. Only a
-        cooperative slice bursts for now: a hard tier (MIG, MPS, HAMi-core) holds its processes at
-        the reservation, so there frameworks get :attr:`memory_limit` as before."""
-        if not self.request.elastic or self.tier is not Tier.COOPERATIVE or not self.memory_total:
+        slice of a tier that bursts does (cooperative, HAMi-core, MPS memory partitioning, whose caps
+        are set at the limit); MIG and MPS's pinned limit hold its processes at the reservation,
+        so there frameworks get :attr:`memory_limit` as before."""
+        if not self.request.elastic or not by_tier(self.tier).bursts or not self.memory_total:
             return None
         limits = [self.request.limit_on(total) or 0 for total in self.memory_total]
         burst = max(min(limits), self.memory_per_gpu)

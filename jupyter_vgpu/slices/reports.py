@@ -246,6 +246,7 @@ class _Ended:
 
     gpus: tuple[str, ...] = ()
     memory: tuple[int, ...] = ()
+    memory_allowed: tuple[int, ...] = ()
 
     def __init__(self, slice_id: str) -> None:
         self.id = slice_id
