@@ -1,7 +1,7 @@
 /**
  * jupyter-vgpu in JupyterLab: the "GPUs" sidebar, the GPU dashboard, the status bar item and
- * their settings; notifications for the line, the watchdog and idle reclaim; readable refusals;
- * launcher order.
+ * their settings; notifications for the line, the watchdog, idle reclaim and bursts asked back;
+ * readable refusals; launcher order.
  */
 import {
   ILabShell,
@@ -20,8 +20,10 @@ import { ISettingRegistry } from '@jupyterlab/settingregistry';
 import { IStatusBar } from '@jupyterlab/statusbar';
 
 import { ISlice, VGPUClient } from './store/api';
+import { burstEventAction } from './format/format';
 import { addDashboard } from './dashboard/dashboardplugin';
 import { gpuIcon } from './icons';
+import { BurstNotifier } from './notes/burstnotes';
 import { IdleNotifier, keepSlice } from './notes/idlenotes';
 import { KernelPickerHints } from './dialogs/kernelpicker';
 import { RefusedStarts } from './dialogs/kernelstarts';
@@ -33,7 +35,11 @@ import { KernelEnds } from './notes/kernelends';
 import { MonitorStops } from './notes/monitorstops';
 import { RefusalDialogs } from './dialogs/refusaldialog';
 import { ResizedKernelNames } from './store/resized';
-import { heldBackText, ShutDownNotebooks } from './notes/shutdownmemory';
+import {
+  heldBackText,
+  ShutDownNotebooks,
+  ShutDownReason
+} from './notes/shutdownmemory';
 import { GPUSidebar } from './sidebar/sidebar';
 import {
   GPUStatusItem,
@@ -80,7 +86,7 @@ const plugin: JupyterFrontEndPlugin<void> = {
       client,
       interval: DEFAULT_INTERVAL_S * 1000
     });
-    // The line, the watchdog's and idle reclaim's notifications and the launcher order read
+    // The line, the watchdog's, idle reclaim's and bursts' notifications and the launcher order read
     // the slices whatever shows.
     model.subscribe(() => ({}));
     const showSidebar = () => void app.commands.execute(CommandIDs.show);
@@ -114,14 +120,22 @@ const plugin: JupyterFrontEndPlugin<void> = {
     new WatchdogNotifier({
       model,
       showSidebar,
-      // The server shut a kernel down (idle reclaim, or the admin's policy): JupyterLab learns
-      // it now rather than at its next poll of the kernels, so the notebook says "No Kernel";
-      // and a reload does not start the notebook's kernel again on its own (it would take a
-      // slice, or a place in line, again).
+      // The server shut a kernel down (idle reclaim, a burst given back, or the admin's
+      // policy): JupyterLab learns it now rather than at its next poll of the kernels, so the
+      // notebook says "No Kernel"; and a reload does not start the notebook's kernel again on
+      // its own (it would take a slice, or a place in line, again).
       onEvent: e => {
-        if (e.ok && (e.action === 'idle' || e.action === 'shutdown')) {
+        const burstShutDown =
+          e.action === 'burst' && burstEventAction(e) === 'shutdown';
+        if (
+          e.ok &&
+          (e.action === 'idle' || e.action === 'shutdown' || burstShutDown)
+        ) {
           if (e.path) {
-            shutDownNotebooks.mark(e.path, e.action);
+            shutDownNotebooks.mark(
+              e.path,
+              burstShutDown ? 'burst' : (e.action as ShutDownReason)
+            );
           }
           app.serviceManager.kernels.refreshRunning().catch(console.error);
         }
@@ -133,6 +147,8 @@ const plugin: JupyterFrontEndPlugin<void> = {
       void kernelSlice?.refresh();
     };
     new IdleNotifier({ model, keep, showSidebar });
+    // A burst asked back: no "Keep it" (its owner gives it back by freeing memory).
+    new BurstNotifier({ model, showSidebar });
     // A refused kernel start, read from JupyterLab's session services (which tell its refusal's
     // id), laid out in the dialog JupyterLab shows for it.
     new RefusalDialogs({

@@ -5,6 +5,7 @@ export * from './units';
 export * from './tiers';
 export * from './holders';
 export * from './idle';
+export * from './bursts';
 export * from './usage';
 export * from './elsewhere';
 export * from './elastic';

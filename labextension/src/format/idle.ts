@@ -32,12 +32,19 @@ export function noticeSecondsLeft(notice: IIdleNotice, age: number): number {
 }
 
 /**
+ * Who needs the room a notice (idle or burst) frees, without the details the tooltips keep:
+ * "1 waiting in line" of the server's "1 waiting in line (first: train.ipynb, 1/2 GPU)".
+ */
+export function neededBy(notice: IIdleNotice): string {
+  return (notice.for ?? '').trim().replace(/\s*\((first|#\d+): .*\)$/, '');
+}
+
+/**
  * Why an idle slice is reclaimed, as the end of a sentence: "to free its GPU for 1 waiting in
  * line" (the server's `for` without its "(first: ...)", which the tooltips keep).
  */
 export function idleReason(notice: IIdleNotice): string {
-  const text = (notice.for ?? '').trim();
-  const short = text.replace(/\s*\(first: .*\)$/, '');
+  const short = neededBy(notice);
   if (!short) {
     return 'to free its GPU';
   }

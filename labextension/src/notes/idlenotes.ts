@@ -13,6 +13,7 @@ import {
   noticeSecondsLeft
 } from '../format/format';
 import { GPUModel } from '../store/model';
+import { ISliceNotice, SliceNoticeNotifier } from './slicenotices';
 
 /**
  * The owner's "Keep it" for an idle slice (`POST /api/vgpu/slices/<id>/keep`), then fresh data;
@@ -36,61 +37,22 @@ export async function keepSlice(
   return kept;
 }
 
-/** One notice: the slice it is about and when the server gave it. */
-function noticeKey(slice: ISlice): string | null {
-  const notice = slice.idle_notice;
-  return notice ? `${slice.id}|${notice.given}` : null;
-}
-
 /**
  * Follows the model: a warning notification for each idle notice on one of your kernels' slices
  * (once per notice, however many refreshes show it), dismissed when the notice is gone.
  */
-export class IdleNotifier {
+export class IdleNotifier extends SliceNoticeNotifier {
   constructor(options: IdleNotifier.IOptions) {
-    this._model = options.model;
+    super(options.model);
     this._keep = options.keep;
     this._showSidebar = options.showSidebar;
-    this._model.changed.connect(this._onModel, this);
   }
 
-  dispose(): void {
-    this._model.changed.disconnect(this._onModel, this);
-    for (const id of this._shown.values()) {
-      Notification.dismiss(id);
-    }
-    this._shown.clear();
+  protected noticeOf(slice: ISlice): ISliceNotice | null | undefined {
+    return slice.idle_notice;
   }
 
-  private _onModel(): void {
-    const snapshot = this._model.snapshot;
-    if (!snapshot || this._model.error) {
-      return; // a failed refresh says nothing about the notices
-    }
-    const live = new Set<string>();
-    for (const slice of snapshot.slices.slices) {
-      const key = noticeKey(slice);
-      if (
-        !key ||
-        slice.holder_kind !== 'kernel' ||
-        slice.yours === false // another user's kernel: their own lab tells them
-      ) {
-        continue;
-      }
-      live.add(key);
-      if (!this._shown.has(key)) {
-        this._shown.set(key, this._notify(slice, snapshot.taken));
-      }
-    }
-    for (const [key, id] of Array.from(this._shown)) {
-      if (!live.has(key)) {
-        this._shown.delete(key);
-        Notification.dismiss(id);
-      }
-    }
-  }
-
-  private _notify(slice: ISlice, received: number): string {
+  protected notify(slice: ISlice, received: number): string {
     const notice = slice.idle_notice!;
     const deadline = received + noticeSecondsLeft(notice, 0) * 1000;
     return Notification.warning(idleNotificationText(slice, notice, deadline), {
@@ -108,9 +70,6 @@ export class IdleNotifier {
   }
 
   private _keep: (slice: ISlice) => Promise<unknown>;
-  private _model: GPUModel;
-  /** Notice key -> the id of its notification. */
-  private _shown = new Map<string, string>();
   private _showSidebar: () => void;
 }
 

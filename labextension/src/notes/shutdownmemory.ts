@@ -6,8 +6,9 @@
  * a notebook whose sliced kernel was shut down would quietly take a slice (or a place in line)
  * again. So this browser remembers (localStorage, per server and notebook path, for a day) that
  * the notebook's kernel was shut down, and why: by the user from the panel (`panel`), by the
- * server's idle reclaim, its slice given to someone who waited (`idle`), or by the admin's
- * watchdog policy (`shutdown`). When a document widget for that path is created again, its
+ * server's idle reclaim, its slice given to someone who waited (`idle`), by the admin's
+ * watchdog policy (`shutdown`), or to give its burst back (`burst`, the admin's
+ * `burst_reclaim_action` "shutdown"). When a document widget for that path is created again, its
  * session context is told not to start a kernel (`kernelPreference`'s `shouldStart: false`)
  * before it initializes, and the notebook opens with "No Kernel" until the user picks one. The
  * mark is forgotten as soon as the notebook has a kernel again.
@@ -30,14 +31,16 @@ const MAX_MARKS = 100;
 
 /**
  * Why a notebook's kernel was shut down: from the GPUs panel (`panel`), by the server's idle
- * reclaim (`idle`), or by the GPU watchdog's policy (`shutdown`).
+ * reclaim (`idle`), by the GPU watchdog's policy (`shutdown`), or to give its burst back
+ * (`burst`).
  */
-export type ShutDownReason = 'panel' | 'idle' | 'shutdown';
+export type ShutDownReason = 'panel' | 'idle' | 'shutdown' | 'burst';
 
 const REASONS: ReadonlySet<string> = new Set<ShutDownReason>([
   'panel',
   'idle',
-  'shutdown'
+  'shutdown',
+  'burst'
 ]);
 
 /** A live mark: when the kernel was shut down (ms since the epoch), and why. */
@@ -68,7 +71,9 @@ export function heldBackText(path: string, why: ShutDownReason): string {
       ? '; its idle kernel was reclaimed while others waited for the GPU'
       : why === 'shutdown'
         ? "; the GPU watchdog shut its kernel down (the admin's policy)"
-        : ', because its kernel was shut down from the GPUs panel';
+        : why === 'burst'
+          ? '; its kernel was shut down to give its GPU burst back to others'
+          : ', because its kernel was shut down from the GPUs panel';
   return `${name}: no kernel was started${because}. Pick a kernel to start one.`;
 }
 

@@ -1,13 +1,19 @@
 /**
  * The watchdog's events as JupyterLab notifications: each event newer than the page, once,
  * naming the notebook, its use, its slice and what the admin's policy did; an idle reclaim
- * (action `idle`: the server shut an idle kernel down for someone who waited) as a warning that
- * stays. *Details* shows the server's own message.
+ * (action `idle`: the server shut an idle kernel down for someone who waited) and a burst given
+ * back (action `burst`: the server restarted, interrupted or shut down a kernel still bursting
+ * when its notice ran out) as warnings that stay. *Details* shows the server's own message.
  */
 import { Dialog, Notification, showDialog } from '@jupyterlab/apputils';
 
 import { ISlice, IWatchdogEvent } from '../store/api';
-import { formatBytes, pathLabel } from '../format/format';
+import {
+  burstEventAction,
+  burstEventText,
+  formatBytes,
+  pathLabel
+} from '../format/format';
 import { GPUModel } from '../store/model';
 
 /** What the policy did, as the end of a sentence. */
@@ -33,6 +39,14 @@ function eventKey(e: IWatchdogEvent): string {
   return `${e.t}|${e.slice_id}|${e.action}`;
 }
 
+/** The notebook an event is about, else its kernel or slice: "train.ipynb". */
+function eventHolder(e: IWatchdogEvent, slice: ISlice | undefined): string {
+  return (
+    pathLabel(e.path ?? slice?.path) ||
+    (e.kernel_id ? `kernel ${e.kernel_id.slice(0, 8)}` : `slice ${e.slice_id}`)
+  );
+}
+
 /**
  * An idle reclaim, in a sentence that fits a notification (JupyterLab cuts one at 140
  * characters): "train.ipynb's kernel was shut down after 42 min idle, to free its GPU for 1
@@ -44,9 +58,7 @@ export function idleEventText(
   e: IWatchdogEvent,
   slice: ISlice | undefined
 ): string {
-  const name =
-    pathLabel(e.path ?? slice?.path) ||
-    (e.kernel_id ? `kernel ${e.kernel_id.slice(0, 8)}` : `slice ${e.slice_id}`);
+  const name = eventHolder(e, slice);
   const message = e.message ?? '';
   const idle = / was idle for (.+?) while /.exec(message)?.[1];
   const who = / while (\d+ waiting in line)/.exec(message)?.[1];
@@ -65,9 +77,10 @@ export function eventText(
   if (e.action === 'idle') {
     return idleEventText(e, slice);
   }
-  const name =
-    pathLabel(e.path ?? slice?.path) ||
-    (e.kernel_id ? `kernel ${e.kernel_id.slice(0, 8)}` : `slice ${e.slice_id}`);
+  if (e.action === 'burst') {
+    return burstEventText(e, eventHolder(e, slice));
+  }
+  const name = eventHolder(e, slice);
   const used = e.memory_used ?? null;
   const reserved = e.memory_reserved ?? slice?.memory_reserved_total ?? null;
   const use =
@@ -144,18 +157,26 @@ export class WatchdogNotifier {
   private _notify(e: IWatchdogEvent, slice: ISlice | undefined): void {
     const text = eventText(e, slice);
     const idle = e.action === 'idle';
-    const warning = (e.action === 'warn' || idle) && e.ok;
+    const burst = e.action === 'burst';
+    // A burst given back is the owner's own kernel acted on as announced: a warning, as an
+    // idle reclaim; only a failed action is an error.
+    const warning = (e.action === 'warn' || idle || burst) && e.ok;
+    const stays = idle || (burst && burstEventAction(e) !== 'warn');
     const options = {
-      // A warning goes away by itself (the notification centre keeps it); an action, or an idle
-      // kernel shut down (its notebook stays), stays until read.
-      autoClose: warning && !idle ? 15000 : (false as const),
+      // A warning goes away by itself (the notification centre keeps it); an action, an idle
+      // kernel shut down (its notebook stays) or a burst taken back, stays until read.
+      autoClose: warning && !stays ? 15000 : (false as const),
       actions: [
         { label: 'Show GPUs', callback: () => this._showSidebar() },
         {
           label: 'Details',
           callback: () =>
             void showDialog({
-              title: idle ? 'Idle GPU reclaimed' : 'GPU watchdog',
+              title: idle
+                ? 'Idle GPU reclaimed'
+                : burst
+                  ? 'GPU burst given back'
+                  : 'GPU watchdog',
               body: e.message || text,
               buttons: [Dialog.okButton()]
             })

@@ -90,7 +90,14 @@ export function SliceBar(props: {
   const { slice, colour } = props;
   const elastic = elasticOf(slice);
   if (elastic) {
-    return <ElasticBar elastic={elastic} state={slice.state} colour={colour} />;
+    return (
+      <ElasticBar
+        elastic={elastic}
+        state={slice.state}
+        colour={colour}
+        givingBack={!!slice.burst_notice}
+      />
+    );
   }
   const used = usedPerGPU(slice);
   const parts = usedOfReserved(used, slice.memory_reserved);
@@ -129,30 +136,33 @@ export function SliceBar(props: {
 /**
  * An elastic slice's bar: the outlined track is its limit, a mark where its request (the
  * guarantee) ends; use within the request is solid, the burst above it hatched in the kernel's
- * colour, and use beyond the limit hatched in the error colour as a fixed slice's overflow.
+ * colour (in the warning colour while the server asks it back: `givingBack`), and use beyond the
+ * limit hatched in the error colour as a fixed slice's overflow.
  */
 function ElasticBar(props: {
   elastic: IElastic;
   state: ISlice['state'];
   colour: number;
+  givingBack: boolean;
 }): JSX.Element {
   const { elastic, state, colour } = props;
   const parts = elasticParts(elastic);
   const bursting = parts.burst > 0;
+  const givingBack = bursting && props.givingBack;
   const over = parts.over > 0;
   const used = elastic.used;
   const text =
     (used === null ? 'use unknown' : `${formatBytes(used)} used`) +
     ` of up to ${formatBytes(elastic.limit)}, ${formatBytes(elastic.request)} guaranteed` +
     (bursting
-      ? `, bursting ${formatBytes(elastic.burst)} above the request`
+      ? `, bursting ${formatBytes(elastic.burst)} above the request${givingBack ? ', asked back' : ''}`
       : '') +
     (over && used !== null
       ? `, ${formatBytes(used - elastic.limit)} over the limit`
       : '');
   return (
     <div
-      className={`jp-vgpu-SliceBar jp-vgpu-mod-elastic jp-vgpu-colour-${colour} jp-vgpu-mod-${state}${bursting ? ' jp-vgpu-mod-bursting' : ''}${over ? ' jp-vgpu-mod-overflow' : ''}`}
+      className={`jp-vgpu-SliceBar jp-vgpu-mod-elastic jp-vgpu-colour-${colour} jp-vgpu-mod-${state}${bursting ? ' jp-vgpu-mod-bursting' : ''}${givingBack ? ' jp-vgpu-mod-givingBack' : ''}${over ? ' jp-vgpu-mod-overflow' : ''}`}
       role="meter"
       aria-valuemin={0}
       aria-valuemax={elastic.limit}
@@ -168,6 +178,11 @@ function ElasticBar(props: {
         <div
           className="jp-vgpu-SliceBar-burst"
           style={{ width: percent(parts.burst / 100) }}
+          title={
+            givingBack
+              ? `Burst: ${formatBytes(elastic.burst)} above the request, asked back for someone who needs it`
+              : undefined
+          }
         />
       )}
       {over && (

@@ -1,6 +1,7 @@
 /**
- * A countdown that ticks: the idle notice's time left in a slice row and in the status bar,
- * counted down in the browser between two replies of the server.
+ * A countdown that ticks: a notice's time left (an idle kernel about to be reclaimed, a burst
+ * asked back) in a slice row and in the status bar, counted down in the browser between two
+ * replies of the server.
  */
 import * as React from 'react';
 
@@ -28,7 +29,7 @@ export function useTick(active: boolean): number {
 }
 
 /**
- * Seconds left on an idle notice now, and when it runs out on the browser's clock (ms), from the
+ * Seconds left on a notice (idle or burst) now, and when it runs out on the browser's clock (ms), from the
  * reply that carried it (`received`: when it arrived, ms on the browser's clock).
  */
 export function useNoticeCountdown(

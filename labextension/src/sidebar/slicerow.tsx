@@ -16,6 +16,8 @@ import { HistoryChart } from './chart';
 import { Disclosure, HolderName, WarningMark, WatchedChip } from './chips';
 import { useNoticeCountdown } from './countdown';
 import {
+  burstNoticeDetails,
+  burstNoticeText,
   commandText,
   elasticOf,
   elasticSentence,
@@ -96,6 +98,36 @@ export function IdleNoticeLine(props: {
           Keep it
         </button>
       )}
+    </div>
+  );
+}
+
+/**
+ * The server asks this elastic slice's burst back for someone who needs the memory: a countdown,
+ * how much, for whom and what then happens; the tooltip says how freeing memory ends it. No
+ * "Keep it": a burst cannot be kept. `received`: as `IdleNoticeLine`'s.
+ */
+export function BurstNoticeLine(props: {
+  slice: ISlice;
+  received: number;
+}): JSX.Element | null {
+  const { slice, received } = props;
+  const notice = slice.burst_notice ?? null;
+  const { left, deadline } = useNoticeCountdown(notice, received);
+  if (!notice) {
+    return null;
+  }
+  return (
+    // Not a live region: the countdown changes every second (the notification is the alert).
+    <div
+      className="jp-vgpu-SliceRow-burstNotice"
+      role="group"
+      aria-label={`Burst notice for ${holderLabel(slice)}`}
+      title={burstNoticeDetails(slice, notice, deadline)}
+    >
+      <span className="jp-vgpu-SliceRow-burstText">
+        {burstNoticeText(slice, notice, left)}
+      </span>
     </div>
   );
 }
@@ -298,6 +330,8 @@ export function SliceRow(props: {
           </span>
         </div>
         {note && <p className="jp-vgpu-SliceRow-note">{note}</p>}
+        {/* Bursts are given back before idle kernels are reclaimed: the burst's comes first. */}
+        <BurstNoticeLine slice={slice} received={received} />
         <IdleNoticeLine slice={slice} received={received} actions={actions} />
         {expanded && (
           <div className="jp-vgpu-SliceRow-details" id={detailsId}>

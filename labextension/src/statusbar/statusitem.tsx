@@ -1,7 +1,7 @@
 /**
  * The status bar item: the slice of the current notebook's (or console's) kernel, or its
- * place in line while its kernel waits for one, or the countdown while the server is about to
- * reclaim its idle slice.
+ * place in line while its kernel waits for one, or the countdown while the server asks its
+ * burst back or is about to reclaim its idle slice.
  */
 import { ISessionContext } from '@jupyterlab/apputils';
 import { ReactWidget, UseSignal } from '@jupyterlab/ui-components';
@@ -11,6 +11,7 @@ import * as React from 'react';
 import { IHostUsage, ISlice, IWaiting } from '../store/api';
 import { useNoticeCountdown } from '../sidebar/countdown';
 import {
+  burstNoticeDetails,
   formatDuration,
   formatHost,
   hostGlance,
@@ -19,6 +20,7 @@ import {
   SIMULATED_NOTE,
   elsewhereWaitingText,
   elsewhereWaitingTitle,
+  statusBurstText,
   statusIdleText,
   statusText,
   statusTitle,
@@ -233,6 +235,56 @@ export function IdleCountdown(props: {
 }
 
 /**
+ * "GPU burst: restarting in 0:42": the server asks the notebook's burst back for someone who
+ * needs the memory, and then applies the admin's action; the tooltip says how much, for whom,
+ * what happens and how freeing memory ends it. Nothing keeps a burst: no "Keep it" anywhere.
+ */
+export function BurstCountdown(props: {
+  slice: ISlice;
+  received: number;
+  title: string;
+  onClick: () => void;
+}): JSX.Element {
+  const { slice, received, title, onClick } = props;
+  const notice = slice.burst_notice ?? null;
+  const { left, deadline } = useNoticeCountdown(notice, received);
+  const why = notice ? burstNoticeDetails(slice, notice, deadline) : '';
+  return (
+    <button
+      className="jp-vgpu-StatusItem-content jp-vgpu-mod-burstNotice"
+      title={`${why}\n${title}`}
+      onClick={onClick}
+    >
+      <gpuIcon.react
+        tag="span"
+        elementSize="small"
+        className="jp-vgpu-StatusItem-icon"
+      />
+      <span className="jp-vgpu-StatusItem-text">
+        {notice ? statusBurstText(notice, left) : ''}
+      </span>
+    </button>
+  );
+}
+
+/**
+ * The countdown of a notice on the slice: its burst's when the server asks it back (bursts are
+ * given back before idle kernels are reclaimed, so that one comes first), else its idle notice's.
+ */
+export function NoticeCountdown(props: {
+  slice: ISlice;
+  received: number;
+  title: string;
+  onClick: () => void;
+}): JSX.Element {
+  return props.slice.burst_notice ? (
+    <BurstCountdown {...props} />
+  ) : (
+    <IdleCountdown {...props} />
+  );
+}
+
+/**
  * "GPU 2.1 / 4.0 GiB" ("GPU 2.1 / 4.0 GiB · simulated" on simulated GPUs), coloured when near or
  * over the slice; its tooltip adds the kernel's CPU and RAM. A click opens the sidebar.
  */
@@ -269,9 +321,9 @@ export class GPUStatusItem extends ReactWidget {
           // A kernel that runs elsewhere: this server's (simulated) GPUs are not its; its own
           // node's are as it reports.
           const simulated = statusSimulated(slice, this.model.simulated);
-          if (slice.idle_notice) {
+          if (slice.burst_notice || slice.idle_notice) {
             return (
-              <IdleCountdown
+              <NoticeCountdown
                 slice={slice}
                 received={this.model.received}
                 title={statusTitle(slice, this.model.host, simulated)}

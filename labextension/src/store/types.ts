@@ -242,6 +242,13 @@ export interface ISlice {
   idle_seconds?: number | null;
   /** While the server has announced that it reclaims this idle slice; null otherwise. */
   idle_notice?: IIdleNotice | null;
+  /**
+   * An elastic slice's use above its request, within its limit, all its GPUs together (bytes);
+   * null for a fixed slice and while its use is not known, absent on older servers.
+   */
+  memory_burst?: number | null;
+  /** While the server asks this slice's burst back for someone who needs it; null otherwise. */
+  burst_notice?: IBurstNotice | null;
   /** Points taken after the `since` of the request (all of them without one). */
   history?: IHistoryPoint[];
   /**
@@ -271,6 +278,22 @@ export interface IIdleNotice {
   for: string;
 }
 
+/** What the server does to a kernel still bursting when its burst notice runs out. */
+export type BurstAction = 'restart' | 'interrupt' | 'shutdown' | 'warn';
+
+/**
+ * The server's notice that it asks an elastic slice's burst back (its use above its request)
+ * for someone who needs the memory (docs/rest.md, "Giving bursts back"): the idle notice's
+ * fields, what happens at the deadline if the kernel still bursts, and how much it burst. Nothing
+ * keeps a burst: the kernel ends the notice by using no more than its request.
+ */
+export interface IBurstNotice extends IIdleNotice {
+  /** The admin's `burst_reclaim_action`; an unknown word is shown as sent. */
+  action: BurstAction | string;
+  /** Bytes above the request when the notice was given, all GPUs together. */
+  burst: number;
+}
+
 /** The reply of `POST /api/vgpu/slices/<id>/keep`. */
 export interface IKeepReply {
   slice_id: string;
@@ -280,14 +303,17 @@ export interface IKeepReply {
 }
 
 /**
- * Something the watchdog did to a slice over its reservation, or (action `idle`) the server's
- * idle reclaim shutting an idle kernel down for someone who waited.
+ * Something the watchdog did to a slice over its reservation; or (action `idle`) the server's
+ * idle reclaim shutting an idle kernel down for someone who waited; or (action `burst`) the
+ * server restarting, interrupting, shutting down or warning a kernel that still burst when its
+ * burst notice ran out (what it did is in `message`).
  */
 export interface IWatchdogEvent {
   t: number;
   slice_id: string;
   kernel_id: string | null;
-  action: 'warn' | 'interrupt' | 'restart' | 'shutdown' | 'idle' | string;
+  action:
+    'warn' | 'interrupt' | 'restart' | 'shutdown' | 'idle' | 'burst' | string;
   ok: boolean;
   message: string;
   path?: string | null;
