@@ -29,7 +29,7 @@ def demo_kernels(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, vgpu_env: dict
     monkeypatch.setenv("JUPYTER_PATH", str(tmp_path / "nothing-else"))
     monkeypatch.setenv("JUPYTER_PREFER_ENV_PATH", "0")
     monkeypatch.setenv("TF_CPP_MIN_LOG_LEVEL", "3")
-    for args in (["--defaults"], ["-p", "1/2", "--logical-devices", "2"], ["-m", "1GiB"]):  # as scripts/lab does
+    for args in (["--defaults"], ["-p", "1/2", "--logical-devices", "2"], ["-m", "1GiB"], ["-m", "1GiB", "--limit", "3GiB"]):  # as scripts/lab does
         done = subprocess.run([JUPYTER_VGPU, "kernelspec", "install", *args, "--user"], capture_output=True, text=True, timeout=60)
         assert done.returncode == 0, done.stderr
     return dict(os.environ)
@@ -57,6 +57,12 @@ def test_each_example_notebook_runs_on_its_own_sliced_kernel(demo_kernels: dict[
         # its tensors, in host memory on the simulated GPU, are the slice's use, near its limit
         assert "holding 960 MiB of the slice's 1024 MiB" in shown and "holding 1152 MiB" in shown
         assert "960 MiB of 1.0 GiB, 94% (simulated: what its frameworks hold in the host's memory" in shown, shown
+    elif "bursty" in path.name:
+        assert "holding 2048 MiB: above the request, within the limit" in shown
+        assert "1024 MiB guaranteed" not in shown and "of up to 3.0 GiB (1.0 GiB guaranteed)" in shown, shown
+        assert "above the request: this kernel's while nobody needs it" in shown
+        assert "the colleague asks for" in shown and "and waits: True" in shown  # kept out by the burst, not refused
+        assert "the colleague got the GPU" in shown  # in, once the burst was freed
     else:
         assert "JUPYTER_VGPU_SLICE_ID" in shown  # the provisioner's environment, as the notebook says
 
