@@ -108,12 +108,21 @@ class BurstReclaimer:
         self.log = log or logging.getLogger("jupyter_vgpu.server")
         self.bursting_since: dict[str, float] = {}  # slice id -> when its burst began
         self.notices: dict[str, BurstNotice] = {}
+        self.due: dict[int, float] = {}  # place in line -> when the bursts it waits for are due back
         self._acting: set[str] = set()
         self._tasks: set[asyncio.Task[None]] = set()
 
     def notice(self, slice_id: str, now: float | None = None) -> dict[str, Any] | None:
         found = self.notices.get(slice_id)
         return found.to_dict(now or time.time()) if found else None
+
+    def waited_for(self, ticket: int, now: float | None = None) -> dict[str, Any] | None:
+        """For a place in line that bursts are being given back for: by when (the last of their
+        notices; then the admin's action), as REST's waiting row says it."""
+        deadline = self.due.get(ticket)
+        if deadline is None:
+            return None
+        return {"deadline": deadline, "seconds_left": max(0.0, deadline - (now or time.time())), "action": self.action}
 
     def bursting(self, sample: Sample) -> list[str]:
         """This server's kernels that burst now, the youngest burst first."""
@@ -139,6 +148,7 @@ class BurstReclaimer:
         candidates = [sid for sid in self.bursting(sample) if sid not in self._acting]
         served: set[int] = set()
         chosen: dict[str, str] = {}  # slice id -> for whom
+        due: dict[int, list[str]] = {}  # place in line -> the bursts it waits for
         for index, want in enumerate(wants):
             if not candidates or self.lets_in(want, trimmed(gpus, chosen)):
                 continue
@@ -146,6 +156,8 @@ class BurstReclaimer:
             if found is None:
                 continue
             served.add(index)
+            if getattr(want, "ticket", None) is not None:
+                due[want.ticket] = list(found)
             for sid in found:
                 chosen.setdefault(sid, want.words)
                 candidates.remove(sid)
@@ -169,6 +181,9 @@ class BurstReclaimer:
                 task = asyncio.get_running_loop().create_task(self._act(usage, notice, burst_of(sid, gpus)))
                 self._tasks.add(task)
                 task.add_done_callback(self._tasks.discard)
+        self.due = {
+            ticket: max(self.notices[s].deadline if s in self.notices else now for s in sids) for ticket, sids in due.items()
+        }
         return served
 
     def _plan(self, want: Any, gpus: Sequence[GPUOccupancy], candidates: Sequence[str]) -> tuple[str, ...] | None:

@@ -110,6 +110,7 @@ def elsewhere_waiting_view(row: Elsewhere, kernels: Mapping[str, KernelInfo]) ->
         "request": _request(row),
         "created": created,
         "waiting_seconds": max(0.0, time.time() - created),
+        "burst_due": None,  # its engine's line: no burst of this server's is given back for it
         **_holder(row, kernels),
     }
 

@@ -377,6 +377,7 @@ class VGPUServer(ExtensionApp):
         )
         self.monitor.listeners.append(self.reclaimer.check)
         self.monitor.burst_notice_of = bursts.notice
+        self.monitor.burst_due_of = bursts.waited_for
         self.monitor.idle_of = self.reclaimer.idle_seconds
         self.monitor.notice_of = self.reclaimer.notice
         self.settings[handlers.RECLAIMER] = self.reclaimer

@@ -107,6 +107,8 @@ class UsageMonitor:
         self.notice_of: Callable[[str], dict[str, Any] | None] = lambda slice_id: None
         #: The burst reclaim's notice to a slice's owner (the idle notice's fields, "action" and "burst").
         self.burst_notice_of: Callable[[str], dict[str, Any] | None] = lambda slice_id: None
+        #: For a place in line that bursts are being given back for: {"deadline", "seconds_left", "action"}.
+        self.burst_due_of: Callable[[int], dict[str, Any] | None] = lambda ticket: None
         #: Tells a kernel something at its next cell (the watchdog's ``leave_notice``): here, that
         #: its slice could not be booked again after the ledger was reset.
         self.tell: Callable[[SliceUsage, str], Awaitable[None]] | None = None

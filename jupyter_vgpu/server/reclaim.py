@@ -70,6 +70,7 @@ class Want:
     uid: int  # whose: one user's wants together cause a bounded number of reclaims
     words: str  # how a notice names it
     allowed: frozenset[str] | None = None  # the GPUs its policy allows (UUIDs; None: any)
+    ticket: int | None = None  # its place in line (None: a refused start)
 
 
 def without(gpus: Sequence[GPUOccupancy], freed: Collection[str]) -> tuple[GPUOccupancy, ...]:
@@ -299,7 +300,13 @@ class IdleReclaimer:
     def _wants(self, sample: Sample, now: float) -> list[Want]:
         """Who needs room, first in line first, then kernel starts refused lately (newest first)."""
         wants = [
-            Want(w.request, w.uid, self._waiter_words(w, len(sample.waiting)), None if w.allowed_gpus is None else frozenset(w.allowed_gpus))
+            Want(
+                w.request,
+                w.uid,
+                self._waiter_words(w, len(sample.waiting)),
+                None if w.allowed_gpus is None else frozenset(w.allowed_gpus),
+                w.ticket,
+            )
             for w in sample.waiting
         ]
         refused = self.refused_since(now - self.demand_seconds)

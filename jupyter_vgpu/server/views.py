@@ -103,6 +103,7 @@ def waiting_view(waiter: Waiter, monitor: UsageMonitor) -> dict[str, Any]:
             "path": waiter.labels.get("path") if is_kernel else None,
             "kernel_display_name": waiter.labels.get("kernel_display_name") if is_kernel else None,
             "yours": waiter.uid == monitor.uid,
+            "burst_due": monitor.burst_due_of(waiter.ticket),
         }
     )
     return view

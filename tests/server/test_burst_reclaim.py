@@ -111,6 +111,8 @@ async def test_a_burst_gets_a_notice_then_a_restart_and_the_waiter_gets_in(
         view = (await until(noticed, what="the burst notice"))["burst_notice"]
         assert view["action"] == "restart" and 0 < view["seconds_left"] <= NOTICE and view["burst"] >= GiB // 2
         assert view["for"].startswith("1 waiting in line (first: `python -c ...`, 2/5 GPU)"), view
+        (line,) = (await get_json(jp_fetch, "api", "vgpu", "slices"))["waiting"]  # the line says when
+        assert line["burst_due"]["action"] == "restart" and line["burst_due"]["deadline"] == pytest.approx(view["deadline"])
         now = await views(jp_fetch, vgpu_env)
         assert now[steady.id]["burst_notice"] is None and now[steady.id]["idle_notice"] is None  # within its request
         # The kernel hears it under its next cell, and says TensorFlow cannot give memory back.

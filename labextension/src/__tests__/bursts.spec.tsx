@@ -17,6 +17,7 @@ import {
 } from '../store/api';
 import {
   burstAskedBack,
+  burstDueText,
   burstEventAction,
   burstNoticeDetails,
   burstNoticeText,
@@ -28,6 +29,7 @@ import { BurstNotifier } from '../notes/burstnotes';
 import { heldBackText } from '../notes/shutdownmemory';
 import { eventText, WatchdogNotifier } from '../notes/watchdognotes';
 import { SliceBar } from '../sidebar/bars';
+import { WaitingList } from '../sidebar/waiting';
 import { IHistorySource, ISliceActions, SliceRow } from '../sidebar/slicerow';
 import { BurstCountdown, NoticeCountdown } from '../statusbar/statusitem';
 import { GPUModel } from '../store/model';
@@ -601,5 +603,48 @@ describe('a notebook whose kernel was shut down to give its burst back', () => {
       'burst.ipynb: no kernel was started; its kernel was shut down to give its GPU burst back to others. Pick a kernel to start one.'
     );
     expect(text.length).toBeLessThanOrEqual(140);
+  });
+});
+
+describe('a place in line that bursts are given back for', () => {
+  it('says when the room comes back and what then happens, counting down', () => {
+    const due = { deadline: 1000, seconds_left: 42, action: 'restart' };
+    expect(burstDueText(due, 0)).toBe(
+      'Bursting kernels give the room back: in 0:42, else they restart'
+    );
+    expect(burstDueText({ ...due, action: 'warn' }, 2)).toBe(
+      'Bursting kernels give the room back: in 0:40'
+    );
+    expect(burstDueText(due, 60)).toBe(
+      'Bursting kernels give the room back: now, else they restart'
+    );
+  });
+
+  it('shows under its row, and not under a row nobody gives anything back for', () => {
+    const waiter = {
+      ticket: 7,
+      position: 1,
+      holder_kind: 'command' as const,
+      holder: 'python train.py',
+      request_text: '3/5 GPU',
+      waiting_seconds: 3,
+      labels: {},
+      burst_due: { deadline: 1000, seconds_left: 30, action: 'restart' }
+    };
+    const actions = { cancel: () => undefined, openNotebook: () => undefined };
+    const html = render(
+      <WaitingList waiting={[waiter]} taken={Date.now()} actions={actions} />
+    );
+    expect(texts(html, 'jp-vgpu-Waiting-burst')).toEqual([
+      'Bursting kernels give the room back: in 0:30, else they restart'
+    ]);
+    const plain = render(
+      <WaitingList
+        waiting={[{ ...waiter, burst_due: null }]}
+        taken={Date.now()}
+        actions={actions}
+      />
+    );
+    expect(texts(plain, 'jp-vgpu-Waiting-burst')).toEqual([]);
   });
 });

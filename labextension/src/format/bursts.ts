@@ -4,7 +4,7 @@
  * event when the admin's action ran. Nothing keeps a burst: its owner ends the notice by freeing
  * memory, so unlike the idle notice's words these never offer "Keep it".
  */
-import { IBurstNotice, ISlice, IWatchdogEvent } from '../store/api';
+import { IBurstDue, IBurstNotice, ISlice, IWatchdogEvent } from '../store/api';
 
 import { holderLabel } from './holders';
 import { neededBy } from './idle';
@@ -193,4 +193,22 @@ export function burstEventText(e: IWatchdogEvent, name: string): string {
     default:
       return `${name}'s GPU burst was reclaimed ${why}.`;
   }
+}
+
+/**
+ * A waiting row's reason while bursts are given back for it, `age` seconds after the reply:
+ * "Bursting kernels give the room back: in 0:42, else restarted" (never refused for a burst).
+ */
+export function burstDueText(due: IBurstDue, age: number): string {
+  const left = Math.max(
+    0,
+    (isFinite(due.seconds_left) ? due.seconds_left : 0) - Math.max(0, age)
+  );
+  const when = left > 0 ? `in ${formatCountdown(left)}` : 'now';
+  const then: { [action: string]: string } = {
+    restart: ', else they restart',
+    interrupt: ', else their cells are interrupted',
+    shutdown: ', else they shut down'
+  };
+  return `Bursting kernels give the room back: ${when}${then[due.action] ?? ''}`;
 }

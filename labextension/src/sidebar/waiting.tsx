@@ -7,7 +7,7 @@ import * as React from 'react';
 
 import { IWaiting } from '../store/api';
 import { HolderName } from './chips';
-import { formatDuration, waiterLabel } from '../format/format';
+import { burstDueText, formatDuration, waiterLabel } from '../format/format';
 
 /** What one waiting row can ask the application to do. */
 export interface IWaitingActions {
@@ -82,6 +82,14 @@ function WaitingRow(props: IWaitingRowProps): JSX.Element {
             waiting {waited}
           </span>
         </div>
+        {w.burst_due && (
+          <div
+            className="jp-vgpu-SliceRow-line jp-vgpu-Waiting-burst"
+            title="Kernels using more than their requests (elastic slices) were asked to give that memory back for this request; a request is never refused because of a burst."
+          >
+            {burstDueText(w.burst_due, age)}
+          </div>
+        )}
       </div>
     </li>
   );

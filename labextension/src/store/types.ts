@@ -343,6 +343,18 @@ export interface IWaiting {
   yours?: boolean;
   labels: { [key: string]: string };
   created?: number;
+  /** While bursting kernels are asked to give back what it needs: by when, and what then happens. */
+  burst_due?: IBurstDue | null;
+}
+
+/** A place in line that bursts are given back for (docs/rest.md, WAITING's `burst_due`). */
+export interface IBurstDue {
+  /** When the last of those bursts' notices runs out (server time, s). */
+  deadline: number;
+  /** Seconds to the deadline when the reply was made. */
+  seconds_left: number;
+  /** The admin's burst_reclaim_action at the deadline. */
+  action: string;
 }
 
 export interface ISlicesReply {
