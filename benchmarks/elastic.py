@@ -67,7 +67,7 @@ from jupyter_vgpu.errors import VGPUError
 from jupyter_vgpu.ledger import SQLiteLedger, open_ledger
 from jupyter_vgpu.server.bursts import BurstReclaimer, trimmed
 from jupyter_vgpu.server.monitor import UsageMonitor
-from jupyter_vgpu.server.reclaim import IdleReclaimer, lets_in
+from jupyter_vgpu.server.reclaim import IdleReclaimer, placed
 from jupyter_vgpu.server.watchdog import Watchdog
 from jupyter_vgpu.slices import Holder, SliceRequest, Ticket
 from jupyter_vgpu.slices.occupancy import GPUOccupancy, Share
@@ -205,7 +205,7 @@ class Run:
         watchdog = Watchdog(self.manager, log=quiet)
         self.bursts = BurstReclaimer(
             self.manager, watchdog, notice=args.notice, action="restart",
-            lets_in=lambda want, gpus: lets_in(want, gpus, ledger.allowance_for), log=quiet,
+            placed=lambda want, gpus: placed(want, gpus, ledger.allowance_for), log=quiet,
         )  # fmt: skip
         self.reclaimer = IdleReclaimer(
             self.manager, watchdog, after=0.0, allowance=ledger.allowance_for, log=quiet, bursts=self.bursts

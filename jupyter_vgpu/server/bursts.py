@@ -26,8 +26,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Collection, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 from jupyter_core.utils import ensure_async
@@ -56,6 +56,17 @@ def trimmed(gpus: Sequence[GPUOccupancy], given_back: Collection[str]) -> tuple[
     """The GPUs as they would be with the slices ``given_back`` using no more than their requests
     (their reservations and everyone else's use unchanged): :func:`.reclaim.without`'s partner."""
     return within_requests(gpus, given_back) if given_back else tuple(gpus)
+
+
+def spoken_for(gpus: Sequence[GPUOccupancy], taken: Mapping[str, int]) -> tuple[GPUOccupancy, ...]:
+    """The GPUs with ``taken`` (GPU UUID -> bytes) held as if by processes outside slices: the
+    room earlier requests in line will take, so each later one is planned with what is left."""
+    return tuple(replace(g, foreign=g.foreign + taken[g.uuid]) if taken.get(g.uuid) else g for g in gpus)
+
+
+def _add(taken: dict[str, int], where: Mapping[str, int]) -> None:
+    for gpu, amount in where.items():
+        taken[gpu] = taken.get(gpu, 0) + amount
 
 
 @dataclass(frozen=True)
@@ -91,7 +102,7 @@ class BurstReclaimer:
         *,
         notice: float = 60.0,
         action: str = "restart",
-        lets_in: Callable[[Any, Sequence[GPUOccupancy]], bool],  # whether a want would be placed
+        placed: Callable[[Any, Sequence[GPUOccupancy]], Mapping[str, int]],  # where a want would go: GPU -> bytes
         on_action: Callable[[], None] | None = None,
         ledger_path: str | None = None,
         log: logging.Logger | None = None,
@@ -102,7 +113,7 @@ class BurstReclaimer:
         self.watchdog = watchdog
         self.notice_seconds = notice
         self.action = action
-        self.lets_in = lets_in
+        self.placed = placed
         self.on_action = on_action
         self.ledger_path = ledger_path
         self.log = log or logging.getLogger("jupyter_vgpu.server")
@@ -149,12 +160,16 @@ class BurstReclaimer:
         served: set[int] = set()
         chosen: dict[str, str] = {}  # slice id -> for whom
         due: dict[int, list[str]] = {}  # place in line -> the bursts it waits for
+        taken: dict[str, int] = {}  # GPU -> what the wants before this one take there, in line order
         for index, want in enumerate(wants):
-            if not candidates or self.lets_in(want, trimmed(gpus, chosen)):
+            view = spoken_for(trimmed(gpus, chosen), taken)
+            if where := self.placed(want, view):  # it fits (with the bursts chosen for those before it)
+                _add(taken, where)
                 continue
-            found = self._plan(want, trimmed(gpus, chosen), candidates)
+            found = self._plan(want, view, candidates) if candidates else None
             if found is None:
                 continue
+            _add(taken, self.placed(want, trimmed(view, found)))
             served.add(index)
             if getattr(want, "ticket", None) is not None:
                 due[want.ticket] = list(found)
@@ -191,13 +206,13 @@ class BurstReclaimer:
         chosen: list[str] = []
         for sid in candidates:
             chosen.append(sid)
-            if self.lets_in(want, trimmed(gpus, chosen)):
+            if self.placed(want, trimmed(gpus, chosen)):
                 break
         else:
             return None
         for sid in reversed(chosen[:-1]):  # taken on the way but not needed (another GPU, say)
             fewer = [c for c in chosen if c != sid]
-            if self.lets_in(want, trimmed(gpus, fewer)):
+            if self.placed(want, trimmed(gpus, fewer)):
                 chosen = fewer
         return tuple(chosen)
 

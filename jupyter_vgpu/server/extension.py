@@ -36,7 +36,7 @@ from .dashboard import DashboardHistory
 from .elsewhere import clean_up
 from .metrics import collector
 from .monitor import Sample, UsageMonitor
-from .reclaim import IdleReclaimer, lets_in
+from .reclaim import IdleReclaimer, placed
 from .watchdog import ACTIONS, Watchdog, leave_notice
 
 
@@ -355,7 +355,7 @@ class VGPUServer(ExtensionApp):
             self.watchdog,
             notice=self.burst_reclaim_notice,
             action=self.burst_reclaim_action,
-            lets_in=lambda want, gpus: lets_in(want, gpus, allowance),
+            placed=lambda want, gpus: placed(want, gpus, allowance),
             on_action=self.monitor.reap_soon,
             ledger_path=str(ledger.path) if ledger is not None else None,
             log=self.log,

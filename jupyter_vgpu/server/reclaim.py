@@ -91,10 +91,16 @@ def without(gpus: Sequence[GPUOccupancy], freed: Collection[str]) -> tuple[GPUOc
 def lets_in(want: Want, gpus: Sequence[GPUOccupancy], allowance: Callable[[GPUOccupancy], int]) -> bool:
     """Whether ``want`` would be placed on ``gpus`` (placement's own rules: pinned GPU, allowed
     GPUs, size, number of GPUs, MIG)."""
+    return bool(placed(want, gpus, allowance))
+
+
+def placed(want: Want, gpus: Sequence[GPUOccupancy], allowance: Callable[[GPUOccupancy], int]) -> dict[str, int]:
+    """Where ``want`` would be placed on ``gpus`` and how much it would take there (GPU UUID ->
+    bytes); empty when it would not be."""
     try:
-        return bool(place(want.request, gpus, allowance=allowance, allowed=want.allowed))
+        return {g.uuid: amount for g, amount in place(want.request, gpus, allowance=allowance, allowed=want.allowed).chosen}
     except InvalidRequest:
-        return False  # a GPU that is gone, a share below the context: no reclaim helps it
+        return {}  # a GPU that is gone, a share below the context: no reclaim helps it
 
 
 def plan(

@@ -125,11 +125,13 @@ def place(
 
     def burst_room(g: GPUOccupancy, chosen: MIGState | None) -> int:
         # An elastic request's room to grow here, up to its limit: what no request holds (the ledger
-        # books requests only). Every GPU with room for the whole limit ties, and the policy decides.
+        # books requests only), counting kernels' bursts of the moment as room (they are given back:
+        # a GPU chosen because another was bursting just then would leave nobody room to burst).
+        # Every GPU with room for the whole limit ties, and the policy decides.
         limit = request.limit_on(g.total)
         if limit is None or chosen is not None:
             return 0  # no limit, or a MIG device: its size is the slice
-        return min(g.free - need[g.uuid], limit - need[g.uuid])
+        return min(g.free + g.kernel_bursts() - need[g.uuid], limit - need[g.uuid])
 
     sign = -1 if request.placement == "spread" else 1
     ordered = sorted(fits, key=lambda fit: (-burst_room(*fit), sign * leftover(*fit), fit[0].index))
