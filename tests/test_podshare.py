@@ -117,3 +117,18 @@ def test_vgpu_devices_in_a_pods_sliced_kernel_says_the_share(tmp_path: Path, mon
         assert "4.0 GiB total" in bundle["text/plain"]
     finally:
         kernel.stop()
+
+
+def test_an_elastic_slice_in_a_pod_bursts_within_the_pods_share(pod: dict[str, str]) -> None:
+    """Issue 42: inside a pod the pod's share is the GPU, so a limit is of the share (1/2 of a KAI
+    pod's half card is a quarter card) and a limit above the share is one sentence, nothing booked."""
+    pod["GPU_PORTION"] = "0.5"
+    show = "import os; print(os.environ['JUPYTER_VGPU_MEMORY_RESERVED'], os.environ['JUPYTER_VGPU_BURST_LIMIT'], os.environ['JUPYTER_VGPU_CONTEXT_ALLOWANCE'])"
+    held = vgpu(pod, "run", "-p", "1/4", "--limit", "1/2", "--gpu", "0", "--", sys.executable, "-c", show)
+    assert held.returncode == 0, held.stderr
+    reserved, burst, allowance = (int(v) for v in held.stdout.split())
+    assert reserved == 2 * GiB and burst + allowance == 4 * GiB  # of the pod's 8 GiB, not of the card's 16
+    refused = vgpu(pod, "run", "-m", "2GiB", "--limit", "10GiB", "--gpu", "0", "--", "true")
+    assert refused.returncode != 0 and "10.0 GiB" in refused.stderr and "8.0 GiB" in refused.stderr, refused.stderr
+    assert "Traceback" not in refused.stderr
+    assert json.loads(vgpu(pod, "status", "--json").stdout)["slices"] == []  # nothing booked

@@ -53,6 +53,18 @@ def test_a_half_slice_in_a_job_with_half_a_gpu_gets_a_quarter_of_the_card(slurm:
     assert slurm_gpu in {"0", "1"}
 
 
+def test_an_elastic_slice_in_a_job_bursts_within_the_jobs_shards(slurm: SlurmCluster) -> None:
+    """Issue 42: a limit is of the job's share (its 16 of 32 shards: 8 GiB), never of the card: "1/4
+    up to 1/2" books 2 GiB and may grow to 4 GiB; a limit above the share is one sentence."""
+    show = "import os; print(os.environ['JUPYTER_VGPU_MEMORY_RESERVED'], int(os.environ['JUPYTER_VGPU_BURST_LIMIT']) + int(os.environ['JUPYTER_VGPU_CONTEXT_ALLOWANCE']))"
+    done = in_job(slurm, "shard:16", *VGPU, "run", "-p", "1/4", "--limit", "1/2", "--", sys.executable, "-c", show)
+    assert done.returncode == 0, done.stderr
+    assert [int(v) for v in done.stdout.split()] == [2 * GiB, 4 * GiB]
+    over = in_job(slurm, "shard:16", *VGPU, "run", "-m", "2GiB", "--limit", "12GiB", "--", "true")
+    assert over.returncode != 0 and "12.0 GiB" in over.stderr and "8.0 GiB" in over.stderr, over.stderr
+    assert "Traceback" not in over.stderr
+
+
 def test_status_in_a_shard_job_lists_its_gpu_and_names_the_jobs_share(slurm: SlurmCluster) -> None:
     done = in_job(slurm, "shard:16", "bash", "-c", f"echo $SLURM_JOB_ID $SLURM_STEP_GPUS; {' '.join(VGPU)} status --json")
     assert done.returncode == 0, done.stderr
