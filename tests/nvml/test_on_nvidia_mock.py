@@ -110,7 +110,14 @@ def test_a_sliced_kernel_on_the_mock_is_measured_watched_and_exported(h100: Node
         code, reply = server.api("GET", f"api/vgpu/kernels/{kernel['id']}")
         return reply["slice"] if code == 200 and reply["slice"] and reply["slice"]["pid"] else None
 
-    held = wait_for(view, "the kernel's slice")
+    def kernels_own() -> dict[str, Any] | None:
+        # Until the kernel's process is attached (post_launch) the slice's pid is the server's: the
+        # mock's process entry must name the kernel's, or NVML's figure is never the slice's (a
+        # loaded CI machine read it in that window and waited 60 s for a figure that never came).
+        held = view()
+        return held if held and _is_kernel(held["pid"]) else None
+
+    held = wait_for(kernels_own, "the kernel's slice, attached to the kernel's process")
     assert held["gpus"] == ["GPU-01000100-0000-0000-0000-000000000000"] and held["context_allowance"] == 480 * MiB
     reserved = held["memory_reserved"]
     over = reserved // MiB + 4096  # 4 GiB beyond its slice
@@ -148,6 +155,15 @@ def test_the_dashboard_reads_power_temperature_and_pcie_through_nvml(h100: Node,
     assert metrics[f"jupyter_vgpu_gpu_power_watts{{{gpu0}}}"] == 95.0
     assert metrics[f"jupyter_vgpu_gpu_temperature_celsius{{{gpu0}}}"] == 34.0
     assert metrics[f"jupyter_vgpu_gpu_pcie_rx_bytes_per_second{{{gpu0}}}"] == 0.0
+
+
+def _is_kernel(pid: int) -> bool:
+    import psutil
+
+    try:
+        return any("ipykernel" in part for part in psutil.Process(pid).cmdline())
+    except psutil.Error:
+        return False
 
 
 def _metrics(server: JupyterProcess) -> dict[str, float]:
