@@ -24,6 +24,8 @@ from jupyter_vgpu.server.extension import VGPUServer
         ("idle_reclaim_notice", 1e9, "use 0 to 86400"),
         ("idle_reclaim_demand_seconds", float("nan"), "use 0 to 86400"),
         ("dashboard_step", -1.0, "use 0 to 3600"),
+        ("burst_reclaim_notice", -5.0, "use 0 to 86400"),
+        ("burst_reclaim_notice", float("inf"), "use 0 to 86400"),
     ],
 )
 def test_a_value_that_cannot_work_is_refused_with_its_name(option: str, value: float, words: str) -> None:
@@ -36,6 +38,12 @@ def test_an_unknown_action_is_refused() -> None:
     with pytest.raises(TraitError) as refused:
         VGPUServer(over_limit_action="kill")
     assert "over_limit_action" in str(refused.value) and "'kill'" in str(refused.value)
+
+
+def test_an_unknown_burst_reclaim_action_is_refused() -> None:
+    with pytest.raises(TraitError) as refused:
+        VGPUServer(burst_reclaim_action="kill")
+    assert "burst_reclaim_action" in str(refused.value) and "'kill'" in str(refused.value)
 
 
 def test_an_unknown_idle_reclaim_mode_is_refused() -> None:
