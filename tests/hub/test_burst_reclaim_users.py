@@ -122,18 +122,25 @@ def holds(gib: float) -> str:
 def views(server: AlicesServer) -> dict[str, Any]:
     """alice's REST slices by holder (her kernels by id, others' by their hidden names), checked
     against root's `jupyter vgpu status --json` through the broker: the same slices with the same
-    reservations, and no GPU's reservations beyond it."""
-    data = server.slices()
-    status = subprocess.run(
-        [sys.executable, "-m", "jupyter_vgpu.cli", "status", "--json"], capture_output=True, text=True, timeout=60
-    )  # as root, with JUPYTER_VGPU_BROKER: the broker's whole book
-    assert status.returncode == 0, status.stderr
-    listed = json.loads(status.stdout)
-    rest = {s["id"]: s["memory_reserved"] for s in data["slices"]}
-    assert rest == {s["id"]: s["memory_reserved"] for s in listed["slices"]}, (rest, listed["slices"])
-    for gpu in listed["gpus"]:
-        assert gpu["memory_reserved"] <= gpu["memory_total"] - gpu["memory_reserved_by_driver"], gpu
-    return {s["kernel_id"] or s["id"]: s for s in data["slices"]}
+    reservations, and no GPU's reservations beyond it. Her server's REST answers from its latest
+    sample (every 0.2 s here), so a change of the last moment (bob's command just ended) is
+    given one more sample or two to agree."""
+    deadline = time.monotonic() + 5
+    while True:
+        data = server.slices()
+        status = subprocess.run(
+            [sys.executable, "-m", "jupyter_vgpu.cli", "status", "--json"], capture_output=True, text=True, timeout=60
+        )  # as root, with JUPYTER_VGPU_BROKER: the broker's whole book
+        assert status.returncode == 0, status.stderr
+        listed = json.loads(status.stdout)
+        for gpu in listed["gpus"]:
+            assert gpu["memory_reserved"] <= gpu["memory_total"] - gpu["memory_reserved_by_driver"], gpu
+        rest = {s["id"]: s["memory_reserved"] for s in data["slices"]}
+        broker = {s["id"]: s["memory_reserved"] for s in listed["slices"]}
+        if rest == broker:
+            return {s["kernel_id"] or s["id"]: s for s in data["slices"]}
+        assert time.monotonic() < deadline, (rest, listed["slices"])
+        time.sleep(0.2)
 
 
 def wait_for(check: Any, *, timeout: float, what: str) -> Any:
