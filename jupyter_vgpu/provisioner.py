@@ -364,7 +364,7 @@ class VGPUProvisioner(LocalProvisioner, BurstLimits):  # type: ignore[misc,metac
                     env,
                     slice_,
                     ledger_path=str(ledger.path),
-                    simulate=settings.resolved_simulate,
+                    simulate=ledger.inventory.simulate,  # the GPUs the slice is on: a node broker's, if it keeps the book
                     device_names=self.device_names or "uuid",
                 )
                 self.log.info("Kernel %s holds GPU slice %s: %s", self.kernel_id, slice_.id, slice_.request.describe())

@@ -101,7 +101,7 @@ def run(args: argparse.Namespace) -> int:
     slice_ = ledger.reserve(request, Holder("command", shlex.join(command), keeper=os.getpid()), wait=wait, waiting=line)
     try:
         env = with_slice(
-            os.environ, slice_, ledger_path=str(ledger.path), simulate=settings.resolved_simulate,
+            os.environ, slice_, ledger_path=str(ledger.path), simulate=ledger.inventory.simulate,  # a broker's, if it keeps the book
             device_names=args.device_names,
         )  # fmt: skip
         fit_installed_frameworks(env)  # for the frameworks of this Python
@@ -111,7 +111,7 @@ def run(args: argparse.Namespace) -> int:
         if problem := plugin.not_given(env):  # the views say it too, from the slice's report
             write_report(ledger.path, slice_.id, {"tier_problem": problem})
         if not args.quiet:
-            simulated = " [SIMULATED GPUs, not real hardware]" if settings.resolved_simulate else ""
+            simulated = " [SIMULATED GPUs, not real hardware]" if ledger.inventory.simulated else ""
             described = plugin.not_held_text(problem, slice_.mig_profiles) if problem else slice_.tier.describe(slice_.mig_profiles)
             tier = "" if slice_.tier is Tier.COOPERATIVE else f", {described}"
             print(f"jupyter vgpu: {summary(slice_)}{tier}{simulated}", file=sys.stderr)

@@ -14,6 +14,11 @@ File shape::
      "utilization": {"GPU-...": 40}, "updated": 1700000000.0}
 
 A file whose process has ended (or whose pid now names another process) is ignored and removed.
+
+With a node broker the folder is the broker's own, beside the node's ledger: a process there says
+what it holds to the broker, which writes its file for it (``simulated_use`` on the broker's
+socket; the pid is the socket's peer), so every user's server, ``jupyter vgpu status`` and the
+line see it as they would see a real driver's figure.
 """
 
 from __future__ import annotations
@@ -59,10 +64,10 @@ def _stamp(pid: int) -> str | None:
         return None
 
 
-def write_use(folder: Path, used: dict[str, int], utilization: dict[str, int]) -> None:
-    """Say what this process holds on each simulated GPU (by UUID); atomic, so a reader never
-    sees half a file."""
-    pid = os.getpid()
+def write_use(folder: Path, used: dict[str, int], utilization: dict[str, int], *, pid: int | None = None) -> None:
+    """Say what this process (or the broker's caller ``pid``) holds on each simulated GPU (by
+    UUID); atomic, so a reader never sees half a file."""
+    pid = os.getpid() if pid is None else pid
     data = {"pid": pid, "stamp": _stamp(pid), "used": used, "utilization": utilization, "updated": time.time()}
     write_json(folder / f"{pid}.json", data, prefix=str(pid))
 

@@ -31,6 +31,7 @@ import psutil
 from ..enforcement import by_tier
 from ..errors import InvalidConfig, InvalidRequest, LeftLine, NotPermitted, SliceUnavailable, VGPUError
 from ..gpus.model import GPUProcess, Snapshot
+from ..gpus.simulated_use import write_use
 from ..ledger import SQLiteLedger
 from ..ledger.contract import OPERATIONS
 from ..ledger.wire import (
@@ -187,6 +188,8 @@ class Broker:
             if op == "snapshot":
                 telemetry = args.get("telemetry") is True
                 return {"ok": True, "result": snapshot_to_wire(self.snapshot_for(caller, telemetry=telemetry))}
+            if op == "simulated_use":
+                return {"ok": True, "result": self.simulated_use(caller, args.get("used"), args.get("utilization"))}
             if not isinstance(op, str) or op not in OPERATIONS:
                 raise InvalidRequest(f"The broker does not know the request {shorten(op)}; upgrade the client or the broker.")
             return {"ok": True, "result": self.serve(caller, op, decode_arguments(op, args, caller.pid))}
@@ -236,10 +239,49 @@ class Broker:
             return [self._visible(caller, s) for s in result]
         return result
 
+    def simulated_use(self, caller: Caller, used: Any, utilization: Any) -> bool:
+        """What a process of one of the caller's slices says its frameworks hold on the simulated
+        GPUs (:mod:`jupyter_vgpu.kernel.simulated`), listed as that process's memory on them as a
+        driver would (:mod:`jupyter_vgpu.gpus.simulated_use`, in the broker's own folder): every
+        user's server, ``jupyter vgpu status`` and the line then see it, as on real GPUs. Only on
+        simulated GPUs, only for the asking process itself (the socket's peer), only while it is
+        or descends from a holder of one of the caller's slices, each figure within its GPU."""
+        folder = self.ledger.inventory.use_folder
+        if not self.simulate or folder is None:
+            raise InvalidRequest("The broker's GPUs are not simulated: their driver says what each process holds.")
+        if not isinstance(used, dict) or not isinstance(utilization or {}, dict):
+            raise InvalidRequest("simulated_use takes used and utilization, each by GPU UUID.")
+        sizes = {gpu.uuid: gpu.memory_total for gpu in self.ledger.inventory.snapshot().gpus}
+        held: dict[str, int] = {}
+        busy: dict[str, int] = {}
+        for gpu, amount in used.items():
+            if gpu not in sizes:
+                raise InvalidRequest(f"GPU {shorten(gpu)} is not one of the broker's simulated GPUs.")
+            if isinstance(amount, bool) or not isinstance(amount, int) or not 0 <= amount <= sizes[gpu]:
+                raise InvalidRequest(f"{shorten(amount)} bytes is not a use of GPU {gpu}.")
+            load = (utilization or {}).get(gpu, 0)
+            held[gpu] = amount
+            busy[gpu] = load if isinstance(load, int) and not isinstance(load, bool) and 0 <= load <= 100 else 0
+        if not self._of_a_slice(caller):
+            raise NotPermitted("Only a process of one of your slices says what it holds on the simulated GPUs.")
+        write_use(folder, held, busy, pid=caller.pid)
+        return True
+
+    def _of_a_slice(self, caller: Caller) -> bool:
+        """Whether the caller's process holds one of its user's slices, or descends from one that does."""
+        holders = {s.pid for s in self._held(caller) if s.pid}
+        try:
+            process = psutil.Process(caller.pid)
+            return bool(holders & {caller.pid, *(p.pid for p in process.parents())})
+        except psutil.Error:
+            return False
+
     def info(self, caller: Caller) -> dict[str, Any]:
         source = self.policy.current()
         return {
             "simulate": self.simulate,
+            # a process of a slice says what it holds on the simulated GPUs (simulated_use)
+            "simulated_use": bool(self.simulate) and self.ledger.inventory.use_folder is not None,
             "gpus_source": self.ledger.inventory.describe(),
             "context_allowance": self.ledger.context_allowance,
             "poll_interval": self.ledger.poll_interval,

@@ -12,6 +12,7 @@ from types import FrameType
 
 from ..config import VGPU
 from ..gpus import Inventory
+from ..gpus.simulated_use import use_folder
 from ..ledger import SQLiteLedger
 from ..ledger.broker_client import DEFAULT_LEDGER, DEFAULT_SOCKET
 from ..ledger.line import STALE_WAITER
@@ -33,7 +34,8 @@ def open_broker(
     # The broker itself may change any slice (admin): each caller gets a view acting for them.
     ledger = SQLiteLedger(
         ledger_path,
-        Inventory(simulate),
+        # on simulated GPUs, what the slices' processes say they hold (Broker.simulated_use)
+        Inventory(simulate, use_folder=use_folder(Path(ledger_path).parent) if simulate else None),
         context_allowance=settings.context_allowance_bytes,
         poll_interval=settings.poll_interval,
         actor=replace(Actor.this_process(), admin=True),

@@ -7,7 +7,10 @@ millisecond: :meth:`~jupyter_vgpu.frameworks.base.Framework.simulated_memory`) a
 changed, writes it for the simulated driver (:mod:`jupyter_vgpu.gpus.simulated_use`), split evenly
 over the slice's GPUs, with the process's CPU load standing in for its GPU utilisation. Every
 view then shows the slice's use as on a real GPU, under its "simulated" label. Nothing is asked
-per cell, and nothing runs on real GPUs or in a process without a slice.
+per cell, and nothing runs on real GPUs or in a process without a slice. A slice of the node
+broker's GPUs says it to the broker too (``simulated_use``), whose simulated driver then lists it
+for every user, as a real driver would: another user's server sees it in the line's room, and
+the owner's server sees it above its request (issue 42's bursts between two users).
 
 In a kernel, the CPU load counts only while a cell runs (or ran since the previous look): an
 idle kernel's frameworks keep threads of their own (TensorFlow's thread pools, a ``tf.data``
@@ -23,7 +26,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .state import KernelState
@@ -33,6 +36,9 @@ INTERVAL = 1.0
 
 #: A change smaller than this (and no change of load) is not written again.
 NOISE = 1 << 20
+
+#: Seconds a look waits for the node broker to take what this process holds.
+BROKER_TIMEOUT = 5.0
 
 _started = False
 _lock = threading.Lock()
@@ -111,6 +117,33 @@ def held(state: KernelState) -> int | None:
     return total
 
 
+def _broker() -> Any:
+    """The node broker's client when the slice is the broker's (``JUPYTER_VGPU_BROKER``), else None."""
+    import os
+
+    from ..ledger.broker_client import ENV_BROKER, BrokerClient
+
+    socket_path = os.environ.get(ENV_BROKER, "").strip()
+    return BrokerClient(socket_path, timeout=BROKER_TIMEOUT) if socket_path else None
+
+
+def tell_broker(broker: Any, used: dict[str, int], utilization: dict[str, int]) -> tuple[Any, bool]:
+    """Say to the node broker what this process holds (its GPUs are the node's: the broker lists
+    it as this process's memory, and so every user's view and the line see it). Returns the client
+    to ask next time (None once the broker cannot take it: an older broker, GPUs not simulated
+    there) and whether it was told."""
+    from ..errors import InvalidRequest, VGPUError
+    from ..ledger.broker_client import NoAnswer
+
+    try:
+        broker.call("simulated_use", used=used, utilization=utilization)
+    except InvalidRequest:
+        return None, False
+    except (NoAnswer, VGPUError):  # not reached, or not (yet) the holder of its slice: asked again at the next look
+        return broker, False
+    return broker, True
+
+
 def _watch(state: KernelState, folder: Path, cells: Cells) -> None:
     import psutil
 
@@ -118,6 +151,7 @@ def _watch(state: KernelState, folder: Path, cells: Cells) -> None:
 
     process = psutil.Process()
     gpus = state.facts.gpus
+    broker = _broker()
     written: tuple[int, int] | None = None
     while True:
         time.sleep(INTERVAL)
@@ -130,7 +164,11 @@ def _watch(state: KernelState, folder: Path, cells: Cells) -> None:
             steady = written is not None and abs(load - written[1]) < 5 and (load == 0) == (written[1] == 0)
             if written is not None and abs(used - written[0]) < NOISE and steady:
                 continue
-            write_use(folder, {gpu: used // len(gpus) for gpu in gpus}, {gpu: load for gpu in gpus})
-            written = (used, load)
+            by_gpu, busy = {gpu: used // len(gpus) for gpu in gpus}, {gpu: load for gpu in gpus}
+            write_use(folder, by_gpu, busy)
+            told = True
+            if broker is not None:
+                broker, told = tell_broker(broker, by_gpu, busy)
+            written = (used, load) if told else None
         except Exception:
             pass  # a view's figure is never worth breaking the user's process for

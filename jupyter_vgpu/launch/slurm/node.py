@@ -138,7 +138,7 @@ def take_share(env: dict[str, str]) -> tuple[str | None, str | None, int | None]
         return None, None, None
     except VGPUError as error:
         return str(error), None, None
-    sliced = with_slice(env, slice_, ledger_path=str(ledger.path), simulate=settings.resolved_simulate)  # of the job's shards
+    sliced = with_slice(env, slice_, ledger_path=str(ledger.path), simulate=ledger.inventory.simulate)  # of the job's shards
     env.clear()
     env.update(sliced)
     return None, slice_.id, (slice_.memory[0] if slice_.memory else None)
