@@ -192,6 +192,8 @@ def history_view(
                 "gpus": list(s.gpus),
                 "gpu_indices": list(s.gpu_indices),
                 "memory_reserved_total": sum(s.memory),
+                # an elastic slice's limit on all its GPUs (what it may burst to), else null
+                "memory_limit_total": sum(s.memory_allowed) if s.memory_burst_limit is not None else None,
                 "created": s.created,
                 "points": points(dashboard.slices.get(s.id), SLICE_FIELDS, since),
             }

@@ -50,6 +50,12 @@ async def test_a_rest_row_says_the_request_and_the_limit(jp_fetch: Any, start_ke
         one = await get_json(jp_fetch, "api", "vgpu", "kernels", kernel.id)
         assert one["slice"]["request_text"] == "1/4 GPU, up to 1/2"
         assert one["slice"]["memory_burst_limit"] == 8 * GiB - allowance
+        # The dashboard's history: the request and the limit its chart draws, all GPUs together.
+        history = await get_json(jp_fetch, "api", "vgpu", "history")
+        charted = {s["kernel_id"] or s["command"]: s for s in history["slices"]}
+        assert charted[kernel.id]["memory_reserved_total"] == 4 * GiB
+        assert charted[kernel.id]["memory_limit_total"] == 8 * GiB
+        assert charted["python eval.py"]["memory_limit_total"] is None
     finally:
         ledger.close()
         command.kill()

@@ -10,6 +10,12 @@ and its owner sees a notification with *Show GPUs* and no *Keep it*, the row's c
 burst hatched in the warning colour, and the status bar's countdown, light and dark; once the
 kernel's use is back within its request, the notice is gone everywhere and the command gets in.
 The notice lasts ``burst_reclaim_notice`` (600 s here): its action never comes during the test.
+
+Between the two, the GPU's own card and the dashboard: the GPU's bar draws the burst hatched in
+the kernel's colour after its request, counted once (the bar's empty part is what the server says
+is free), and says what bursting kernels hold; the legend keys the burst and the request mark;
+the dashboard's chart of the slice draws its request and its limit as lines, its use above the
+request hatched, and reads request, limit and burst; light and dark.
 """
 
 from __future__ import annotations
@@ -23,7 +29,7 @@ from typing import Any
 import pytest
 
 from .conftest import ARTIFACTS, Lab, notebook_json
-from .pages import SIDEBAR, expect, kernel_slice, open_sidebar, screenshots, set_theme_live, wait_for
+from .pages import SIDEBAR, expect, kernel_slice, open_sidebar, screenshots, set_theme_live, themes, wait_for
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -34,11 +40,14 @@ ELASTIC_DISPLAY = "Python 3 (1/4 GPU, up to 1/2)"
 EXTRA_KERNELSPECS = {ELASTIC: (ELASTIC_DISPLAY, {"gpu_fraction": 0.25, "gpu_fraction_limit": 0.5})}
 #: Seconds of the burst notice: long enough that its countdown is seen, never its restart.
 NOTICE = 600
-SERVER_CONFIG = {"VGPUServer": {"monitor_interval": 0.5, "burst_reclaim_notice": NOTICE}}
+# A dashboard point every second (the default is 10 s), so its chart has a few soon.
+SERVER_CONFIG = {"VGPUServer": {"monitor_interval": 0.5, "burst_reclaim_notice": NOTICE, "dashboard_step": 1}}
 # window.jupyterapp: switch themes for the screenshots without a reload.
 LAB_ARGS = ["--LabApp.expose_app_in_browser=True"]
 BURST = "work/burst.ipynb"
 STATUS = ".jp-vgpu-StatusItem-content"
+DASHBOARD = "#jp-vgpu-dashboard"
+DASHBOARD_TAB = '.lm-DockPanel-tabBar .lm-TabBar-tab[data-id="jp-vgpu-dashboard"]'
 
 
 def style(locator: Any, prop: str) -> str:
@@ -117,6 +126,145 @@ def test_an_elastic_slice_shows_its_burst_hatched_its_request_marked_and_says_re
     screenshots(page, ARTIFACTS, "elastic-burst-sidebar", target=page.locator(SIDEBAR))
     screenshots(page, ARTIFACTS, "elastic-burst-row", target=row)
     screenshots(page, ARTIFACTS, "elastic-burst-lab")
+
+
+def width_of(locator: Any) -> float:
+    """An inline style's width in percent."""
+    match = re.search(r"width:\s*([0-9.]+)%", locator.get_attribute("style") or "")
+    assert match, locator.get_attribute("style")
+    return float(match.group(1))
+
+
+def test_the_gpu_card_draws_the_burst_hatched_after_the_request_counted_once(
+    lab: Lab, page: Any, elastic: dict[str, Any]
+) -> None:
+    sidebar = open_sidebar(page)
+    # 6 GiB: 2 GiB above the 4 GiB request, within the 8 GiB limit.
+    lab.simulate([{"gpu": 0, "pid": elastic["pid"], "memory": "6GiB", "utilization": 80}])
+    row = sidebar.locator(".jp-vgpu-SliceRow", has_text="burst.ipynb")
+    expect(row.locator(".jp-vgpu-SliceRow-memory")).to_have_text("6.0 GiB of up to 8.0 GiB (4.0 GiB guaranteed)")
+    status, devices = lab.api("GET", "api/vgpu/devices")
+    assert status == 200, devices
+    gpu = devices["devices"][0]
+    assert gpu["memory_over_use"] == 2 * GiB and gpu["memory_free"] == gpu["memory_total"] - 6 * GiB, gpu
+
+    card = sidebar.locator('.jp-vgpu-DeviceCard[data-gpu-index="0"]')
+    bar = card.locator(".jp-vgpu-DeviceBar")
+    part = bar.locator(f'.jp-vgpu-DeviceBar-slice[data-slice-id="{elastic["id"]}"]')
+    burst = part.locator(".jp-vgpu-DeviceBar-burst")
+    used = part.locator(".jp-vgpu-DeviceBar-used")
+    # The slice's part is its request and its burst; within it, the request solid, the burst hatched.
+    expect(part).to_have_attribute("style", percent(6 / 16 * 100))
+    expect(used).to_have_attribute("style", percent(round(4 / 6 * 100, 3)))
+    expect(burst).to_have_attribute("style", percent(round(2 / 6 * 100, 3)))
+    expect(part).to_have_class(re.compile(r"\bjp-vgpu-mod-bursting\b"))
+    held = "2.0 GiB held above requests by bursting kernels (given back when a request waits)"
+    expect(bar).to_have_attribute("title", re.compile(re.escape(held)))
+    expect(card.locator(".jp-vgpu-DeviceCard-burst")).to_have_text("2.0 GiB burst")
+    expect(card.locator(".jp-vgpu-DeviceCard-burst")).to_have_attribute("title", f"{held}.")
+    expect(card.locator(".jp-vgpu-DeviceCard-free")).to_have_text(f"{gpu['memory_free'] / GiB:.1f} GiB free to reserve")
+    expect(card.locator(".jp-vgpu-DeviceCard-free")).to_have_attribute("title", re.compile(re.escape(held)))
+
+    # Drawn once: the burst ends where the slice's part ends, and what the bar leaves empty is free.
+    bar_box, part_box, burst_box = bar.bounding_box(), part.bounding_box(), burst.bounding_box()
+    assert bar_box and part_box and burst_box
+    assert abs(burst_box["x"] + burst_box["width"] - (part_box["x"] + part_box["width"])) <= 1, (part_box, burst_box)
+    assert abs(burst_box["width"] - part_box["width"] / 3) <= 1.5, (part_box, burst_box)
+    inner = bar.evaluate("b => b.clientWidth")
+    drawn = bar.evaluate("b => Array.from(b.children).reduce((w, c) => w + c.getBoundingClientRect().width, 0)")
+    assert abs((inner - drawn) / inner - gpu["memory_free"] / gpu["memory_total"]) < 0.02, (inner, drawn, gpu)
+
+    # The legend keys the burst, hatched, and the request's mark.
+    legend = sidebar.locator(".jp-vgpu-Legend")
+    expect(legend.locator(".jp-vgpu-Legend-item")).to_have_text(
+        ["used", "reserved", "burst", "request", "other processes", "free"]
+    )
+    expect(legend.locator(".jp-vgpu-Legend-item.jp-vgpu-mod-burst")).to_have_attribute(
+        "title", re.compile(r"^Burst above request, given back when a request waits")
+    )
+    row_burst = row.locator(".jp-vgpu-SliceBar-burst")
+    for theme in themes(page):
+        # Hatched in the kernel's colour (its solid use's), as the row's burst is.
+        assert "repeating-linear-gradient" in style(burst, "background-image"), theme
+        assert style(used, "background-color") in style(burst, "background-image"), theme
+        assert style(burst, "background-image") == style(row_burst, "background-image"), theme
+        swatch = legend.locator(".jp-vgpu-Legend-swatch.jp-vgpu-mod-burst")
+        assert "repeating-linear-gradient" in style(swatch, "background-image"), theme
+        mark = legend.locator(".jp-vgpu-Legend-swatch.jp-vgpu-mod-request")
+        assert "linear-gradient" in style(mark, "background-image"), theme
+        card.screenshot(path=str(ARTIFACTS / f"elastic-burst-card-{theme}.png"))
+        legend.screenshot(path=str(ARTIFACTS / f"elastic-burst-legend-{theme}.png"))
+
+
+def test_the_dashboard_charts_the_request_and_the_limit_and_hatches_the_burst(
+    lab: Lab, page: Any, elastic: dict[str, Any]
+) -> None:
+    lab.simulate([{"gpu": 0, "pid": elastic["pid"], "memory": "6GiB", "utilization": 80}])
+    sidebar = open_sidebar(page)
+    sidebar.get_by_role("button", name="Open GPU dashboard").click()
+    chart = page.locator(f'{DASHBOARD} figure.jp-vgpu-mod-slice[data-slice-id="{elastic["id"]}"]')
+    expect(chart).to_be_visible(timeout=30_000)
+    svg = chart.locator("svg.jp-vgpu-TimeSeries-svg")
+    wait_for("points in the slice's chart", lambda: int(svg.get_attribute("data-points") or 0) >= 3, timeout=30)
+    expect(chart.locator(".jp-vgpu-Dashboard-chartNote")).to_contain_text("1/4 GPU, up to 1/2")
+    expect(chart.locator('.jp-vgpu-Dashboard-key[data-series="request"]')).to_have_text("request 4.0 GiB")
+    expect(chart.locator('.jp-vgpu-Dashboard-key[data-series="limit"]')).to_have_text("limit 8.0 GiB")
+    expect(chart.locator('.jp-vgpu-Dashboard-key[data-series="burst"]')).to_have_text("burst 2.0 GiB")
+
+    # The request and the limit cross the plot at their values: the limit twice as high.
+    request = chart.locator("line.jp-vgpu-TimeSeries-reference.jp-vgpu-Series-reserved")
+    limit = chart.locator("line.jp-vgpu-TimeSeries-reference.jp-vgpu-Series-burstLimit")
+    expect(chart.locator("line.jp-vgpu-TimeSeries-reference")).to_have_count(2)
+    background = chart.locator("rect.jp-vgpu-TimeSeries-bg")
+    base = float(background.get_attribute("y") or 0) + float(background.get_attribute("height") or 0)
+    request_y, limit_y = float(request.get_attribute("y1") or 0), float(limit.get_attribute("y1") or 0)
+    assert abs((base - limit_y) - 2 * (base - request_y)) < 1.5, (base, request_y, limit_y)
+
+    # The use above the request: the area again, clipped there, hatched.
+    above = chart.locator("polygon.jp-vgpu-TimeSeries-areaAbove")
+    expect(above).not_to_have_count(0)
+    hatch = re.fullmatch(r"url\(#(.+)\)", above.first.get_attribute("fill") or "")
+    assert hatch, above.first.get_attribute("fill")
+    clip = chart.locator(f'[id="{hatch.group(1).removesuffix("hatch")}clip"] rect')
+    assert abs(float(clip.get_attribute("y") or 0) + float(clip.get_attribute("height") or 0) - request_y) < 0.5
+    stripes = chart.locator(f'pattern[id="{hatch.group(1)}"] rect')
+
+    # Zoomed to the slice's points (a drag across them), so the hatch shows in the screenshots;
+    # hovering the latest point reads the request, the limit and the burst.
+    chart.scroll_into_view_if_needed()
+    box = svg.bounding_box()
+    assert box
+
+    def xs() -> list[float]:
+        lines = chart.locator("polyline.jp-vgpu-Series-memory").evaluate_all(
+            "ls => ls.map(l => l.getAttribute('points'))"
+        )
+        return sorted(float(p.split(",")[0]) for points in lines for p in (points or "").split())
+
+    first, latest = xs()[0], xs()[-1]
+    page.mouse.move(box["x"] + first, box["y"] + box["height"] * 0.5)
+    page.mouse.down()
+    page.mouse.move(box["x"] + latest, box["y"] + box["height"] * 0.5, steps=5)
+    page.mouse.up()
+    expect(page.locator(f"{DASHBOARD} button.jp-vgpu-Dashboard-resetZoom")).to_be_enabled()
+    page.mouse.move(box["x"] + xs()[-1] - 1, box["y"] + box["height"] * 0.5)
+    readout = chart.locator(".jp-vgpu-TimeSeries-readout")
+    expect(readout).to_be_visible()
+    rows = readout.locator(".jp-vgpu-TimeSeries-readoutRow")
+    expect(rows.filter(has_text="request")).to_contain_text("4.0 GiB")
+    expect(rows.filter(has_text="limit")).to_contain_text("8.0 GiB")
+    expect(rows.filter(has_text="burst")).to_contain_text("2.0 GiB")
+    for theme in themes(page):
+        # The limit reads apart from the request (colour and dashes), the hatch shows.
+        assert style(limit, "stroke") != style(request, "stroke"), theme
+        assert style(limit, "stroke-dasharray") != style(request, "stroke-dasharray"), theme
+        assert style(stripes, "fill") not in ("", "none", "rgba(0, 0, 0, 0)"), theme
+        chart.screenshot(path=str(ARTIFACTS / f"elastic-dashboard-slice-{theme}.png"))
+    page.mouse.move(box["x"] + box["width"] / 2, box["y"] - 60)
+    page.locator(f"{DASHBOARD} button.jp-vgpu-Dashboard-resetZoom").click()
+    page.locator(DASHBOARD_TAB).locator(".lm-TabBar-tabCloseIcon").click()
+    expect(page.locator(DASHBOARD)).to_have_count(0)
+    page.locator(".lm-DockPanel-tabBar .lm-TabBar-tab", has_text="burst.ipynb").click()
 
 
 def resolved(page: Any, css: str) -> str:

@@ -11,7 +11,14 @@ import {
   RANGES
 } from '../dashboard/dashboard';
 import { HistoryStore } from '../store/historyapi';
-import { fullReply, reply, storeOf, T0 } from './historyfixtures';
+import {
+  elasticSlice,
+  fullReply,
+  gpu,
+  reply,
+  storeOf,
+  T0
+} from './historyfixtures';
 import { attr, render, tags, texts } from './render';
 
 // JupyterLab's widget and icon packages are ES modules that need a DOM: the view needs neither.
@@ -183,5 +190,40 @@ describe('DashboardView', () => {
     r.slices = [];
     const html = view(storeOf(r));
     expect(texts(html, 'jp-vgpu-Dashboard-noSlices')).toHaveLength(2);
+  });
+});
+
+describe("an elastic slice's chart", () => {
+  const html = view(
+    storeOf(
+      reply(
+        T0 + 20,
+        [gpu('GPU-0', 0, [T0, T0 + 10, T0 + 20])],
+        [elasticSlice('burst', [T0, T0 + 10, T0 + 20])]
+      )
+    )
+  );
+  const card = html.slice(html.indexOf('data-slice-id="burst"'));
+
+  it('says its request, its limit and its burst in its legend', () => {
+    expect(texts(card, 'jp-vgpu-Dashboard-key')).toEqual([
+      'used 10.0 GiB',
+      'burst 4.0 GiB',
+      'utilisation 80%',
+      'request 4.0 GiB',
+      'limit 8.0 GiB'
+    ]);
+    expect(texts(card, 'jp-vgpu-Dashboard-chartNote')[0]).toContain(
+      '1/4 GPU, up to 1/2'
+    );
+  });
+
+  it('draws the request and the limit as lines, and the use above the request hatched', () => {
+    expect(tags(card, 'line', 'jp-vgpu-TimeSeries-reference')).toHaveLength(2);
+    expect(tags(card, 'line', 'jp-vgpu-Series-burstLimit')).toHaveLength(1);
+    expect(
+      tags(card, 'polygon', 'jp-vgpu-TimeSeries-areaAbove').length
+    ).toBeGreaterThan(0);
+    expect(tags(card, 'pattern', 'jp-vgpu-Series-burst')).toHaveLength(1);
   });
 });

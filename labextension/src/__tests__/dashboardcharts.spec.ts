@@ -2,7 +2,7 @@
  * What the GPU dashboard charts: a chart for each series NVML gives, a chart per live slice.
  */
 import { gpuCharts, sliceChart } from '../dashboard/dashboardcharts';
-import { fullReply, GiB, storeOf } from './historyfixtures';
+import { elasticSlice, fullReply, GiB, storeOf, T0 } from './historyfixtures';
 
 describe('the charts of a GPU', () => {
   it('are those of the series that have a value', () => {
@@ -44,5 +44,52 @@ describe('a slice', () => {
     expect(chart.references?.[0].value).toBe(4 * GiB);
     expect(chart.series.map(s => s.id)).toEqual(['used', 'util']);
     expect(sliceChart(command).title).toBe('python train.py');
+  });
+});
+
+describe('an elastic slice', () => {
+  const chart = sliceChart(elasticSlice('burst', [T0, T0 + 10, T0 + 20]));
+
+  it('is drawn against its request and its limit, as two lines', () => {
+    expect(
+      chart.references?.map(r => [r.id, r.label, r.value, r.className])
+    ).toEqual([
+      ['request', 'request', 4 * GiB, 'jp-vgpu-Series-reserved'],
+      [
+        'limit',
+        'limit',
+        8 * GiB,
+        'jp-vgpu-Series-limit jp-vgpu-Series-burstLimit'
+      ]
+    ]);
+  });
+
+  it('has its use above the request hatched, and its burst read, not drawn', () => {
+    const [used, burst, util] = chart.series;
+    expect(chart.series.map(s => s.id)).toEqual(['used', 'burst', 'util']);
+    expect(used.areaAbove).toEqual({
+      value: 4 * GiB,
+      className: 'jp-vgpu-Series-burst'
+    });
+    expect(burst.readoutOnly).toBe(true);
+    expect(burst.className).toBe('jp-vgpu-Series-burst');
+    // Within the request none; above it, up to the limit (use beyond it is over-use).
+    expect(chart.points.map(p => burst.value(p))).toEqual([
+      0,
+      2 * GiB,
+      4 * GiB
+    ]);
+    expect(util.axis).toBe('right');
+    expect(chart.right).toBeDefined();
+  });
+
+  it("leaves a fixed slice's chart as it was: its reservation, nothing hatched", () => {
+    const [notebook] = storeOf(fullReply()).slices;
+    const fixed = sliceChart(notebook);
+    expect(fixed.references?.map(r => r.id)).toEqual(['reserved']);
+    expect(fixed.series.map(s => s.id)).toEqual(['used', 'util']);
+    expect(fixed.series[0].areaAbove).toBeUndefined();
+    const older = sliceChart({ ...notebook, memory_limit_total: undefined });
+    expect(older.references?.map(r => r.id)).toEqual(['reserved']);
   });
 });

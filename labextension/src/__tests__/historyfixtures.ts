@@ -59,6 +59,21 @@ export function slice(id: string, ts: number[]): ISliceHistory {
   };
 }
 
+/**
+ * A kernel's 1/4 GPU slice "up to 1/2" of 16 GiB GPU 0 (`work/<id>.ipynb`): request 4 GiB, limit
+ * 8 GiB, using 3, 6 and 10 GiB at `ts` (within its request, bursting, beyond its limit).
+ */
+export function elasticSlice(id: string, ts: number[]): ISliceHistory {
+  const used = [3, 6, 10];
+  return {
+    ...slice(id, ts),
+    kernel_display_name: 'Python 3 (1/4 GPU, up to 1/2)',
+    request_text: '1/4 GPU, up to 1/2',
+    memory_limit_total: 8 * GiB,
+    points: ts.map((t, i) => ({ t, used: used[i % 3] * GiB, util: 80 }))
+  };
+}
+
 /** A reply of `GET /api/vgpu/history`. */
 export function reply(
   takenAt: number,

@@ -209,6 +209,74 @@ describe('reference lines', () => {
   });
 });
 
+describe('a series hatched above a value', () => {
+  const request = {
+    id: 'request',
+    label: 'request',
+    value: 2 * GiB,
+    format: formatBytes,
+    className: 'request'
+  };
+  const hatched: ISeries<IHistoryPoint>[] = [
+    { ...SERIES[0], areaAbove: { value: 2 * GiB, className: 'burst' } },
+    {
+      id: 'burst',
+      label: 'burst',
+      value: p => (p.used === null ? null : Math.max(0, p.used - 2 * GiB)),
+      format: formatBytes,
+      className: 'burst',
+      readoutOnly: true
+    },
+    SERIES[1]
+  ];
+
+  it('draws its area again above the value, clipped there and filled with a hatch', () => {
+    const html = render(chart({ series: hatched, references: [request] }));
+    const [group] = tags(html, 'g', 'jp-vgpu-TimeSeries-above');
+    expect(attr(group, 'data-series')).toBe('used');
+    const above = tags(html, 'polygon', 'jp-vgpu-TimeSeries-areaAbove');
+    expect(above).toHaveLength(1);
+    expect(above[0]).toContain('burst');
+    expect(attr(above[0], 'points')).toBe(
+      attr(tags(html, 'polygon', 'used-area')[0], 'points')
+    );
+    const hatch = /url\(#([^)]+)\)/.exec(attr(above[0], 'fill') ?? '')![1];
+    const [pattern] = tags(html, 'pattern', 'burst');
+    expect(attr(pattern, 'id')).toBe(hatch);
+    // The clip ends where the request's line crosses the plot.
+    const clip = html.slice(
+      html.indexOf(`id="${hatch.replace(/hatch$/, 'clip')}"`)
+    );
+    const rect = /<rect[^>]*>/.exec(clip)![0];
+    const [line] = tags(html, 'line', 'request');
+    expect(Number(attr(rect, 'y')) + Number(attr(rect, 'height'))).toBeCloseTo(
+      Number(attr(line, 'y1')),
+      1
+    );
+  });
+
+  it('draws nothing above the value for a series without one', () => {
+    const html = render(chart());
+    expect(tags(html, 'g', 'jp-vgpu-TimeSeries-above')).toEqual([]);
+    expect(tags(html, 'polygon', 'jp-vgpu-TimeSeries-areaAbove')).toEqual([]);
+  });
+
+  it('reads a readout-only series in the readout and the summary, and draws no line for it', () => {
+    const html = render(chart({ series: hatched, hover: T0 + 20 }));
+    expect(tags(html, 'polyline', 'burst')).toEqual([]);
+    expect(tags(html, 'circle', 'jp-vgpu-TimeSeries-dot')).toHaveLength(2);
+    expect(texts(html, 'jp-vgpu-TimeSeries-readoutRow')).toEqual([
+      'used3.0 GiB',
+      'burst1.0 GiB',
+      'util30%'
+    ]);
+    const [svg] = tags(html, 'svg', 'jp-vgpu-TimeSeries-svg');
+    expect(unescape(attr(svg, 'aria-label') ?? '')).toContain(
+      'burst 0 B to 1.0 GiB, latest 0 B'
+    );
+  });
+});
+
 describe('HistoryChart', () => {
   const points = [
     point(T0, 0.5 * GiB, 10),

@@ -66,7 +66,7 @@ export function chartFrame<P extends ITimePoint>(options: {
   const highest = (side: AxisSide): number => {
     let top = 0;
     for (const s of series) {
-      if (sideOf(s) !== side) {
+      if (sideOf(s) !== side || s.readoutOnly) {
         continue;
       }
       for (const p of inside) {

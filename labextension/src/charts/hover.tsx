@@ -28,7 +28,7 @@ export function HoverMarks<P extends ITimePoint>(props: {
       />
       {series.map(s => {
         const v = s.value(hovered);
-        return typeof v === 'number' && isFinite(v) ? (
+        return !s.readoutOnly && typeof v === 'number' && isFinite(v) ? (
           <circle
             key={s.id}
             className={`jp-vgpu-TimeSeries-dot ${s.className}`}

@@ -36,6 +36,16 @@ export interface ISeries<P extends ITimePoint = ITimePoint> {
   areaClassName?: string;
   /** Defaults to 'left'. */
   axis?: AxisSide;
+  /**
+   * The part of the area above `value` (an elastic slice's request) drawn again over the area,
+   * hatched in the colour `className` sets: use above the request reads apart from use within it.
+   */
+  areaAbove?: { value: number; className: string };
+  /**
+   * Read (in the readout, the legend and the summary) but not drawn: a figure made of others,
+   * such as an elastic slice's burst above its request.
+   */
+  readoutOnly?: boolean;
 }
 
 /** A horizontal line across the chart: a reservation, a limit. */

@@ -1,7 +1,7 @@
 /**
  * What the GPU dashboard charts: for each GPU, a chart per series NVML gives (memory always;
  * utilisation, power, temperature, PCIe where known); for each live slice, its memory against
- * its reservation and its utilisation.
+ * its reservation (an elastic slice's: its request and its limit) and its utilisation.
  */
 import { ISlice } from '../store/api';
 import { formatBytes, formatPercent, holderLabel } from '../format/format';
@@ -191,14 +191,35 @@ export function sliceTitle(slice: ISliceHistory): string {
   return holderLabel(slice as unknown as ISlice);
 }
 
-/** A slice's chart: memory used against its reservation, and utilisation. */
+/**
+ * A slice's chart: memory used against its reservation, and utilisation. An elastic slice's
+ * (one whose history carries `memory_limit_total`) has its request and its limit as lines, its
+ * use above the request hatched, and its burst in the readout and the legend.
+ */
 export function sliceChart(
   slice: ISliceHistory
 ): IChartSpec<ISliceHistoryPoint> {
   const title = sliceTitle(slice);
-  const series: ISeries<ISliceHistoryPoint>[] = [
-    usedSeries<ISliceHistoryPoint>()
-  ];
+  const request = slice.memory_reserved_total;
+  const limit = slice.memory_limit_total;
+  const elastic = typeof limit === 'number' && isFinite(limit);
+  const used = usedSeries<ISliceHistoryPoint>();
+  const series: ISeries<ISliceHistoryPoint>[] = [used];
+  if (elastic) {
+    used.areaAbove = { value: request, className: 'jp-vgpu-Series-burst' };
+    series.push({
+      id: 'burst',
+      label: 'burst',
+      // What the server calls the burst: above the request, within the limit.
+      value: p =>
+        typeof p.used === 'number'
+          ? Math.max(0, Math.min(p.used, limit) - request)
+          : null,
+      format: formatBytes,
+      className: 'jp-vgpu-Series-burst',
+      readoutOnly: true
+    });
+  }
   const points = slice.points ?? [];
   if (has(points, 'util')) {
     series.push({
@@ -210,22 +231,40 @@ export function sliceChart(
       axis: 'right'
     });
   }
+  const references: IReferenceLine[] = elastic
+    ? [
+        {
+          id: 'request',
+          label: 'request',
+          value: request,
+          format: formatBytes,
+          className: 'jp-vgpu-Series-reserved'
+        },
+        {
+          id: 'limit',
+          label: 'limit',
+          value: limit,
+          format: formatBytes,
+          className: 'jp-vgpu-Series-limit jp-vgpu-Series-burstLimit'
+        }
+      ]
+    : [
+        {
+          id: 'reserved',
+          label: 'reserved',
+          value: request,
+          format: formatBytes,
+          className: 'jp-vgpu-Series-reserved'
+        }
+      ];
   return {
     kind: 'slice',
     title,
     subject: `${title} memory and utilisation`,
     points,
     series,
-    references: [
-      {
-        id: 'reserved',
-        label: 'reserved',
-        value: slice.memory_reserved_total,
-        format: formatBytes,
-        className: 'jp-vgpu-Series-reserved'
-      }
-    ],
+    references,
     left: AXES.bytes(null),
-    right: series.length > 1 ? AXES.percent() : undefined
+    right: series.some(s => s.axis === 'right') ? AXES.percent() : undefined
   };
 }

@@ -5,7 +5,7 @@
 import { ISlice } from '../store/api';
 
 import { formatBytes, formatUsage } from './units';
-import { usedPerGPU } from './usage';
+import { usedOn, usedPerGPU } from './usage';
 
 /** What an elastic slice holds on one of its GPUs, in bytes. */
 export interface IElastic {
@@ -23,15 +23,20 @@ export interface IElastic {
   burst: number;
 }
 
-/** The request and limit of an elastic slice; null for a fixed one (no `memory_burst_limit`). */
-export function elasticOf(slice: ISlice): IElastic | null {
+/**
+ * The request and limit of an elastic slice; null for a fixed one (no `memory_burst_limit`).
+ * `used` is what it uses on the GPU shown (by default an even share of its use on all of them).
+ */
+export function elasticOf(
+  slice: ISlice,
+  used: number | null = usedPerGPU(slice)
+): IElastic | null {
   const burstLimit = slice.memory_burst_limit;
   if (burstLimit === null || burstLimit === undefined) {
     return null;
   }
   const request = slice.memory_reserved ?? 0;
   const limit = Math.max(request, burstLimit + (slice.context_allowance ?? 0));
-  const used = usedPerGPU(slice);
   return {
     request,
     limit,
@@ -101,4 +106,58 @@ export function elasticParts(elastic: IElastic): {
     requestAt: pct(elastic.request),
     limitAt: pct(elastic.limit)
   };
+}
+
+/**
+ * What an elastic slice holds above its request within its limit: its burst as the server counts
+ * it (`memory_burst`). Use beyond the limit is over-use, not burst.
+ */
+export function burstWithinLimit(elastic: IElastic): number {
+  const used = elastic.used;
+  return used === null || !isFinite(used)
+    ? 0
+    : Math.max(0, Math.min(used, elastic.limit) - elastic.request);
+}
+
+/** What elastic slices hold above their requests on one GPU: kernels' apart from commands'. */
+export interface IBurstsHeld {
+  /** Given back when a request waits for the memory. */
+  kernels: number;
+  /** A command's burst is its own until it ends. */
+  commands: number;
+}
+
+/**
+ * The bursts of `slices` on the GPU `uuid`, each slice's use there (`usedOn`) against its
+ * request and limit: the part of the GPU's `memory_over_use` that is bursts, not over-use.
+ */
+export function burstsOn(slices: ISlice[], uuid: string): IBurstsHeld {
+  const held: IBurstsHeld = { kernels: 0, commands: 0 };
+  for (const slice of slices) {
+    const elastic = elasticOf(slice, usedOn(slice, uuid));
+    if (elastic) {
+      held[slice.holder_kind === 'command' ? 'commands' : 'kernels'] +=
+        burstWithinLimit(elastic);
+    }
+  }
+  return held;
+}
+
+/**
+ * "2.0 GiB held above requests by bursting kernels (given back when a request waits)", and
+ * commands' apart ("theirs until they end"), as the server's refusals say it; none without bursts.
+ */
+export function burstsHeldText(held: IBurstsHeld): string[] {
+  const lines: string[] = [];
+  if (held.kernels > 0) {
+    lines.push(
+      `${formatBytes(held.kernels)} held above requests by bursting kernels (given back when a request waits)`
+    );
+  }
+  if (held.commands > 0) {
+    lines.push(
+      `${formatBytes(held.commands)} held above requests by bursting commands (theirs until they end)`
+    );
+  }
+  return lines;
 }

@@ -13,6 +13,12 @@ export function usedPerGPU(slice: ISlice): number | null {
   return slice.memory_used / Math.max(1, slice.gpus.length);
 }
 
+/** The memory one slice uses on the GPU `uuid`: measured per GPU when the server can, else an even share. */
+export function usedOn(slice: ISlice, uuid: string): number | null {
+  const measured = slice.memory_used_by_gpu?.[uuid];
+  return typeof measured === 'number' ? measured : usedPerGPU(slice);
+}
+
 /** Words for the server's usage state. */
 export function stateText(slice: ISlice): string | null {
   // An elastic slice's state is against its limit (it may burst past its request).

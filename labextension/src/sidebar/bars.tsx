@@ -5,6 +5,9 @@ import * as React from 'react';
 
 import { IDevice, ISlice } from '../store/api';
 import {
+  burstsHeldText,
+  burstsOn,
+  burstWithinLimit,
   elasticOf,
   elasticParts,
   formatBytes,
@@ -13,16 +16,11 @@ import {
   holderLabel,
   share,
   usedOfReserved,
+  usedOn,
   usedPerGPU
 } from '../format/format';
 
-export { usedPerGPU };
-
-/** The memory one slice uses on this GPU: measured per GPU when the server can, else an even share. */
-export function usedOn(slice: ISlice, uuid: string): number | null {
-  const measured = slice.memory_used_by_gpu?.[uuid];
-  return typeof measured === 'number' ? measured : usedPerGPU(slice);
-}
+export { usedOn, usedPerGPU };
 
 function percent(fraction: number): string {
   return `${(fraction * 100).toFixed(3)}%`;
@@ -30,7 +28,8 @@ function percent(fraction: number): string {
 
 /**
  * One GPU's memory, left to right: each slice in its kernel's colour (pale = reserved,
- * solid = used), then memory used by processes without a slice (hatched), then free.
+ * solid = used; an elastic slice's burst above its request hatched after it), then memory used by
+ * processes without a slice (hatched grey), then free.
  */
 export function DeviceBar(props: {
   device: IDevice;
@@ -42,36 +41,99 @@ export function DeviceBar(props: {
 }): JSX.Element {
   const { device, slices, colour, highlighted, onHover } = props;
   const total = device.memory_total;
+  const label = [
+    `GPU ${device.index}: ${formatBytes(device.memory_reserved)} reserved`,
+    ...burstsHeldText(burstsOn(slices, device.uuid)),
+    `${formatBytes(device.memory_foreign)} used by other processes, of ${formatBytes(total)}`
+  ].join(', ');
   return (
     <div
       className="jp-vgpu-DeviceBar"
       role="img"
-      aria-label={`GPU ${device.index}: ${formatBytes(device.memory_reserved)} reserved, ${formatBytes(device.memory_foreign)} used by other processes, of ${formatBytes(total)}`}
+      aria-label={label}
+      title={label}
     >
-      {slices.map(slice => {
-        const used = usedOn(slice, device.uuid);
-        return (
-          <div
-            key={slice.id}
-            className={`jp-vgpu-DeviceBar-slice jp-vgpu-colour-${colour(slice.id)} jp-vgpu-mod-${slice.state}${highlighted === slice.id ? ' jp-vgpu-mod-highlighted' : ''}`}
-            data-slice-id={slice.id}
-            onMouseEnter={() => onHover?.(slice.id)}
-            onMouseLeave={() => onHover?.(null)}
-            style={{ width: percent(share(slice.memory_reserved, total)) }}
-            title={`${holderLabel(slice)}: ${formatBytes(used)} used of ${formatBytes(slice.memory_reserved)} reserved`}
-          >
-            <div
-              className="jp-vgpu-DeviceBar-used"
-              style={{ width: percent(share(used, slice.memory_reserved)) }}
-            />
-          </div>
-        );
-      })}
+      {slices.map(slice => (
+        <DeviceBarSlice
+          key={slice.id}
+          slice={slice}
+          uuid={device.uuid}
+          total={total}
+          colour={colour(slice.id)}
+          highlighted={highlighted === slice.id}
+          onHover={onHover}
+        />
+      ))}
       {device.memory_foreign > 0 && (
         <div
           className="jp-vgpu-DeviceBar-foreign"
           style={{ width: percent(share(device.memory_foreign, total)) }}
           title={`Other processes (no slice): ${formatBytes(device.memory_foreign)}`}
+        />
+      )}
+    </div>
+  );
+}
+
+/**
+ * One slice's part of a GPU's bar: its reservation, the use within it solid. An elastic slice's
+ * part grows by its burst (its use above its request, within its limit), hatched in its colour
+ * (in the warning colour while the server asks it back), as its row's bar draws it.
+ */
+function DeviceBarSlice(props: {
+  slice: ISlice;
+  uuid: string;
+  total: number;
+  colour: number;
+  highlighted: boolean;
+  onHover?: (sliceId: string | null) => void;
+}): JSX.Element {
+  const { slice, total, onHover } = props;
+  const used = usedOn(slice, props.uuid);
+  const elastic = elasticOf(slice, used);
+  const burst = elastic ? burstWithinLimit(elastic) : 0;
+  const givingBack = burst > 0 && !!slice.burst_notice;
+  const reserved = slice.memory_reserved ?? 0;
+  const held = reserved + burst;
+  const who = holderLabel(slice);
+  const then =
+    slice.holder_kind === 'command'
+      ? 'a command keeps it until it ends'
+      : givingBack
+        ? 'asked back now for a request that waits'
+        : 'given back when a request waits';
+  const title = elastic
+    ? `${who}: ${formatBytes(used)} used of ${formatBytes(reserved)} requested, up to ${formatBytes(elastic.limit)}` +
+      (burst > 0 ? `; ${formatBytes(burst)} above the request (${then})` : '')
+    : `${who}: ${formatBytes(used)} used of ${formatBytes(slice.memory_reserved)} reserved`;
+  return (
+    <div
+      className={
+        `jp-vgpu-DeviceBar-slice jp-vgpu-colour-${props.colour} jp-vgpu-mod-${slice.state}` +
+        (elastic ? ' jp-vgpu-mod-elastic' : '') +
+        (burst > 0 ? ' jp-vgpu-mod-bursting' : '') +
+        (givingBack ? ' jp-vgpu-mod-givingBack' : '') +
+        (props.highlighted ? ' jp-vgpu-mod-highlighted' : '')
+      }
+      data-slice-id={slice.id}
+      onMouseEnter={() => onHover?.(slice.id)}
+      onMouseLeave={() => onHover?.(null)}
+      style={{ width: percent(share(held, total)) }}
+      title={title}
+    >
+      <div
+        className="jp-vgpu-DeviceBar-used"
+        style={{
+          width: percent(
+            share(elastic ? Math.min(used ?? 0, reserved) : used, held)
+          )
+        }}
+      />
+      {burst > 0 && (
+        <div
+          className="jp-vgpu-DeviceBar-burst"
+          style={{ width: percent(share(burst, held)) }}
+          title={`${who}: ${formatBytes(burst)} above its ${formatBytes(reserved)} request, up to ${formatBytes(elastic?.limit)} (${then})`}
         />
       )}
     </div>
@@ -211,9 +273,10 @@ function ElasticBar(props: {
 
 /**
  * How to read the bars, once at the top of the panel: used (solid), reserved (pale), other
- * processes (hatched), free (empty).
+ * processes (hatched), free (empty); with an elastic slice in the panel (`elastic`), its burst
+ * (hatched in its colour) and the mark where its request ends.
  */
-export function BarLegend(): JSX.Element {
+export function BarLegend(props: { elastic?: boolean }): JSX.Element {
   const items: [string, string, string][] = [
     [
       'used',
@@ -232,6 +295,22 @@ export function BarLegend(): JSX.Element {
       'Memory neither reserved nor used, which a new slice can reserve: empty'
     ]
   ];
+  if (props.elastic) {
+    items.splice(
+      2,
+      0,
+      [
+        'burst',
+        'burst',
+        "Burst above request, given back when a request waits: what an elastic slice uses above its request, up to its limit, hatched in the kernel's colour (a command keeps its burst until it ends)"
+      ],
+      [
+        'request',
+        'request',
+        "Where an elastic slice's request ends on its bar: the memory guaranteed to it; the bar goes on to its limit"
+      ]
+    );
+  }
   return (
     <ul className="jp-vgpu-Legend" aria-label="How to read the memory bars">
       {items.map(([kind, label, title]) => (

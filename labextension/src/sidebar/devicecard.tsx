@@ -8,7 +8,14 @@ import { IDevice, ISlice } from '../store/api';
 import { DeviceBar, Sparkline } from './bars';
 import { HistoryChart } from './chart';
 import { Disclosure, WatchedChip } from './chips';
-import { formatBytes, formatPercent, formatUsage } from '../format/format';
+import {
+  burstsHeldText,
+  burstsOn,
+  formatBytes,
+  formatPercent,
+  formatUsage,
+  IBurstsHeld
+} from '../format/format';
 import { IHistorySource, ISliceActions, SliceRow } from './slicerow';
 
 /** Why a GPU's total is not the card's: the share a Kubernetes scheduler gave this pod, or
@@ -34,6 +41,18 @@ export const FREE_TITLE =
   'what they use beyond that, and what processes without a slice use. Memory reserved but ' +
   'not in use is not free: its slice may use it at any time.';
 
+/**
+ * "Free to reserve" on a GPU where elastic slices burst: the server counts their bursts as used
+ * beyond reservations (`memory_over_use`), so they are not free either; a kernel's comes back
+ * when a request waits for it.
+ */
+export function freeTitle(held: IBurstsHeld): string {
+  const lines = burstsHeldText(held);
+  return lines.length
+    ? `${FREE_TITLE}\nNot free either: ${lines.join('; ')}.`
+    : FREE_TITLE;
+}
+
 export function DeviceCard(props: {
   device: IDevice;
   slices: ISlice[];
@@ -50,6 +69,9 @@ export function DeviceCard(props: {
   const points = history.device(device.uuid);
   const utilization = points.map(p => p.util);
   const detailsId = `jp-vgpu-gpu-history-${device.index}`;
+  // Bursts are part of the server's over-use (not free): said apart, never added to it again.
+  const bursts = burstsOn(slices, device.uuid);
+  const burstLines = burstsHeldText(bursts);
   const used =
     device.memory_used ??
     device.memory_foreign +
@@ -104,9 +126,21 @@ export function DeviceCard(props: {
         >
           {formatUsage(used, device.memory_total)}
         </span>
-        <span className="jp-vgpu-DeviceCard-free" title={FREE_TITLE}>
+        <span className="jp-vgpu-DeviceCard-free" title={freeTitle(bursts)}>
           {formatBytes(device.memory_free)} free to reserve
         </span>
+        {burstLines.length > 0 && (
+          <span
+            className="jp-vgpu-DeviceCard-burst"
+            title={`${burstLines.join('.\n')}.`}
+          >
+            <span
+              className="jp-vgpu-Legend-swatch jp-vgpu-mod-burst"
+              aria-hidden="true"
+            />
+            {formatBytes(bursts.kernels + bursts.commands)} burst
+          </span>
+        )}
         <span className="jp-vgpu-DeviceCard-util" title="GPU utilisation">
           util {formatPercent(device.utilization)}
         </span>

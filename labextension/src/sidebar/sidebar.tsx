@@ -15,7 +15,12 @@ import * as React from 'react';
 import { IGateway, ISlice, IWaiting } from '../store/api';
 import { BarLegend } from './bars';
 import { DeviceCard } from './devicecard';
-import { gatewayText, holderLabel, machineGlance } from '../format/format';
+import {
+  elasticOf,
+  gatewayText,
+  holderLabel,
+  machineGlance
+} from '../format/format';
 import { dashboardIcon, gpuIcon } from '../icons';
 import { keepSlice } from '../notes/idlenotes';
 import { GPUModel } from '../store/model';
@@ -227,7 +232,10 @@ export function Body(props: {
           </p>
         </Message>
       )}
-      {devices.devices.length > 0 && <BarLegend />}
+      {devices.devices.length > 0 && (
+        // The burst and the request's mark, once an elastic slice is there to draw them.
+        <BarLegend elastic={local.some(s => elasticOf(s) !== null)} />
+      )}
       {devices.devices.map(device => (
         <DeviceCard
           key={device.uuid}

@@ -50,8 +50,13 @@ export interface ISliceHistory {
   request_text: string;
   gpus: string[];
   gpu_indices: number[];
-  /** What the slice reserves on all its GPUs (bytes). */
+  /** What the slice reserves on all its GPUs (bytes): an elastic slice's request. */
   memory_reserved_total: number;
+  /**
+   * An elastic slice's limit on all its GPUs (bytes), what it may burst to; null for a fixed
+   * slice, absent on older servers.
+   */
+  memory_limit_total?: number | null;
   yours: boolean;
   /** When it was reserved (the server's clock); absent on older servers. */
   created?: number;
