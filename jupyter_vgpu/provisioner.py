@@ -195,7 +195,7 @@ class VGPUProvisioner(LocalProvisioner, BurstLimits):  # type: ignore[misc,metac
     #: The kernelspec's options for a launcher another package adds (under its ``options_key``).
     launcher_options: list[str]
 
-    def __init__(self, **kwargs: Any) -> None:
+    def __init__(self, /, **kwargs: Any) -> None:  # "self" in a kernelspec config is one more unknown key
         # jupyter_client passes the kernelspec's provisioner config as keyword arguments, which
         # would set any trait, or vanish when misspelt: only the settings below are allowed.
         self.launcher_options = self._launcher_options(kwargs)

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
@@ -81,6 +81,7 @@ KEYS = ["gpu_fraction", "gpu_memory", "gpus", "gpu", "logical_devices", "placeme
 
 @FUZZ
 @given(config=st.dictionaries(st.sampled_from(KEYS) | st.text(max_size=12), anything, max_size=4))
+@example(config={"self": None})  # was Python's TypeError "multiple values for argument 'self'"
 def test_a_kernelspec_config_builds_a_request_or_says_what_is_wrong(config: dict[str, Any]) -> None:
     from jupyter_vgpu.provisioner import InvalidKernelConfig, VGPUProvisioner
 
