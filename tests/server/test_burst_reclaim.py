@@ -11,6 +11,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -57,18 +58,25 @@ def burst(gib: float) -> str:
 
 async def views(jp_fetch: Any, vgpu_env: dict[str, str]) -> dict[str, Any]:
     """The REST slices by holder, checked against `jupyter vgpu status --json`: the same slices
-    with the same reservations, and no GPU's reservations beyond it."""
-    data = await get_json(jp_fetch, "api", "vgpu", "slices")
-    status = await asyncio.to_thread(
-        subprocess.run, [sys.executable, "-m", "jupyter_vgpu.cli", "status", "--json"],
-        capture_output=True, text=True, env={**os.environ, **vgpu_env}, timeout=60,
-    )  # fmt: skip
-    listed = json.loads(status.stdout)
-    rest = {s["id"]: s["memory_reserved"] for s in data["slices"]}
-    assert rest == {s["id"]: s["memory_reserved"] for s in listed["slices"]}, (rest, listed["slices"])
-    for gpu in listed["gpus"]:
-        assert gpu["memory_reserved"] <= gpu["memory_total"] - gpu["memory_reserved_by_driver"], gpu
-    return {s["kernel_id"] or s["command"]: s for s in data["slices"]}
+    with the same reservations (REST answers from the monitor's latest sample, 0.2 s old at most:
+    right after a command ends the two may differ for a moment, so up to 5 s to agree), and no
+    GPU's reservations beyond it in any read."""
+    deadline = time.monotonic() + 5
+    while True:
+        data = await get_json(jp_fetch, "api", "vgpu", "slices")
+        status = await asyncio.to_thread(
+            subprocess.run, [sys.executable, "-m", "jupyter_vgpu.cli", "status", "--json"],
+            capture_output=True, text=True, env={**os.environ, **vgpu_env}, timeout=60,
+        )  # fmt: skip
+        listed = json.loads(status.stdout)
+        for gpu in listed["gpus"]:
+            assert gpu["memory_reserved"] <= gpu["memory_total"] - gpu["memory_reserved_by_driver"], gpu
+        rest = {s["id"]: s["memory_reserved"] for s in data["slices"]}
+        booked = {s["id"]: s["memory_reserved"] for s in listed["slices"]}
+        if rest == booked:
+            return {s["kernel_id"] or s["command"]: s for s in data["slices"]}
+        assert time.monotonic() < deadline, (rest, listed["slices"])
+        await asyncio.sleep(0.2)
 
 
 async def row(jp_fetch: Any, kernel_id: str) -> dict[str, Any] | None:
