@@ -436,3 +436,28 @@ def test_a_request_only_kernels_bursts_keep_out_waits_for_them_instead_of_being_
         book.reserve(SliceRequest.parse(memory="13GiB"), Holder.command("z"))  # 12 GiB free even with the burst back
     assert not str(at_once.value).startswith("Waited") and at_once.value.detail["burst_held"] is False
     book.close()
+
+
+def test_status_says_a_bursting_slices_burst(tmp_path: Path) -> None:
+    """`jupyter vgpu status` says how far an elastic slice uses above its request (issue 42, item 5),
+    in its JSON as REST does (`memory_burst`), and nothing of the kind for a fixed slice."""
+    spec = tmp_path / "gpus.json"
+    spec.write_text(json.dumps({"devices": [{"memory": "16GiB"}], "processes": []}))
+    book = SQLiteLedger(tmp_path / "ledger.sqlite", Inventory(str(spec)), context_allowance=ALLOWANCE)
+    sleeper = subprocess.Popen(["sleep", "60"])
+    try:
+        book.reserve(SliceRequest.parse("1/4", limit="1/2"), Holder("command", "bursty", pid=os.getpid()))
+        book.reserve(SliceRequest.parse("1/4"), Holder("command", "steady", pid=sleeper.pid))
+        processes = [{"gpu": 0, "pid": os.getpid(), "memory": "6GiB"}, {"gpu": 0, "pid": sleeper.pid, "memory": "1GiB"}]
+        spec.write_text(json.dumps({"devices": [{"memory": "16GiB"}], "processes": processes}))
+        env = {**os.environ, "JUPYTER_VGPU_SIMULATE": str(spec), "JUPYTER_VGPU_LEDGER": str(tmp_path / "ledger.sqlite"), "COLUMNS": "200"}
+        status = [sys.executable, "-m", "jupyter_vgpu.cli", "status"]
+        rows = {r["holder"]: r for r in json.loads(subprocess.run([*status, "--json"], env=env, capture_output=True, text=True).stdout)["slices"]}
+        assert rows["bursty"]["memory_burst"] == 2 * GiB and rows["steady"]["memory_burst"] is None
+        shown = " ".join(subprocess.run(status, env=env, capture_output=True, text=True).stdout.replace("\u00a0", " ").split())
+        assert "[1/4 GPU, up to 1/2] burst 2.0 GiB" in shown, shown
+        assert "steady [1/4 GPU] burst" not in shown
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+        book.close()

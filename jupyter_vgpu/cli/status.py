@@ -71,6 +71,7 @@ def collect(ledger: Ledger) -> dict[str, Any]:
         row = s.to_dict()
         usage = slice_usage(s, s.pid, attribution, snapshot, None if s.hidden else reports.get(s))
         row["memory_used"] = usage.memory_used  # the server's figure: measured, else what the kernel reports
+        row["memory_burst"] = usage.memory_burst  # an elastic slice's use above its request (REST's field)
         row["memory_used_by_gpu"] = dict(usage.used_by_gpu) if snapshot.available else None
         row["usage_source"] = usage.source
         row["tier"] = usage.tier_text  # what holds it, where its holder says its tier did not take
@@ -285,6 +286,7 @@ def _slice_table(rows: list[dict[str, Any]], uuid: str | None, width: int, tier_
         holder = (
             f"{row['holder_text']} " + f"[{row['request_text']}{where}]".replace(" ", _KEEP)
             + (f" idle {format_duration(row['idle_seconds'])}" if row.get("idle_seconds") is not None else "")
+            + (f" burst {format_bytes(row['memory_burst'])}".replace(" ", _KEEP, 1) if row.get("memory_burst") else "")
         )  # fmt: skip
         if beside:
             first, *rest = _fold_column(holder, width - holder_column)
