@@ -149,14 +149,16 @@ class BurstReclaimer:
         self.bursting_since = live
         return sorted(live, key=lambda sid: (sid not in self.notices, -live[sid]))
 
-    async def check(self, sample: Sample, wants: Sequence[Any]) -> set[int]:
+    async def check(self, sample: Sample, wants: Sequence[Any], bursting: Sequence[str] | None = None) -> set[int]:
         """Notices and actions for this sample; the indices of the ``wants`` that bursts given
-        back would let in (the idle reclaim leaves those alone)."""
+        back would let in (the idle reclaim leaves those alone). ``bursting``: :meth:`bursting` of
+        this sample, where the caller has it already."""
         if sample.message is not None:
             return set()
         now = sample.taken_at
         gpus = trimmed(sample.occupancy.gpus, self._acting)  # being given back now (a restart takes seconds)
-        candidates = [sid for sid in self.bursting(sample) if sid not in self._acting]
+        bursting = self.bursting(sample) if bursting is None else bursting
+        candidates = [sid for sid in bursting if sid not in self._acting]
         served: set[int] = set()
         chosen: dict[str, str] = {}  # slice id -> for whom
         due: dict[int, list[str]] = {}  # place in line -> the bursts it waits for

@@ -231,10 +231,10 @@ class IdleReclaimer:
             self.notices.pop(gone, None)
             self._kept.pop(gone, None)
             self._written.pop(gone, None)
-        bursting = self.bursts is not None and self.bursts.bursting(sample)
+        bursting = self.bursts.bursting(sample) if self.bursts is not None else []
         wants = self._wants(sample, now) if self.after > 0 or bursting else []
         if self.bursts is not None:
-            served = await self.bursts.check(sample, wants)
+            served = await self.bursts.check(sample, wants, bursting)
             wants = [w for i, w in enumerate(wants) if i not in served]
         if self.after > 0:
             await self._reclaim_one(judged, now, sample, wants)
