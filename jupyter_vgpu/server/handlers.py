@@ -215,7 +215,8 @@ class SliceHandler(VGPUHandler):
         usage = sample.find(slice_id)
         if usage is None:
             return self.fail(404, f"No slice {shorten(slice_id)} exists; GET /api/vgpu/slices lists them.")
-        self.write_json(slice_view(usage, self.monitor, self.watchdog, await self.kernels(), self.since()))
+        kernels = await self.kernels()
+        self.write_json(slice_view(usage, self.monitor, self.watchdog, kernels, self.since(), sample.taken_at))
 
     @web.authenticated
     @authorized
@@ -278,7 +279,7 @@ class KernelHandler(VGPUHandler):
             return self.fail(
                 404, f"No kernel {shorten(kernel_id)} runs on this server, and no GPU slice is held for that kernel id."
             )
-        view = slice_view(usage, self.monitor, self.watchdog, kernels, self.since()) if usage is not None else None
+        view = slice_view(usage, self.monitor, self.watchdog, kernels, self.since(), sample.taken_at) if usage is not None else None
         pid = self.kernel_pid(kernel_id)
         if usage is not None:  # its launcher says which process of this host is the kernel, if any
             pid = launcher_of(usage.slice.labels).host_process(pid)

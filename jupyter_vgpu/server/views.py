@@ -7,6 +7,7 @@ notebook path of each kernel (session manager) and the kernel's name (kernel man
 from __future__ import annotations
 
 import hashlib
+import math
 import os
 import socket
 import threading
@@ -28,8 +29,11 @@ from .watchdog import Watchdog
 NODE = socket.gethostname()
 
 
-def _points(history: Iterable[Point], since: float) -> list[dict[str, Any]]:
-    return [{"t": t, "used": used, "util": util} for t, used, util in history if t > since]
+def _points(history: Iterable[Point], since: float, until: float) -> list[dict[str, Any]]:
+    """The points taken after ``since`` and by ``until``, the time of the sample a reply is made
+    of: the monitor may record a newer point while a handler awaits, and a poller that asks
+    ``?since=`` the reply's ``taken_at`` next would get that point twice."""
+    return [{"t": t, "used": used, "util": util} for t, used, util in history if since < t <= until]
 
 
 def watched(usage: SliceUsage, watchdog: Watchdog) -> bool:
@@ -44,9 +48,10 @@ def slice_view(
     watchdog: Watchdog,
     kernels: Mapping[str, KernelInfo],
     since: float = 0.0,
+    until: float = math.inf,
 ) -> dict[str, Any]:
     """One slice (``SLICE`` in docs/rest.md): the shared slice fields, then live use; history
-    only after ``since``."""
+    only after ``since``, up to ``until`` (the time of the sample ``usage`` comes from)."""
     s = usage.slice
     report = usage.report or {}
     frameworks = report.get("frameworks")
@@ -69,7 +74,7 @@ def slice_view(
             "memory_burst": usage.memory_burst,
             "burst_notice": monitor.burst_notice_of(s.id),
             "frameworks": frameworks if isinstance(frameworks, dict) else {},
-            "history": _points(monitor.slice_history.get(s.id, ()), since),
+            "history": _points(monitor.slice_history.get(s.id, ()), since, until),
             "watchdog": {"action": watchdog.action, "events": [e.to_dict() for e in watchdog.events(s.id)]},
         }
     )
@@ -127,7 +132,7 @@ def slices_view(
         "interval": monitor.interval,
         "history_step": monitor.history_step,
         "taken_at": sample.taken_at,
-        "slices": [slice_view(u, monitor, watchdog, kernels, since) for u in sample.slices]
+        "slices": [slice_view(u, monitor, watchdog, kernels, since, sample.taken_at) for u in sample.slices]
         + [elsewhere_view(r, watchdog, kernels) for r in sample.elsewhere if r.running],
         "waiting": [waiting_view(w, monitor) for w in sample.waiting]
         + [elsewhere_waiting_view(r, kernels) for r in sample.elsewhere if not r.running],
@@ -146,7 +151,7 @@ def devices_view(sample: Sample, monitor: UsageMonitor, watchdog: Watchdog, sinc
     for entry in sample.occupancy.gpus:
         device = entry.to_dict()
         device["watched"] = watchdog.action != "none"
-        device["history"] = _points(monitor.gpu_history.get(entry.uuid, ()), since)
+        device["history"] = _points(monitor.gpu_history.get(entry.uuid, ()), since, sample.taken_at)
         devices.append(device)
     return {
         "node": NODE,

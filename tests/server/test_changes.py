@@ -5,6 +5,7 @@ the whole reply: what a user sees is the same, for a fraction of the bytes."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import time
 from collections.abc import Awaitable, Callable
@@ -188,6 +189,40 @@ def test_a_value_that_changes_back_is_sent_again_and_a_since_after_it_all_gets_i
     nothing = changes.slices_reply(reply(t0 + 3, [slice_("a")], [1]), 1e300)
     assert nothing["slices"] == [{"id": "a", "kernel_id": "k-a", "history": []}]
     assert "watchdog" not in nothing and nothing["waiting"] == [] and nothing["taken_at"] == t0 + 3
+
+
+def test_a_point_the_monitor_records_while_a_reply_is_made_waits_for_the_next_reply(
+    tmp_path: Any, monkeypatch: Any
+) -> None:
+    """A handler reads the monitor's sample, then awaits (the kernels, the kernelspecs) while the
+    monitor records the next point: a reply with that newer point and the older ``taken_at``
+    made the next ``?since=taken_at`` reply send the point again, twice in the sidebar's chart
+    (a flake of the test above on a loaded machine)."""
+    from jupyter_vgpu.gpus import Inventory
+    from jupyter_vgpu.ledger import SQLiteLedger
+    from jupyter_vgpu.server.monitor import UsageMonitor
+    from jupyter_vgpu.server.views import devices_view, slices_view
+    from jupyter_vgpu.server.watchdog import Watchdog
+    from jupyter_vgpu.slices import Holder, SliceRequest
+
+    monkeypatch.setenv("JUPYTER_VGPU_SIMULATE", "1x16GiB")
+    ledger = SQLiteLedger(tmp_path / "ledger.sqlite", Inventory("1x16GiB"))
+    monitor = UsageMonitor(ledger, interval=1.0, history_seconds=60, history_points=60)
+    watchdog = Watchdog(None, action="warn")
+    try:
+        held = ledger.reserve(SliceRequest.parse(0.25), Holder("command", "test"))
+        first = monitor.collect()
+        monitor._record(first)  # what the handler has read
+        newer = dataclasses.replace(monitor.collect(), taken_at=first.taken_at + 1)  # the next tick's
+        monitor._record(newer)  # recorded while it awaited
+        (shown,) = slices_view(first, monitor, watchdog, {})["slices"]
+        assert shown["id"] == held.id and [p["t"] for p in shown["history"]] == [first.taken_at]
+        assert [p["t"] for p in devices_view(first, monitor, watchdog)["devices"][0]["history"]] == [first.taken_at]
+        (next_reply,) = slices_view(newer, monitor, watchdog, {}, since=first.taken_at)["slices"]
+        assert [p["t"] for p in next_reply["history"]] == [newer.taken_at]  # once, in the next reply
+    finally:
+        monitor.executor.shutdown()
+        ledger.close()
 
 
 def test_a_wall_clock_step_back_hides_no_change() -> None:
