@@ -327,6 +327,25 @@ describe('HistoryChart', () => {
     expect(ticks).toContain('100%');
   });
 
+  it('says a clock time even when its ticks fall at both ends of the window', () => {
+    // 61 s of history from 1 s before a minute: the window's two minute ticks are at its ends,
+    // where a centred label has no room (the panel's chart once showed no time at all).
+    const minute = Math.ceil(T0 / 60) * 60;
+    const history = [point(minute - 1, GiB, 10), point(minute + 60, GiB, 20)];
+    const html = render(
+      <HistoryChart
+        points={history}
+        reserved={null}
+        now={minute + 60}
+        subject="GPU 0"
+      />
+    );
+    const times = texts(html, 'jp-vgpu-TimeSeries-tick').filter(t =>
+      /^\d\d:\d\d(:\d\d)?$/.test(t)
+    );
+    expect(times).toHaveLength(1);
+  });
+
   it('shows the last point in its legend, or the current figures when given', () => {
     const legend = (current?: { used?: number | null; util?: number | null }) =>
       texts(

@@ -23,6 +23,8 @@ const MARGIN_TOP = 6;
 const MARGIN_BOTTOM = 16;
 /** The least room between two time labels, in pixels. */
 const TIME_LABEL_PX = 56;
+/** How near an end of the plot a time label may be centred, in pixels. */
+const EDGE_PX = 14;
 /** The least room between two value ticks, in pixels. */
 const VALUE_TICK_PX = 24;
 
@@ -137,6 +139,30 @@ export function Axes(props: {
 }): JSX.Element {
   const { frame, left, right, height, xTicks } = props;
   const { plot, scales, x, y } = frame;
+  // A label centred on its tick, unless the tick is too near an end of the plot to hold it;
+  // when every tick is, the one nearest the middle is labelled from its end inward, so an axis
+  // always says when it is (a 61 s window has its two minute ticks at its two ends).
+  const nearEdge = (t: number) =>
+    x(t) < plot.x + EDGE_PX || x(t) > plot.x + plot.w - EDGE_PX;
+  const middle = plot.x + plot.w / 2;
+  const lone = xTicks.ticks.every(nearEdge)
+    ? xTicks.ticks.reduce<number | null>(
+        (best, t) =>
+          best === null || Math.abs(x(t) - middle) < Math.abs(x(best) - middle)
+            ? t
+            : best,
+        null
+      )
+    : null;
+  const timeLabelAnchor = (t: number): 'middle' | 'start' | 'end' | null => {
+    if (!nearEdge(t)) {
+      return 'middle';
+    }
+    if (t !== lone) {
+      return null;
+    }
+    return x(t) < middle ? 'start' : 'end';
+  };
   return (
     <>
       <g className="jp-vgpu-TimeSeries-axis jp-vgpu-mod-left">
@@ -180,7 +206,7 @@ export function Axes(props: {
       <g className="jp-vgpu-TimeSeries-axis jp-vgpu-mod-time">
         {xTicks.ticks.map(t => {
           const tx = x(t);
-          const nearEdge = tx < plot.x + 14 || tx > plot.x + plot.w - 14;
+          const anchor = timeLabelAnchor(t);
           return (
             <g key={t}>
               <line
@@ -190,12 +216,12 @@ export function Axes(props: {
                 y1={plot.y + plot.h}
                 y2={plot.y + plot.h + 3}
               />
-              {!nearEdge && (
+              {anchor && (
                 <text
                   className="jp-vgpu-TimeSeries-tick"
                   x={tx}
                   y={height - 3}
-                  textAnchor="middle"
+                  textAnchor={anchor}
                 >
                   {clockTime(t, xTicks.step < 60)}
                 </text>
