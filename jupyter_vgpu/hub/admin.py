@@ -34,10 +34,9 @@ from ..slices import occupancy_of
 from ..slices.holders import attribute
 from ..slices.usage import slice_usage
 from .broker import Broker
+from .integration import ENV_HUB_URL
 
 log = logging.getLogger("jupyter_vgpu.admin")
-
-ENV_HUB_URL = "JUPYTER_VGPU_HUB_URL"
 
 
 class AdminHandler(HubOAuthenticated, web.RequestHandler):  # type: ignore[misc]

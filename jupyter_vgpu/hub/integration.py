@@ -10,9 +10,11 @@ from urllib.parse import urlparse
 
 from ..config import ENV_CONTEXT, ENV_SIMULATE
 from ..ledger.broker_client import DEFAULT_LEDGER, DEFAULT_SOCKET, ENV_BROKER
-from .admin import ENV_HUB_URL
 
 ROLE = "jupyter-vgpu-broker"
+#: Where the admin page (the broker's service) reaches the hub's API. Here, not in the admin page's
+#: module, so that the broker and `configure` start without JupyterHub's OAuth and database modules.
+ENV_HUB_URL = "JUPYTER_VGPU_HUB_URL"
 
 
 def configure(
