@@ -137,7 +137,8 @@ def lab(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
         tmp,
         app="lab",
         env=isolated_env(tmp, JUPYTER_VGPU_SIMULATE=str(simulation)),
-        args=list(getattr(request.module, "LAB_ARGS", ())),
+        # window.jupyterapp: tests switch themes live, open files and wait for a reload's restore
+        args=["--LabApp.expose_app_in_browser=True", *getattr(request.module, "LAB_ARGS", ())],
     )
     server = Lab(**vars(started), simulation=simulation, devices=devices)
     try:
@@ -153,6 +154,9 @@ def lab(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
+    """Chromium for a module's tests. Not one per process of the run: while Playwright's sync API
+    is open, its event loop runs in the test's thread, and the next module's asyncio tests could
+    not start theirs."""
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as playwright:

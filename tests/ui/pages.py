@@ -50,6 +50,15 @@ def open_sidebar(page: Any) -> Any:
     return sidebar
 
 
+def reload(page: Any) -> None:
+    """Reload the page and wait until JupyterLab has restored its layout: the tabs it reopens
+    are activated one by one meanwhile and would take the focus from a tab a test opens next
+    (needs ``window.jupyterapp``, which the ``lab`` fixture exposes)."""
+    page.reload()
+    page.wait_for_function("() => window.jupyterapp !== undefined", timeout=60_000)
+    page.evaluate("async () => { await window.jupyterapp.restored; }")
+
+
 def lab_screenshot(page: Any, path: Any) -> None:
     """The whole lab at a README-friendly size: sidebar, notebook and status bar."""
     size = page.viewport_size

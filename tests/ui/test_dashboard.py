@@ -33,8 +33,6 @@ GiB = 1024**3
 DEVICES = [{"name": "NVIDIA A100-SXM4-40GB", "memory": "40GiB", "utilization": 0}]
 # A sample every half second; a dashboard point every second (the default is 10 s).
 SERVER_CONFIG = {"VGPUServer": {"monitor_interval": 0.5, "dashboard_step": 1}}
-# window.jupyterapp: switch themes live, open files.
-LAB_ARGS = ["--LabApp.expose_app_in_browser=True"]
 
 DASHBOARD = "#jp-vgpu-dashboard"
 DASHBOARD_TAB = '.lm-DockPanel-tabBar .lm-TabBar-tab[data-id="jp-vgpu-dashboard"]'

@@ -42,8 +42,6 @@ EXTRA_KERNELSPECS = {ELASTIC: (ELASTIC_DISPLAY, {"gpu_fraction": 0.25, "gpu_frac
 NOTICE = 600
 # A dashboard point every second (the default is 10 s), so its chart has a few soon.
 SERVER_CONFIG = {"VGPUServer": {"monitor_interval": 0.5, "burst_reclaim_notice": NOTICE, "dashboard_step": 1}}
-# window.jupyterapp: switch themes for the screenshots without a reload.
-LAB_ARGS = ["--LabApp.expose_app_in_browser=True"]
 BURST = "work/burst.ipynb"
 STATUS = ".jp-vgpu-StatusItem-content"
 DASHBOARD = "#jp-vgpu-dashboard"

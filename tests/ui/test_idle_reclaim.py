@@ -34,6 +34,7 @@ from .pages import (
     expect,
     kernel_slice,
     open_sidebar,
+    reload,
     route_sample,
     screenshots,
     set_theme_live,
@@ -49,8 +50,6 @@ DEVICES = [{"name": "NVIDIA T4 (simulated)", "memory": "4GiB", "utilization": 0}
 SERVER_CONFIG = {
     "VGPUServer": {"monitor_interval": 0.5, "idle_reclaim_after": IDLE_AFTER, "idle_reclaim_notice": NOTICE}
 }
-# window.jupyterapp: switch themes with a notification on screen, open files.
-LAB_ARGS = ["--LabApp.expose_app_in_browser=True"]
 
 IDLE = "work/idle.ipynb"
 NOTICE_TOAST = ".jp-Notification-Toast-warning"
@@ -274,10 +273,9 @@ def test_a_reload_starts_no_kernel_for_a_reclaimed_notebook_and_says_why(
 
     page.on("request", on_request)
     try:
-        page.reload()
+        reload(page)
         notebook = page.locator(".jp-NotebookPanel:not(.lm-mod-hidden)")
         expect(notebook).to_be_visible(timeout=60_000)
-        page.evaluate("async () => { await window.jupyterapp.restored; }")
         held = page.locator(HELD_BACK_TOAST, has_text="idle.ipynb: no kernel was started")
         expect(held).to_be_visible(timeout=20_000)
         expect(held).to_have_text(

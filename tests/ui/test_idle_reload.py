@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from .conftest import KERNEL_DISPLAY_NAME, KERNEL_NAME, Lab, notebook_json
-from .pages import expect, kernel_slice, wait_for
+from .pages import expect, kernel_slice, reload, wait_for
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -48,7 +48,7 @@ def test_a_reload_keeps_every_kernels_idle_time_and_a_cell_resets_it(lab: Lab, p
     before = {p: idle_seconds(lab, p) for p in NOTEBOOKS}
     read_at = time.time()
 
-    page.reload()
+    reload(page)
     expect(page.locator(".jp-NotebookPanel:visible").first).to_be_visible(timeout=60_000)
     expect(page.locator(".jp-Notebook-ExecutionIndicator[data-status='idle']").first).to_be_attached(timeout=60_000)
     page.wait_for_timeout(4000)  # several monitor ticks after the kernels were asked everything a reload asks

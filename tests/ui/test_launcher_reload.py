@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from .conftest import ARTIFACTS, Lab
-from .pages import expect, screenshots, wait_for
+from .pages import expect, reload, screenshots, wait_for
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -20,8 +20,6 @@ EXTRA_KERNELSPECS = {
     "python3-vgpu-1-2": ("Python 3 (1/2 GPU)", {"gpu_fraction": 0.5}),
     "python3-vgpu-1": ("Python 3 (1 GPU)", {"gpu_fraction": 1}),
 }
-# window.jupyterapp: switch themes for the screenshots.
-LAB_ARGS = ["--LabApp.expose_app_in_browser=True"]
 #: By size (1 GiB of 16 first), the plain one of equal sizes first: as text, "," sorts before ")".
 BY_SIZE = [
     "Python 3 (1 GiB GPU)",
@@ -49,7 +47,7 @@ def test_the_launcher_lists_gpu_kernels_by_size_before_and_after_a_reload(lab: L
     launcher = page.locator(".jp-Launcher")
     expect(launcher.locator(".jp-LauncherCard", has_text="Python 3 (1 GPU)").first).to_be_visible(timeout=60_000)
     wait_for(f"the sliced cards by size: {sliced_titles(page)}", lambda: in_order(page), timeout=20)
-    page.reload()
+    reload(page)
     expect(launcher.locator(".jp-LauncherCard", has_text="Python 3 (1 GPU)").first).to_be_visible(timeout=60_000)
     wait_for(f"the sliced cards by size after the reload: {sliced_titles(page)}", lambda: in_order(page), timeout=20)
     page.wait_for_timeout(3000)  # and they stay so

@@ -15,7 +15,6 @@ from typing import Any
 import pytest
 from jupyter_process import isolated_env, start_jupyter, write_sliced_kernelspec
 
-import ui.conftest
 from ui.conftest import ARTIFACTS, CHROMIUM, Lab, _write_user_settings, notebook_json
 from ui.pages import SIDEBAR, expect, open_sidebar, screenshots, wait_for
 
@@ -45,10 +44,6 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
         server.stop(timeout=30)
         ARTIFACTS.mkdir(parents=True, exist_ok=True)
         shutil.copy(server.log, ARTIFACTS / "server-test_other_launcher.log")
-
-
-browser = ui.conftest.browser
-page = ui.conftest.page
 
 
 def test_another_packages_launcher_gets_a_card_of_its_own_with_its_words(lab: Lab, page: Any) -> None:

@@ -24,15 +24,24 @@ from typing import Any
 import pytest
 
 from .conftest import ARTIFACTS, KERNEL_DISPLAY_NAME, KERNEL_NAME, Lab, notebook_json
-from .pages import SIDEBAR, expect, kernel_slice, open_sidebar, route_sample, screenshots, themes, unroute, wait_for
+from .pages import (
+    SIDEBAR,
+    expect,
+    kernel_slice,
+    open_sidebar,
+    reload,
+    route_sample,
+    screenshots,
+    themes,
+    unroute,
+    wait_for,
+)
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 WHOLE_GPU = "python3-vgpu-1"
 EXTRA_KERNELSPECS = {WHOLE_GPU: ("Python 3 (1 GPU)", {"gpu_fraction": 1})}
 SERVER_CONFIG = {"VGPUServer": {"monitor_interval": 0.5, "dashboard_step": 1}}
-# window.jupyterapp: open files, switch themes with a dialog open.
-LAB_ARGS = ["--LabApp.expose_app_in_browser=True"]
 
 RESIZE = "work/resize.ipynb"
 LONG = "work/a-rather-long-notebook-name-for-the-training-runs.ipynb"
@@ -211,7 +220,7 @@ def test_colours_survive_a_reload_and_hovering_links_a_row_to_its_bar(
     assert len(set(before.values())) == 2, before
     for sid, colour in before.items():  # the same colour in the bar
         assert colour_of(sidebar.locator(f'.jp-vgpu-DeviceBar-slice[data-slice-id="{sid}"]')) == colour
-    page.reload()
+    reload(page)
     sidebar = open_sidebar(page)
     expect(sidebar.locator(".jp-vgpu-SliceRow")).to_have_count(2)
     after = {sid: colour_of(sidebar.locator(f'.jp-vgpu-SliceRow[data-slice-id="{sid}"]')) for sid in ids}
@@ -297,7 +306,7 @@ def test_after_a_reload_the_kernel_picker_selects_a_kernel_with_room(
     (lab.root / WHOLE).write_text(notebook_json(WHOLE_GPU, "Python 3 (1 GPU)"))
     open_notebook(page, WHOLE)
     refused_then_picker(page).locator(".jp-Dialog-footer .jp-mod-reject").click()
-    page.reload()
+    reload(page)
     picker = refused_then_picker(page)
     select = picker.locator("select")
     hint = picker.locator(".jp-vgpu-KernelHint")

@@ -17,7 +17,18 @@ from typing import Any
 import pytest
 
 from .conftest import ARTIFACTS, KERNEL_DISPLAY_NAME, Lab, notebook_json
-from .pages import SAMPLE, SIDEBAR, expect, kernel_slice, lab_screenshot, open_sidebar, route_sample, unroute, wait_for
+from .pages import (
+    SAMPLE,
+    SIDEBAR,
+    expect,
+    kernel_slice,
+    lab_screenshot,
+    open_sidebar,
+    reload,
+    route_sample,
+    unroute,
+    wait_for,
+)
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -135,7 +146,7 @@ def test_screenshots_in_light_and_dark_themes(lab: Lab, page: Any, opened: dict)
     lab_screenshot(page, ARTIFACTS / "lab-light.png")
     lab.set_theme("JupyterLab Dark")
     try:
-        page.reload()
+        reload(page)
         expect(page.locator('body[data-jp-theme-light="false"]')).to_have_count(1, timeout=60_000)
         sidebar = open_sidebar(page)
         expect(notebook_row(page)).to_be_visible()
@@ -145,7 +156,7 @@ def test_screenshots_in_light_and_dark_themes(lab: Lab, page: Any, opened: dict)
         lab_screenshot(page, ARTIFACTS / "lab-dark.png")
     finally:
         lab.set_theme("JupyterLab Light")
-    page.reload()
+    reload(page)
     expect(page.locator('body[data-jp-theme-light="true"]')).to_have_count(1, timeout=60_000)
     open_sidebar(page)
 
@@ -271,4 +282,3 @@ def test_with_no_slice_left_the_sidebar_says_how_to_get_one(
     expect(empty).to_contain_text("No kernel holds a GPU slice.")
     expect(sidebar.locator(".jp-vgpu-SliceRow")).to_have_count(0)
     assert lab.slices() == []
-

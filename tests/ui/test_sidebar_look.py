@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from .conftest import ARTIFACTS, KERNEL_DISPLAY_NAME, KERNEL_NAME, Lab, notebook_json
-from .pages import SIDEBAR, expect, kernel_slice, open_sidebar, route_sample, themes, unroute, wait_for
+from .pages import SIDEBAR, expect, kernel_slice, open_sidebar, reload, route_sample, themes, unroute, wait_for
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -36,8 +36,6 @@ DEVICES = [
     {"name": "NVIDIA H100 80GB HBM3", "memory": "80GiB", "utilization": 0},
 ]
 SERVER_CONFIG = {"VGPUServer": {"monitor_interval": 0.5}}
-# window.jupyterapp: switch themes with a dialog open, open files, change a kernel.
-LAB_ARGS = ["--LabApp.expose_app_in_browser=True"]
 
 UNTITLED = "work/Untitled.ipynb"
 UNTITLED1 = "work/Untitled1.ipynb"
@@ -389,11 +387,10 @@ def test_a_kernel_shut_down_from_the_panel_is_not_restarted_by_a_reload(
     assert len(marks) == 1 and UNTITLED1 in json.loads(marks[0][1]), marks
     kernels_before = {k["id"] for k in lab.api("GET", "api/kernels")[1]}
 
-    page.reload()
+    reload(page)
     expect(page.locator(".lm-DockPanel-tabBar .lm-TabBar-tab", has_text="Untitled1.ipynb")).to_have_count(
         1, timeout=60_000
     )
-    page.evaluate("async () => { await window.jupyterapp.restored; }")  # the restored layout first
     activate_tab(page, "Untitled1.ipynb")
     expect(page.locator(".jp-Notification-Toast-info", has_text="Untitled1.ipynb")).to_contain_text(
         "no kernel was started", timeout=20_000
