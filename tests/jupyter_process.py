@@ -38,10 +38,33 @@ def wait_for(check: Any, what: str, timeout: float = 60) -> Any:
         time.sleep(0.2)
 
 
+#: Where the servers a test starts listen: each pytest-xdist worker has ports of its own, below
+#: the range the system hands out for port 0 and for outgoing connections (32768 and up on
+#: Linux), so neither another worker nor a kernel's or a client's socket takes one meanwhile.
+PORTS_FROM = 20_000
+PORTS_PER_WORKER = 600
+_next_port = 0
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A port no one listens on, checked by binding it, from this worker's own range (it is
+    handed out once per cycle through the range)."""
+    global _next_port
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    slot = int(worker[2:]) if worker.startswith("gw") and worker[2:].isdigit() else 0
+    first = PORTS_FROM + (slot % 20) * PORTS_PER_WORKER
+    if _next_port == 0:
+        _next_port = os.getpid() % PORTS_PER_WORKER  # two runs side by side start apart
+    for _ in range(PORTS_PER_WORKER):
+        port = first + _next_port % PORTS_PER_WORKER
+        _next_port += 1
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free port in {first}-{first + PORTS_PER_WORKER - 1}")
 
 
 def isolated_env(tmp: Path, **extra: str) -> dict[str, str]:

@@ -181,21 +181,27 @@ print("RESULT " + json.dumps({"local": local, "joined": joined, "slice": os.envi
 
 def test_beside_a_running_ray_cluster_init_keeps_to_the_slice_and_address_joins_it(node: dict[str, str], tmp_path: Path) -> None:
     import shutil
-    import socket
+
+    from jupyter_process import free_port, stop_group, wait_for
 
     ray_cli = shutil.which("ray", path=str(Path(sys.executable).parent)) or shutil.which("ray")
     assert ray_cli, "the ray command comes with the [ray] extra"
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()
     cluster_env = {**node, "RAY_USAGE_STATS_ENABLED": "0"}
-    started = subprocess.run(
-        [ray_cli, "start", "--head", "--node-ip-address=127.0.0.1", f"--port={port}", "--num-cpus=2", "--num-gpus=4",
-         "--include-dashboard=false", "--disable-usage-stats"],
-        env=cluster_env, capture_output=True, text=True, timeout=120,
+    # `--block` keeps `ray start` and the cluster's processes in a session of their own, which the
+    # test ends: `ray stop` would end every Ray process on the machine, and every process whose
+    # command line names a `monitor.py` (pytest-xdist's workers name the test they run).
+    log = (tmp_path / "ray-start.log").open("w")
+    cluster = subprocess.Popen(
+        [ray_cli, "start", "--head", "--block", "--node-ip-address=127.0.0.1", f"--port={port}", "--num-cpus=2",
+         "--num-gpus=4", "--include-dashboard=false", "--disable-usage-stats"],
+        env=cluster_env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
     )  # fmt: skip
     try:
-        assert started.returncode == 0, started.stdout[-2000:] + started.stderr[-2000:]
+        said = tmp_path / "ray-start.log"
+        # What `ray start` says once the cluster is up, before it blocks.
+        wait_for(lambda: cluster.poll() is not None or "will now block" in said.read_text(), "the Ray cluster", timeout=120)
+        assert cluster.poll() is None, said.read_text()[-3000:]
         script = tmp_path / "cluster.py"
         script.write_text(CLUSTER)
         env = {**node, "RAY_ADDRESS": f"127.0.0.1:{port}", "RAY_USAGE_STATS_ENABLED": "0"}
@@ -211,4 +217,5 @@ def test_beside_a_running_ray_cluster_init_keeps_to_the_slice_and_address_joins_
         assert task["JUPYTER_VGPU_SLICE_ID"] == found["slice"]
         assert int(task["JUPYTER_VGPU_MEMORY_RESERVED"]) == 4 * GiB  # half of the 8 GiB slice, on the cluster too
     finally:
-        subprocess.run([ray_cli, "stop", "--force"], env=cluster_env, capture_output=True, timeout=120)
+        stop_group(cluster)
+        log.close()

@@ -11,7 +11,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -23,6 +22,7 @@ from typing import Any
 
 import pytest
 import requests
+from jupyter_process import free_port
 
 from .conftest import Users, wait_until, world_dir
 
@@ -30,12 +30,6 @@ pytestmark = [pytest.mark.hub, pytest.mark.slow]
 
 HERE = Path(__file__).parent
 CHP = HERE / "node_modules" / ".bin" / "configurable-http-proxy"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _proxy_command() -> str:
@@ -133,10 +127,10 @@ def hub(system_users: Users) -> Iterator[Hub]:
     share = world_dir("vgpu-hub-share-")
     for name, fraction in (("quarter", "1/4"), ("half", "1/2")):
         _kernelspec(share, name, fraction)
-    port, token = _free_port(), uuid.uuid4().hex
+    port, token = free_port(), uuid.uuid4().hex
     config = state / "jupyterhub_config.py"
     config.write_text(CONFIG.format(
-        port=port, hub_port=_free_port(), proxy_api_port=_free_port(), admin_port=_free_port(), chp=chp,
+        port=port, hub_port=free_port(), proxy_api_port=free_port(), admin_port=free_port(), chp=chp,
         state=state, sockets=sockets, share=share, token=token, alice=system_users.alice.name,
         bob=system_users.bob.name, students=system_users.students,
     ))

@@ -43,6 +43,7 @@ def _outputs(nb: nbformat.NotebookNode) -> str:
     return "\n".join(text)
 
 
+@pytest.mark.slow  # half a minute or more on a loaded machine
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: str(p.relative_to(EXAMPLES)))
 def test_each_example_notebook_runs_on_its_own_sliced_kernel(demo_kernels: dict[str, str], path: Path) -> None:
     nb = nbformat.read(path, as_version=4)

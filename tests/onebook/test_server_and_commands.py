@@ -64,6 +64,7 @@ def test_a_server_with_kernels_and_commands_coming_and_going_keeps_one_book(serv
     assert assert_one_book(server, env, ledger, "every kernel was shut down") == set()
 
 
+@pytest.mark.slow  # half a minute or more on a loaded machine
 def test_churn_of_kernels_and_commands_never_overbooks_and_every_view_agrees(server: JupyterProcess) -> None:
     """Kernels start and stop through REST, commands run and exit, for a bounded time (at most
     40 s of operations); after every operation every view agrees and no GPU is over-booked."""

@@ -68,14 +68,9 @@ def _ports(count: int) -> list[int]:
     base = os.environ.get(PORTS_VARIABLE, "").strip()
     if base:
         return [int(base) + i for i in range(count)]
-    sockets = [socket.socket() for _ in range(count)]
-    try:
-        for s in sockets:
-            s.bind(("127.0.0.1", 0))
-        return [int(s.getsockname()[1]) for s in sockets]
-    finally:
-        for s in sockets:
-            s.close()
+    from jupyter_process import free_port
+
+    return [free_port() for _ in range(count)]
 
 
 class SlurmCluster:

@@ -109,7 +109,11 @@ def fill(slurm: SlurmCluster) -> list[str]:
 def test_a_running_kernels_job_shows_its_node_gpu_shards_state_and_the_use_it_reports(lab: Lab, page: Any) -> None:
     page.goto(lab.page_url("lab/tree/work/train.ipynb"))
     sidebar = open_sidebar(page)
-    row = wait_for("the kernel's job in /api/vgpu/slices", lambda: job_row(lab, "work/train.ipynb"))
+    # The row comes when Slurm runs the job; its GPU once the job's node has said which it got.
+    row = wait_for(
+        "the kernel's job on its GPU in /api/vgpu/slices",
+        lambda: (found := job_row(lab, "work/train.ipynb")) and found["gpu_indices"] and found,
+    )
     job, node, (gpu,) = row["job_id"], row["node"], row["gpu_indices"]
     # The login node has no GPU: no "Kernels run on the CPU", but where its GPU kernels run.
     expect(sidebar).to_contain_text("No GPU on this server.")
