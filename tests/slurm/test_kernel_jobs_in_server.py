@@ -99,6 +99,9 @@ def run_in_kernel(server: JupyterProcess, kernel_id: str, code: str) -> str:
 
     client = BlockingKernelClient(connection_file=str(Path(server.env["JUPYTER_RUNTIME_DIR"]) / f"kernel-{kernel_id}.json"))
     client.load_connection_file()
+    # A client without a manager takes the kernel for dead after one heartbeat missed by 1 s,
+    # which a loaded machine's kernel starting on its node once did: 10 s.
+    client.hb_channel.time_to_dead = 10.0
     client.start_channels()
     try:
         client.wait_for_ready(timeout=60)
