@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import tempfile
 import time
 from collections.abc import Iterator
@@ -20,6 +21,8 @@ def vgpu_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[s
     env = {
         "JUPYTER_VGPU_SIMULATE": "1x16GiB",
         "JUPYTER_VGPU_LEDGER": str(tmp_path / "vgpu" / "ledger.sqlite"),
+        # SIGABRT makes a hung command print every thread's stack (tests/test_cli.py, _stacks_of)
+        "PYTHONFAULTHANDLER": "1",
     }
     for key, value in env.items():
         monkeypatch.setenv(key, value)
@@ -99,6 +102,30 @@ def users_own_ledger_is_never_touched() -> Iterator[None]:
     before = state()
     yield
     assert state() == before, f"the test session wrote to the user's own ledger {real}"
+
+
+#: Signals whose disposition and mask every process a test starts inherits (an ignored or blocked
+#: SIGINT makes a later test's Ctrl+C do nothing).
+_INHERITED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+def _signal_state() -> tuple[list[str], set[int]]:
+    ignored = [signal.Signals(s).name for s in _INHERITED_SIGNALS if signal.getsignal(s) == signal.SIG_IGN]
+    return ignored, set(signal.pthread_sigmask(signal.SIG_BLOCK, [])) & set(_INHERITED_SIGNALS)
+
+
+@pytest.fixture(autouse=True)
+def leaves_signals_as_they_were() -> Iterator[None]:
+    """A test may not leave its worker ignoring or blocking a signal: the processes of every later
+    test on that worker would inherit it."""
+    before = _signal_state()
+    yield
+    after = _signal_state()
+    if after != before:
+        for name in after[0]:  # put them back for the next test, then say who did it
+            signal.signal(signal.Signals[name], signal.default_int_handler if name == "SIGINT" else signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_SETMASK, before[1])
+        pytest.fail(f"the test left its worker ignoring {after[0]} and blocking {sorted(after[1])} (before: {before})")
 
 
 # -- The suite in parallel: pytest-xdist's `--dist loadgroup` (./scripts/test) ----------------------

@@ -365,20 +365,19 @@ def _stderr_line(process: subprocess.Popen[str], timeout: float = 30) -> str:
 
 
 def _stacks_of(process: subprocess.Popen[str]) -> str:
-    """Every thread's stack of a hung ``process`` started with PYTHONFAULTHANDLER=1 (SIGABRT makes
-    faulthandler print them on its stderr), for the failure's message."""
+    """Every thread's stack of a hung ``process`` started with PYTHONFAULTHANDLER=1 (``vgpu_env``:
+    SIGABRT makes faulthandler print them on its stderr), for the failure's message."""
     process.send_signal(signal.SIGABRT)
     process.wait(10)
     assert process.stderr is not None
     return process.stderr.read()
 
 
-def test_run_wait_says_it_waits_in_line_and_when_its_place_changes(vgpu_env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+def test_run_wait_says_it_waits_in_line_and_when_its_place_changes(vgpu_env: dict[str, str]) -> None:
     """A blank terminal while waiting looks like a hang (issue 33): one line as it joins the line,
     one when its place changes; nothing per attempt. (-q says nothing: the test above.)"""
     # Ctrl+C once left the first waiter running for 30 s in two loaded runs of the whole suite (never
     # alone, nor in 120 tries beside it): if it does again, the failure shows where it was.
-    monkeypatch.setenv("PYTHONFAULTHANDLER", "1")
     holder = subprocess.Popen([*JUPYTER_VGPU, "run", "-q", "-p", "1", "--", "sleep", "60"])
     waiters: list[subprocess.Popen[str]] = []
     try:

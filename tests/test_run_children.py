@@ -99,7 +99,14 @@ def test_a_daemon_that_forked_twice_and_left_the_session_keeps_the_slice_too(
 ) -> None:
     gate, where = tmp_path / "gate", tmp_path / "daemon.pid"
     run = start_run(started, tmp_path, sys.executable, "-c", DAEMON, str(gate), str(where))
-    wait_until(lambda: "so its slice stays reserved" in said(tmp_path), timeout=60, what="run waiting for the daemon")
+    try:
+        wait_until(lambda: "so its slice stays reserved" in said(tmp_path), timeout=60, what="run waiting for the daemon")
+    except AssertionError:  # once in a loaded run of the whole suite: what run said, and where it was
+        alive = run.poll() is None
+        if alive:
+            run.send_signal(signal.SIGABRT)  # faulthandler (vgpu_env) prints its threads' stacks
+            run.wait(10)
+        raise AssertionError(f"run {'was still running' if alive else f'exited {run.returncode}'} and said:\n{said(tmp_path)}") from None
     daemon = psutil.Process(int(where.read_text()))
     assert os.getsid(daemon.pid) != os.getsid(run.pid) and daemon.ppid() == run.pid  # adopted by run
     assert len(slices()) == 1
