@@ -68,6 +68,7 @@ JUPYTER_FOLDERS = {
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    _note_who_ignores()
     home = Path(tempfile.mkdtemp(prefix=f"vgpu-tests-{os.environ.get('PYTEST_XDIST_WORKER', 'main')}-"))
     config.stash[_HOME] = home
     for variable, folder in JUPYTER_FOLDERS.items():
@@ -114,18 +115,50 @@ def _signal_state() -> tuple[list[str], set[int]]:
     return ignored, set(signal.pthread_sigmask(signal.SIG_BLOCK, [])) & set(_INHERITED_SIGNALS)
 
 
+#: Who last set one of them to SIG_IGN in this process (a stack), for the failure that says so.
+_IGNORED_BY: dict[str, str] = {}
+
+
+def _note_who_ignores() -> None:
+    """Wrap :func:`signal.signal` so that whoever makes this process ignore one of the inherited
+    signals is known by its stack (a module fixture or code between tests is no test's own)."""
+    import traceback
+
+    original = signal.signal
+
+    def noting(signum: Any, handler: Any) -> Any:
+        if handler == signal.SIG_IGN and signum in _INHERITED_SIGNALS:
+            _IGNORED_BY[signal.Signals(signum).name] = "".join(traceback.format_stack(limit=25)[:-1])
+        return original(signum, handler)
+
+    signal.signal = noting  # type: ignore[assignment]
+
+
 @pytest.fixture(autouse=True)
 def leaves_signals_as_they_were() -> Iterator[None]:
-    """A test may not leave its worker ignoring or blocking a signal: the processes of every later
-    test on that worker would inherit it."""
+    """No test runs in, or leaves, a worker that ignores or blocks a signal: the processes of
+    every later test on that worker would inherit it (a Ctrl+C test's command then ignored it)."""
+    clean: tuple[list[str], set[int]] = ([], set())
     before = _signal_state()
+    if before != clean:
+        _restore(before)
+        pytest.fail(f"this worker was left ignoring {before[0]} and blocking {sorted(before[1])} before this test; {_who(before)}")
     yield
     after = _signal_state()
-    if after != before:
-        for name in after[0]:  # put them back for the next test, then say who did it
-            signal.signal(signal.Signals[name], signal.default_int_handler if name == "SIGINT" else signal.SIG_DFL)
-        signal.pthread_sigmask(signal.SIG_SETMASK, before[1])
-        pytest.fail(f"the test left its worker ignoring {after[0]} and blocking {sorted(after[1])} (before: {before})")
+    if after != clean:
+        _restore(after)
+        pytest.fail(f"the test left its worker ignoring {after[0]} and blocking {sorted(after[1])}; {_who(after)}")
+
+
+def _restore(state: tuple[list[str], set[int]]) -> None:
+    for name in state[0]:
+        signal.signal(signal.Signals[name], signal.default_int_handler if name == "SIGINT" else signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, state[1])
+
+
+def _who(state: tuple[list[str], set[int]]) -> str:
+    said = [f"{name} was ignored by:\n{_IGNORED_BY.pop(name, '(unknown)')}" for name in state[0]]
+    return "\n".join(said) or "blocked by code that did not say"
 
 
 # -- The suite in parallel: pytest-xdist's `--dist loadgroup` (./scripts/test) ----------------------
