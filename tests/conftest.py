@@ -68,6 +68,11 @@ JUPYTER_FOLDERS = {
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    # A suite started in the background of a non-interactive shell (`cmd &`, some CI runners)
+    # inherits SIGINT ignored, and so would every process the tests start: a test's Ctrl+C would do
+    # nothing to its command (run --wait waited on). The tests start their processes as a terminal
+    # does, with the default dispositions.
+    _restore(_signal_state())
     _note_who_ignores()
     home = Path(tempfile.mkdtemp(prefix=f"vgpu-tests-{os.environ.get('PYTEST_XDIST_WORKER', 'main')}-"))
     config.stash[_HOME] = home
