@@ -21,7 +21,7 @@ def vgpu_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[s
     env = {
         "JUPYTER_VGPU_SIMULATE": "1x16GiB",
         "JUPYTER_VGPU_LEDGER": str(tmp_path / "vgpu" / "ledger.sqlite"),
-        # SIGABRT makes a hung command print every thread's stack (tests/test_cli.py, _stacks_of)
+        # SIGABRT makes a hung command print every thread's stack (jupyter_process.abort_for_stacks)
         "PYTHONFAULTHANDLER": "1",
     }
     for key, value in env.items():
@@ -172,9 +172,9 @@ def _who(state: tuple[list[str], set[int]]) -> str:
 #: that they run one after another on one worker: the Slurm cluster (its daemons), the Unix users
 #: (useradd, and the mode of the folders above the interpreter).
 MACHINE_WIDE = {"slurm_cluster": "slurm", "system_users": "unix-users"}
-#: Modules whose tests share a machine-wide resource that no fixture names: Ray's `ray stop`, and
-#: the tests that build and install the wheel (pip's and yarn's caches; two at once would only
-#: take each other's two cores).
+#: Modules whose tests share a machine-wide resource that no fixture names: Ray (its clusters'
+#: processes and ports), and the tests that build and install the wheel (pip's and yarn's caches;
+#: two at once would only take each other's two cores).
 MODULE_GROUPS = {"tests/test_ray.py": "ray", "tests/install/test_wheel.py": "install"}
 
 
@@ -241,9 +241,7 @@ def _weight(item: pytest.Item) -> float:
     """A rough cost of a test, to start the long groups first: what it starts."""
     names = set(item.fixturenames)
     marks = {mark.name for mark in item.iter_markers()}
-    if "slurm_cluster" in names or "system_users" in names or "install" in marks:
-        return 5.0
-    if "browser" in marks or "tensorflow" in marks or "hub" in marks:
+    if {"slurm_cluster", "system_users"} & names or {"install", "browser", "tensorflow", "hub"} & marks:
         return 5.0
     if "slow" in marks:
         return 3.0

@@ -195,6 +195,13 @@ class JupyterProcess:
         return self.stopped_in
 
 
+def abort_for_stacks(process: subprocess.Popen[Any]) -> None:
+    """SIGABRT a hung ``process`` started with PYTHONFAULTHANDLER=1 (``vgpu_env`` sets it): it
+    prints every thread's stack on its stderr and ends; waited for up to 10 s."""
+    process.send_signal(signal.SIGABRT)
+    process.wait(10)
+
+
 def stop_group(process: subprocess.Popen[bytes]) -> None:
     """End a process started with ``start_new_session=True`` and everything in its group:
     SIGTERM, then SIGKILL after 15 s (no test leaves a server behind)."""

@@ -22,6 +22,7 @@ from pathlib import Path
 import psutil
 import pytest
 from hub.conftest import wait_until  # type: ignore[import-not-found]
+from jupyter_process import abort_for_stacks
 
 CLI = [sys.executable, "-m", "jupyter_vgpu.cli"]
 
@@ -104,8 +105,7 @@ def test_a_daemon_that_forked_twice_and_left_the_session_keeps_the_slice_too(
     except AssertionError:  # once in a loaded run of the whole suite: what run said, and where it was
         alive = run.poll() is None
         if alive:
-            run.send_signal(signal.SIGABRT)  # faulthandler (vgpu_env) prints its threads' stacks
-            run.wait(10)
+            abort_for_stacks(run)  # its threads' stacks, in run.err
         raise AssertionError(f"run {'was still running' if alive else f'exited {run.returncode}'} and said:\n{said(tmp_path)}") from None
     daemon = psutil.Process(int(where.read_text()))
     assert os.getsid(daemon.pid) != os.getsid(run.pid) and daemon.ppid() == run.pid  # adopted by run
