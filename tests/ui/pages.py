@@ -13,9 +13,17 @@ SIDEBAR_TAB = '.lm-TabBar-tab[data-id="jupyter-vgpu-sidebar"]'
 THEMES = {"light": "JupyterLab Light", "dark": "JupyterLab Dark"}
 
 
+# Playwright's own default (5 s) is a deadline for an idle machine: on two loaded cores a kernel's
+# shutdown, a sample (0.5 s) and the panel's refresh (2 s) took longer (a row still listed after
+# its kernel's "Shut Down", run 8 of issue 45). An assertion waits for what it names, so a longer
+# deadline costs only a failing test its time.
+EXPECT_TIMEOUT_MS = 20_000
+
+
 def expect(locator: Any) -> Any:
     from playwright.sync_api import expect as playwright_expect
 
+    playwright_expect.set_options(timeout=EXPECT_TIMEOUT_MS)
     return playwright_expect(locator)
 
 

@@ -65,6 +65,18 @@ def command_holder(lab: Lab) -> Iterator[subprocess.Popen[bytes]]:
             process.kill()
 
 
+def command_slice(lab: Lab, run: subprocess.Popen[bytes]) -> dict[str, Any]:
+    """The command's slice once its command holds it: ``jupyter vgpu run`` books it as its own
+    process, then gives it to the command it starts, whose GPU memory is the slice's; memory
+    simulated for run's own pid would be a foreign process's (its row read "unknown"; a CI flake)."""
+    return wait_for(
+        "the command's slice, held by the command",
+        lambda: next(
+            (s for s in lab.slices() if s["holder_kind"] == "command" and s["pid"] not in (None, run.pid)), None
+        ),
+    )
+
+
 def test_sidebar_shows_the_notebook_with_its_kernel_and_reserved_size(lab: Lab, page: Any, opened: dict) -> None:
     open_sidebar(page)
     row = notebook_row(page)
@@ -118,9 +130,7 @@ def test_refresh_interval_is_a_user_setting(lab: Lab) -> None:
 def test_command_holders_and_foreign_usage_are_listed(
     lab: Lab, page: Any, opened: dict, command_holder: subprocess.Popen[bytes]
 ) -> None:
-    command = wait_for(
-        "the command's slice", lambda: next((s for s in lab.slices() if s["holder_kind"] == "command"), None)
-    )
+    command = command_slice(lab, command_holder)
     lab.simulate(
         [
             {"gpu": 0, "pid": opened["pid"], "memory": "1.5GiB", "utilization": 40},
@@ -218,7 +228,7 @@ def test_no_gpu_is_said_plainly(lab: Lab, page: Any, opened: dict) -> None:
 def test_free_reads_the_same_in_the_sidebar_the_api_and_the_cli(
     lab: Lab, page: Any, opened: dict, command_holder: subprocess.Popen[bytes]
 ) -> None:
-    command = wait_for("the command's slice", lambda: next((s for s in lab.slices() if s["holder_kind"] == "command"), None))
+    command = command_slice(lab, command_holder)
     # the notebook's kernel uses 1 GiB beyond its 4 GiB: nobody else can have that
     lab.simulate([{"gpu": 0, "pid": opened["pid"], "memory": "5GiB"}, {"gpu": 0, "pid": command["pid"], "memory": "1GiB"}])
     figure = "7.0 GiB"  # 16 - 4 - 4 reserved - 1 used beyond its slice
