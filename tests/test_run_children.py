@@ -87,8 +87,9 @@ DAEMON = textwrap.dedent(
     os.setsid()  # a session of its own: out of the terminal's reach
     if os.fork():
         os._exit(0)
-    with open(where, "w") as out:
+    with open(where + ".tmp", "w") as out:
         out.write(str(os.getpid()))
+    os.replace(where + ".tmp", where)  # whole or not at all
     while not os.path.exists(gate):
         time.sleep(0.05)
     """
@@ -107,8 +108,13 @@ def test_a_daemon_that_forked_twice_and_left_the_session_keeps_the_slice_too(
         if alive:
             abort_for_stacks(run)  # its threads' stacks, in run.err
         raise AssertionError(f"run {'was still running' if alive else f'exited {run.returncode}'} and said:\n{said(tmp_path)}") from None
+    # run speaks once the command has ended and a process of it lives on: the daemon may not have
+    # written its pid yet, nor its parent (the first fork) have ended (run 9 of issue 45 read the
+    # file before it was there). Wait for both: run adopts the daemon when its parent ends.
+    wait_until(where.exists, timeout=60, what="the daemon's pid")
     daemon = psutil.Process(int(where.read_text()))
-    assert os.getsid(daemon.pid) != os.getsid(run.pid) and daemon.ppid() == run.pid  # adopted by run
+    wait_until(lambda: daemon.ppid() in (run.pid, 1), timeout=60, what="the daemon's parent (the first fork) ended")
+    assert os.getsid(daemon.pid) != os.getsid(run.pid) and daemon.ppid() == run.pid, daemon.ppid()  # adopted by run
     assert len(slices()) == 1
     gate.touch()
     assert run.wait(60) == 0
