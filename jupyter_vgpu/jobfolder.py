@@ -7,7 +7,8 @@ named by the job id alone can be made by anyone before the job starts (or be lef
 job of the same id, from another cluster on the machine or a controller whose state was cleared).
 So every job folder lives in a folder of this user's own (:func:`user_base`): ``$XDG_RUNTIME_DIR``
 when it is this user's, else ``<TMPDIR or /tmp>/jupyter-vgpu-<uid>``, made 0700 and then checked
-(owned by this user, open to no one else, not a link). Inside it:
+(owned by this user, open to no one else, not a link); when someone took that name first, the
+next fresh one (``jupyter-vgpu-<uid>.1`` ...). Inside it:
 
 * ``job-<cluster>-<job id>``: the job's ledger for every process of the job that names none
   (a batch script's ``jupyter vgpu run`` steps share it: :func:`job_ledger_path`);
@@ -68,32 +69,42 @@ def not_private(path: Path, uid: int) -> str | None:
     return None
 
 
+#: How many names :func:`user_base` tries when the first is taken (``jupyter-vgpu-<uid>.1`` ...).
+FRESH_NAMES = 64
+
+
 def user_base(env: Mapping[str, str]) -> Path:
     """This user's private folder on this node for job folders: ``$XDG_RUNTIME_DIR`` when it is
     this user's, else ``<TMPDIR or /tmp>/jupyter-vgpu-<uid>``, made 0700 (or found so). A folder of
-    that name that is not this user's private one is refused in one sentence (InvalidConfig):
-    never used, never taken over."""
+    that name that is not this user's private one is never used, never taken over: the next name
+    (``jupyter-vgpu-<uid>.1``, ``.2`` ...) is made instead, exclusively, so that every process of
+    the job finds the same one (hardening round five, M3: one ``mkdir`` by another user locked this
+    one out of Slurm). When every name is taken, one sentence (InvalidConfig) says so."""
     uid = os.geteuid()
     runtime = env.get("XDG_RUNTIME_DIR", "").strip()
     if runtime and os.path.isabs(runtime) and not_private(Path(runtime), uid) is None:
         return Path(runtime)
     tmp = env.get("TMPDIR", "").strip() or "/tmp"
-    base = Path(tmp if os.path.isabs(tmp) else "/tmp") / f"jupyter-vgpu-{uid}"
-    try:
-        os.mkdir(base, 0o700)
-    except FileExistsError:
-        pass  # checked below: ours from an earlier job, or refused
-    except OSError as error:
-        raise InvalidConfig(
-            f"Cannot make {base} for this Slurm job's ledger ({error.strerror}); set TMPDIR to a folder of yours on the node."
-        ) from None
-    problem = not_private(base, uid)
-    if problem:
-        raise InvalidConfig(
-            f"{base} {problem}, so this Slurm job has no safe folder for its ledger on this node; "
-            "remove it, or set TMPDIR to a folder of yours on the node."
-        )
-    return base
+    first = Path(tmp if os.path.isabs(tmp) else "/tmp") / f"jupyter-vgpu-{uid}"
+    taken = ""
+    for number in range(FRESH_NAMES + 1):
+        base = first if number == 0 else first.with_name(f"{first.name}.{number}")
+        try:
+            os.mkdir(base, 0o700)
+        except FileExistsError:
+            pass  # checked below: ours from an earlier job (or this job's other process), or taken
+        except OSError as error:
+            raise InvalidConfig(
+                f"Cannot make {base} for this Slurm job's ledger ({error.strerror}); set TMPDIR to a folder of yours on the node."
+            ) from None
+        problem = not_private(base, uid)
+        if problem is None:
+            return base
+        taken = taken or f"{base} {problem}"
+    raise InvalidConfig(
+        f"{taken}, and so are the next {FRESH_NAMES} names, so this Slurm job has no safe folder for its ledger on this node; "
+        "remove them, or set TMPDIR to a folder of yours on the node."
+    )
 
 
 def job_ledger_path(env: Mapping[str, str]) -> Path:

@@ -309,10 +309,15 @@ class VGPUProvisioner(LocalProvisioner, BurstLimits):  # type: ignore[misc,metac
             if isinstance(error, asyncio.CancelledError):
                 raise
             forget_when_done(getattr(self.parent, "parent", None), str(self.kernel_id))
-            shown = as_shown(error, self.log)
-            if isinstance(shown, ShownToUser):
-                shown = await self._refused(error, shown)
-            raise shown from None
+            raise (await self._shown(error)) from None
+
+    async def _shown(self, error: BaseException) -> BaseException:
+        """What the user's kernel-start dialog shows for ``error`` (its status and one sentence),
+        recorded as a refusal where it is one."""
+        shown = as_shown(error, self.log)
+        if isinstance(shown, ShownToUser):
+            shown = await self._refused(error, shown)
+        return shown
 
     async def _refused(self, error: BaseException, shown: ShownToUser) -> ShownToUser:
         """Record the refusal for the REST API and say it the way a person can act on (:mod:`.launch.refusing`)."""
@@ -335,11 +340,14 @@ class VGPUProvisioner(LocalProvisioner, BurstLimits):  # type: ignore[misc,metac
         fails frees the slice reserved for it."""
         try:
             return await self._launcher().launch(self, cmd, **kwargs)
-        except BaseException:
+        except BaseException as error:
             await self._release()
             await self._launcher().cleanup(self, restart=False)
             forget_when_done(getattr(self.parent, "parent", None), str(self.kernel_id))
-            raise
+            if not isinstance(error, VGPUError):
+                raise  # a kernelspec's bad argv is jupyter_client's to say
+            # a launcher's refusal (no safe folder on the node: round five, M3) is said as one, never a 500
+            raise (await self._shown(error)) from None
 
     async def _pre_launch(self, **kwargs: Any) -> dict[str, Any]:
         env = without_slice(kwargs.get("env") or os.environ)

@@ -8,6 +8,8 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +19,7 @@ from jupyter_vgpu.server.bursts import BurstReclaimer
 from jupyter_vgpu.server.monitor import UsageMonitor
 from jupyter_vgpu.server.reclaim import IdleReclaimer, placed
 from jupyter_vgpu.server.watchdog import Watchdog
-from jupyter_vgpu.slices import Holder, SliceRequest
+from jupyter_vgpu.slices import Actor, Holder, SliceRequest
 from jupyter_vgpu.units import GiB
 
 PID = 3_900_000  # pids no process has: the simulated GPU's processes
@@ -96,4 +98,123 @@ def test_placement_counts_a_burst_of_the_moment_as_room_to_burst_into(tmp_path: 
         # limit once the burst is back, GPU 0 only 4 (2 GiB to burst): GPU 1 it is.
         assert new.gpus == on1[0].gpus, (new.gpu_indices, on0[0].gpu_indices)
     finally:
+        ledger.close()
+
+
+class Restarts(Kernels):
+    """The kernel manager, recording the restarts the burst reclaim asks for."""
+
+    def __init__(self, ids: list[str]) -> None:
+        super().__init__(ids)
+        self.restarted: list[str] = []
+
+    async def restart_kernel(self, kernel_id: str) -> None:
+        self.restarted.append(kernel_id)
+
+
+def test_another_users_requests_get_one_burst_reclaim_per_window_this_users_own_are_not_bounded(tmp_path: Path) -> None:
+    """Hardening round five, H1: bob asked again and again, and each of his places in line
+    restarted alice's bursting kernel once per notice. Like the idle reclaim, another user's
+    requests cause one reclaim every ``per_user_seconds``; the server's own user's are not bounded."""
+    spec = tmp_path / "gpus.json"
+    spec.write_text(json.dumps({"devices": [{"name": "Simulated GPU", "memory": "16GiB"}], "processes": []}))
+    ledger = open_ledger(VGPU(ledger_path=str(tmp_path / "ledger.sqlite"), simulate=str(spec)))
+    bob = ledger.acting_for(Actor("bob", os.getuid() + 4242))
+    mine = ledger.reserve(SliceRequest.parse(memory="2GiB", limit="14GiB"), Holder.kernel("k0", pid=os.getpid(), keeper=os.getpid()))
+    ledger.attach(mine.id, PID)
+    write(spec, {PID: 12 * GiB}, mine.gpus[0])  # 10 GiB above its request: 4 GiB left for anyone
+    manager = Restarts(["k0"])
+    watchdog = Watchdog(manager)
+    bursts = BurstReclaimer(
+        manager, watchdog, notice=0.0, placed=lambda want, gpus: placed(want, gpus, ledger.allowance_for), per_user_seconds=600.0
+    )
+    reclaimer = IdleReclaimer(manager, watchdog, allowance=ledger.allowance_for, bursts=bursts)
+    monitor = UsageMonitor(ledger, interval=1.0)
+    eight = SliceRequest.parse(memory="8GiB")  # fits only with the burst back
+    start = time.time()
+
+    async def tick(at: float) -> None:
+        sample = replace(monitor.collect({"k0": PID}), taken_at=start + at)
+        assert sample.message is None, sample.message
+        await reclaimer.check(sample)
+        await bursts.stop()  # a restart asked for is done before the next tick
+
+    try:
+        first = bob.enqueue(eight, Holder.command("bob's first", pid=os.getpid()))
+        asyncio.run(tick(0))
+        assert set(bursts.notices) == {mine.id}  # a notice for bob's request...
+        asyncio.run(tick(1))
+        assert manager.restarted == ["k0"]  # ...and, the notice run out, the restart
+        bob.leave_queue(first)  # bob gave up (or was refused) and asks again; alice bursts again
+        again = bob.enqueue(eight, Holder.command("bob's second", pid=os.getpid()))
+        for at in (2, 3, 300, 599):
+            asyncio.run(tick(at))
+            assert not bursts.notices and manager.restarted == ["k0"], at  # his reclaim was had lately
+        asyncio.run(tick(601))
+        assert set(bursts.notices) == {mine.id}  # a new window: his request may ask again
+        bob.leave_queue(again)
+        asyncio.run(tick(602))
+        assert not bursts.notices  # nobody needs it: withdrawn
+
+        # This server's user's own requests are not bounded: the kernels are theirs.
+        for at in (700, 800):
+            own = ledger.enqueue(eight, Holder.command("my own", pid=os.getpid()))
+            asyncio.run(tick(at))
+            asyncio.run(tick(at + 1))
+            ledger.leave_queue(own)
+        assert manager.restarted == ["k0", "k0", "k0"]
+    finally:
+        monitor.executor.shutdown(wait=False)
+        ledger.close()
+
+
+def test_bursts_beyond_what_no_request_holds_get_a_notice_with_nobody_waiting_the_youngest_first(tmp_path: Path) -> None:
+    """Hardening round five, M2: alice's kernel burst to 11.5 GiB while the other requests on the
+    16 GiB GPU were booked and not yet used; when they used them, 19.5 GiB were in use and nothing
+    gave anything back. On a real GPU the last to allocate within its request runs out of memory."""
+    spec = tmp_path / "gpus.json"
+    spec.write_text(json.dumps({"devices": [{"name": "Simulated GPU", "memory": "16GiB"}], "processes": []}))
+    ledger = open_ledger(VGPU(ledger_path=str(tmp_path / "ledger.sqlite"), simulate=str(spec)))
+    others = ledger.acting_for(Actor("bob", os.getuid() + 4242))
+    elastic = SliceRequest.parse(memory="2GiB", limit="12GiB")
+    old, young = (ledger.reserve(elastic, Holder.kernel(k, pid=os.getpid(), keeper=os.getpid())) for k in ("k0", "k1"))
+    ledger.attach(old.id, PID)
+    ledger.attach(young.id, PID + 1)
+    bobs = others.reserve(SliceRequest.parse(memory="4GiB"), Holder("command", "bob's", pid=os.getpid(), keeper=os.getpid()))
+    others.attach(bobs.id, PID + 2)
+    gpu = old.gpus[0]
+    manager = Restarts(["k0", "k1"])
+    watchdog = Watchdog(manager)
+    bursts = BurstReclaimer(manager, watchdog, notice=30.0, placed=lambda want, gpus: placed(want, gpus, ledger.allowance_for))
+    reclaimer = IdleReclaimer(manager, watchdog, allowance=ledger.allowance_for, bursts=bursts)
+    monitor = UsageMonitor(ledger, interval=1.0)
+    start = time.time()
+
+    def tick(at: float, use: dict[int, float]) -> None:
+        write(spec, {pid: int(gib * GiB) for pid, gib in use.items() if gib}, gpu)  # a process using nothing is not listed
+        os.utime(spec, (start + at, start + at))  # read again when its stamp changes: two writes of one size in a tick would not be
+        sample = replace(monitor.collect({"k0": PID, "k1": PID + 1}), taken_at=start + at)
+        assert sample.message is None, sample.message
+        asyncio.run(reclaimer.check(sample))
+
+    try:
+        # 8 GiB booked (2 + 2 + 4): 8 GiB no request holds. Both burst within it while bob uses nothing.
+        tick(0, {PID: 6, PID + 1: 2, PID + 2: 0})
+        tick(1, {PID: 6, PID + 1: 6, PID + 2: 0})  # k1 began bursting later: the younger
+        assert not bursts.notices  # 8 GiB of bursts in the 8 GiB no request holds
+        tick(2, {PID: 6, PID + 1: 7, PID + 2: 4})  # bob uses his request; bursts now hold 9 GiB of 8
+        assert set(bursts.notices) == {young.id}  # the youngest covers the 1 GiB: at once, nobody waiting
+        notice = bursts.notice(young.id, start + 2)
+        assert notice is not None and notice["for"] == "the requests booked on GPU 0 need 1.0 GiB that bursts hold", notice
+        tick(3, {PID: 6, PID + 1: 9, PID + 2: 4})  # 3 GiB over: its 7 GiB of burst still cover it
+        assert set(bursts.notices) == {young.id}
+        tick(4, {PID: 6, PID + 1: 6, PID + 2: 4})  # given back within what no request holds
+        assert not bursts.notices and manager.restarted == []
+        tick(5, {PID: 11, PID + 1: 7, PID + 2: 4})  # 14 GiB of bursts: the youngest's 5 do not cover 6
+        assert set(bursts.notices) == {young.id, old.id}
+        tick(40, {PID: 11, PID + 1: 7, PID + 2: 4})  # the notice ran out: the admin's action
+        asyncio.run(bursts.stop())
+        assert sorted(manager.restarted) == ["k0", "k1"]
+    finally:
+        monitor.executor.shutdown(wait=False)
         ledger.close()

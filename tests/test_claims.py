@@ -17,7 +17,7 @@ from jupyter_vgpu.enforcement import Tier
 from jupyter_vgpu.errors import LedgerError, NotPermitted
 from jupyter_vgpu.gpus import Inventory
 from jupyter_vgpu.ledger import SQLiteLedger
-from jupyter_vgpu.ledger.claims import Claims, key_path
+from jupyter_vgpu.ledger.claims import Claims, claimant, key_path
 from jupyter_vgpu.ledger.file import LedgerFile
 from jupyter_vgpu.server.rebooking import Rebooking
 from jupyter_vgpu.slices import Actor, Holder, SliceRequest
@@ -46,7 +46,7 @@ def test_only_the_slices_own_user_gets_its_claim_and_the_key_is_private(ledger: 
     other = ledger.acting_for(Actor("someone", os.getuid() + 1000, admin=True))
     with pytest.raises(NotPermitted, match=f"Slice {held.id} belongs to .*; only its own user gets its claim."):
         other.claim(held.id)  # an admin too: a claim is for the user it was granted to
-    assert Claims(ledger.path).of(held.id, os.getuid() + 1000) != claim
+    assert Claims(ledger.path).of(held.id, os.getuid() + 1000, claimant(held)) != claim
 
 
 def test_a_key_that_is_not_the_keepers_alone_is_refused_in_one_sentence(ledger: SQLiteLedger) -> None:
@@ -111,3 +111,34 @@ def test_a_server_tells_a_kernel_whose_slice_id_is_held_by_another_holder(ledger
     ((usage, told),) = rebooking.take_untold()
     assert usage.slice.id == held.id
     assert told.startswith("this kernel's GPU slice id is held by someone else now (Slice ") and "restart the kernel" in told
+
+
+def test_a_claim_is_for_the_process_that_kept_the_slice_not_for_its_id_alone(ledger: SQLiteLedger) -> None:
+    """Hardening round five, M1: a user kept the claims of slices he had released and, in a reset's
+    grace, booked those ids again from another process of his, ahead of the live holders."""
+    import subprocess
+    import sys
+
+    sleep = [sys.executable, "-c", "import time; time.sleep(600)"]
+    old, holder = subprocess.Popen(sleep), subprocess.Popen(sleep)
+    try:
+        released = ledger.reserve_now(SliceRequest.parse("1/4"), Holder.command("done long ago", pid=old.pid))
+        stale = ledger.claim(released.id)
+        ledger.release(released.id)
+        # A command under `jupyter vgpu run`: run (this process) keeps it; the program holds it.
+        kept = ledger.reserve_now(SliceRequest.parse("1/4"), Holder("command", "train", pid=holder.pid, keeper=os.getpid()))
+        claim = ledger.claim(kept.id)
+        old.kill()
+        old.wait()
+        reset(ledger)
+        for pid in (os.getpid(), holder.pid):  # his running processes, both started before the reset
+            with pytest.raises(NotPermitted, match=f"Slice {released.id} was not granted to .* for this process"):
+                ledger.rebook(replace(released, pid=pid), stale)
+        assert ledger.slices() == []
+        # The kept slice goes back from its keeper, whichever process holds it now.
+        again = ledger.rebook(replace(kept, pid=holder.pid), claim)
+        assert again.id == kept.id and again.keeper_pid == os.getpid()
+    finally:
+        for process in (old, holder):
+            process.kill()
+            process.wait()

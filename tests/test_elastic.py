@@ -80,6 +80,11 @@ def test_a_limit_equal_to_its_request_is_no_limit() -> None:
         ({"memory": "4GiB", "limit": "1/2"}, "--limit '1/2' is a share of a GPU but the request is memory (4.0 GiB); give the limit as a size too, e.g. 8GiB."),
         ({"memory": "4GiB", "limit": "2GiB"}, "--limit '2GiB' is below its request (4.0 GiB); use a limit of at least 4GiB."),
         ({"limit": "1/2"}, "--limit '1/2' is a limit with no request to burst from; also set -p/--fraction (what is booked and guaranteed)."),
+        # hardening round five, L-4: an empty --limit gave a fixed slice; nan spoke of sizes
+        ({"fraction": "1/4", "limit": ""}, "--limit is empty; give the limit to burst to (1/2, 8GiB), or leave it out for a fixed slice."),
+        ({"fraction": "1/4", "limit": " "}, "--limit is empty; give the limit to burst to (1/2, 8GiB), or leave it out for a fixed slice."),
+        ({"fraction": "1/4", "limit": "nan"}, "--limit 'nan' is outside (0, 1]; use a share of a GPU in (0, 1], written 0.25, 1/4 or 25%."),
+        ({"fraction": "1/4", "limit": "inf"}, "--limit 'inf' is above a whole GPU; use a limit of at most 1 (and at least the request)."),
     ],
 )
 def test_a_limit_that_cannot_go_with_its_request_is_one_sentence(asked: dict[str, str], said: str) -> None:

@@ -284,6 +284,37 @@ async def test_a_kernel_that_fails_to_launch_leaves_no_slice_behind(kernels_dir:
     assert open_ledger().slices() == []
 
 
+async def test_a_launchers_refusal_at_launch_is_said_with_its_status_and_frees_the_slice(
+    kernels_dir: Path, started: list[AsyncKernelManager], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Hardening round five, M3: a Slurm node without a safe folder refused the kernel at launch
+    (after its slice was reserved), and the start answered 500 "Unhandled error"."""
+    from jupyter_vgpu.errors import InvalidConfig
+    from jupyter_vgpu.launch import launchers
+    from jupyter_vgpu.launch.errors import KernelSetupBroken
+
+    said = "/tmp/jupyter-vgpu-1000 belongs to uid 1001, not to you (uid 1000), so this job has no safe folder."
+
+    class Refusing(launchers.LocalLauncher):
+        name = "refusing"
+
+        async def launch(self, provisioner: Any, cmd: list[str], **kwargs: Any) -> Any:
+            raise InvalidConfig(said)
+
+    class Entry:
+        name = "refusing"
+
+        def load(self) -> type:
+            return Refusing
+
+    monkeypatch.setattr(launchers, "_plug_ins", lambda: {"refusing": Entry()})
+    monkeypatch.setattr(launchers, "_made", {})
+    with pytest.raises(KernelSetupBroken) as refused:
+        await start(make_spec(kernels_dir, "refused", {"gpu_fraction": "1/4", "launcher": "refusing"}), started)
+    assert refused.value.status_code == 503 and refused.value.message == said
+    assert open_ledger().slices() == []
+
+
 async def test_a_launcher_plug_in_starts_signals_and_watches_the_kernel(
     kernels_dir: Path, started: list[AsyncKernelManager], monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -64,12 +64,28 @@ def _stamp(pid: int) -> str | None:
         return None
 
 
-def write_use(folder: Path, used: dict[str, int], utilization: dict[str, int], *, pid: int | None = None) -> None:
-    """Say what this process (or the broker's caller ``pid``) holds on each simulated GPU (by
-    UUID); atomic, so a reader never sees half a file."""
+def write_use(
+    folder: Path, used: dict[str, int], utilization: dict[str, int], *, pid: int | None = None, slice_id: str | None = None
+) -> None:
+    """Say what this process (or the broker's caller ``pid``, for its slice ``slice_id``) holds on
+    each simulated GPU (by UUID); atomic, so a reader never sees half a file."""
     pid = os.getpid() if pid is None else pid
-    data = {"pid": pid, "stamp": _stamp(pid), "used": used, "utilization": utilization, "updated": time.time()}
+    data: dict[str, object] = {"pid": pid, "stamp": _stamp(pid), "used": used, "utilization": utilization, "updated": time.time()}
+    if slice_id is not None:
+        data["slice"] = slice_id
     write_json(folder / f"{pid}.json", data, prefix=str(pid))
+
+
+def drop_uses(folder: Path, live: set[str]) -> None:
+    """Remove the figures written for a slice not in ``live`` (it ended; its process may not have)."""
+    try:
+        names = [entry.name for entry in os.scandir(folder) if entry.name.endswith(".json")]
+    except OSError:
+        return
+    for name in names:
+        data = read_own_json(folder / name, MAX_FILE)
+        if isinstance(data, dict) and isinstance(data.get("slice"), str) and data["slice"] not in live:
+            (folder / name).unlink(missing_ok=True)
 
 
 def remove_use(folder: Path) -> None:

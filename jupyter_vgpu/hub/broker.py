@@ -31,7 +31,7 @@ import psutil
 from ..enforcement import by_tier
 from ..errors import InvalidConfig, InvalidRequest, LeftLine, NotPermitted, SliceUnavailable, VGPUError
 from ..gpus.model import GPUProcess, Snapshot
-from ..gpus.simulated_use import write_use
+from ..gpus.simulated_use import drop_uses, write_use
 from ..ledger import SQLiteLedger
 from ..ledger.contract import OPERATIONS
 from ..ledger.wire import (
@@ -45,6 +45,7 @@ from ..ledger.wire import (
 )
 from ..slices import Actor, Holder, SliceRequest, Ticket
 from ..slices.holders import ProcessOwners, process_alive
+from ..slices.holders import held as still_held
 from ..slices.records import HIDDEN_HOLDER, Slice, Waiter
 from ..units import shorten
 from . import quota as quotas
@@ -218,7 +219,10 @@ class Broker:
             with self._grant_lock:
                 if (again := self.acting_for(caller).queued(args["holder"].token)) is not None:
                     return again  # asked again after a lost answer: the same place in line
-                quotas.check_request(quota, args["request"], self._held(caller), self._waiting_of(caller), queueing=True)
+                quotas.check_request(
+                    quota, args["request"], self._held(caller), self._waiting_of(caller), queueing=True,
+                    capacities=self._capacities(quota),
+                )  # fmt: skip
                 quotas.allowed_gpus(quota, self.ledger.inventory.snapshot(), args["request"])
                 return self.acting_for(caller).enqueue(args["request"], args["holder"]).number
         if op == "try_grant":
@@ -231,6 +235,8 @@ class Broker:
                 raise NotPermitted("The broker's ledger does not split; a slice is booked again only after an admin reset it.")
             return self._visible(caller, self._rebook(caller, args["record"], args["claim"]))
         result = getattr(self.acting_for(caller), op)(**args)
+        if op in ("release", "reap"):
+            self.drop_gone_uses()
         if op == "waiting":
             return [waiter_to_wire(self.visible_waiter(caller, w)) for w in self.with_allowed_gpus(result)]
         if isinstance(result, Slice):
@@ -245,13 +251,16 @@ class Broker:
         driver would (:mod:`jupyter_vgpu.gpus.simulated_use`, in the broker's own folder): every
         user's server, ``jupyter vgpu status`` and the line then see it, as on real GPUs. Only on
         simulated GPUs, only for the asking process itself (the socket's peer), only while it is
-        or descends from a holder of one of the caller's slices, each figure within its GPU."""
+        or descends from a holder of one of the caller's slices, only on that slice's GPUs, each
+        figure within its GPU; the figure goes when the slice ends (hardening round five, M4)."""
         folder = self.ledger.inventory.use_folder
         if not self.simulate or folder is None:
             raise InvalidRequest("The broker's GPUs are not simulated: their driver says what each process holds.")
         if not isinstance(used, dict) or not isinstance(utilization or {}, dict):
             raise InvalidRequest("simulated_use takes used and utilization, each by GPU UUID.")
-        sizes = {gpu.uuid: gpu.memory_total for gpu in self.ledger.inventory.snapshot().gpus}
+        gpus = self.ledger.inventory.snapshot().gpus
+        sizes = {gpu.uuid: gpu.memory_total for gpu in gpus}
+        indices = {gpu.uuid: gpu.index for gpu in gpus}
         held: dict[str, int] = {}
         busy: dict[str, int] = {}
         for gpu, amount in used.items():
@@ -262,19 +271,36 @@ class Broker:
             load = (utilization or {}).get(gpu, 0)
             held[gpu] = amount
             busy[gpu] = load if isinstance(load, int) and not isinstance(load, bool) and 0 <= load <= 100 else 0
-        if not self._of_a_slice(caller):
+        mine = self._slice_of(caller)
+        if mine is None:
             raise NotPermitted("Only a process of one of your slices says what it holds on the simulated GPUs.")
-        write_use(folder, held, busy, pid=caller.pid)
+        for gpu in [g for g in held if g not in mine.gpus]:
+            if held[gpu]:
+                its = ", ".join(str(i) for i in mine.gpu_indices)
+                raise NotPermitted(
+                    f"GPU {indices[gpu]} is not a GPU of your slice {mine.id} (GPU {its}); "
+                    "its processes hold memory on its GPUs only."
+                )
+            del held[gpu], busy[gpu]
+        write_use(folder, held, busy, pid=caller.pid, slice_id=mine.id)
         return True
 
-    def _of_a_slice(self, caller: Caller) -> bool:
-        """Whether the caller's process holds one of its user's slices, or descends from one that does."""
-        holders = {s.pid for s in self._held(caller) if s.pid}
+    def _slice_of(self, caller: Caller) -> Slice | None:
+        """The slice of the caller's user whose holder is the caller's process or its nearest
+        ancestor that holds one (a command's program under its kernel's: the command's)."""
+        holders = {s.pid: s for s in self._held(caller) if s.pid}
         try:
-            process = psutil.Process(caller.pid)
-            return bool(holders & {caller.pid, *(p.pid for p in process.parents())})
+            chain = [caller.pid, *(p.pid for p in psutil.Process(caller.pid).parents())]
         except psutil.Error:
-            return False
+            return None
+        return next((holders[pid] for pid in chain if pid in holders), None)
+
+    def drop_gone_uses(self) -> None:
+        """What processes said they hold for slices that have ended goes with them (M4: a child
+        that outlived its kernel kept its figure, "used by processes without a slice")."""
+        folder = self.ledger.inventory.use_folder
+        if self.simulate and folder is not None:
+            drop_uses(folder, {s.id for s in self.ledger.slices()})
 
     def info(self, caller: Caller) -> dict[str, Any]:
         source = self.policy.current()
@@ -299,7 +325,7 @@ class Broker:
             if again := self.acting_for(caller).by_token(holder.token):
                 return again  # asked again after a lost answer: what the first asking got
             held = self._held(caller)
-            quotas.check_request(quota, request, held, self._waiting_of(caller))
+            quotas.check_request(quota, request, held, self._waiting_of(caller), capacities=self._capacities(quota))
             granted = self.acting_for(caller, request).reserve_now(request, holder)
             self._check_granted(quota, granted, held)
         return granted
@@ -318,7 +344,8 @@ class Broker:
         with self._grant_lock:
             held = self._held(caller)
             try:
-                quotas.check_request(quota, waiter.request, held, self._waiting_of(caller, but=ticket.number))
+                waiting = self._waiting_of(caller, but=ticket.number)
+                quotas.check_request(quota, waiter.request, held, waiting, capacities=self._capacities(quota))
             except NotPermitted:
                 view.leave_queue(ticket)
                 raise
@@ -338,9 +365,15 @@ class Broker:
         view = self.acting_for(caller)
         with self._grant_lock:
             found = view.get(slice_id)
-            if found.uid == caller.uid:
-                quotas.check_limit(quota, request)  # before the ledger changes: a refused limit changes nothing
             others = [s for s in self._held_by(found.uid) if s.id != found.id]
+            if found.uid == caller.uid:
+                # The user's whole request, judged before the ledger changes or the resize waits in
+                # line for bursts given back (H1): a refused resize changes nothing and asks nothing back.
+                def on_its_gpus(_: SliceRequest) -> tuple[int, ...]:
+                    return found.memory_total
+
+                quotas.check_limit(quota, request, on_its_gpus)
+                quotas.check_size(quota, request, others, capacities=on_its_gpus)
             resized = view.resize(found.id, request)
             if found.uid == caller.uid:
                 try:
@@ -368,7 +401,7 @@ class Broker:
             held = self._held(caller)
             if record.id in {s.id for s in held}:
                 return view.rebook(record, claim)  # booked already: found, not booked twice
-            quotas.check_request(quota, record.request, held, self._waiting_of(caller))
+            quotas.check_request(quota, record.request, held, self._waiting_of(caller), capacities=self._capacities(quota))
             booked = view.rebook(record, claim)
             self._check_granted(quota, booked, held)
         return booked
@@ -386,6 +419,7 @@ class Broker:
         took the slice). A ``jupyter vgpu run`` command ends; a kernel's server may restart it."""
         found = self.ledger.get(slice_id)
         self.ledger.release(found.id)
+        self.drop_gone_uses()
         if found.pid and found.pid != os.getpid():
             try:
                 if process_alive(found.pid, found.pid_start, found.pid_stamp):
@@ -445,14 +479,40 @@ class Broker:
             result.append(w if allowed is None else replace(w, allowed_gpus=tuple(sorted(allowed))))
         return result
 
+    def _gpus(self) -> Snapshot:
+        """The node's GPUs, read at most once a second: one NVML pass serves a whole line."""
+        seen, snapshot = self._gpus_seen
+        if snapshot is None or time.monotonic() - seen > 1.0:
+            snapshot = self.ledger.inventory.snapshot()
+            self._gpus_seen = (time.monotonic(), snapshot)
+        return snapshot
+
+    def _capacities(self, quota: Quota) -> quotas.Capacities:
+        """The memory of each GPU a request may be placed on (its pinned GPU, within those the
+        policy allows): a size is judged against a share there, and a share against a size."""
+        snapshot = self._gpus()
+
+        def capacities(request: SliceRequest) -> list[int]:
+            try:
+                allowed = quotas.allowed_gpus(quota, snapshot, request)
+            except NotPermitted:
+                return []  # pinned where it may not go: refused as that, not on size
+            pinned = None if request.gpu is None else snapshot.find(request.gpu)
+            if request.gpu is not None and pinned is None:
+                return []
+            return [
+                g.memory_usable
+                for g in snapshot.gpus
+                if (allowed is None or g.uuid in allowed) and (pinned is None or g.uuid == pinned.uuid)
+            ]
+
+        return capacities
+
     def policy_gpus(self, owner: str, uid: int, request: SliceRequest) -> frozenset[str] | None:
         """The GPUs the policy lets ``owner``'s ``request`` use (None: any; empty: none here)."""
         if uid == 0:
             return None
-        seen, snapshot = self._gpus_seen
-        if snapshot is None or time.monotonic() - seen > 1.0:  # one NVML pass serves a whole line
-            snapshot = self.ledger.inventory.snapshot()
-            self._gpus_seen = (time.monotonic(), snapshot)
+        snapshot = self._gpus()
         quota = self.policy.current().quota(owner, user_groups(owner))
         try:
             return quotas.allowed_gpus(quota, snapshot, request)
@@ -483,11 +543,18 @@ class Broker:
         return caller.pid
 
     def _held(self, caller: Caller) -> list[Slice]:
-        return self._held_by(caller.uid)
+        """The caller's user's slices whose holders live (one whose process has just ended is not
+        counted against a limit before the reaper frees it: L-4)."""
+        return [s for s in self._held_by(caller.uid) if still_held(s)]
 
     def _waiting_of(self, caller: Caller, *, but: int | None = None) -> list[SliceRequest]:
-        """What the caller's other places in line ask for (they count against its limits)."""
-        return [w.request for w in self.ledger.waiting() if w.uid == caller.uid and w.ticket != but]
+        """What the caller's other places in line ask for (they count against its limits), those
+        whose process has ended left out."""
+        return [
+            w.request
+            for w in self.ledger.waiting()
+            if w.uid == caller.uid and w.ticket != but and (w.pid is None or psutil.pid_exists(w.pid))
+        ]
 
     def expire_waiters(self) -> list[Waiter]:
         """Take out of line every request that has waited longer than its user's ``max_wait``,
@@ -519,6 +586,7 @@ class Broker:
             try:
                 for dead in self.ledger.reap():
                     log.info("jupyter-vgpu broker: freed slice %s of %s (%s): its process ended.", dead.id, dead.owner, dead.describe_holder())
+                self.drop_gone_uses()
                 for waiter in self.expire_waiters():
                     log.info("jupyter-vgpu broker: %s's request for %s waited past its limit.", waiter.owner, waiter.request.describe())
             except VGPUError as error:

@@ -6,16 +6,29 @@ from and what was asked: ``alice: at most 1/4 GPU per kernel (group students); a
 Quotas count requests (what the ledger books), never limits: an elastic slice of 1/4 GPU, up to 1/2
 counts 1/4 against ``max_per_kernel`` and ``max_total``. Its limit is held against ``max_limit``
 alone, and a limit over it is refused, not lowered to it: bad input books nothing (issue 42).
+
+A request in one unit is judged against a cap in the other before it is placed or waits in line,
+on the GPUs it may be placed on (``capacities``: each one's memory): a size against a share on the
+largest of them, a share against a size on the smallest, so what could be granted somewhere is
+never refused, and what could be granted nowhere never takes a place in line (hardening round
+five, H1: a place in line asks other users' bursts and idle kernels back).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 
 from ..errors import NotPermitted
 from ..gpus import Snapshot
 from ..slices import Slice, SliceRequest
 from .policy import Quota, Share
+
+#: The memory (bytes) of each GPU a request may be placed on; empty where none is known.
+Capacities = Callable[[SliceRequest], Sequence[int]]
+
+
+def _unknown(request: SliceRequest) -> Sequence[int]:
+    return ()
 
 
 def amount(slices: Iterable[Slice]) -> tuple[float, int]:
@@ -45,14 +58,21 @@ def allowed_gpus(quota: Quota, snapshot: Snapshot, request: SliceRequest | None 
 
 
 def check_request(
-    quota: Quota, request: SliceRequest, held: list[Slice], waiting: Iterable[SliceRequest] = (), *, queueing: bool = False
+    quota: Quota,
+    request: SliceRequest,
+    held: list[Slice],
+    waiting: Iterable[SliceRequest] = (),
+    *,
+    queueing: bool = False,
+    capacities: Capacities = _unknown,
 ) -> None:
-    """Before placement: the limits that can be judged from the request alone. The user's other
-    requests waiting in line count as if they were held: nobody queues past a limit. With
-    ``queueing`` the request asks for a place in line, which ``max_waiting`` bounds."""
+    """Before placement: the limits that can be judged from the request alone (with the
+    ``capacities`` of the GPUs it may be placed on, in either unit). The user's other requests
+    waiting in line count as if they were held: nobody queues past a limit. With ``queueing`` the
+    request asks for a place in line, which ``max_waiting`` bounds."""
     if quota.unlimited:
         return
-    check_limit(quota, request)
+    check_limit(quota, request, capacities)
     waiting = list(waiting)
     places, source = quota.get("max_waiting")
     if queueing and places is not None and len(waiting) >= places:
@@ -69,35 +89,82 @@ def check_request(
             f"{quota.user}: at most {count} slice{'s' if count != 1 else ''} at once ({source}); "
             f"already holds {len(held)}{waits}; asked for {request.describe()}."
         )
-    gpus, memory = _requested(request)
+    check_size(quota, request, held, waiting, capacities)
+
+
+def check_size(
+    quota: Quota,
+    request: SliceRequest,
+    others: list[Slice],
+    waiting: Iterable[SliceRequest] = (),
+    capacities: Capacities = _unknown,
+) -> None:
+    """``max_per_kernel`` and ``max_total`` for ``request`` beside the slices ``others`` and the
+    requests ``waiting`` (each at the least it could come to): before a request is placed, waits,
+    or a slice is resized to it (its ``others`` then leave the slice out)."""
     per_kernel: Share | None
     per_kernel, source = quota.get("max_per_kernel")
-    if per_kernel is not None and _judgeable(per_kernel, gpus, memory) and per_kernel.exceeded_by(gpus or 0.0, memory or 0):
-        raise NotPermitted(_per_kernel_message(quota.user, per_kernel, source, request.describe()))
+    asked = None if per_kernel is None else least(per_kernel, request, capacities(request))
+    if per_kernel is not None and asked is not None and per_kernel.exceeded_by(*asked):
+        raise NotPermitted(_per_kernel_message(quota.user, per_kernel, source, _asked_as(request, per_kernel, asked)))
     total: Share | None
     total, source = quota.get("max_total")
-    if total is not None and _judgeable(total, gpus, memory):
-        held_gpus, held_memory = amount(held)
+    if total is not None and (asked := least(total, request, capacities(request))) is not None:
+        held_gpus, held_memory = amount(others)
+        waits_gpus, waits_memory = 0.0, 0
         for other in waiting:
-            other_gpus, other_memory = _requested(other)
-            held_gpus += other_gpus or 0.0
-            held_memory += other_memory or 0
-        if total.exceeded_by(held_gpus + (gpus or 0.0), held_memory + (memory or 0)):
-            raise NotPermitted(_total_message(quota.user, total, source, held_gpus, held_memory, request.describe()))
+            other_gpus, other_memory = least(total, other, capacities(other)) or (0.0, 0)
+            waits_gpus += other_gpus
+            waits_memory += other_memory
+        if total.exceeded_by(held_gpus + waits_gpus + asked[0], held_memory + waits_memory + asked[1]):
+            holds = total.spent(held_gpus, held_memory)
+            if waits_gpus or waits_memory:
+                holds += f" and waits in line for {total.spent(waits_gpus, waits_memory)}"
+            raise NotPermitted(_total_message(quota.user, total, source, holds, _asked_as(request, total, asked)))
 
 
-def check_limit(quota: Quota, request: SliceRequest) -> None:
-    """Before placement: an elastic request's limit against ``max_limit``, where the two are of one
-    kind (a fraction with a share of GPUs, a size with memory); :func:`check_slice` judges the rest."""
+def least(
+    cap: Share, request: SliceRequest, capacities: Sequence[int], *, limit: bool = False
+) -> tuple[float, int] | None:
+    """The least ``request`` (its ``limit``) comes to in ``cap``'s unit, as ``(GPU-fractions,
+    bytes)`` summed over its GPUs: exact in its own unit; in the other, on those of the GPUs of
+    ``capacities`` that make it least (a size on the largest, a share on the smallest). None where
+    that cannot be told (fewer known GPUs than it needs)."""
+    if limit:
+        fraction = None if request.limit_fraction is None else min(1.0, request.limit_fraction)
+        memory = request.limit_memory
+    else:
+        fraction, memory = request.fraction, request.memory
+    count = request.gpus
+    if cap.memory is not None:
+        if memory is not None:
+            return 0.0, memory * count
+        assert fraction is not None
+        in_bytes = sorted(int(fraction * c) for c in capacities if c > 0)
+        return None if len(in_bytes) < count else (0.0, sum(in_bytes[:count]))
+    if fraction is not None:
+        return fraction * count, 0
+    assert memory is not None
+    shares = sorted(memory / c for c in capacities if c > 0)
+    return None if len(shares) < count else (sum(shares[:count]), 0)
+
+
+def check_limit(quota: Quota, request: SliceRequest, capacities: Capacities = _unknown) -> None:
+    """Before placement: an elastic request's limit against ``max_limit`` (in the other unit on
+    the GPUs of ``capacities``, as :func:`least` says); :func:`check_slice` judges it exactly."""
     cap: Share | None
     cap, source = quota.get("max_limit")
     if quota.unlimited or cap is None or not request.elastic:
         return
     if cap.no_burst:
         raise NotPermitted(_no_burst_message(quota.user, source, request.describe()))
-    gpus, memory = _limit_requested(request)
-    if _judgeable(cap, gpus, memory) and cap.exceeded_by(gpus or 0.0, memory or 0):
-        raise NotPermitted(_limit_message(quota.user, cap, source, request.describe()))
+    asked = least(cap, request, capacities(request), limit=True)
+    if asked is not None and cap.exceeded_by(*asked):
+        in_unit = cap.spent(*asked)
+        text = request.describe()
+        if (cap.memory is None) != (request.limit_memory is None) or request.gpus > 1:
+            text += f" (a limit of {in_unit})"  # in the cap's unit, summed, as check_slice says it
+        raise NotPermitted(_limit_message(quota.user, cap, source, text))
 
 
 def check_slice(quota: Quota, granted: Slice, others: list[Slice]) -> None:
@@ -125,7 +192,9 @@ def check_slice(quota: Quota, granted: Slice, others: list[Slice]) -> None:
     if total is not None:
         held_gpus, held_memory = amount(others)
         if total.exceeded_by(held_gpus + gpus, held_memory + memory):
-            raise NotPermitted(_total_message(quota.user, total, source, held_gpus, held_memory, _asked(granted, total)))
+            raise NotPermitted(
+                _total_message(quota.user, total, source, total.spent(held_gpus, held_memory), _asked(granted, total))
+            )
 
 
 def limit_amount(granted: Slice) -> tuple[float, int]:
@@ -134,29 +203,18 @@ def limit_amount(granted: Slice) -> tuple[float, int]:
     return sum(limit / total for limit, total in limits if total), sum(limit for limit, _ in limits)
 
 
-def _limit_requested(request: SliceRequest) -> tuple[float | None, int | None]:
-    if request.limit_fraction is not None:
-        return min(1.0, request.limit_fraction) * request.gpus, None
-    assert request.limit_memory is not None
-    return None, request.limit_memory * request.gpus
-
-
-def _requested(request: SliceRequest) -> tuple[float | None, int | None]:
-    if request.fraction is not None:
-        return request.fraction * request.gpus, None
-    assert request.memory is not None
-    return None, request.memory * request.gpus
-
-
-def _judgeable(share: Share, gpus: float | None, memory: int | None) -> bool:
-    return (share.memory is not None and memory is not None) or (share.gpus is not None and gpus is not None)
-
-
 def _asked(granted: Slice, share: Share) -> str:
     gpus, memory = amount([granted])
     text = granted.request.describe()
     in_unit = share.spent(gpus, memory)
     return text if in_unit == text else f"{text} ({in_unit})"
+
+
+def _asked_as(request: SliceRequest, share: Share, asked: tuple[float, int]) -> str:
+    """``9.0 GiB (9/16 GPU)``: what was asked, and in the cap's unit where that is another."""
+    text = request.describe()
+    in_unit = share.spent(*asked)
+    return text if (share.memory is None) == (request.memory is None) else f"{text} ({in_unit})"
 
 
 def _per_kernel_message(user: str, limit: Share, source: str, asked: str) -> str:
@@ -171,8 +229,5 @@ def _no_burst_message(user: str, source: str, asked: str) -> str:
     return f"{user}: may not burst beyond a request ({source}: max_limit 0); asked for {asked}; ask without a limit."
 
 
-def _total_message(user: str, limit: Share, source: str, gpus: float, memory: int, asked: str) -> str:
-    return (
-        f"{user}: at most {limit.describe()} in total ({source}); already holds {limit.spent(gpus, memory)} "
-        f"and asked for {asked}."
-    )
+def _total_message(user: str, limit: Share, source: str, holds: str, asked: str) -> str:
+    return f"{user}: at most {limit.describe()} in total ({source}); already holds {holds} and asked for {asked}."

@@ -112,8 +112,9 @@ class RefusedStart:
                 continue
             try:
                 request = SliceRequest.parse(
-                    fraction=config.get("gpu_fraction"), memory=config.get("gpu_memory"), gpus=config.get("gpus", 1)
-                )
+                    fraction=config.get("gpu_fraction"), memory=config.get("gpu_memory"), gpus=config.get("gpus", 1),
+                    limit_fraction=config.get("gpu_fraction_limit"), limit_memory=config.get("gpu_memory_limit"),
+                )  # fmt: skip  # its limit too: one that cannot start is no suggestion (round five, L-3)
             except (InvalidRequest, TypeError, AttributeError):
                 continue
             fitting = [need for total, room in free if 0 < (need := request.amount_on(total)) <= room]

@@ -3,10 +3,13 @@
 A reset (``jupyter vgpu gc --reset-ledger``) drops every slice while their holders still run; the
 holders then book their slices again (:mod:`.rebook`). The fresh book cannot tell whose an id was,
 and every user can see every id (``jupyter vgpu status``, the broker's ``slices``). So the ledger
-gives the user a slice was granted to its *claim*: an HMAC of the id and the user's uid under a key
-that only the ledger's keeper reads, kept beside the ledger file (it survives the reset, which moves
-only the database aside). A rebook must bring the claim of its id for its own uid: another user's
-id comes without one, and a claim for one user is worth nothing to another.
+gives the user a slice was granted to its *claim*: an HMAC of the id, the user's uid and the process
+that keeps the slice (its keeper, else its holder: pid and start) under a key that only the ledger's
+keeper reads, kept beside the ledger file (it survives the reset, which moves only the database
+aside). A rebook must bring the claim of its id for its own uid and its own running process: another
+user's id comes without one, a claim for one user is worth nothing to another, and the claim of a
+slice whose process has ended is worth nothing at all (hardening round five, M1: a user kept the
+claims of slices he had released and rebooked them in a reset's grace, ahead of the live holders).
 
 The key file is ``<ledger>.key``: created exclusively (written whole under a temporary name, then
 linked into place, so a reader never sees half of it), the keeper's own and readable by nobody
@@ -25,6 +28,7 @@ import threading
 from pathlib import Path
 
 from ..errors import LedgerError
+from ..slices.records import Slice
 
 #: Bytes of the key (hex in the file) and hex digits of a claim.
 KEY_BYTES = 32
@@ -36,9 +40,21 @@ def key_path(ledger: Path) -> Path:
     return ledger.with_name(ledger.name + ".key")
 
 
-def claim_of(key: bytes, slice_id: str, uid: int) -> str:
-    """The claim of slice ``slice_id`` for the user ``uid``."""
-    return hmac.new(key, f"{slice_id}:{uid}".encode(), hashlib.sha256).hexdigest()[:CLAIM_DIGITS]
+def claim_of(key: bytes, slice_id: str, uid: int, keeper: str) -> str:
+    """The claim of slice ``slice_id`` for the user ``uid`` and the process ``keeper`` (:func:`claimant`)."""
+    return hmac.new(key, f"{slice_id}:{uid}:{keeper}".encode(), hashlib.sha256).hexdigest()[:CLAIM_DIGITS]
+
+
+def claimant(slice_: Slice) -> str:
+    """The process a slice's claim is for: its keeper (the server of a kernel, ``jupyter vgpu run``
+    for its command), else its holder, as ``<pid>@<start stamp>``. A kernel restarted or a command
+    started under ``run`` moves the holder, never the keeper."""
+    return claimant_of(slice_.pid, slice_.pid_stamp, slice_.keeper_pid, slice_.keeper_stamp)
+
+
+def claimant_of(pid: int | None, stamp: str | None, keeper: int | None, keeper_stamp: str | None) -> str:
+    """:func:`claimant` from a holder's and a keeper's pid and start stamp."""
+    return f"{keeper}@{keeper_stamp or ''}" if keeper else f"{pid}@{stamp or ''}"
 
 
 class Claims:
@@ -49,14 +65,14 @@ class Claims:
         self._key: bytes | None = None
         self._lock = threading.Lock()
 
-    def of(self, slice_id: str, uid: int) -> str:
-        return claim_of(self._load(), slice_id, uid)
+    def of(self, slice_id: str, uid: int, keeper: str) -> str:
+        return claim_of(self._load(), slice_id, uid, keeper)
 
-    def holds(self, slice_id: str, uid: int, claim: object) -> bool:
-        """Whether ``claim`` is the claim of ``slice_id`` for ``uid``."""
+    def holds(self, slice_id: str, uid: int, keeper: str, claim: object) -> bool:
+        """Whether ``claim`` is the claim of ``slice_id`` for ``uid`` and the process ``keeper``."""
         if not isinstance(claim, str) or len(claim) != CLAIM_DIGITS:
             return False
-        return hmac.compare_digest(self.of(slice_id, uid), claim)
+        return hmac.compare_digest(self.of(slice_id, uid, keeper), claim)
 
     def _load(self) -> bytes:
         with self._lock:

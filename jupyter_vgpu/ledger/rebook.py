@@ -19,7 +19,7 @@ from ..slices.holders import boot_clock, held
 from ..slices.occupancy import Occupancy
 from ..slices.records import Actor, Holder, Slice, is_slice_id
 from ..units import shorten
-from .claims import Claims
+from .claims import Claims, claimant_of
 from .file import LedgerFile
 from .rows import holder_fields, insert_slice, read_slices
 from .schema import RESET_GRACE, reset_grace_left
@@ -48,16 +48,19 @@ def rebook(ledger: Book, record: Slice, claim: str, *, split: bool = False) -> S
     request = record.request
     if not is_slice_id(record.id):
         raise InvalidRequest(f"{shorten(record.id)} is not a slice id (12 hex digits).")
-    if not ledger.claims.holds(record.id, ledger.actor.uid, claim):
+    holder = Holder(record.holder_kind, record.holder, record.pid, record.labels, record.keeper_pid)
+    fields = holder_fields(ledger.actor, request, holder)
+    # The claim names the process that kept the slice, as it runs now (round five, M1: the claims
+    # of released slices booked their ids again from another process, ahead of the live holders).
+    who = claimant_of(fields["pid"], fields["pid_stamp"], holder.keeper, fields["keeper_stamp"])
+    if not ledger.claims.holds(record.id, ledger.actor.uid, who, claim):
         raise NotPermitted(
-            f"Slice {record.id} was not granted to {ledger.actor.user}, or its claim was not given: only the user a "
-            "slice was granted to can book it again."
+            f"Slice {record.id} was not granted to {ledger.actor.user} for this process, or its claim was not given: only "
+            "the user a slice was granted to, from the process that kept it, can book it again."
         )
     count = len(record.gpus)
     if not count or count != request.gpus or len(set(record.gpus)) != count or len(record.memory) != count:
         raise InvalidRequest(f"Slice {record.id} must name each of its {request.gpus} GPUs once, with its memory on each.")
-    holder = Holder(record.holder_kind, record.holder, record.pid, record.labels, record.keeper_pid)
-    fields = holder_fields(ledger.actor, request, holder)
     snapshot = ledger._available_snapshot()
     on = {g.uuid: g for g in snapshot.gpus}
     with ledger.file.transaction() as db:

@@ -32,7 +32,7 @@ from ..slices.reports import report_dir
 from ..slices.request import SliceRequest
 from ..units import format_bytes, shorten
 from . import line
-from .claims import Claims
+from .claims import Claims, claimant
 from .contract import Ledger
 from .file import LedgerFile
 from .rebook import rebook
@@ -395,7 +395,7 @@ class SQLiteLedger(Ledger):
             found = self._find(db, slice_id)
         if found.uid != self.actor.uid:
             raise NotPermitted(f"Slice {found.id} belongs to {found.owner}; only its own user gets its claim.")
-        return self.claims.of(found.id, found.uid)
+        return self.claims.of(found.id, found.uid, claimant(found))
 
     def rebook(self, record: Slice, claim: str, split: bool = False) -> Slice:
         return rebook(self, record, claim, split=split)

@@ -17,14 +17,26 @@ the bursting kernels of this server back within their requests, those bursts are
   applies: ``restart`` (the default: the kernel keeps its slice, now within its request),
   ``interrupt``, ``shutdown`` or ``warn``. Each is a watchdog event of action ``burst``.
 
+A GPU whose bursts hold more than what no request holds (its size less every request on it: the
+requests were booked and not yet used when the bursts grew) needs no one waiting: the youngest
+bursts that cover the excess get the notice at once, whether or not the kernels below their
+requests use them yet (hardening round five, M2). On tiers where the driver does not guarantee a
+request (cooperative, HAMi-core) this is what guarantees it, within a notice; on a real GPU the
+first sign of an over-full GPU would be an out-of-memory error of the last to allocate.
+
 A kernel within its request is never chosen; nor are commands (``jupyter vgpu run``: nothing
 could restart them) or kernels of other servers (their own server gives their bursts back).
+Another user's requests, like the idle reclaim's, cause at most one reclaim every
+``per_user_seconds`` (:class:`ServedUsers`): whoever keeps asking moves this user's kernels once,
+not once per notice (hardening round five, H1). This user's own requests are not bounded: the
+kernels are theirs.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -69,6 +81,46 @@ def _add(taken: dict[str, int], where: Mapping[str, int]) -> None:
         taken[gpu] = taken.get(gpu, 0) + amount
 
 
+class ServedUsers:
+    """When a reclaim last let each user's request in (a uid's wants then wait ``seconds`` for
+    the next): the bound the idle and burst reclaims share."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self._when: dict[int, float] = {}
+
+    def lately(self, uid: int, now: float) -> bool:
+        when = self._when.get(uid)
+        return when is not None and now - when < self.seconds
+
+    def served(self, uid: int | None, now: float) -> None:
+        if uid is not None:
+            self._when[uid] = now
+        for gone in [u for u, t in self._when.items() if now - t >= self.seconds]:
+            del self._when[gone]
+
+
+def excess_of(gpu: GPUOccupancy) -> int:
+    """Bytes the bursts on ``gpu`` hold beyond what no request holds (0: none)."""
+    if gpu.in_mig_mode:
+        return 0
+    bursts = sum(gpu.burst_of(s) for s in gpu.shares)
+    return max(0, bursts - max(0, gpu.total - gpu.reserved))
+
+
+@dataclass(frozen=True)
+class Overbooked:
+    """The requests on one GPU, booked and not yet used, whose memory bursts hold: a want of its own."""
+
+    gpu: int
+    excess: int
+    uid: None = None  # nobody's request in line: it counts against no user's bound
+
+    @property
+    def words(self) -> str:
+        return f"the requests booked on GPU {self.gpu} need {format_bytes(self.excess)} that bursts hold"
+
+
 @dataclass(frozen=True)
 class BurstNotice:
     """A burst about to be reclaimed: by when, for whom, what then happens."""
@@ -79,6 +131,7 @@ class BurstNotice:
     waiting: str  # who needs the room, in words
     action: str
     burst: int  # bytes above the request when the notice was given
+    uid: int | None = None  # whose request it is for
 
     def to_dict(self, now: float) -> dict[str, Any]:
         return {
@@ -106,6 +159,7 @@ class BurstReclaimer:
         on_action: Callable[[], None] | None = None,
         ledger_path: str | None = None,
         log: logging.Logger | None = None,
+        per_user_seconds: float = 600.0,
     ) -> None:
         if action not in ACTIONS:
             raise ValueError(f"burst_reclaim_action {shorten(action)} is not one of {', '.join(ACTIONS)}.")
@@ -120,6 +174,8 @@ class BurstReclaimer:
         self.bursting_since: dict[str, float] = {}  # slice id -> when its burst began
         self.notices: dict[str, BurstNotice] = {}
         self.due: dict[int, float] = {}  # place in line -> when the bursts it waits for are due back
+        self.uid = os.getuid()  # this server's user, whose kernels these are
+        self.served_users = ServedUsers(per_user_seconds)  # other users' requests a reclaim let in lately
         self._acting: set[str] = set()
         self._tasks: set[asyncio.Task[None]] = set()
 
@@ -160,7 +216,7 @@ class BurstReclaimer:
         bursting = self.bursting(sample) if bursting is None else bursting
         candidates = [sid for sid in bursting if sid not in self._acting]
         served: set[int] = set()
-        chosen: dict[str, str] = {}  # slice id -> for whom
+        chosen: dict[str, Any] = {}  # slice id -> the want it is for
         due: dict[int, list[str]] = {}  # place in line -> the bursts it waits for
         taken: dict[str, int] = {}  # GPU -> what the wants before this one take there, in line order
         for index, want in enumerate(wants):
@@ -168,6 +224,8 @@ class BurstReclaimer:
             if where := self.placed(want, view):  # it fits (with the bursts chosen for those before it)
                 _add(taken, where)
                 continue
+            if want.uid != self.uid and self.served_users.lately(want.uid, now):
+                continue  # another user's request had its reclaim lately
             found = self._plan(want, view, candidates) if candidates else None
             if found is None:
                 continue
@@ -176,8 +234,18 @@ class BurstReclaimer:
             if getattr(want, "ticket", None) is not None:
                 due[want.ticket] = list(found)
             for sid in found:
-                chosen.setdefault(sid, want.words)
+                chosen.setdefault(sid, want)
                 candidates.remove(sid)
+        for gpu in gpus:  # bursts beyond what no request holds: the youngest go back, nobody need wait
+            excess = excess_of(trimmed([gpu], chosen)[0])
+            for sid in [c for c in candidates if any(s.slice.id == c for s in gpu.shares)]:
+                if excess <= 0:
+                    break
+                share = next(s for s in gpu.shares if s.slice.id == sid)
+                if burst := gpu.burst_of(share):
+                    chosen.setdefault(sid, Overbooked(gpu.index, excess))
+                    candidates.remove(sid)
+                    excess -= burst
         for sid in [s for s in self.notices if s not in chosen]:
             gone = self.notices.pop(sid)
             given_back = sid not in self.bursting_since
@@ -186,14 +254,16 @@ class BurstReclaimer:
                 sid,
                 "gave its burst back" if given_back else f"is no longer needed by {gone.waiting}",
             )
-        for sid, waiting in chosen.items():
+        for sid, want in chosen.items():
             usage = sample.find(sid)
             if usage is None:
                 continue
             if sid not in self.notices:
-                await self._announce(usage, waiting, burst_of(sid, gpus), now)
+                await self._announce(usage, want, burst_of(sid, gpus), now)
             elif now >= self.notices[sid].deadline:
                 notice = self.notices.pop(sid)
+                if notice.uid != self.uid:
+                    self.served_users.served(notice.uid, now)
                 self._acting.add(sid)
                 task = asyncio.get_running_loop().create_task(self._act(usage, notice, burst_of(sid, gpus)))
                 self._tasks.add(task)
@@ -218,9 +288,10 @@ class BurstReclaimer:
                 chosen = fewer
         return tuple(chosen)
 
-    async def _announce(self, usage: Any, waiting: str, burst: int, now: float) -> None:
+    async def _announce(self, usage: Any, want: Any, burst: int, now: float) -> None:
         s = usage.slice
-        notice = BurstNotice(s.id, now, now + self.notice_seconds, waiting, self.action, burst)
+        waiting = want.words
+        notice = BurstNotice(s.id, now, now + self.notice_seconds, waiting, self.action, burst, want.uid)
         self.notices[s.id] = notice
         message = (
             f"{s.describe_holder()} uses {format_bytes(burst)} above its {format_bytes(usage.memory_reserved_total)} request "

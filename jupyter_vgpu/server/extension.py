@@ -183,6 +183,7 @@ class VGPUServer(ServerSettings):
             on_action=self.monitor.reap_soon,
             ledger_path=str(ledger.path) if ledger is not None else None,
             log=self.log,
+            per_user_seconds=self.idle_reclaim_per_user_seconds,
         )
         self.reclaimer = IdleReclaimer(
             manager,

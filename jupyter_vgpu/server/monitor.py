@@ -26,6 +26,7 @@ from ..launch.launchers import launcher_of, made, report_folder
 from ..ledger import Ledger
 from ..slices import Occupancy, Slice, Waiter, occupancy_of
 from ..slices.holders import Attribution, ProcessOwners
+from ..slices.reports import sweep_ended
 from ..slices.usage import ReportCache, SliceUsage, slice_usage
 from ..units import shorten
 from .rebooking import Rebooking
@@ -136,13 +137,17 @@ class UsageMonitor:
         try:
             split = self.ledger.check_split()  # says so in the log and reopens if this process lost the one book
             snapshot = self.ledger.inventory.snapshot(telemetry=True)
-            if self._reap_due():
+            reaping = self._reap_due()
+            if reaping:
                 for dead in self.ledger.reap():
                     self.log.info(
                         "jupyter-vgpu: freed slice %s of %s, which has ended.", dead.id, dead.describe_holder()
                     )
             assert self._rebooking is not None
             slices = self._rebooking.step(self._free_given_up(self.ledger.slices(), kernel_pids), kernel_pids, split, snapshot)
+            if reaping:  # what ended slices left in this user's reports folder (a SIGKILLed server's kernels)
+                for swept in sweep_ended(self.ledger.path, {s.id for s in slices}, now):
+                    self.log.info("jupyter-vgpu: removed the reports of slice %s, which has ended.", swept)
             waiting = tuple(self.ledger.waiting())
         except VGPUError as error:
             return _empty(now, str(error), simulated=self.simulated)

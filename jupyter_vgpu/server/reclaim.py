@@ -50,7 +50,7 @@ from ..slices.reports import write_idle
 from ..slices.usage import SliceUsage
 from ..units import format_duration, shorten
 from .activity import ExecutionWatch
-from .bursts import BurstReclaimer
+from .bursts import BurstReclaimer, ServedUsers
 from .monitor import Sample
 from .watchdog import Watchdog, WatchdogEvent, leave_notice
 
@@ -181,7 +181,7 @@ class IdleReclaimer:
         self._kept: dict[str, float] = {}  # slice id -> when its owner last said "Keep it"
         self._written: dict[str, tuple[float, float]] = {}  # slice -> (idle since, written at) in its idle file
         self._reclaiming: set[str] = set()
-        self._served: dict[int, float] = {}  # uid -> when a reclaim last let one of its requests in
+        self._served = ServedUsers(per_user_seconds)  # who had a reclaim lately
         self._tasks: set[asyncio.Task[None]] = set()
 
     # -- what the views show ----------------------------------------------------------------
@@ -259,8 +259,7 @@ class IdleReclaimer:
         for sid in chosen:
             self.notices.pop(sid, None)
             self._reclaiming.add(sid)
-        if uid is not None:
-            self._served[uid] = now
+        self._served.served(uid, now)
         usages = [by_id[sid] for sid in chosen]
         task = asyncio.get_running_loop().create_task(self._reclaim_all(usages, now, need))
         self._tasks.add(task)
@@ -274,10 +273,8 @@ class IdleReclaimer:
             return (), "", None
         idle = [u.slice.id for u in due]
         gpus = sample.occupancy.gpus
-        for uid in [u for u, t in self._served.items() if now - t >= self.per_user_seconds]:
-            del self._served[uid]
         for want in wants:
-            if want.uid in self._served:
+            if self._served.lately(want.uid, now):
                 continue  # this user's requests had their reclaim lately
             found = plan(want, gpus, idle, self.allowance)
             if found:

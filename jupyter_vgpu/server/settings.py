@@ -86,7 +86,9 @@ class ServerSettings(ExtensionApp):
     idle_reclaim_per_user_seconds = Float(
         600.0,
         help="""One user's requests in line and refused starts cause at most one reclaim (the idle
-        slices one request needs) in this many seconds, however many places in line they take.""",
+        slices one request needs) in this many seconds, however many places in line they take.
+        Another user's requests are bounded the same way in the burst reclaim (the bursts one
+        request needs); this server's user's own are not.""",
     ).tag(config=True)
 
     burst_reclaim_notice = Float(

@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from ..ownfiles import read_own_json, write_json
+from .records import is_slice_id
 
 #: Where this process writes its slice's reports instead (a Slurm kernel: a folder the login node
 #: reads, set by the ``slurm`` launcher).
@@ -269,3 +270,34 @@ def remove_report(ledger_path: str | Path, slice_id: str, tier: str = "") -> Non
     idle_path(ledger_path, slice_id).unlink(missing_ok=True)
     for path in _process_report_paths(ledger_path, slice_id):
         path.unlink(missing_ok=True)
+
+
+#: A file of a slice that is not in the book is swept only once it is this old: a slice booked
+#: after the book was read may have written its first report already.
+SWEEP_AFTER = 60.0
+
+
+def sweep_ended(ledger_path: str | Path, live: set[str], now: float | None = None) -> list[str]:
+    """Remove what slices no longer in the book left in the reports folder (their holder's server
+    was SIGKILLed, so nobody removed it: hardening round five, L-5); the slice ids swept. Only this
+    user's files, named by a slice id, untouched for :data:`SWEEP_AFTER` seconds."""
+    now = time.time() if now is None else now
+    folder = report_dir(ledger_path)
+    ended: set[str] = set()
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:
+        return []
+    for entry in entries:
+        sid = entry.name.split(".", 1)[0]
+        if sid in live or sid in ended or not is_slice_id(sid):
+            continue
+        try:
+            st = entry.stat(follow_symlinks=False)
+        except OSError:
+            continue
+        if st.st_uid == os.geteuid() and now - st.st_mtime >= SWEEP_AFTER:
+            ended.add(sid)
+    for sid in sorted(ended):
+        remove_report(ledger_path, sid)
+    return sorted(ended)

@@ -107,12 +107,18 @@ class SliceRequest:
         """
         name = {key: key for key in (*_KEYS, "gpus", "gpu", "logical_devices", "placement")}
         name.update(names or {})
+        if isinstance(limit, str) and not limit.strip():  # said, but empty: not the same as no limit at all
+            raise InvalidRequest(
+                f"{name['gpu_fraction_limit']} is empty; give the limit to burst to (1/2, 8GiB), or leave it out for a fixed slice."
+            )
         if _given(limit):
             if _given(limit_fraction) or _given(limit_memory):
                 raise InvalidRequest(f"{name['gpu_fraction_limit']} is given twice ({shorten(limit)}); give it once.")
             text = str(limit).strip()
-            # Read as what it is written as, so that a limit of the other kind is said to be one.
-            if text[-1:].isalpha() or (_given(memory) and text.isascii() and text.isdigit()):
+            # Read as what it is written as, so that a limit of the other kind is said to be one
+            # (a size has digits and ends in its unit; "nan" and "inf" are no sizes).
+            sized = text[-1:].isalpha() and any(c.isdigit() for c in text)
+            if sized or (_given(memory) and text.isascii() and text.isdigit()):
                 limit_memory = limit
             else:
                 limit_fraction = limit

@@ -20,7 +20,7 @@ STEPS = """
 import json, sys, time
 from jupyter_vgpu.errors import VGPUError
 from jupyter_vgpu.ledger import open_ledger
-from jupyter_vgpu.slices import Holder, SliceRequest
+from jupyter_vgpu.slices import Holder, parse_share
 ledger = open_ledger()
 def step(do):
     try:
@@ -28,7 +28,7 @@ def step(do):
     except VGPUError as error:
         print(json.dumps({"error": type(error).__name__, "message": str(error)}), flush=True)
 for number, (kind, share, limit) in enumerate(json.loads(sys.argv[1])):
-    request = SliceRequest.parse(share, limit=limit)
+    request = parse_share(share, limit)
     if kind == "reserve":
         step(lambda: ledger.reserve_now(request, Holder.kernel("k-%d" % number, labels={"path": "n.ipynb"})).id)
     elif kind == "enqueue":
@@ -125,5 +125,35 @@ def test_a_limit_over_max_limit_is_refused_for_every_way_of_asking(system_users:
         assert answers[4] == {"ok": "1/4 GPU, up to 1/2"}  # within the cap
         (only,) = [s for s in open_ledger().slices() if s.owner == alice.name]
         assert only.request.limit_fraction == 0.5 and open_ledger().waiting() == []
+    finally:
+        proc.kill()
+
+
+def test_a_size_against_a_share_is_judged_before_it_is_placed_or_waits(system_users: Users, broker: BrokerProcess) -> None:
+    """Hardening round five, H1: bob's cap is a GPU share, his requests sizes. Before, a place in
+    line for 9 GiB was taken (asking other users' bursts and idle kernels back) and refused only once
+    granted; a resize was judged after it had changed the slice (or waited for bursts)."""
+    bob = system_users.bob
+    policy = student_policy(system_users)
+    policy["users"] = {bob.name: {"max_total": "1/2"}}
+    broker.write_policy(policy)
+    broker.kill()
+    broker.start()
+    over = f"{bob.name}: at most 1/2 GPU in total (user {bob.name}); already holds"
+    proc, answers = steps(
+        bob, broker, ("enqueue", "9GiB", None), ("reserve", "9GiB", None), ("reserve", "4GiB", None),
+        ("enqueue", "5GiB", None), ("enqueue", "4GiB", None), ("resize", "3/4", None),
+    )  # fmt: skip
+    try:
+        assert answers[0] == {"error": "NotPermitted", "message": f"{over} 0 GPU and asked for 9.0 GiB (9/16 GPU)."}
+        assert answers[1] == answers[0]  # a slice now: refused before it is placed, as in line
+        assert "ok" in answers[2]
+        assert answers[3] == {"error": "NotPermitted", "message": f"{over} 1/4 GPU and asked for 5.0 GiB (5/16 GPU)."}
+        assert "ok" in answers[4]  # within: 1/4 held and 1/4 in line
+        # The resize: the whole new size beside his other slices (none); his place in line is not a slice.
+        assert answers[5] == {"error": "NotPermitted", "message": f"{over} 0 GPU and asked for 3/4 GPU."}
+        (held,) = [s for s in open_ledger().slices() if s.owner == bob.name]
+        assert held.request.memory == 4 << 30  # unchanged
+        assert [w.request.describe() for w in open_ledger().waiting()] == ["4.0 GiB"]  # only the one within
     finally:
         proc.kill()

@@ -110,7 +110,7 @@ def test_nobody_books_a_slice_again_under_another_users_slice_id(system_users: U
         assert python(bob, broker, CLAIM, slice_id) == (
             f"NotPermitted Slice {slice_id} belongs to {alice.name}; only its own user gets its claim."
         )
-        refused = f"NotPermitted Slice {slice_id} was not granted to {bob.name}, or its claim was not given: "
+        refused = f"NotPermitted Slice {slice_id} was not granted to {bob.name} for this process, or its claim was not given: "
         assert rebook(bob, broker, record, "").startswith(refused)
         assert rebook(bob, broker, record, "0" * 32).startswith(refused)
         assert rebook(bob, broker, record, my_claim, pid=mine.pid).startswith(refused)  # his claim is for his id
@@ -143,7 +143,7 @@ def test_after_an_admin_resets_the_brokers_ledger_only_the_holder_books_its_slic
         waits = vgpu(bob, broker, "run", "-p", "1/4", "--", "true")
         assert waits.returncode == 75 and "was reset" in waits.stderr, waits.stderr
         # bob's process ran before the reset, but alice's id is not his, at any size, with any claim he has
-        refused = f"NotPermitted Slice {slice_id} was not granted to {bob.name}, or its claim was not given: "
+        refused = f"NotPermitted Slice {slice_id} was not granted to {bob.name} for this process, or its claim was not given: "
         assert rebook(bob, broker, big, my_claim, pid=mine.pid).startswith(refused)
         assert rebook(bob, broker, record, "", pid=mine.pid).startswith(refused)
         assert booked() == {}

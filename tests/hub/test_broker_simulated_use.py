@@ -195,3 +195,29 @@ def test_a_process_stops_telling_only_a_broker_that_cannot_take_it() -> None:
         kept = Refusing(error)
         assert tell_broker(kept, {"GPU-x": 1}, {"GPU-x": 0}) == (kept, False)
     assert tell_broker(Refusing(InvalidRequest("unknown")), {"GPU-x": 1}, {"GPU-x": 0}) == (None, False)
+
+
+def test_a_figure_is_taken_for_the_slices_own_gpus_only_and_goes_when_the_slice_ends(tmp_path: Path) -> None:
+    """Hardening round five, M4: a process of bob's filled a GPU of no slice of his with 16 GiB
+    "used by processes without a slice", and a child that outlived his kernel kept its figure;
+    alice was refused there."""
+    two = node(tmp_path, "2x4GiB")
+    try:
+        gpus = [g.uuid for g in two.ledger.inventory.snapshot().gpus]
+        held = ask(two, BOB, "reserve_now", request={"fraction": 0.25, "gpu": "0"}, holder={"kind": "kernel", "name": "k-bob"})
+        assert held["ok"], held
+        sid = held["result"]["id"]
+        elsewhere = ask(two, BOB, "simulated_use", used={gpus[1]: 4 * GiB})
+        assert not elsewhere["ok"] and elsewhere["error"] == "NotPermitted", elsewhere
+        assert elsewhere["message"] == f"GPU 1 is not a GPU of your slice {sid} (GPU 0); its processes hold memory on its GPUs only."
+        assert ask(two, BOB, "simulated_use", used={gpus[0]: GiB, gpus[1]: 0})["ok"]  # none elsewhere is no figure there
+        time.sleep(0.6)  # the simulated driver reads the figures again twice a second
+        on = {g.uuid: [p.used for p in g.processes] for g in two.snapshot_for(ALICE).gpus}
+        assert on == {gpus[0]: [GiB], gpus[1]: []}, on
+        # His slice ends; his process (this one) lives on: its figure goes with the slice.
+        assert ask(two, BOB, "release", slice_id=sid)["ok"]
+        time.sleep(0.6)
+        assert all(not g.processes for g in two.snapshot_for(ALICE).gpus)
+        assert not ask(two, BOB, "simulated_use", used={gpus[0]: GiB})["ok"]  # and it says nothing more
+    finally:
+        two.ledger.close()

@@ -26,7 +26,7 @@ import pytest
 
 from jupyter_vgpu.units import GiB
 
-from .conftest import JUPYTER_VGPU, BrokerProcess, User, Users, world_dir
+from .conftest import JUPYTER_VGPU, PYTHON, BrokerProcess, User, Users, world_dir
 from .test_idle_reclaim_users import as_user_python
 
 pytestmark = [pytest.mark.slow, pytest.mark.tensorflow]
@@ -111,7 +111,9 @@ def bobs_env(bob: User, broker: BrokerProcess) -> dict[str, str]:
 def bobs_command(bob: User, broker: BrokerProcess, share: str, *wait: str) -> subprocess.Popen[str]:
     """bob's `jupyter vgpu run -p SHARE [--wait N]`, a command that prints and exits."""
     code = f"print('{GRANTED[:8]}' + '{GRANTED[8:]}')"
-    return bob.popen(JUPYTER_VGPU, "run", "-p", share, *wait, "--", sys.executable, "-c", code, env=bobs_env(bob, broker))
+    return bob.popen(
+        JUPYTER_VGPU, "run", "-p", share, *wait, "--", sys.executable, "-c", code, env=bobs_env(bob, broker)
+    )
 
 
 def holds(gib: float) -> str:
@@ -153,7 +155,9 @@ def wait_for(check: Any, *, timeout: float, what: str) -> Any:
 def start_kernel(server: AlicesServer) -> str:
     from jupyter_process import KERNEL_NAME
 
-    session = server.api("POST", "api/sessions", {"path": "bursty.ipynb", "type": "notebook", "kernel": {"name": KERNEL_NAME}})
+    session = server.api(
+        "POST", "api/sessions", {"path": "bursty.ipynb", "type": "notebook", "kernel": {"name": KERNEL_NAME}}
+    )
     kernel_id = str(session["kernel"]["id"])
     wait_for(lambda: server.row(kernel_id), timeout=60, what="alice's kernel's slice")
     return kernel_id
@@ -267,3 +271,85 @@ def test_bob_cannot_take_anything_from_alices_kernel_within_its_request(
         kernel.stop()
         if waiting is not None and waiting.poll() is None:
             waiting.kill()
+
+
+#: As bob: a slice of 1/4 GPU held by this process, then `%vgpu resize 3/4`'s ledger step (the
+#: resize that waits in line for bursts given back), each answer printed as JSON with its time.
+RESIZE_AS_BOB = """
+import json, time
+from jupyter_vgpu.errors import VGPUError
+from jupyter_vgpu.kernel.resize import resize_waiting
+from jupyter_vgpu.ledger import open_ledger
+from jupyter_vgpu.slices import Holder, parse_share
+ledger = open_ledger()
+mine = ledger.reserve_now(parse_share("1/4"), Holder.command("bob's holder"))
+print(json.dumps({"ok": mine.id}), flush=True)
+started = time.monotonic()
+try:
+    print(json.dumps({"ok": resize_waiting(ledger, mine.id, parse_share("3/4")).request.describe()}), flush=True)
+except VGPUError as error:
+    print(json.dumps({"error": str(error), "seconds": time.monotonic() - started}), flush=True)
+print(json.dumps({"after": ledger.get(mine.id).request.describe(), "waiting": len(ledger.waiting())}), flush=True)
+"""
+
+
+def test_a_request_over_bobs_quota_is_refused_at_once_and_never_moves_alices_burst(
+    system_users: Users, small_broker: BrokerProcess, alices_server: AlicesServer
+) -> None:
+    """Hardening round five, H1: bob's caps are GPU shares, his requests sizes (and the reverse
+    for a resize's wait): each is judged before it takes a place in line, so none of them gives
+    alice's bursting kernel a notice, let alone a restart."""
+    bob = system_users.bob
+    small_broker.write_policy(
+        {"default": {"max_slices": 3}, "users": {bob.name: {"max_total": "1/2", "max_limit": "1/2"}}}
+    )
+    small_broker.kill(signal.SIGTERM)
+    small_broker.start()
+    server = alices_server
+    kernel_id = start_kernel(server)
+    kernel = server.kernel(kernel_id)
+    try:
+        first_pid = kernel.pid
+        outcome = kernel.run(holds(2.5))  # 1.5 GiB above her 1 GiB request
+        assert outcome.ok, outcome.error or outcome.stderr
+        wait_for(lambda: (server.row(kernel_id) or {}).get("memory_burst", 0) >= GiB, timeout=30, what="alice's burst")
+        env = bobs_env(bob, small_broker)
+        # Each would fit only with her burst back, so it would wait in line and ask it back.
+        refusals = {
+            # 3 GiB of the 4 GiB GPU is 3/4: over his 1/2 in total wherever it goes
+            "total": (["-m", "3GiB", "--gpu", "0", "--wait", "30"], "at most 1/2 GPU in total"),
+            # a limit of 2.5 GiB is 5/8 of the GPU: over his max_limit of 1/2
+            "limit": (["-m", "2GiB", "--limit", "2.5GiB", "--wait", "30"], "may burst to at most 1/2 GPU per kernel"),
+        }
+        for what, (options, words) in refusals.items():
+            started = time.monotonic()
+            refused = bob.run(JUPYTER_VGPU, "run", *options, "--", "true", env=env)
+            assert refused.returncode != 0 and words in refused.stderr, (what, refused.stderr)
+            assert "(user " + bob.name + ")" in refused.stderr and "Traceback" not in refused.stderr, refused.stderr
+            assert time.monotonic() - started < NOTICE, what  # at once, not after a notice and a restart
+
+        # A resize to 3/4 beside alice's burst would wait in line for it; over his 1/2 in total, it
+        # is refused before the ledger changes or anything waits.
+        script = bob.popen(PYTHON, "-c", RESIZE_AS_BOB, env=env)
+        out, err = script.communicate(timeout=120)
+        answers = [json.loads(line) for line in out.splitlines()]
+        assert "ok" in answers[0], (out, err)
+        assert answers[1]["error"] == (
+            f"{bob.name}: at most 1/2 GPU in total (user {bob.name}); already holds 0 GPU and asked for 3/4 GPU."
+        ), answers
+        assert answers[1]["seconds"] < NOTICE, answers
+        assert answers[2] == {"after": "1/4 GPU", "waiting": 0}, answers
+
+        # alice's server has sampled since: no notice, no event, her kernel untouched, nobody in line.
+        after = time.time()
+        wait_for(
+            lambda: server.slices()["taken_at"] > after + 0.5,
+            timeout=30,
+            what="alice's server's samples after bob's asks",
+        )
+        mine = views(server)[kernel_id]
+        assert mine["burst_notice"] is None and (mine["memory_burst"] or 0) >= GiB, mine
+        assert not server.burst_events() and not server.slices()["waiting"]
+        assert kernel.pid == first_pid
+    finally:
+        kernel.stop()

@@ -48,6 +48,7 @@ async def test_a_refusal_names_the_notebooks_and_the_kernels_that_fit_now(
     half = spec(jp_data_dir, "vgpu-1-2", {"gpu_fraction": 0.5}, "Python 3 (1/2 GPU)")
     spec(jp_data_dir, "vgpu-2gpus", {"gpu_fraction": 0.25, "gpus": 2}, "Python 3 (2 x 1/4 GPU)")  # one GPU here
     spec(jp_data_dir, "vgpu-slurm", {"gpu_fraction": 0.25, "launcher": "slurm"}, "Python 3 (1/4 GPU, Slurm)")  # not this ledger's to say
+    spec(jp_data_dir, "vgpu-broken", {"gpu_fraction": 0.25, "gpu_fraction_limit": 0.125}, "A (1/4, up to 1/8)")  # cannot start
     before = time.time()
     await open_notebook(jp_fetch, "analysis/big.ipynb", big)
 

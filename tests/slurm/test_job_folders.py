@@ -64,18 +64,32 @@ async def test_another_users_folders_at_the_next_job_ids_leave_the_kernel_fenced
     assert all(p.stat().st_uid == OTHER_UID and list(p.iterdir()) == [] for p in planted)  # theirs, untouched
 
 
-async def test_a_private_folder_taken_by_another_user_refuses_the_start_in_one_sentence(login: Login) -> None:
-    plant(base_of(login))
+async def test_a_private_folder_taken_by_another_user_means_a_fresh_one_and_no_safe_folder_a_refusal(login: Login) -> None:
+    """Hardening round five, M3: one `mkdir -m 700 /tmp/jupyter-vgpu-<uid>` by another user made
+    every Slurm kernel of this user's on the node fail, with a 500 at the kernel's start."""
+    taken = plant(base_of(login))
+    km = await login.start(login.spec("quarter", gpu_fraction=0.25))
+    fresh = base_of(login).with_name(f"{base_of(login).name}.1")
+    assert [p.parent for p in fresh.glob("kernel-*")] == [fresh]  # the kernel's folder is in a fresh private one
+    assert fresh.stat().st_uid == os.geteuid() and fresh.stat().st_mode & 0o777 == 0o700
+    await asyncio.wait_for(km.shutdown_kernel(), BOUND)
+    await login.until(lambda: login.kernel_jobs() == {}, "the job gone")
+    assert list(taken.iterdir()) == [] and list(fresh.glob("kernel-*")) == []
+
+    os.chown(fresh, OTHER_UID, OTHER_UID)  # every name taken: the start is refused in one sentence
+    for number in range(2, 65):
+        plant(base_of(login).with_name(f"{base_of(login).name}.{number}"))
     with pytest.raises(VGPUError) as refused:
-        await login.start(login.spec("quarter", gpu_fraction=0.25))
+        await login.start(login.spec("quarter-again", gpu_fraction=0.25))
     said = str(refused.value)
+    assert getattr(refused.value, "status_code", None) == 503, type(refused.value)  # its status, not a 500
     assert said.endswith(
-        f"{base_of(login)} belongs to uid {OTHER_UID}, not to you (uid 0), so this Slurm job has no safe folder for its ledger "
-        "on this node; remove it, or set TMPDIR to a folder of yours on the node."
+        f"{taken} belongs to uid {OTHER_UID}, not to you (uid 0), and so are the next 64 names, so this Slurm job has no "
+        "safe folder for its ledger on this node; remove them, or set TMPDIR to a folder of yours on the node."
     )
     assert "\n" not in said and "unfenced" not in said
     await login.until(lambda: login.kernel_jobs() == {}, "the job cancelled")
-    assert list(base_of(login).iterdir()) == []
+    assert list(taken.iterdir()) == []
 
 
 async def test_a_kernel_whose_share_cannot_be_had_as_a_slice_says_unfenced_in_vgpu_and_its_rest_row(login: Login) -> None:
