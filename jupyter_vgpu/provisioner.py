@@ -48,6 +48,8 @@ from .launch.settings import (  # fmt: skip
     check_slurm_args,
     server_settings,
     shared_ledger,
+    take_launcher_counts,
+    take_launcher_options,
     unknown_keys_message,
 )
 from .launch.waiting import LineLog
@@ -194,34 +196,19 @@ class VGPUProvisioner(LocalProvisioner, BurstLimits):  # type: ignore[misc,metac
     launch_state: dict[str, Any]
     #: The kernelspec's options for a launcher another package adds (under its ``options_key``).
     launcher_options: list[str]
+    #: The kernelspec's whole-number settings of such a launcher (its ``counts``), by key.
+    launcher_counts: dict[str, int]
 
     def __init__(self, /, **kwargs: Any) -> None:  # "self" in a kernelspec config is one more unknown key
         # jupyter_client passes the kernelspec's provisioner config as keyword arguments, which
         # would set any trait, or vanish when misspelt: only the settings below are allowed.
-        self.launcher_options = self._launcher_options(kwargs)
+        self.launcher_options = take_launcher_options(kwargs)
+        self.launcher_counts = take_launcher_counts(kwargs)
         unknown = sorted(set(kwargs) - SET_BY_JUPYTER_CLIENT - set(VGPU_SETTINGS))
         if unknown:
             raise InvalidKernelConfig(unknown_keys_message(unknown, kwargs.get("kernel_spec")))
         self.launch_state = {}
         super().__init__(**kwargs)
-
-    @staticmethod
-    def _launcher_options(kwargs: dict[str, Any]) -> list[str]:
-        """The options of the kernelspec's launcher under the key it names (``options_key``; one
-        another package's launcher has: the settings above are this package's), checked by it and
-        taken out of ``kwargs``."""
-        try:
-            chosen = launcher_named(kwargs["launcher"]) if "launcher" in kwargs else None
-        except InvalidRequest:
-            return []  # the launcher setting says so
-        key = chosen.options_key if chosen is not None else ""
-        if not key or key in VGPU_SETTINGS or key not in kwargs:
-            return []
-        try:
-            return chosen.check_options(kwargs.pop(key)) if chosen is not None else []
-        except InvalidRequest as error:
-            name = getattr(kwargs.get("kernel_spec"), "display_name", None) or "The kernelspec"
-            raise InvalidKernelConfig(f"Kernel '{name}': {error}") from None
 
     def _ledger(self) -> Ledger:
         """The ledger this kernel's slice lives in: the one ``pre_launch`` reserved from, even if

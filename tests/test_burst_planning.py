@@ -190,19 +190,21 @@ def test_bursts_beyond_what_no_request_holds_get_a_notice_with_nobody_waiting_th
     monitor = UsageMonitor(ledger, interval=1.0)
     start = time.time()
 
-    def tick(at: float, use: dict[int, float]) -> None:
+    def tick(at: float, use: dict[int, float]) -> dict[str, Any]:
         write(spec, {pid: int(gib * GiB) for pid, gib in use.items() if gib}, gpu)  # a process using nothing is not listed
         os.utime(spec, (start + at, start + at))  # read again when its stamp changes: two writes of one size in a tick would not be
         sample = replace(monitor.collect({"k0": PID, "k1": PID + 1}), taken_at=start + at)
         assert sample.message is None, sample.message
         asyncio.run(reclaimer.check(sample))
+        return sample.occupancy.gpus[0].to_dict()  # the GPU as every view shows it
 
     try:
         # 8 GiB booked (2 + 2 + 4): 8 GiB no request holds. Both burst within it while bob uses nothing.
         tick(0, {PID: 6, PID + 1: 2, PID + 2: 0})
         tick(1, {PID: 6, PID + 1: 6, PID + 2: 0})  # k1 began bursting later: the younger
         assert not bursts.notices  # 8 GiB of bursts in the 8 GiB no request holds
-        tick(2, {PID: 6, PID + 1: 7, PID + 2: 4})  # bob uses his request; bursts now hold 9 GiB of 8
+        shown = tick(2, {PID: 6, PID + 1: 7, PID + 2: 4})  # bob uses his request; bursts now hold 9 GiB of 8
+        assert (shown["memory_used"], shown["memory_overbooked"]) == (17 * GiB, GiB)  # over-full, as it is: not clamped at 16
         assert set(bursts.notices) == {young.id}  # the youngest covers the 1 GiB: at once, nobody waiting
         notice = bursts.notice(young.id, start + 2)
         assert notice is not None and notice["for"] == "the requests booked on GPU 0 need 1.0 GiB that bursts hold", notice

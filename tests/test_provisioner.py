@@ -315,6 +315,39 @@ async def test_a_launchers_refusal_at_launch_is_said_with_its_status_and_frees_t
     assert open_ledger().slices() == []
 
 
+async def test_a_plug_in_launchers_count_is_taken_at_the_start_and_read_by_the_launcher(
+    kernels_dir: Path, started: list[AsyncKernelManager], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 47: a plug-in's whole-number setting, which `jupyter vgpu kernelspec install
+    --<option> --<count> N` writes, was refused at the kernel's start ("'..._retries' is not
+    allowed"). It is the launcher's, checked at the start and read through the provisioner."""
+    from jupyter_vgpu.launch import launchers
+    from jupyter_vgpu.launch.errors import InvalidKernelConfig
+
+    seen: list[dict[str, int]] = []
+
+    class Counting(launchers.LocalLauncher):
+        name = "counting"
+        counts = (("counting_retries", "how many times a start is tried again"),)
+
+        async def launch(self, provisioner: Any, cmd: list[str], **kwargs: Any) -> Any:
+            seen.append(dict(provisioner.launcher_counts))
+            return await super().launch(provisioner, cmd, **kwargs)
+
+    class Entry:
+        name = "counting"
+
+        def load(self) -> type:
+            return Counting
+
+    monkeypatch.setattr(launchers, "_plug_ins", lambda: {"counting": Entry()})
+    monkeypatch.setattr(launchers, "_made", {})
+    km = await start(make_spec(kernels_dir, "counted", {"gpu_fraction": "1/4", "launcher": "counting", "counting_retries": 2}), started)
+    assert await km.is_alive() and seen == [{"counting_retries": 2}]
+    with pytest.raises(InvalidKernelConfig, match="counting_retries 'two' is not allowed; use a whole number, 0 or more."):
+        await start(make_spec(kernels_dir, "miscounted", {"gpu_fraction": "1/4", "launcher": "counting", "counting_retries": "two"}), started)
+
+
 async def test_a_launcher_plug_in_starts_signals_and_watches_the_kernel(
     kernels_dir: Path, started: list[AsyncKernelManager], monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -190,6 +190,11 @@ def render(data: dict[str, Any]) -> str:
             lines += _boxed(f"  {share}: slices are fractions of it", width)
         if gpu["memory_over_use"]:
             lines += _boxed(f"  ! = {format_bytes(gpu['memory_over_use'])} used beyond reservations", width)
+        if gpu.get("memory_overbooked"):
+            lines += _boxed(
+                f"  over-full: bursts hold {format_bytes(gpu['memory_overbooked'])} that requests booked; the youngest are asked back",
+                width,
+            )
         if gpu["memory_foreign"]:
             lines += _boxed(f"  x = {format_bytes(gpu['memory_foreign'])} used by processes without a slice", width)
         for line in _tier_lines(gpu):

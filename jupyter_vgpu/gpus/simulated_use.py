@@ -17,8 +17,10 @@ A file whose process has ended (or whose pid now names another process) is ignor
 
 With a node broker the folder is the broker's own, beside the node's ledger: a process there says
 what it holds to the broker, which writes its file for it (``simulated_use`` on the broker's
-socket; the pid is the socket's peer), so every user's server, ``jupyter vgpu status`` and the
-line see it as they would see a real driver's figure.
+socket; the pid is the socket's peer) in a folder of its user's (``u<uid>/``), so every user's
+server, ``jupyter vgpu status`` and the line see it as they would see a real driver's figure. At
+most :data:`MAX_FILES` files are read per folder: one user's many processes hide only their own
+figures, never another user's (hardening round five, L-1).
 """
 
 from __future__ import annotations
@@ -38,8 +40,11 @@ FOLDER = "simulated-use"
 #: Largest file read (a few hundred bytes are written).
 MAX_FILE = 16 * 1024
 
-#: Most files read per scan: the processes of one user's slices.
+#: Most files read per folder and scan: the processes of one user's slices.
 MAX_FILES = 256
+
+#: A user's folder under a broker's: ``u<uid>``.
+USER_FOLDER = "u"
 
 
 def use_folder(ledger_dir: str | Path) -> Path:
@@ -64,13 +69,45 @@ def _stamp(pid: int) -> str | None:
         return None
 
 
+def user_folder(folder: Path, uid: int) -> Path:
+    """Where a broker writes the figures of user ``uid``'s processes."""
+    return folder / f"{USER_FOLDER}{int(uid)}"
+
+
+def _folders(folder: Path) -> list[Path]:
+    """``folder`` and its users' folders (a broker's)."""
+    try:
+        users = sorted(
+            e.path
+            for e in os.scandir(folder)
+            if e.name[1:].isdigit() and e.name[:1] == USER_FOLDER and e.is_dir(follow_symlinks=False)
+        )
+    except OSError:
+        return [folder]
+    return [folder, *map(Path, users)]
+
+
 def write_use(
-    folder: Path, used: dict[str, int], utilization: dict[str, int], *, pid: int | None = None, slice_id: str | None = None
+    folder: Path,
+    used: dict[str, int],
+    utilization: dict[str, int],
+    *,
+    pid: int | None = None,
+    slice_id: str | None = None,
+    uid: int | None = None,
 ) -> None:
-    """Say what this process (or the broker's caller ``pid``, for its slice ``slice_id``) holds on
-    each simulated GPU (by UUID); atomic, so a reader never sees half a file."""
+    """Say what this process (or the broker's caller ``pid`` of user ``uid``, for its slice
+    ``slice_id``) holds on each simulated GPU (by UUID); atomic, so a reader never sees half a file."""
+    if uid is not None:
+        folder = user_folder(folder, uid)
     pid = os.getpid() if pid is None else pid
-    data: dict[str, object] = {"pid": pid, "stamp": _stamp(pid), "used": used, "utilization": utilization, "updated": time.time()}
+    data: dict[str, object] = {
+        "pid": pid,
+        "stamp": _stamp(pid),
+        "used": used,
+        "utilization": utilization,
+        "updated": time.time(),
+    }
     if slice_id is not None:
         data["slice"] = slice_id
     write_json(folder / f"{pid}.json", data, prefix=str(pid))
@@ -78,14 +115,15 @@ def write_use(
 
 def drop_uses(folder: Path, live: set[str]) -> None:
     """Remove the figures written for a slice not in ``live`` (it ended; its process may not have)."""
-    try:
-        names = [entry.name for entry in os.scandir(folder) if entry.name.endswith(".json")]
-    except OSError:
-        return
-    for name in names:
-        data = read_own_json(folder / name, MAX_FILE)
-        if isinstance(data, dict) and isinstance(data.get("slice"), str) and data["slice"] not in live:
-            (folder / name).unlink(missing_ok=True)
+    for where in _folders(folder):
+        try:
+            names = [entry.name for entry in os.scandir(where) if entry.name.endswith(".json")]
+        except OSError:
+            continue
+        for name in names:
+            data = read_own_json(where / name, MAX_FILE)
+            if isinstance(data, dict) and isinstance(data.get("slice"), str) and data["slice"] not in live:
+                (where / name).unlink(missing_ok=True)
 
 
 def remove_use(folder: Path) -> None:
@@ -96,6 +134,13 @@ def remove_use(folder: Path) -> None:
 def read_uses(folder: Path) -> list[SimulatedUse]:
     """What the running processes say they hold, per GPU; the files of ended processes are
     removed. Files not this user's, or not in the shape above, are ignored."""
+    found = []
+    for where in _folders(folder):
+        found.extend(_read_folder(where))
+    return found
+
+
+def _read_folder(folder: Path) -> list[SimulatedUse]:
     try:
         names = sorted(entry.name for entry in os.scandir(folder) if entry.name.endswith(".json"))[:MAX_FILES]
     except OSError:
@@ -114,7 +159,12 @@ def read_uses(folder: Path) -> list[SimulatedUse]:
         if not isinstance(used, dict):
             continue
         for gpu, amount in used.items():
-            if isinstance(gpu, str) and isinstance(amount, int) and not isinstance(amount, bool) and 0 <= amount < 1 << 50:
+            if (
+                isinstance(gpu, str)
+                and isinstance(amount, int)
+                and not isinstance(amount, bool)
+                and 0 <= amount < 1 << 50
+            ):
                 util = busy.get(gpu) if isinstance(busy, dict) else None
                 util = util if isinstance(util, int) and not isinstance(util, bool) and 0 <= util <= 100 else 0
                 found.append(SimulatedUse(pid, gpu, amount, util))

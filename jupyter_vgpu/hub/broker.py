@@ -19,17 +19,15 @@ from __future__ import annotations
 import json
 import logging
 import os
-import pwd
 import threading
 import time
-from dataclasses import dataclass, replace
-from pathlib import Path
+from dataclasses import replace
 from typing import Any
 
 import psutil
 
 from ..enforcement import by_tier
-from ..errors import InvalidConfig, InvalidRequest, LeftLine, NotPermitted, SliceUnavailable, VGPUError
+from ..errors import InvalidRequest, LeftLine, NotPermitted, SliceUnavailable, VGPUError
 from ..gpus.model import GPUProcess, Snapshot
 from ..gpus.simulated_use import drop_uses, write_use
 from ..ledger import SQLiteLedger
@@ -49,90 +47,12 @@ from ..slices.holders import held as still_held
 from ..slices.records import HIDDEN_HOLDER, Slice, Waiter
 from ..units import shorten
 from . import quota as quotas
-from .policy import Policy, Quota, load_policy, user_groups
+from .callers import Caller as Caller  # re-exported: callers of the broker name it here
+from .callers import PolicySource as PolicySource
+from .callers import process_uid, user_name
+from .policy import Quota, user_groups
 
 log = logging.getLogger("jupyter_vgpu.broker")
-
-
-
-@dataclass(frozen=True)
-class Caller:
-    """Who is on the other end of a connection, from ``SO_PEERCRED``."""
-
-    pid: int
-    uid: int
-    gid: int
-    user: str
-    groups: tuple[str, ...]
-    admin: bool
-
-
-def _process_uid(pid: int) -> int | None:
-    """The real uid of a running process, None when it cannot be told (it ended)."""
-    try:
-        return int(psutil.Process(pid).uids().real)
-    except (psutil.NoSuchProcess, psutil.AccessDenied, ValueError):
-        return None
-
-
-def user_name(uid: int) -> str:
-    try:
-        return pwd.getpwuid(uid).pw_name
-    except KeyError:
-        return str(uid)
-
-
-class PolicySource:
-    """The policy in force, re-read on :meth:`reload` (SIGHUP) or when its file changes.
-
-    A policy file that stops being valid is reported in the log and the last good policy
-    stays in force; at start a bad file is an error (:class:`InvalidConfig`).
-    """
-
-    def __init__(self, path: str | Path | None, *, check_every: float = 1.0) -> None:
-        self.path = Path(path) if path else None
-        self.check_every = check_every
-        self.error: str | None = None
-        self._lock = threading.Lock()
-        self._checked = 0.0
-        self._stamp: tuple[float, int] | None = None
-        self.policy = self._read() if self.path else Policy()
-
-    def _file_stamp(self) -> tuple[float, int] | None:
-        assert self.path is not None
-        try:
-            info = self.path.stat()
-        except OSError:
-            return None
-        return (info.st_mtime, info.st_size)
-
-    def _read(self) -> Policy:
-        assert self.path is not None
-        self._stamp = self._file_stamp()
-        return load_policy(self.path)
-
-    def reload(self) -> bool:
-        """Read the file again; True if a new policy is in force."""
-        if self.path is None:
-            return False
-        with self._lock:
-            try:
-                self.policy = self._read()
-            except InvalidConfig as error:
-                self.error = str(error)
-                log.error("jupyter-vgpu broker: %s Keeping the last good policy (%s).", error, self.policy.source)
-                return False
-            self.error = None
-            log.info("jupyter-vgpu broker: policy reloaded from %s.", self.path)
-            return True
-
-    def current(self) -> Policy:
-        """The policy, re-read first if its file changed (checked at most every ``check_every`` s)."""
-        if self.path is not None and time.monotonic() - self._checked >= self.check_every:
-            self._checked = time.monotonic()
-            if self._file_stamp() != self._stamp:
-                self.reload()
-        return self.policy
 
 
 class Broker:
@@ -282,7 +202,7 @@ class Broker:
                     "its processes hold memory on its GPUs only."
                 )
             del held[gpu], busy[gpu]
-        write_use(folder, held, busy, pid=caller.pid, slice_id=mine.id)
+        write_use(folder, held, busy, pid=caller.pid, slice_id=mine.id, uid=caller.uid)  # a folder per user (L-1)
         return True
 
     def _slice_of(self, caller: Caller) -> Slice | None:
@@ -445,7 +365,7 @@ class Broker:
             sid = owners.get(proc.pid)
             if caller.admin:
                 return replace(proc, slice_id=sid)
-            uid = slice_uid.get(sid) if sid is not None else _process_uid(proc.pid)
+            uid = slice_uid.get(sid) if sid is not None else process_uid(proc.pid)
             if uid == caller.uid:
                 return replace(proc, slice_id=sid)
             return replace(proc, pid=0, slice_id=sid)
@@ -488,25 +408,7 @@ class Broker:
         return snapshot
 
     def _capacities(self, quota: Quota) -> quotas.Capacities:
-        """The memory of each GPU a request may be placed on (its pinned GPU, within those the
-        policy allows): a size is judged against a share there, and a share against a size."""
-        snapshot = self._gpus()
-
-        def capacities(request: SliceRequest) -> list[int]:
-            try:
-                allowed = quotas.allowed_gpus(quota, snapshot, request)
-            except NotPermitted:
-                return []  # pinned where it may not go: refused as that, not on size
-            pinned = None if request.gpu is None else snapshot.find(request.gpu)
-            if request.gpu is not None and pinned is None:
-                return []
-            return [
-                g.memory_usable
-                for g in snapshot.gpus
-                if (allowed is None or g.uuid in allowed) and (pinned is None or g.uuid == pinned.uuid)
-            ]
-
-        return capacities
+        return quotas.capacities_on(quota, self._gpus())
 
     def policy_gpus(self, owner: str, uid: int, request: SliceRequest) -> frozenset[str] | None:
         """The GPUs the policy lets ``owner``'s ``request`` use (None: any; empty: none here)."""
@@ -525,7 +427,7 @@ class Broker:
             return caller.pid
         if isinstance(pid, bool) or not isinstance(pid, int) or pid <= 0:
             raise InvalidRequest(f"pid {shorten(pid)} is not a process id.")
-        owner = _process_uid(pid)
+        owner = process_uid(pid)
         if owner is None:
             raise InvalidRequest(f"No process {pid} runs (in the broker's view of the node).")
         if caller.uid != 0 and owner != caller.uid:
@@ -538,7 +440,7 @@ class Broker:
         broker's pid namespace, and writing 0 would move the broker itself)."""
         if pid is not None and pid != caller.pid:
             raise NotPermitted("A process joins its slice's memory partition itself; ask from that process.")
-        if caller.pid <= 0 or _process_uid(caller.pid) != caller.uid:
+        if caller.pid <= 0 or process_uid(caller.pid) != caller.uid:
             raise NotPermitted("The asking process cannot be told apart here; ask from the process that joins.")
         return caller.pid
 

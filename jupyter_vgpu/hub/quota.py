@@ -57,6 +57,27 @@ def allowed_gpus(quota: Quota, snapshot: Snapshot, request: SliceRequest | None 
     return frozenset(g.uuid for g in chosen)
 
 
+def capacities_on(quota: Quota, snapshot: Snapshot) -> Capacities:
+    """The memory of each GPU of ``snapshot`` a request may be placed on (its pinned GPU, within
+    those the policy allows): where a size is judged against a share, and a share against a size."""
+
+    def capacities(request: SliceRequest) -> list[int]:
+        try:
+            allowed = allowed_gpus(quota, snapshot, request)
+        except NotPermitted:
+            return []  # pinned where it may not go: refused as that, not on size
+        pinned = None if request.gpu is None else snapshot.find(request.gpu)
+        if request.gpu is not None and pinned is None:
+            return []
+        return [
+            g.memory_usable
+            for g in snapshot.gpus
+            if (allowed is None or g.uuid in allowed) and (pinned is None or g.uuid == pinned.uuid)
+        ]
+
+    return capacities
+
+
 def check_request(
     quota: Quota,
     request: SliceRequest,

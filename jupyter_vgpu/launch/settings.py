@@ -16,6 +16,7 @@ from ..slices.environment import DEVICE_NAMES
 from ..slices.request import PLACEMENTS, parse_limit
 from ..units import parse_seconds, shorten
 from .errors import InvalidKernelConfig
+from .launchers import launcher_named
 
 _ledgers: dict[tuple[str, str, int | None], Ledger] = {}
 _settings: dict[int, tuple[Any, VGPU]] = {}
@@ -167,3 +168,42 @@ def unknown_keys_message(unknown: list[str], spec: Any = None) -> str:
         f"{where}: kernel_provisioner config {'key' if len(unknown) == 1 else 'keys'} {keys} "
         f"{'is' if len(unknown) == 1 else 'are'} not allowed; use {', '.join(VGPU_SETTINGS)}."
     )
+
+
+def take_launcher_options(kwargs: dict[str, Any]) -> list[str]:
+    """The options of the kernelspec's launcher under the key it names (``options_key``; one
+    another package's launcher has: the settings above are this package's), checked by it and
+    taken out of ``kwargs``."""
+    try:
+        chosen = launcher_named(kwargs["launcher"]) if "launcher" in kwargs else None
+    except InvalidRequest:
+        return []  # the launcher setting says so
+    key = chosen.options_key if chosen is not None else ""
+    if not key or key in VGPU_SETTINGS or key not in kwargs:
+        return []
+    try:
+        return chosen.check_options(kwargs.pop(key)) if chosen is not None else []
+    except InvalidRequest as error:
+        name = getattr(kwargs.get("kernel_spec"), "display_name", None) or "The kernelspec"
+        raise InvalidKernelConfig(f"Kernel '{name}': {error}") from None
+
+
+def take_launcher_counts(kwargs: dict[str, Any]) -> dict[str, int]:
+    """The whole-number settings (``counts``) of the kernelspec's launcher that are not this
+    package's traits (another package's launcher: `jupyter vgpu kernelspec install --<key> N`
+    writes them), checked and taken out of ``kwargs``; a plug-in reads them here (issue 47: they
+    were refused as unknown keys at the kernel's start)."""
+    try:
+        chosen = launcher_named(kwargs["launcher"]) if "launcher" in kwargs else None
+    except InvalidRequest:
+        return {}
+    counts: dict[str, int] = {}
+    for key, _ in chosen.counts if chosen is not None else ():
+        if key in VGPU_SETTINGS or key not in kwargs:
+            continue
+        value = kwargs.pop(key)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            name = getattr(kwargs.get("kernel_spec"), "display_name", None) or "The kernelspec"
+            raise InvalidKernelConfig(f"Kernel '{name}': {key} {shorten(value)} is not allowed; use a whole number, 0 or more.")
+        counts[key] = value
+    return counts

@@ -100,14 +100,6 @@ class ServedUsers:
             del self._when[gone]
 
 
-def excess_of(gpu: GPUOccupancy) -> int:
-    """Bytes the bursts on ``gpu`` hold beyond what no request holds (0: none)."""
-    if gpu.in_mig_mode:
-        return 0
-    bursts = sum(gpu.burst_of(s) for s in gpu.shares)
-    return max(0, bursts - max(0, gpu.total - gpu.reserved))
-
-
 @dataclass(frozen=True)
 class Overbooked:
     """The requests on one GPU, booked and not yet used, whose memory bursts hold: a want of its own."""
@@ -237,7 +229,7 @@ class BurstReclaimer:
                 chosen.setdefault(sid, want)
                 candidates.remove(sid)
         for gpu in gpus:  # bursts beyond what no request holds: the youngest go back, nobody need wait
-            excess = excess_of(trimmed([gpu], chosen)[0])
+            excess = trimmed([gpu], chosen)[0].overbooked
             for sid in [c for c in candidates if any(s.slice.id == c for s in gpu.shares)]:
                 if excess <= 0:
                     break

@@ -16,7 +16,7 @@ from typing import Any
 from traitlets import TraitError
 from traitlets.config.loader import DeferredConfig
 
-from .. import __version__
+from .._version import __version__
 from ..config import load_settings
 from ..enforcement import offered_by, setting_problems
 from ..errors import VGPUError

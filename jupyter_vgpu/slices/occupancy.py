@@ -123,6 +123,22 @@ class GPUOccupancy:
         limit = share.slice.request.limit_on(self.gpu.memory_total) or share.reserved
         return max(0, min(share.used, limit) - share.reserved)
 
+    @property
+    def overbooked(self) -> int:
+        """Bytes the bursts here hold beyond what no request holds: requests booked and not used
+        when the bursts grew, used now (0: none). The burst reclaim asks the youngest back at once."""
+        if self.in_mig_mode:
+            return 0
+        return max(0, sum(self.burst_of(s) for s in self.shares) - max(0, self.total - self.reserved))
+
+    @property
+    def in_use(self) -> int | None:
+        """What is in use here, as it is: NVML's figure, or what the processes hold where that is
+        more (a simulated GPU over-full, which a driver would not report)."""
+        if self.gpu.memory_used is None:
+            return None
+        return max(self.gpu.memory_used, self.used_by_slices + self.foreign)
+
     def kernel_bursts(self) -> int:
         """What kernels' elastic slices use here above their requests: what their servers give
         back to a request that waits (a command keeps its burst until it ends)."""
@@ -182,8 +198,9 @@ class GPUOccupancy:
             "name": gpu.name,
             "memory_total": gpu.memory_total,
             "memory_reserved_by_driver": gpu.memory_reserved_by_driver,
-            "memory_used": gpu.memory_used,
+            "memory_used": self.in_use,
             "memory_reserved": self.reserved,
+            "memory_overbooked": self.overbooked,
             "memory_used_by_slices": self.used_by_slices,
             "memory_over_use": self.over_use,
             "memory_foreign": self.foreign,

@@ -294,9 +294,10 @@ print(opened, flush=True)
 
 CALLS = """
 import json, sys, time
+from concurrent.futures import ThreadPoolExecutor
 from jupyter_vgpu.ledger.broker_client import BrokerLedger
 times, failures = [], []
-for _ in range(int(sys.argv[2])):
+def call(_):
     started = time.monotonic()
     try:
         BrokerLedger(sys.argv[1], path="/tmp/unused-ledger.sqlite", timeout=30).slices()
@@ -304,6 +305,10 @@ for _ in range(int(sys.argv[2])):
         failures.append(str(error)[:200])
     times.append(time.monotonic() - started)
     time.sleep(0.02)
+# Four at a time, as a server's kernels and a terminal ask together: the flood (two busy loops on
+# two cores) then lasts a quarter as long, and takes that much less from the rest of the suite.
+with ThreadPoolExecutor(4) as pool:
+    list(pool.map(call, range(int(sys.argv[2]))))
 times.sort()
 print(json.dumps({"failures": failures, "p50": times[len(times) // 2], "p99": times[int(len(times) * 0.99)],
                   "max": times[-1]}), flush=True)
@@ -311,11 +316,12 @@ print(json.dumps({"failures": failures, "p50": times[len(times) // 2], "p99": ti
 
 
 @pytest.mark.slow  # half a minute or more on a loaded machine
+@pytest.mark.timeout(480)  # the deadline below, and the set-up around it
 def test_one_users_connection_flood_costs_another_user_latency_never_a_failure(
     system_users: Users, broker: BrokerProcess
 ) -> None:
     """bob opens and closes connections as fast as he can (two processes, all through alice's
-    calls); alice's 100 calls (each opens the ledger, two connections) all succeed. Issue 19: 79
+    calls); alice's 100 calls (each opens the ledger, two connections; four at a time) all succeed. Issue 19: 79
     of 100 failed with EAGAIN and kernel starts answered 503. The figures are printed for the
     note, not asserted."""
     stop = world_dir("vgpu-flood-") / "stop"
@@ -324,7 +330,10 @@ def test_one_users_connection_flood_costs_another_user_latency_never_a_failure(
         for flood in floods:  # the flood is on: each has opened its first 100 connections
             assert flood.stdout is not None and flood.stdout.readline().strip() == "on", flood.stderr
         started = time.monotonic()
-        calls = system_users.alice.run(PYTHON, "-c", CALLS, str(broker.socket), "100", timeout=120)
+        # The deadline is for her 100 calls to end, not a latency bound (the figures are printed):
+        # 65 s in a quiet run of the whole suite, over 120 s when it ran beside ./scripts/lab's clone,
+        # two busy-looping floods and the broker sharing two cores (run 12 of issue 45).
+        calls = system_users.alice.run(PYTHON, "-c", CALLS, str(broker.socket), "100", timeout=360)
         took = time.monotonic() - started
         stop.touch()
         assert calls.returncode == 0, calls.stderr

@@ -221,3 +221,27 @@ def test_a_figure_is_taken_for_the_slices_own_gpus_only_and_goes_when_the_slice_
         assert not ask(two, BOB, "simulated_use", used={gpus[0]: GiB})["ok"]  # and it says nothing more
     finally:
         two.ledger.close()
+
+
+def test_one_users_many_reporting_processes_never_hide_another_users_figure(broker: Broker) -> None:
+    """Hardening round five, L-1: 260 live processes of bob's that said what they hold (the folder
+    is read 256 files at a time, in name order) hid alice's figure from every view."""
+    from jupyter_vgpu.gpus.simulated_use import MAX_FILES, write_use
+
+    uuid = broker.ledger.inventory.snapshot().gpus[0].uuid
+    folder = broker.ledger.inventory.use_folder
+    assert folder is not None
+    sleepers = [subprocess.Popen(["sleep", "600"]) for _ in range(MAX_FILES + 4)]
+    alices = subprocess.Popen(["sleep", "600"])  # started last: its pid's name sorts after bob's
+    try:
+        for sleeper in sleepers:  # what the broker wrote for each of bob's processes
+            write_use(folder, {uuid: 1 << 20}, {uuid: 0}, pid=sleeper.pid, uid=BOB.uid)
+        alice = Caller(pid=alices.pid, uid=ALICE.uid, gid=ALICE.gid, user="alice", groups=(), admin=False)
+        assert ask(broker, alice, "reserve_now", request={"fraction": 0.25}, holder={"kind": "kernel", "name": "k-alice"})["ok"]
+        assert ask(broker, alice, "simulated_use", used={uuid: GiB})["ok"]
+        seen = {p.pid: p.used for p in processes(broker, ALICE)}
+        assert seen.get(alices.pid) == GiB, sorted(seen)[-3:]
+    finally:
+        for process in [*sleepers, alices]:
+            process.kill()
+            process.wait()

@@ -44,7 +44,7 @@ from ..launchers import Launcher
 from ..refusals import refusals_of
 from . import client as slurmctl
 from . import ending as slurmending
-from .node import (
+from .names import (
     ENV_ASKED,
     ENV_CONNECTION,
     ENV_CONNECTION_FILE,

@@ -19,7 +19,7 @@ from ...units import describe_fraction
 from ..elsewhere import Elsewhere, State, Unlisted
 from . import client as slurmctl
 from . import ending as slurmending
-from .node import JOB_FILE
+from .names import JOB_FILE
 
 #: Slurm's pending reasons a user meets most, in words.
 REASONS = {

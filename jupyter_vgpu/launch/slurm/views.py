@@ -80,7 +80,7 @@ def sweep_reports(env: Mapping[str, str]) -> list[str]:
     """Remove the reports folders whose kernel's job (``job.json``) Slurm no longer lists: what a
     server killed outright left. A folder without ``job.json`` may be a start under way: kept."""
     from ...slices.reports import read_report_file
-    from .node import JOB_FILE
+    from .names import JOB_FILE
 
     try:
         folders = [f for f in report_root().iterdir() if f.is_dir() and not f.is_symlink()]
