@@ -21,6 +21,8 @@ from jupyter_vgpu.ledger.sqlite import SQLiteLedger
 from jupyter_vgpu.slices import Actor
 from jupyter_vgpu.units import GiB
 
+from .conftest import wait_until
+
 pytest.importorskip("jupyterhub")
 
 from jupyter_vgpu.hub.broker import Broker, Caller, PolicySource
@@ -211,13 +213,13 @@ def test_a_figure_is_taken_for_the_slices_own_gpus_only_and_goes_when_the_slice_
         assert not elsewhere["ok"] and elsewhere["error"] == "NotPermitted", elsewhere
         assert elsewhere["message"] == f"GPU 1 is not a GPU of your slice {sid} (GPU 0); its processes hold memory on its GPUs only."
         assert ask(two, BOB, "simulated_use", used={gpus[0]: GiB, gpus[1]: 0})["ok"]  # none elsewhere is no figure there
-        time.sleep(0.6)  # the simulated driver reads the figures again twice a second
-        on = {g.uuid: [p.used for p in g.processes] for g in two.snapshot_for(ALICE).gpus}
-        assert on == {gpus[0]: [GiB], gpus[1]: []}, on
+        def on() -> dict[str, list[int | None]]:  # the simulated driver reads the figures again twice a second
+            return {g.uuid: [p.used for p in g.processes] for g in two.snapshot_for(ALICE).gpus}
+
+        wait_until(lambda: on() == {gpus[0]: [GiB], gpus[1]: []}, what=f"bob's figure on GPU 0 only ({on()})")
         # His slice ends; his process (this one) lives on: its figure goes with the slice.
         assert ask(two, BOB, "release", slice_id=sid)["ok"]
-        time.sleep(0.6)
-        assert all(not g.processes for g in two.snapshot_for(ALICE).gpus)
+        wait_until(lambda: on() == {gpus[0]: [], gpus[1]: []}, what="bob's figure gone with his slice")
         assert not ask(two, BOB, "simulated_use", used={gpus[0]: GiB})["ok"]  # and it says nothing more
     finally:
         two.ledger.close()
