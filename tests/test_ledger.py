@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from jupyter_vgpu.errors import InvalidRequest, LedgerError, NotPermitted, SliceNotFound, SliceUnavailable
+from jupyter_vgpu.errors import InvalidRequest, LedgerError, LeftLine, NotPermitted, SliceNotFound, SliceUnavailable
 from jupyter_vgpu.gpus import Inventory
 from jupyter_vgpu.ledger import Ledger, SQLiteLedger
 from jupyter_vgpu.ledger.file import LedgerFile
@@ -308,6 +308,20 @@ def test_a_request_that_fits_now_passes_a_place_that_cannot_be_placed(
         reserve(ledger, 0.25, gpu="1")  # nobody passes a place that fits
     granted = bob.try_grant(whole, final=False)
     assert granted is not None and granted.gpu_indices == (1,)
+
+
+def test_a_place_asked_again_with_its_token_after_its_grant_gets_that_slice(ledger: Ledger) -> None:
+    """The contract's try_grant, asked again after a lost answer (the broker's clients do)."""
+    full = ledger.reserve(SliceRequest.parse(1.0, gpus=2), Holder("command", "all"))
+    bob = ledger.acting_for(Actor("bob", 4242))  # type: ignore[attr-defined]
+    ticket = bob.enqueue(SliceRequest.parse(0.5), Holder("command", "bob", token="bob-1"))
+    assert ticket.token == "bob-1" and bob.try_grant(ticket, final=False) is None
+    ledger.release(full.id)
+    granted = bob.try_grant(ticket, final=False)
+    assert granted is not None and bob.try_grant(ticket, final=False) == granted
+    assert ledger.slices() == [granted]
+    with pytest.raises(LeftLine, match="in line was cancelled"):  # not bob's token: the place is gone
+        ledger.try_grant(ticket, final=False)
 
 
 def test_waiting_times_out_with_the_reason_and_leaves_the_line(ledger: Ledger) -> None:

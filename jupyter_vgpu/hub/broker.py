@@ -253,6 +253,8 @@ class Broker:
     def _try_grant(self, caller: Caller, ticket: Ticket, final: bool) -> tuple[Slice | None, str]:
         waiter = next((w for w in self.ledger.waiting() if w.ticket == ticket.number), None)
         if waiter is None:
+            if (again := self.acting_for(caller).by_token(ticket.token)) is not None:
+                return again, ""  # asked again after a lost answer: the slice the place was granted
             why = self._expired.pop(ticket.number, None)
             if why:  # the broker let it go: say why, not "cancelled"
                 raise SliceUnavailable(why)

@@ -211,25 +211,32 @@ class BrokerLedger(Ledger):
 
     # -- reserving -------------------------------------------------------------------------
     def _once(self, op: str, request: SliceRequest, holder: Holder) -> Any:
-        """Ask for a slice or a place in line with a token, and ask once more with the same token
-        if no answer came: the broker may have carried out the first asking (it was stopped, the
-        answer was lost), and then answers the second with what the first got, never a second one."""
-        token = holder.token or uuid.uuid4().hex
-        wire = {"request": request.to_dict(), "holder": holder_to_wire(replace(holder, token=token))}
+        """Ask for a slice or a place in line with a token (``holder``'s, see :meth:`_tokened`),
+        and ask once more with the same token if no answer came: the broker may have carried out
+        the first asking (it was stopped, the answer was lost), and then answers the second with
+        what the first got, never a second one."""
+        wire = {"request": request.to_dict(), "holder": holder_to_wire(holder)}
         try:
             return self._call(op, **wire)
         except NoAnswer:
             time.sleep(min(1.0, self.poll_interval))
             return self._call(op, **wire)
 
+    @staticmethod
+    def _tokened(holder: Holder) -> Holder:
+        return holder if holder.token else replace(holder, token=uuid.uuid4().hex)
+
     def reserve_now(self, request: SliceRequest, holder: Holder) -> Slice:
-        return slice_from_wire(self._once("reserve_now", request, holder))
+        return slice_from_wire(self._once("reserve_now", request, self._tokened(holder)))
 
     def enqueue(self, request: SliceRequest, holder: Holder) -> Ticket:
-        return Ticket(number=int(self._once("enqueue", request, holder)), request=request)
+        holder = self._tokened(holder)
+        return Ticket(number=int(self._once("enqueue", request, holder)), request=request, token=holder.token)
 
     def try_grant(self, ticket: Ticket, *, final: bool = True) -> Slice | None:
-        answer = self._call("try_grant", ticket=ticket.number, final=final)
+        # with its token, the place is asked again when the answer is lost (the broker restarted)
+        place = {"number": ticket.number, "token": ticket.token} if ticket.token else ticket.number
+        answer = self._call("try_grant", ticket=place, final=final)
         if answer.get("slice") is None:
             ticket.last_reason = str(answer.get("reason") or "")
             if final:  # the broker raises on final; this only guards a broker that did not

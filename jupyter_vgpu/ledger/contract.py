@@ -117,7 +117,8 @@ class Ledger(ABC):
     def try_grant(self, ticket: Ticket, *, final: bool = True) -> Slice | None:
         """Grant the ticket's slice if it is first in line and fits; None while it should wait.
         Raises :class:`SliceUnavailable` when ``final`` and it does not fit, or when no amount
-        of waiting can help (and then it has left the line)."""
+        of waiting can help (and then it has left the line). A ticket with its request's token,
+        asked again after its slice was granted (the answer was lost), gets that slice."""
 
     @abstractmethod
     def leave_queue(self, ticket: Ticket) -> None:

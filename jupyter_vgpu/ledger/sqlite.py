@@ -180,7 +180,7 @@ class SQLiteLedger(Ledger):
                     "SELECT ticket FROM queue WHERE uid = ? AND token = ?", (fields["uid"], holder.token)
                 ).fetchone()
                 if row is not None:
-                    return Ticket(number=row["ticket"], request=request)
+                    return Ticket(number=row["ticket"], request=request, token=holder.token)
             waiting = db.execute("SELECT count(*) FROM queue").fetchone()[0]
             if waiting >= line.MAX_WAITING:
                 raise SliceUnavailable(
@@ -194,7 +194,7 @@ class SQLiteLedger(Ledger):
                 {**fields, "asked": boot_clock()},
             )
             assert cursor.lastrowid is not None
-            return Ticket(number=cursor.lastrowid, request=request)
+            return Ticket(number=cursor.lastrowid, request=request, token=holder.token)
 
     def leave_queue(self, ticket: Ticket) -> None:
         with self.file.transaction() as db:
@@ -209,6 +209,10 @@ class SQLiteLedger(Ledger):
         snapshot = self._available_snapshot()
         with self.file.transaction() as db:
             row = db.execute("SELECT * FROM queue WHERE ticket = ?", (int(ticket.number),)).fetchone()
+            if row is None and ticket.token:  # asked again after a lost answer: what the first asking got
+                again = read_slices(db, "WHERE uid = ? AND token = ?", (self.actor.uid, ticket.token))
+                if again:
+                    return again[0]
             if row is None:
                 raise LeftLine(f"Place {ticket.number} in line was cancelled (or its process ended).")
             if not self.actor.may_change(row["uid"]):

@@ -186,8 +186,11 @@ def safe_to_ask_again(op: str, args: Mapping[str, Any]) -> bool:
     """Whether asking ``op`` again after a connection that broke mid-way can do no harm: it only
     reads, or it reserves with the holder's token (the broker answers a token it has seen with
     what the first asking got, never a second slice or place in line)."""
-    if op in READS:
+    if op in READS or op in SAME_AGAIN:
         return True
+    if op == "try_grant":  # a place in line with its token: granted already, it answers that slice
+        place = args.get("ticket")
+        return isinstance(place, Mapping) and bool(place.get("token"))
     holder = args.get("holder")
     return op in BY_TOKEN and isinstance(holder, Mapping) and bool(holder.get("token"))
 
@@ -200,6 +203,8 @@ RENAMED_OPERATIONS = {"join_partition": "join_hold"}
 READS = frozenset({"info", "snapshot", "slices", "get", "waiting", "overcommitted", "book_id"})
 #: Requests that carry the holder's token (see :meth:`BrokerLedger._once`).
 BY_TOKEN = frozenset({"reserve_now", "enqueue"})
+#: Requests that change nothing the second time (leaving a line one has left already).
+SAME_AGAIN = frozenset({"leave_queue"})
 
 
 def read_line(conn: socket.socket) -> bytes:
@@ -226,7 +231,7 @@ _DECODE: dict[str, Any] = {
     "slice_id": lambda v: _text(v, "slice_id", 64),
     "request": lambda v: _request(v),
     "holder": None,  # needs the caller: see decode_arguments
-    "ticket": lambda v: Ticket(number=_whole(v, "ticket"), request=SliceRequest()),
+    "ticket": lambda v: _ticket(v),
     "final": lambda v: bool(v),
     "pid": lambda v: None if v is None else _whole(v, "pid"),
     "labels": lambda v: v,
@@ -253,6 +258,18 @@ def decode_arguments(op: str, args: dict[str, Any], caller_pid: int) -> dict[str
         name: holder_from_wire(value, caller_pid) if name == "holder" else _DECODE[name](value)
         for name, value in args.items()
     }
+
+
+def _ticket(value: Any) -> Ticket:
+    """A place in line: its number, or (a client that asks again after a lost answer) its
+    number and its request's token."""
+    if not isinstance(value, Mapping):
+        return Ticket(number=_whole(value, "ticket"), request=SliceRequest())
+    unknown = sorted(set(value) - {"number", "token"}, key=str)
+    if unknown:
+        raise InvalidRequest(f"ticket takes number and token; not {', '.join(map(shorten, unknown))}.")
+    token = Holder.kernel("ticket", token=value.get("token")).token  # checked as a holder's token is
+    return Ticket(number=_whole(value.get("number"), "ticket"), request=SliceRequest(), token=token)
 
 
 def _text(value: Any, name: str, limit: int) -> str:

@@ -146,7 +146,8 @@ class UsageMonitor:
             assert self._rebooking is not None
             slices = self._rebooking.step(self._free_given_up(self.ledger.slices(), kernel_pids), kernel_pids, split, snapshot)
             if reaping:  # what ended slices left in this user's reports folder (a SIGKILLed server's kernels)
-                for swept in sweep_ended(self.ledger.path, {s.id for s in slices}, now):
+                live = {s.id for s in slices} | self._rebooking.unbooked()  # a kernel told so reads its notice there
+                for swept in sweep_ended(self.ledger.path, live, now):
                     self.log.info("jupyter-vgpu: removed the reports of slice %s, which has ended.", swept)
             waiting = tuple(self.ledger.waiting())
         except VGPUError as error:

@@ -32,6 +32,12 @@ class Rebooking:
         self._kernel_slices: dict[str, Slice] = {}  # kernel id -> the slice it held at the last tick
         self._claims: dict[str, str] = {}  # their claims (what books them again after a reset)
         self._untold: list[tuple[SliceUsage, str]] = []  # kernels whose slice was not booked again
+        self._unbooked: dict[str, str] = {}  # kernel id -> the slice id it still runs with, not booked again
+
+    def unbooked(self) -> set[str]:
+        """The slice ids this server's running kernels still have though the ledger lost them:
+        their reports and notices are the kernel's until it ends (the provisioner removes them)."""
+        return set(self._unbooked.values())
 
     def take_untold(self) -> list[tuple[SliceUsage, str]]:
         """The kernels to tell that their slice is gone, and what; each once."""
@@ -48,6 +54,7 @@ class Rebooking:
         the same is left alone. A kernel whose slice cannot be booked again is told."""
         if kernel_pids is None:
             return slices
+        self._unbooked = {k: sid for k, sid in self._unbooked.items() if k in kernel_pids}
         # a kernel's slice is there only as its own: its id, for this user, held for this kernel
         present = {(s.id, s.holder) for s in slices if s.uid == self.uid and s.holder_kind == "kernel"}
         missing = [(k, kept) for k, kept in self._kernel_slices.items() if (kept.id, k) not in present and k in kernel_pids]
@@ -80,6 +87,7 @@ class Rebooking:
                     "reserved for it: restart the kernel to get a slice."
                 )  # fmt: skip
                 self._untold.append((slice_usage(kept, pid, Attribution(), snapshot, None), message))
+                self._unbooked[kernel_id] = kept.id
             else:
                 self.log.info(
                     "jupyter-vgpu: booked slice %s of %s (%s on GPU %s) again: the ledger %s.",

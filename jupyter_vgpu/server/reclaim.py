@@ -337,7 +337,6 @@ class IdleReclaimer:
         found = self.notices.get(sid)
         if found is None:
             found = IdleNotice(sid, now, now + self.notice_seconds, need)
-            self.notices[sid] = found
             holder = usage.slice.describe_holder()
             message = (
                 f"{holder} has been idle for {format_duration(idle_for)} while {need}: the server shuts it down at "
@@ -345,7 +344,12 @@ class IdleReclaimer:
                 "something or its owner keeps it."
             )
             self.log.info("jupyter-vgpu: %s", message)
+            kept = self._kept.get(sid)
+            # the kernel has it (and prints it at its next cell) before any view shows the notice
             await self._tell(usage, "ahead", message)
+            if self._kept.get(sid) != kept:
+                return False  # its owner kept it meanwhile
+            self.notices[sid] = found
         return now >= found.deadline
 
     async def _reclaim_all(self, usages: list[SliceUsage], now: float, waiting: str) -> None:

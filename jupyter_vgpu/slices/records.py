@@ -320,11 +320,13 @@ class Slice:
 
 @dataclass
 class Ticket:
-    """A place in line for a request that waits."""
+    """A place in line for a request that waits; ``token`` is its request token, if it had one
+    (asking for the place again with it, after a lost answer, finds the slice it was granted)."""
 
     number: int
     request: SliceRequest
     last_reason: str = ""
+    token: str | None = None
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from jupyter_vgpu.errors import NotPermitted
+from jupyter_vgpu.errors import InvalidRequest, LeftLine, NotPermitted
 from jupyter_vgpu.ledger import open_ledger
 from jupyter_vgpu.ledger.broker_client import BrokerLedger
 from jupyter_vgpu.slices import Holder, SliceRequest
@@ -399,6 +399,30 @@ def test_a_lost_answer_leaves_one_slice_that_asking_again_finds(system_users: Us
     assert other.id != first.id and len(open_ledger().slices()) == 2
     with pytest.raises(Exception, match="is not a request token"):
         Holder.kernel("k", token="../../etc")
+
+
+def test_a_place_in_line_asked_again_after_its_grant_gets_the_slice_it_was_granted(
+    system_users: Users, broker: BrokerProcess
+) -> None:
+    """A place in line asks for its turn; the broker grants it and dies before it answers (CI of
+    787b6f0). Asked again with the request's token, the place gets the slice it was granted, never
+    a second one nor "cancelled"; without a token, a place that is gone is still said to be gone."""
+    client = BrokerLedger(broker.socket, path=broker.ledger.parent / "user-ledger.sqlite", timeout=30)
+    full = client.reserve_now(SliceRequest.parse("1"), Holder.command("full"))
+    ticket = client.enqueue(SliceRequest.parse("1/4"), Holder.command("in-line"))
+    assert ticket.token and client.try_grant(ticket, final=False) is None
+    client.release(full.id)
+    granted = client.try_grant(ticket, final=False)
+    assert granted is not None
+    assert client.try_grant(ticket, final=False) == granted  # the answer was lost: asked again
+    assert [s.id for s in open_ledger().slices()] == [granted.id] and open_ledger().waiting() == []
+    ticket.token = None
+    with pytest.raises(LeftLine, match="in line was cancelled"):
+        client.try_grant(ticket, final=False)
+    with pytest.raises(InvalidRequest, match="is not a request token"):
+        client.client.call("try_grant", ticket={"number": ticket.number, "token": "../x"})
+    with pytest.raises(InvalidRequest, match="ticket takes number and token; not 'slice'"):
+        client.client.call("try_grant", ticket={"number": ticket.number, "slice": "x"})
 
 
 def test_an_elastic_request_keeps_its_limit_through_the_broker(system_users: Users, broker: BrokerProcess) -> None:

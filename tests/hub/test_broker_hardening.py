@@ -350,22 +350,37 @@ def test_one_users_connection_flood_costs_another_user_latency_never_a_failure(
     assert sum(flooded) > 1000, "the flood did not flood"
 
 
+def pending_connections(socket_path: Path) -> int:
+    """Connections waiting in the broker's backlog (``ss``: a listening socket's Recv-Q)."""
+    listed = subprocess.run(["ss", "-xlnH"], capture_output=True, text=True, timeout=30).stdout
+    return sum(int(line.split()[2]) for line in listed.splitlines() if str(socket_path) in line.split())
+
+
 @pytest.mark.slow  # half a minute or more on a loaded machine
 def test_a_broker_restart_costs_a_client_a_pause_not_a_failure(system_users: Users, broker: BrokerProcess) -> None:
     """Places in line and commands lived through no broker restart: a 0.6 s gap gave "Connection
-    refused" and exit 1 (issue 19). The client now reconnects for up to 5 s."""
+    refused" and exit 1 (issue 19). The client now reconnects for up to 5 s. The broker dies
+    while the place in line asks for its turn (CI of 787b6f0 met it by chance: "Connection reset
+    by peer", exit 1): that asking carries the request's token, so it is asked again."""
+    if shutil.which("ss") is None:
+        pytest.skip("`ss` is needed to see the requests waiting in the broker's backlog")
     env = system_users.bob.env(JUPYTER_VGPU_BROKER=str(broker.socket))
     holder = system_users.bob.popen(JUPYTER_VGPU, "run", "-p", "1", "--", "sleep", "30", env=env)
     try:
         wait_until(lambda: len(open_ledger().slices()) == 1, what="bob's slice")
         waiter = system_users.bob.popen(JUPYTER_VGPU, "run", "-q", "-p", "1/4", "--wait", "60", "--", "true", env=env)
         wait_until(lambda: len(open_ledger().waiting()) == 1, what="bob's place in line")
-        broker.kill(signal.SIGKILL)
-        time.sleep(0.6)
+        assert broker.process is not None
+        broker.process.send_signal(signal.SIGSTOP)  # the place's next asking for its turn waits in the backlog
+        try:
+            wait_until(lambda: pending_connections(broker.socket) >= 1, what="the place in line asking for its turn")
+        finally:
+            broker.kill(signal.SIGKILL)  # dies with it in flight
+        time.sleep(0.6)  # its supervisor starts it again a moment later
         broker.start(wait=False)
         status = system_users.bob.run(JUPYTER_VGPU, "status", env=env)
         assert status.returncode == 0, status.stderr  # waited for the broker instead of failing
-        holder.kill()
+        holder.terminate()  # run ends its command and gives the slice back: bob's place is next
         holder.wait()
         assert waiter.wait(timeout=60) == 0, waiter.stderr.read() if waiter.stderr else ""
     finally:
@@ -513,12 +528,6 @@ sys.stdin.readline()
 print(ledger.reserve_now(SliceRequest.parse("1/4"), Holder.command("cue")).id, flush=True)
 time.sleep(60)
 """
-
-
-def pending_connections(socket_path: Path) -> int:
-    """Connections waiting in the broker's backlog (``ss``: a listening socket's Recv-Q)."""
-    listed = subprocess.run(["ss", "-xlnH"], capture_output=True, text=True, timeout=30).stdout
-    return sum(int(line.split()[2]) for line in listed.splitlines() if str(socket_path) in line.split())
 
 
 def test_a_request_in_flight_when_the_broker_dies_is_asked_again_once_it_is_back(

@@ -154,8 +154,20 @@ async def test_a_busy_kernel_is_never_reclaimed(
 
 @pytest.mark.parametrize("how", ["keep", "cell"])
 async def test_keep_it_or_a_cell_during_the_notice_keeps_the_kernel(
-    jp_fetch: Any, start_kernel: Any, small_gpu: None, vgpu_env: dict[str, str], how: str
+    jp_fetch: Any, start_kernel: Any, small_gpu: None, vgpu_env: dict[str, str], how: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """A notice that a view shows is one the kernel prints at its next cell: CI of 787b6f0 ran
+    the cell while the notice's file was still being written (a loaded machine). Writing it is
+    made slow here, so a view that showed the notice before the kernel had it fails every time."""
+    from jupyter_vgpu.server import watchdog
+
+    add_notice = watchdog.add_notice
+
+    def slowly(*args: Any) -> None:
+        __import__("time").sleep(1.0)
+        add_notice(*args)
+
+    monkeypatch.setattr(watchdog, "add_notice", slowly)
     kernel = await start_kernel()
     await until(lambda: slice_of(jp_fetch, kernel.id), what="the kernel's slice")
     command = waiter(vgpu_env, seconds=20)
