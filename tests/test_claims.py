@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import logging
 import os
+import subprocess
+import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -111,6 +113,32 @@ def test_a_server_tells_a_kernel_whose_slice_id_is_held_by_another_holder(ledger
     ((usage, told),) = rebooking.take_untold()
     assert usage.slice.id == held.id
     assert told.startswith("this kernel's GPU slice id is held by someone else now (Slice ") and "restart the kernel" in told
+
+
+def test_a_kernel_is_told_of_a_reset_though_its_server_met_it_as_a_split_too(ledger: SQLiteLedger) -> None:
+    """`gc --reset-ledger` of a damaged ledger: SQLite's check of the damaged file deletes the log
+    the server has open, so its next tick finds a split as well as a new book (CI of 5c7831a: the
+    kernel was told "the ledger split from this server's"). A new book is a reset."""
+    rebooking = Rebooking(ledger, uid=os.getuid(), server_pid=os.getpid(), log=logging.getLogger("test"))
+    snapshot = ledger.inventory.snapshot()
+    kernel = subprocess.Popen(["sleep", "60"])
+    try:
+        held = ledger.reserve_now(SliceRequest.parse("1/4"), Holder.kernel("k-1", pid=kernel.pid))
+        assert [s.id for s in rebooking.step(ledger.slices(), {"k-1": kernel.pid}, None, snapshot)] == [held.id]
+    finally:
+        kernel.kill()  # its process gone: the slice cannot be booked again, so the kernel is told why
+        kernel.wait()
+    with open(ledger.path, "r+b") as handle:
+        handle.write(b"\xde\xad" * 50)
+    env = {**os.environ, "JUPYTER_VGPU_LEDGER": str(ledger.path), "JUPYTER_VGPU_SIMULATE": "1x16GiB"}
+    done = subprocess.run([sys.executable, "-m", "jupyter_vgpu.cli", "gc", "--reset-ledger"], env=env,
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    split = ledger.check_split()
+    assert rebooking.step(ledger.slices(), {"k-1": kernel.pid}, split, snapshot) == []
+    ((usage, told),) = rebooking.take_untold()
+    assert usage.slice.id == held.id
+    assert told.startswith("the ledger was reset and this kernel's GPU slice could not be booked again: "), told
 
 
 def test_a_claim_is_for_the_process_that_kept_the_slice_not_for_its_id_alone(ledger: SQLiteLedger) -> None:

@@ -58,15 +58,18 @@ class Rebooking:
         # a kernel's slice is there only as its own: its id, for this user, held for this kernel
         present = {(s.id, s.holder) for s in slices if s.uid == self.uid and s.holder_kind == "kernel"}
         missing = [(k, kept) for k, kept in self._kernel_slices.items() if (kept.id, k) not in present and k in kernel_pids]
-        lost = False
+        lost = reset = False
         if missing:  # released on purpose, or lost with the book: its id tells (asked only now: a broker answers over its socket)
             book = self.ledger.book_id()
-            lost = split is not None or (self._book is not None and book != self._book)
+            reset = self._book is not None and book != self._book
+            lost = split is not None or reset
             self._book = book
         taken = {s.id for s in slices}
+        # A new book is a reset, though this process may have met it as a split too (`gc --reset-ledger`
+        # moves aside, or SQLite's check of the damaged file deletes, the log this process had open).
+        why = "was reset" if reset or split is None else "split from this server's"
         for kernel_id, kept in missing:
             pid = kernel_pids.get(kernel_id) or self.server_pid  # the server holds it during a restart
-            why = "was reset" if split is None else "split from this server's"
             try:
                 if not lost:
                     if kept.id not in taken:
