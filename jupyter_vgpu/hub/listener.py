@@ -42,6 +42,8 @@ RATE_PER_SECOND = 100.0
 RATE_BURST = 200.0
 #: The socket's listen backlog: connections the kernel queues while the broker accepts.
 BACKLOG = 1024
+#: A user's connections turned away are logged at most once in this many seconds.
+REFUSALS_SAID_EVERY = 60.0
 
 
 class _Connection(socketserver.StreamRequestHandler):
@@ -96,6 +98,7 @@ class BrokerServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
         self._open: dict[socket.socket, int] = {}  # connection -> its user's uid
         self._counts_lock = threading.Lock()
         self._buckets: dict[int, tuple[float, float]] = {}  # uid -> (tokens, when)
+        self._refusals_said: dict[int, float] = {}  # uid -> when a refusal of theirs was last logged
         _prepare_socket_path(self.path)
         # The socket is made world-writable as it is made (umask), never by a chmod on its path
         # afterwards, which would follow a link swapped in between. The folder is the broker's alone.
@@ -156,6 +159,10 @@ class BrokerServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
             request.send(json.dumps(error_to_wire(VGPUError(why))).encode() + b"\n")
         except OSError:
             pass
+        now = time.monotonic()
+        if now - self._refusals_said.get(uid, -REFUSALS_SAID_EVERY) >= REFUSALS_SAID_EVERY:  # said, not flooded
+            self._refusals_said[uid] = now
+            log.warning("jupyter-vgpu broker: turned away a connection of uid %s: %s", uid, why)
         return False
 
     def _within_rate(self, uid: int) -> bool:

@@ -142,7 +142,8 @@ class BrokerClient:
                     break
                 broken = "closed the connection without an answer"
             if attempt == attempts or time.monotonic() >= deadline:
-                raise NoAnswer(f"The jupyter-vgpu broker at {self.socket_path} {broken}.")
+                asked = f"asked {op} {attempt} time{'s' if attempt > 1 else ''}"
+                raise NoAnswer(f"The jupyter-vgpu broker at {self.socket_path} {broken} ({asked}).")
         try:
             data = json.loads(answer)
         except ValueError:

@@ -382,7 +382,9 @@ def test_a_broker_restart_costs_a_client_a_pause_not_a_failure(system_users: Use
         assert status.returncode == 0, status.stderr  # waited for the broker instead of failing
         holder.terminate()  # run ends its command and gives the slice back: bob's place is next
         holder.wait()
-        assert waiter.wait(timeout=60) == 0, waiter.stderr.read() if waiter.stderr else ""
+        code = waiter.wait(timeout=60)
+        said = waiter.stderr.read() if waiter.stderr else ""
+        assert code == 0, f"{said}\nthe broker's log:\n{broker.log.read_text()[-4000:]}"
     finally:
         holder.kill()
         if waiter.poll() is None:

@@ -217,12 +217,43 @@ def test_a_kernel_shut_down_while_slurmctld_is_down_stays_listed_as_ending_and_i
         assert status == 503 and said["message"].startswith("Slurm does not answer (slurmctld at 127.0.0.1:"), said
         assert said["message"].endswith(f"job {job} is not cancelled yet; it stays listed as ending and its cancel is tried again every 5 s.")
         assert job_row(server, kernel_id) is not None
+        # srun has ended and was reaped, though Slurm could not say how its job ended (round five, L-2)
+        wait_for(lambda: not srun_children(server) and not zombies(server), "srun ended and reaped", timeout=60)
         slurm.start_controller()
         wait_for(lambda: squeue(slurm) == [], "the job cancelled once slurmctld answers again", timeout=60)
         wait_for(lambda: job_row(server, kernel_id) is None, "the ending row gone", timeout=30)
         assert server.process.poll() is None  # the same server: no restart needed
+        wait_for(lambda: not zombies(server), "no child of the server left unreaped", timeout=30)
     finally:
         server.stop()
+
+
+def srun_children(server: JupyterProcess) -> list[str]:
+    """The server's srun children that still run (a zombie is not running)."""
+    import psutil
+
+    found = []
+    for child in psutil.Process(server.process.pid).children(recursive=True):
+        try:
+            if child.name() == "srun" and child.status() != psutil.STATUS_ZOMBIE:
+                found.append(f"{child.pid} {child.status()}")
+        except psutil.Error:
+            continue
+    return found
+
+
+def zombies(server: JupyterProcess) -> list[str]:
+    """The server's children that ended and nobody reaped."""
+    import psutil
+
+    found = []
+    for child in psutil.Process(server.process.pid).children(recursive=True):
+        try:
+            if child.status() == psutil.STATUS_ZOMBIE:
+                found.append(f"{child.pid} {child.name()}")
+        except psutil.Error:
+            continue
+    return found
 
 
 def start_other_user_of_slurm(slurm: SlurmCluster, tmp: Path) -> tuple[subprocess.Popen[bytes], str]:

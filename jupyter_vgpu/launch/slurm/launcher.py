@@ -349,7 +349,12 @@ class SlurmLauncher(SlurmViews, Launcher):
             return None
         status: int | None = await LocalProvisioner.poll(provisioner)
         if status is not None and state.get("job_id") and not state.get("ended"):
-            job_state, why = await asyncio.to_thread(slurmctl.final_state, state["job_id"], _env(provisioner))
+            try:
+                job_state, why = await asyncio.to_thread(slurmctl.final_state, state["job_id"], _env(provisioner))
+            except slurmctl.SlurmDown:
+                # srun ended: it is reaped now (jupyter_client's wait), or it stays a zombie under the
+                # server (hardening round five, L-2). How its job ended is asked again at the next poll.
+                return status
             if job_state != "RUNNING":
                 state["ended"] = f"{(job_state or 'gone').lower()}{f': {why}' if why not in ('', 'None') else ''}"
                 state["slurm_ended"] = ending_text(state["job_id"], job_state, why)

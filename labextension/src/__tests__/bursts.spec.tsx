@@ -5,7 +5,7 @@
  * countdown, which wins over an idle notice's; the slice row's warning and its bar's burst marked
  * as asked back; the watchdog event once the action ran.
  */
-import { Notification, showDialog } from '@jupyterlab/apputils';
+import { showDialog } from '@jupyterlab/apputils';
 import { Signal } from '@lumino/signaling';
 import * as React from 'react';
 
@@ -31,39 +31,20 @@ import { eventText, WatchdogNotifier } from '../notes/watchdognotes';
 import { SliceBar } from '../sidebar/bars';
 import { WaitingList } from '../sidebar/waiting';
 import { IHistorySource, ISliceActions, SliceRow } from '../sidebar/slicerow';
-import { BurstCountdown, NoticeCountdown } from '../statusbar/statusitem';
+import { NoticeCountdown } from '../statusbar/statusitem';
 import { GPUModel } from '../store/model';
 import { makeSlice } from './fixtures';
+import { clearNotes, GiB, MiB, notes, T0 } from './noticesetup';
 import { attr, render, tags, texts } from './render';
 
 jest.mock('@jupyterlab/ui-components', () =>
   jest.requireActual('./mocks').uiComponents()
 );
 jest.mock('../icons', () => jest.requireActual('./mocks').icons());
-jest.mock('@jupyterlab/apputils', () => {
-  let next = 0;
-  return {
-    Dialog: { okButton: () => ({}) },
-    showDialog: jest.fn(),
-    Notification: {
-      warning: jest.fn(() => `note-${++next}`),
-      error: jest.fn(() => `note-${++next}`),
-      info: jest.fn(() => `note-${++next}`),
-      dismiss: jest.fn()
-    }
-  };
-});
+jest.mock('@jupyterlab/apputils', () =>
+  jest.requireActual('./mocks').apputils()
+);
 
-const notes = Notification as unknown as {
-  warning: jest.Mock;
-  error: jest.Mock;
-  info: jest.Mock;
-  dismiss: jest.Mock;
-};
-
-const GiB = 1024 ** 3;
-const MiB = 1024 ** 2;
-const T0 = 1700000000;
 /** The server's `for`: another user's waiting command is never named. */
 const FOR = "1 waiting in line (first: another user's command, 2/5 GPU)";
 
@@ -99,12 +80,7 @@ function burstSlice(fields: Partial<ISlice> = {}): ISlice {
   });
 }
 
-beforeEach(() => {
-  notes.warning.mockClear();
-  notes.error.mockClear();
-  notes.info.mockClear();
-  notes.dismiss.mockClear();
-});
+beforeEach(clearNotes);
 
 describe('the words of a burst notice', () => {
   const actions: [string, string, string][] = [
@@ -332,7 +308,7 @@ describe('a slice row while its burst is asked back', () => {
 describe('the status bar while the burst is asked back', () => {
   it('counts down and says why and how to end it in its tooltip', () => {
     const html = render(
-      <BurstCountdown
+      <NoticeCountdown
         slice={burstSlice()}
         received={Date.now()}
         title="GPU 6.1 / 4.0 GiB, up to 8.0 GiB"

@@ -391,3 +391,36 @@ describe('the legend of the bars', () => {
     ]);
   });
 });
+
+describe('an over-full GPU card (hardening round five, M2)', () => {
+  it('says the GPU is over-full and what happens, as `jupyter vgpu status` does', () => {
+    // requests booked 12 GiB of 16 while a burst held 6 GiB above its request: 2 GiB over
+    const slices = [
+      elastic(10 * GiB),
+      makeSlice({ id: 'late', memory_reserved: 8 * GiB, memory_used: 8 * GiB })
+    ];
+    const gpu = gpuWith(slices, {
+      memory_used: 18 * GiB,
+      memory_overbooked: 2 * GiB,
+      memory_free: 0
+    });
+    const html = cardOf(gpu, slices);
+    expect(texts(html, 'jp-vgpu-DeviceCard-overfull')).toEqual([
+      'Over-full: bursts hold 2.0 GiB that requests booked; the youngest are asked back'
+    ]);
+    expect(
+      attr(tags(html, 'div', 'jp-vgpu-DeviceCard-overfull')[0], 'role')
+    ).toBe('status');
+    // what the processes hold, as it is: more than the GPU has
+    expect(texts(html, 'jp-vgpu-DeviceCard-memory')).toEqual([
+      '18.0 / 16.0 GiB'
+    ]);
+  });
+
+  it('says nothing of the kind on a GPU that is not over-full', () => {
+    for (const fields of [{}, { memory_overbooked: 0 }]) {
+      const html = cardOf(gpuWith([fixed], fields), [fixed]);
+      expect(tags(html, 'div', 'jp-vgpu-DeviceCard-overfull')).toEqual([]);
+    }
+  });
+});

@@ -4,7 +4,7 @@
  * countdown; the notification per notice (once, dismissed when it goes), the reclaim event (once,
  * in the server's words).
  */
-import { Notification, showDialog } from '@jupyterlab/apputils';
+import { showDialog } from '@jupyterlab/apputils';
 import { ServerConnection } from '@jupyterlab/services';
 import { Signal } from '@lumino/signaling';
 import * as React from 'react';
@@ -31,38 +31,19 @@ import {
 import { IdleNotifier, keepSlice } from '../notes/idlenotes';
 import { GPUModel } from '../store/model';
 import { IHistorySource, ISliceActions, SliceRow } from '../sidebar/slicerow';
-import { IdleCountdown } from '../statusbar/statusitem';
+import { NoticeCountdown } from '../statusbar/statusitem';
 import { eventText, WatchdogNotifier } from '../notes/watchdognotes';
 import { makeSlice } from './fixtures';
+import { clearNotes, GiB, notes, T0 } from './noticesetup';
 import { attr, render, tags, texts } from './render';
 
 jest.mock('@jupyterlab/ui-components', () =>
   jest.requireActual('./mocks').uiComponents()
 );
 jest.mock('../icons', () => jest.requireActual('./mocks').icons());
-jest.mock('@jupyterlab/apputils', () => {
-  let next = 0;
-  return {
-    Dialog: { okButton: () => ({}) },
-    showDialog: jest.fn(),
-    Notification: {
-      warning: jest.fn(() => `note-${++next}`),
-      error: jest.fn(() => `note-${++next}`),
-      info: jest.fn(() => `note-${++next}`),
-      dismiss: jest.fn()
-    }
-  };
-});
-
-const notes = Notification as unknown as {
-  warning: jest.Mock;
-  error: jest.Mock;
-  info: jest.Mock;
-  dismiss: jest.Mock;
-};
-
-const GiB = 1024 ** 3;
-const T0 = 1700000000;
+jest.mock('@jupyterlab/apputils', () =>
+  jest.requireActual('./mocks').apputils()
+);
 
 function notice(fields: Partial<IIdleNotice> = {}): IIdleNotice {
   return {
@@ -84,12 +65,7 @@ function idleSlice(fields: Partial<ISlice> = {}): ISlice {
   });
 }
 
-beforeEach(() => {
-  notes.warning.mockClear();
-  notes.error.mockClear();
-  notes.info.mockClear();
-  notes.dismiss.mockClear();
-});
+beforeEach(clearNotes);
 
 describe('formatSpan', () => {
   // [seconds, what jupyter_vgpu.units.format_duration says]
@@ -301,10 +277,10 @@ describe('SliceRow', () => {
   });
 });
 
-describe('IdleCountdown (status bar)', () => {
+describe('the status bar countdown of an idle notice', () => {
   it('counts down and says why in its tooltip', () => {
     const html = render(
-      <IdleCountdown
+      <NoticeCountdown
         slice={idleSlice()}
         received={Date.now()}
         title="GPU 0.0 / 4.0 GiB used of reserved"

@@ -25,3 +25,19 @@ export function uiComponents(): object {
 export function icons(): object {
   return { dashboardIcon: icon, gpuIcon: icon };
 }
+
+/** `@jupyterlab/apputils` with notifications that return an id each ("note-1", ...): the
+ * notice specs assert on them through `./noticesetup`'s `notes`. */
+export function apputils(): object {
+  let next = 0;
+  return {
+    Dialog: { okButton: () => ({}) },
+    showDialog: jest.fn(),
+    Notification: {
+      warning: jest.fn(() => `note-${++next}`),
+      error: jest.fn(() => `note-${++next}`),
+      info: jest.fn(() => `note-${++next}`),
+      dismiss: jest.fn()
+    }
+  };
+}

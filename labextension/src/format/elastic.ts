@@ -161,3 +161,13 @@ export function burstsHeldText(held: IBurstsHeld): string[] {
   }
   return lines;
 }
+
+/**
+ * An over-full GPU (`memory_overbooked`), as `jupyter vgpu status` says it: "Over-full: bursts
+ * hold 1.0 GiB that requests booked; the youngest are asked back"; '' when it is not.
+ */
+export function overbookedText(overbooked: number | null | undefined): string {
+  return overbooked && overbooked > 0
+    ? `Over-full: bursts hold ${formatBytes(overbooked)} that requests booked; the youngest are asked back`
+    : '';
+}

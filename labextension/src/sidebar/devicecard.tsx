@@ -14,7 +14,8 @@ import {
   formatBytes,
   formatPercent,
   formatUsage,
-  IBurstsHeld
+  IBurstsHeld,
+  overbookedText
 } from '../format/format';
 import { IHistorySource, ISliceActions, SliceRow } from './slicerow';
 
@@ -72,6 +73,7 @@ export function DeviceCard(props: {
   // Bursts are part of the server's over-use (not free): said apart, never added to it again.
   const bursts = burstsOn(slices, device.uuid);
   const burstLines = burstsHeldText(bursts);
+  const overfull = overbookedText(device.memory_overbooked);
   const used =
     device.memory_used ??
     device.memory_foreign +
@@ -146,6 +148,15 @@ export function DeviceCard(props: {
         </span>
         <Sparkline values={utilization} title="Utilisation history" />
       </div>
+      {overfull && (
+        <div
+          className="jp-vgpu-DeviceCard-overfull"
+          role="status"
+          title="Processes on this GPU hold more memory than it has: requests booked memory that bursts grew into. The last to allocate may meet an out-of-memory error until the bursts are given back."
+        >
+          {overfull}
+        </div>
+      )}
       {expanded && (
         <div className="jp-vgpu-DeviceCard-details" id={detailsId}>
           <HistoryChart

@@ -8,7 +8,7 @@ import { ReactWidget, UseSignal } from '@jupyterlab/ui-components';
 import { ISignal, Signal } from '@lumino/signaling';
 import * as React from 'react';
 
-import { IHostUsage, ISlice, IWaiting } from '../store/api';
+import { IHostUsage, IIdleNotice, ISlice, IWaiting } from '../store/api';
 import { useNoticeCountdown } from '../sidebar/countdown';
 import {
   burstNoticeDetails,
@@ -203,84 +203,78 @@ function Waiting(props: {
   );
 }
 
-/**
- * "GPU idle: shutting down in 4:32": the server is about to shut the notebook's idle kernel down
- * for someone who needs the room; the tooltip says why and that running a cell keeps it.
- */
-export function IdleCountdown(props: {
-  slice: ISlice;
-  received: number;
-  title: string;
-  onClick: () => void;
-}): JSX.Element {
-  const { slice, received, title, onClick } = props;
-  const { left, deadline } = useNoticeCountdown(slice.idle_notice, received);
-  const why = slice.idle_notice
-    ? idleNoticeDetails(slice, slice.idle_notice, deadline)
-    : '';
-  return (
-    <button
-      className="jp-vgpu-StatusItem-content jp-vgpu-mod-idle"
-      title={`${why}\n${title}`}
-      onClick={onClick}
-    >
-      <gpuIcon.react
-        tag="span"
-        elementSize="small"
-        className="jp-vgpu-StatusItem-icon"
-      />
-      <span className="jp-vgpu-StatusItem-text">{statusIdleText(left)}</span>
-    </button>
-  );
-}
+/** The kinds of notice a slice can be under, in the order the status bar shows them. */
+export type NoticeKind = 'burst' | 'idle';
 
 /**
- * "GPU burst: restarting in 0:42": the server asks the notebook's burst back for someone who
- * needs the memory, and then applies the admin's action; the tooltip says how much, for whom,
- * what happens and how freeing memory ends it. Nothing keeps a burst: no "Keep it" anywhere.
+ * What the status bar's countdown says for each kind of notice: the notice on the slice, the
+ * button's modifier, its text and its tooltip. A third kind of notice is one more entry.
  */
-export function BurstCountdown(props: {
-  slice: ISlice;
-  received: number;
-  title: string;
-  onClick: () => void;
-}): JSX.Element {
-  const { slice, received, title, onClick } = props;
-  const notice = slice.burst_notice ?? null;
-  const { left, deadline } = useNoticeCountdown(notice, received);
-  const why = notice ? burstNoticeDetails(slice, notice, deadline) : '';
-  return (
-    <button
-      className="jp-vgpu-StatusItem-content jp-vgpu-mod-burstNotice"
-      title={`${why}\n${title}`}
-      onClick={onClick}
-    >
-      <gpuIcon.react
-        tag="span"
-        elementSize="small"
-        className="jp-vgpu-StatusItem-icon"
-      />
-      <span className="jp-vgpu-StatusItem-text">
-        {notice ? statusBurstText(notice, left) : ''}
-      </span>
-    </button>
-  );
+const COUNTDOWN_WORDS: Record<
+  NoticeKind,
+  {
+    notice: (slice: ISlice) => IIdleNotice | null;
+    modifier: string;
+    text: (slice: ISlice, left: number) => string;
+    details: (slice: ISlice, deadline: number) => string;
+  }
+> = {
+  // "GPU burst: restarting in 0:42": the server asks the notebook's burst back for someone who
+  // needs the memory, then applies the admin's action; the tooltip says how much, for whom, what
+  // happens and how freeing memory ends it. Nothing keeps a burst: no "Keep it" anywhere.
+  burst: {
+    notice: slice => slice.burst_notice ?? null,
+    modifier: 'jp-vgpu-mod-burstNotice',
+    text: (slice, left) =>
+      slice.burst_notice ? statusBurstText(slice.burst_notice, left) : '',
+    details: (slice, deadline) =>
+      slice.burst_notice
+        ? burstNoticeDetails(slice, slice.burst_notice, deadline)
+        : ''
+  },
+  // "GPU idle: shutting down in 4:32": the server is about to shut the notebook's idle kernel
+  // down for someone who needs the room; the tooltip says why and that running a cell keeps it.
+  idle: {
+    notice: slice => slice.idle_notice ?? null,
+    modifier: 'jp-vgpu-mod-idle',
+    text: (_slice, left) => statusIdleText(left),
+    details: (slice, deadline) =>
+      slice.idle_notice
+        ? idleNoticeDetails(slice, slice.idle_notice, deadline)
+        : ''
+  }
+};
+
+/** The kind of notice the status bar shows for the slice: its burst's when the server asks it
+ * back (bursts are given back before idle kernels are reclaimed, so that one comes first), else
+ * its idle notice's; null without one. */
+export function noticeKindOf(slice: ISlice): NoticeKind | null {
+  return slice.burst_notice ? 'burst' : slice.idle_notice ? 'idle' : null;
 }
 
-/**
- * The countdown of a notice on the slice: its burst's when the server asks it back (bursts are
- * given back before idle kernels are reclaimed, so that one comes first), else its idle notice's.
- */
+/** The countdown of a notice on the slice, in the words of its kind (`COUNTDOWN_WORDS`). */
 export function NoticeCountdown(props: {
   slice: ISlice;
   received: number;
   title: string;
   onClick: () => void;
 }): JSX.Element {
-  return props.slice.burst_notice ? (
-    <BurstCountdown {...props} />
-  ) : (
-    <IdleCountdown {...props} />
+  const { slice, received, title, onClick } = props;
+  const words = COUNTDOWN_WORDS[noticeKindOf(slice) ?? 'idle'];
+  const { left, deadline } = useNoticeCountdown(words.notice(slice), received);
+  return (
+    <button
+      className={`jp-vgpu-StatusItem-content ${words.modifier}`}
+      title={`${words.details(slice, deadline)}\n${title}`}
+      onClick={onClick}
+    >
+      <gpuIcon.react
+        tag="span"
+        elementSize="small"
+        className="jp-vgpu-StatusItem-icon"
+      />
+      <span className="jp-vgpu-StatusItem-text">{words.text(slice, left)}</span>
+    </button>
   );
 }
 

@@ -34,6 +34,12 @@ export interface IDevice {
   memory_foreign: number;
   /** What one new slice could get here now: the same figure as `jupyter vgpu status`. */
   memory_free: number;
+  /**
+   * What bursts hold here beyond what no request holds: requests booked memory the bursts grew
+   * into, so the GPU is over-full (its processes hold more than it has). The server asks the
+   * youngest bursts back at once. 0 or absent otherwise.
+   */
+  memory_overbooked?: number;
   utilization: number | null;
   /** Points taken after the `since` of the request (all of them without one). */
   history?: IHistoryPoint[];
