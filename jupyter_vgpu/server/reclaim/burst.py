@@ -49,7 +49,7 @@ from jupyter_core.utils import ensure_async
 from ...slices.usage import SliceUsage
 from ...units import format_bytes, format_duration, shorten
 from ..monitor import Sample
-from ..watchdog import Watchdog, WatchdogEvent
+from ..watchdog import Watchdog
 from .board import Notice, NoticeBoard
 from .plan import Allowance, burst_of, placed, plan, spoken_for, take, trimmed
 from .source import Choice, Group, Source
@@ -83,11 +83,8 @@ class BurstSource(Source):
     ) -> None:
         if action not in ACTIONS:
             raise ValueError(f"burst_reclaim_action {shorten(action)} is not one of {', '.join(ACTIONS)}.")
-        super().__init__(notice)
-        self.kernel_manager = kernel_manager
-        self.watchdog = watchdog
+        super().__init__(kernel_manager, watchdog, notice, log)
         self.action = action
-        self.log = log or logging.getLogger("jupyter_vgpu.server")
         self.bursting_since: dict[str, float] = {}  # slice id -> when its burst began
         self.bursting: list[str] = []  # this sample's, the youngest burst first
         self.uid = os.getuid()  # this server's user, whose kernels these are
@@ -185,12 +182,7 @@ class BurstSource(Source):
         except Exception as error:
             ok = False
             message = f"{words}: could not be {_PAST[self.action]} ({shorten(error)})."
-        event = WatchdogEvent(
-            time.time(), s.id, s.holder, "burst", ok, message, path=s.labels.get("path"),
-            memory_used=usage.memory_used, memory_reserved=usage.memory_reserved_total,
-        )  # fmt: skip
-        self.watchdog.record(event)
-        (self.log.warning if ok else self.log.error)("jupyter-vgpu: %s", message)
+        self.record(usage, ok, message)
         if self.action in ("interrupt", "warn"):
             await board.tell(usage, "burst", "done", message)
         return True

@@ -44,7 +44,7 @@ from ...slices.usage import SliceUsage
 from ...units import format_duration, shorten
 from ..activity import ExecutionWatch
 from ..monitor import Sample
-from ..watchdog import Watchdog, WatchdogEvent
+from ..watchdog import Watchdog
 from .board import Notice, NoticeBoard
 from .plan import Allowance, plan, without
 from .source import Choice, Group, Source
@@ -77,13 +77,10 @@ class IdleSource(Source):
     ) -> None:
         if mode not in MODES:
             raise ValueError(f"idle_reclaim_mode {shorten(mode)} is not one of {', '.join(MODES)}.")
-        super().__init__(notice)
-        self.kernel_manager = kernel_manager
-        self.watchdog = watchdog
+        super().__init__(kernel_manager, watchdog, notice, log)
         self.after = after
         self.mode = mode
         self.ledger_path = ledger_path
-        self.log = log or logging.getLogger("jupyter_vgpu.server")
         self.started = time.time()
         self.executions = ExecutionWatch(kernel_manager, self.log)
         self.judged: list[SliceUsage] = []  # this sample's slices that are this source's to judge
@@ -184,12 +181,7 @@ class IdleSource(Source):
         except Exception as error:
             ok = False
             message = f"{words}: could not be shut down ({shorten(error)})."
-        event = WatchdogEvent(
-            time.time(), s.id, s.holder, "idle", ok, message, path=s.labels.get("path"),
-            memory_used=usage.memory_used, memory_reserved=usage.memory_reserved_total,
-        )  # fmt: skip
-        self.watchdog.record(event)
-        (self.log.warning if ok else self.log.error)("jupyter-vgpu: %s", message)
+        self.record(usage, ok, message)
         return ok
 
     def close(self) -> None:

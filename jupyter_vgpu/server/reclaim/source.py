@@ -7,12 +7,15 @@ and what its action is.
 
 from __future__ import annotations
 
+import logging
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from ...slices.usage import SliceUsage
 from ..monitor import Sample
+from ..watchdog import Watchdog, WatchdogEvent
 from .board import Due, Notice, NoticeBoard
 from .plan import Allowance
 
@@ -47,8 +50,11 @@ class Source:
     #: Whether a notice may be acted on in the very sample it was given (a notice of 0 seconds).
     acts_on_a_new_notice = True
 
-    def __init__(self, notice: float) -> None:
+    def __init__(self, kernel_manager: Any, watchdog: Watchdog, notice: float, log: logging.Logger | None = None) -> None:
+        self.kernel_manager = kernel_manager  # the server's: what the actions go through
+        self.watchdog = watchdog  # where each action is recorded, with the over-limit events
         self.notice_seconds = notice
+        self.log = log or logging.getLogger("jupyter_vgpu.server")
         self.acting: set[str] = set()  # its holders whose action is under way (the engine keeps it)
 
     def observe(self, sample: Sample, board: NoticeBoard) -> bool:
@@ -93,4 +99,14 @@ class Source:
 
     def close(self) -> None:
         """The server stops."""
+
+    def record(self, usage: SliceUsage, ok: bool, message: str) -> None:
+        """An action taken (or failed): a watchdog event of this source's kind, and a log line."""
+        s = usage.slice
+        event = WatchdogEvent(
+            time.time(), s.id, s.holder, self.kind, ok, message, path=s.labels.get("path"),
+            memory_used=usage.memory_used, memory_reserved=usage.memory_reserved_total,
+        )  # fmt: skip
+        self.watchdog.record(event)
+        (self.log.warning if ok else self.log.error)("jupyter-vgpu: %s", message)
 
