@@ -16,9 +16,10 @@ its simulated NVML lists each kernel's process with what it holds, as a driver w
   placement (``place`` on ``occupancy_of``: bursts count) lets it in; its slice is then attached
   to its simulated pid and kept by this process, as a server keeps its kernels';
 * at the monitor's ticks (``--interval``, the server's ``monitor_interval``) the server's
-  ``UsageMonitor.collect`` takes a sample (stamped with the virtual time) and its
-  ``IdleReclaimer.check`` (idle reclaim off, the default) hands it and the line's wants to its
-  ``BurstReclaimer``: which bursts get a notice, when one is withdrawn, when the action is due.
+  ``UsageMonitor.collect`` takes a sample (stamped with the virtual time) and its reclaim
+  engine's ``Reclaim.check`` asks its sources, ``BurstSource`` first (the idle one is off, the
+  default), with the line's wants: which bursts get a notice on its board, when one is
+  withdrawn, when the action is due.
   The restart goes to a kernel manager here. A tick is skipped when no kernel is above its
   request while someone waits, no notice runs, no restart is under way and no burst began or
   ended since the last: the reclaim would decide nothing on it.
@@ -57,7 +58,7 @@ import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -65,9 +66,8 @@ from typing import Any
 from jupyter_vgpu.config import VGPU
 from jupyter_vgpu.errors import VGPUError
 from jupyter_vgpu.ledger import SQLiteLedger, open_ledger
-from jupyter_vgpu.server.bursts import BurstReclaimer, trimmed
 from jupyter_vgpu.server.monitor import UsageMonitor
-from jupyter_vgpu.server.reclaim import IdleReclaimer, placed
+from jupyter_vgpu.server.reclaim import BurstSource, IdleSource, Notice, Reclaim, trimmed
 from jupyter_vgpu.server.watchdog import Watchdog
 from jupyter_vgpu.slices import Holder, SliceRequest, Ticket
 from jupyter_vgpu.slices.occupancy import GPUOccupancy, Share
@@ -203,13 +203,11 @@ class Run:
         self.manager = Kernels(self)
         self.monitor = UsageMonitor(ledger, interval=args.interval, log=quiet)
         watchdog = Watchdog(self.manager, log=quiet)
-        self.bursts = BurstReclaimer(
-            self.manager, watchdog, notice=args.notice, action="restart",
-            placed=lambda want, gpus: placed(want, gpus, ledger.allowance_for), log=quiet,
-        )  # fmt: skip
-        self.reclaimer = IdleReclaimer(
-            self.manager, watchdog, after=0.0, allowance=ledger.allowance_for, log=quiet, bursts=self.bursts
+        sources = (
+            BurstSource(self.manager, watchdog, notice=args.notice, action="restart", log=quiet),
+            IdleSource(self.manager, watchdog, after=0.0, log=quiet),
         )
+        self.reclaim = Reclaim(sources, allowance=ledger.allowance_for, log=quiet)
         self.noticed: dict[str, float] = {}  # slice id -> when its notice was given
         self.acted: set[str] = set()  # restarted by the reclaim at this tick
         self.changed = False  # a kernel went above or back within its request since the last tick
@@ -220,8 +218,13 @@ class Run:
         self.order += 1
         heapq.heappush(self.events, (at, self.order, what, self.kernels.index(kernel), token))
 
+    @property
+    def notices(self) -> Mapping[str, Notice]:
+        """The bursts under notice, as the reclaim's board has them."""
+        return self.reclaim.board.of("burst")
+
     def tick_due(self) -> bool:
-        if self.changed or self.bursts.notices or any(k.state == "restarting" for k in self.kernels):
+        if self.changed or self.notices or any(k.state == "restarting" for k in self.kernels):
             return True
         return bool(self.line) and any(k.use > self.reserved for k in self.kernels if k.slice_id)
 
@@ -395,17 +398,17 @@ class Run:
         sample = replace(self.monitor.collect(pids), taken_at=self.now)
         if sample.message is not None:
             raise RuntimeError(f"{self.mode}: the monitor's sample failed: {sample.message}")
-        before = dict(self.bursts.notices)
-        await self.reclaimer.check(sample)
+        before = dict(self.notices)
+        await self.reclaim.check(sample)
         await asyncio.sleep(0)  # the reclaim's action begins (Kernels.restart_kernel)
         by_slice = {k.slice_id: k for k in self.kernels if k.slice_id}
-        for sid, notice in self.bursts.notices.items():
+        for sid, notice in self.notices.items():
             if sid not in before:
                 self.figures.noticed += 1
                 self.noticed[sid] = notice.given
                 self.figures.touched_within += int(by_slice[sid].use <= self.reserved)
         for sid in before:
-            if sid not in self.bursts.notices and sid not in self.acted:  # withdrawn
+            if sid not in self.notices and sid not in self.acted:  # withdrawn
                 given, kernel = self.noticed.pop(sid), by_slice[sid]
                 if kernel.state != "gone" and kernel.calmed_at is not None and kernel.calmed_at >= given:
                     self.figures.given_back += 1

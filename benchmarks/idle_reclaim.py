@@ -6,7 +6,8 @@ command holds all of GPU 4; eight users each wait in line for one request. Four 
 can be let in by reclaiming idle kernels (1/4 GPU anywhere, 1/2 of GPU 0, 1/4 of GPU 2, 2 x 1/4
 GPU); four cannot, whatever is reclaimed (they are pinned, or kept by their policy, to GPU 4).
 
-Each version runs the real ``IdleReclaimer`` in a fresh process on a fresh ledger, with no
+Each version runs the real idle reclaim (the reclaim engine with its ``IdleSource``; an earlier
+commit's ``IdleReclaimer``) in a fresh process on a fresh ledger, with no
 notice: after every tick the requests in line are asked to be granted, as their waiting loops
 do, until nothing changes. Printed per version: kernels shut down, requests let in, and the
 reclaimer's time per tick (the ``check`` call on one sample: median and 95th percentile).
@@ -34,7 +35,11 @@ from jupyter_vgpu.slices import Holder, SliceRequest, Ticket
 from jupyter_vgpu.ledger import SQLiteLedger
 from jupyter_vgpu.slices.usage import SliceUsage
 from jupyter_vgpu.server.monitor import Sample
-from jupyter_vgpu.server.reclaim import IdleReclaimer
+try:
+    from jupyter_vgpu.server.reclaim import IdleSource, Reclaim
+except ImportError:  # an earlier commit: the idle reclaimer was a class of its own
+    from jupyter_vgpu.server.reclaim import IdleReclaimer
+    Reclaim = None
 
 ledger = SQLiteLedger(Path(sys.argv[1]), Inventory("5x16GiB"), context_allowance=0)
 ticks = int(sys.argv[2])
@@ -79,9 +84,13 @@ for i, (request, allowed) in enumerate(wants):
 
 events = []
 watchdog = type("Watchdog", (), {"record": lambda self, event: events.append(event)})()
-accepted = inspect.signature(IdleReclaimer).parameters
-extra = {k: v for k, v in {"allowance": lambda g: 0, "per_user_seconds": 600.0}.items() if k in accepted}
-reclaimer = IdleReclaimer(kernels, watchdog, after=1e-6, notice=0.0, log=logging.getLogger("bench"), **extra)
+if Reclaim is not None:  # the reclaim engine with its idle source only
+    idle = IdleSource(kernels, watchdog, after=1e-6, notice=0.0, per_user_seconds=600.0, log=logging.getLogger("bench"))
+    reclaimer = Reclaim((idle,), allowance=lambda g: 0, log=logging.getLogger("bench"))
+else:
+    accepted = inspect.signature(IdleReclaimer).parameters
+    extra = {k: v for k, v in {"allowance": lambda g: 0, "per_user_seconds": 600.0}.items() if k in accepted}
+    reclaimer = IdleReclaimer(kernels, watchdog, after=1e-6, notice=0.0, log=logging.getLogger("bench"), **extra)
 granted, costs, quiet = 0, [], 0
 loop = asyncio.new_event_loop()
 for tick in range(ticks):

@@ -15,9 +15,8 @@ from typing import Any
 
 from jupyter_vgpu.config import VGPU
 from jupyter_vgpu.ledger import open_ledger
-from jupyter_vgpu.server.bursts import BurstReclaimer
 from jupyter_vgpu.server.monitor import UsageMonitor
-from jupyter_vgpu.server.reclaim import IdleReclaimer, placed
+from jupyter_vgpu.server.reclaim import BurstSource, IdleSource, Reclaim
 from jupyter_vgpu.server.watchdog import Watchdog
 from jupyter_vgpu.slices import Actor, Holder, SliceRequest
 from jupyter_vgpu.units import GiB
@@ -62,18 +61,17 @@ def test_two_requests_in_line_each_needing_a_burst_get_both_asked_back_at_once(t
         ledger.enqueue(SliceRequest.parse(memory="3GiB"), Holder.command(who, pid=os.getpid()))
     manager = Kernels(names)
     watchdog = Watchdog(manager)
-    bursts = BurstReclaimer(manager, watchdog, notice=60, placed=lambda want, gpus: placed(want, gpus, ledger.allowance_for))
-    reclaimer = IdleReclaimer(manager, watchdog, allowance=ledger.allowance_for, bursts=bursts)
+    reclaim = Reclaim((BurstSource(manager, watchdog, notice=60), IdleSource(manager, watchdog)), allowance=ledger.allowance_for)
     monitor = UsageMonitor(ledger, interval=1.0)
     try:
         sample = monitor.collect({name: PID + i for i, name in enumerate(names)})
         assert sample.message is None, sample.message
-        asyncio.run(reclaimer.check(sample))
-        asked = set(bursts.notices)
+        asyncio.run(reclaim.check(sample))
+        asked = set(reclaim.board.of("burst"))
         assert asked == {held[0].id, held[1].id}  # both bursts, in one sample
         assert not asked & {held[2].id, held[3].id}  # within their requests: never asked
         tickets = [w.ticket for w in ledger.waiting()]
-        assert all(bursts.waited_for(t) for t in tickets)  # each place in line says when
+        assert all(reclaim.board.due("burst", t) for t in tickets)  # each place in line says when
     finally:
         monitor.executor.shutdown(wait=False)
         ledger.close()
@@ -125,10 +123,7 @@ def test_another_users_requests_get_one_burst_reclaim_per_window_this_users_own_
     write(spec, {PID: 12 * GiB}, mine.gpus[0])  # 10 GiB above its request: 4 GiB left for anyone
     manager = Restarts(["k0"])
     watchdog = Watchdog(manager)
-    bursts = BurstReclaimer(
-        manager, watchdog, notice=0.0, placed=lambda want, gpus: placed(want, gpus, ledger.allowance_for), per_user_seconds=600.0
-    )
-    reclaimer = IdleReclaimer(manager, watchdog, allowance=ledger.allowance_for, bursts=bursts)
+    reclaim = Reclaim((BurstSource(manager, watchdog, notice=0.0, per_user_seconds=600.0), IdleSource(manager, watchdog)), allowance=ledger.allowance_for)
     monitor = UsageMonitor(ledger, interval=1.0)
     eight = SliceRequest.parse(memory="8GiB")  # fits only with the burst back
     start = time.time()
@@ -136,25 +131,25 @@ def test_another_users_requests_get_one_burst_reclaim_per_window_this_users_own_
     async def tick(at: float) -> None:
         sample = replace(monitor.collect({"k0": PID}), taken_at=start + at)
         assert sample.message is None, sample.message
-        await reclaimer.check(sample)
-        await bursts.stop()  # a restart asked for is done before the next tick
+        await reclaim.check(sample)
+        await reclaim.stop()  # a restart asked for is done before the next tick
 
     try:
         first = bob.enqueue(eight, Holder.command("bob's first", pid=os.getpid()))
         asyncio.run(tick(0))
-        assert set(bursts.notices) == {mine.id}  # a notice for bob's request...
+        assert set(reclaim.board.of("burst")) == {mine.id}  # a notice for bob's request...
         asyncio.run(tick(1))
         assert manager.restarted == ["k0"]  # ...and, the notice run out, the restart
         bob.leave_queue(first)  # bob gave up (or was refused) and asks again; alice bursts again
         again = bob.enqueue(eight, Holder.command("bob's second", pid=os.getpid()))
         for at in (2, 3, 300, 599):
             asyncio.run(tick(at))
-            assert not bursts.notices and manager.restarted == ["k0"], at  # his reclaim was had lately
+            assert not reclaim.board.of("burst") and manager.restarted == ["k0"], at  # his reclaim was had lately
         asyncio.run(tick(601))
-        assert set(bursts.notices) == {mine.id}  # a new window: his request may ask again
+        assert set(reclaim.board.of("burst")) == {mine.id}  # a new window: his request may ask again
         bob.leave_queue(again)
         asyncio.run(tick(602))
-        assert not bursts.notices  # nobody needs it: withdrawn
+        assert not reclaim.board.of("burst")  # nobody needs it: withdrawn
 
         # This server's user's own requests are not bounded: the kernels are theirs.
         for at in (700, 800):
@@ -185,8 +180,7 @@ def test_bursts_beyond_what_no_request_holds_get_a_notice_with_nobody_waiting_th
     gpu = old.gpus[0]
     manager = Restarts(["k0", "k1"])
     watchdog = Watchdog(manager)
-    bursts = BurstReclaimer(manager, watchdog, notice=30.0, placed=lambda want, gpus: placed(want, gpus, ledger.allowance_for))
-    reclaimer = IdleReclaimer(manager, watchdog, allowance=ledger.allowance_for, bursts=bursts)
+    reclaim = Reclaim((BurstSource(manager, watchdog, notice=30.0), IdleSource(manager, watchdog)), allowance=ledger.allowance_for)
     monitor = UsageMonitor(ledger, interval=1.0)
     start = time.time()
 
@@ -195,27 +189,27 @@ def test_bursts_beyond_what_no_request_holds_get_a_notice_with_nobody_waiting_th
         os.utime(spec, (start + at, start + at))  # read again when its stamp changes: two writes of one size in a tick would not be
         sample = replace(monitor.collect({"k0": PID, "k1": PID + 1}), taken_at=start + at)
         assert sample.message is None, sample.message
-        asyncio.run(reclaimer.check(sample))
+        asyncio.run(reclaim.check(sample))
         return sample.occupancy.gpus[0].to_dict()  # the GPU as every view shows it
 
     try:
         # 8 GiB booked (2 + 2 + 4): 8 GiB no request holds. Both burst within it while bob uses nothing.
         tick(0, {PID: 6, PID + 1: 2, PID + 2: 0})
         tick(1, {PID: 6, PID + 1: 6, PID + 2: 0})  # k1 began bursting later: the younger
-        assert not bursts.notices  # 8 GiB of bursts in the 8 GiB no request holds
+        assert not reclaim.board.of("burst")  # 8 GiB of bursts in the 8 GiB no request holds
         shown = tick(2, {PID: 6, PID + 1: 7, PID + 2: 4})  # bob uses his request; bursts now hold 9 GiB of 8
         assert (shown["memory_used"], shown["memory_overbooked"]) == (17 * GiB, GiB)  # over-full, as it is: not clamped at 16
-        assert set(bursts.notices) == {young.id}  # the youngest covers the 1 GiB: at once, nobody waiting
-        notice = bursts.notice(young.id, start + 2)
+        assert set(reclaim.board.of("burst")) == {young.id}  # the youngest covers the 1 GiB: at once, nobody waiting
+        notice = reclaim.board.notice("burst", young.id, start + 2)
         assert notice is not None and notice["for"] == "the requests booked on GPU 0 need 1.0 GiB that bursts hold", notice
         tick(3, {PID: 6, PID + 1: 9, PID + 2: 4})  # 3 GiB over: its 7 GiB of burst still cover it
-        assert set(bursts.notices) == {young.id}
+        assert set(reclaim.board.of("burst")) == {young.id}
         tick(4, {PID: 6, PID + 1: 6, PID + 2: 4})  # given back within what no request holds
-        assert not bursts.notices and manager.restarted == []
+        assert not reclaim.board.of("burst") and manager.restarted == []
         tick(5, {PID: 11, PID + 1: 7, PID + 2: 4})  # 14 GiB of bursts: the youngest's 5 do not cover 6
-        assert set(bursts.notices) == {young.id, old.id}
+        assert set(reclaim.board.of("burst")) == {young.id, old.id}
         tick(40, {PID: 11, PID + 1: 7, PID + 2: 4})  # the notice ran out: the admin's action
-        asyncio.run(bursts.stop())
+        asyncio.run(reclaim.stop())
         assert sorted(manager.restarted) == ["k0", "k1"]
     finally:
         monitor.executor.shutdown(wait=False)

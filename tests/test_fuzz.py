@@ -607,7 +607,7 @@ class IdleReclaimLetsAWaiterIn(RuleBasedStateMachine):
         import logging
         import tempfile
 
-        from jupyter_vgpu.server.reclaim import IdleReclaimer
+        from jupyter_vgpu.server.reclaim import IdleSource, Reclaim
 
         self.folder = Path(tempfile.mkdtemp(prefix="vgpu-fuzz-reclaim-"))
         self.ledger = SQLiteLedger(self.folder / "ledger.sqlite", Inventory("2x16GiB"), context_allowance=0)
@@ -616,9 +616,8 @@ class IdleReclaimLetsAWaiterIn(RuleBasedStateMachine):
         self.allowed: dict[int, tuple[str, ...]] = {}  # ticket -> the GPUs its "policy" allows
         self.loop = asyncio.new_event_loop()
         watchdog = type("Watchdog", (), {"record": lambda _, event: self.events.append(event)})()
-        self.reclaimer = IdleReclaimer(
-            self.kernels, watchdog, after=1e-6, notice=0.0, per_user_seconds=0.0, log=logging.getLogger("fuzz")
-        )
+        idle = IdleSource(self.kernels, watchdog, after=1e-6, notice=0.0, per_user_seconds=0.0, log=logging.getLogger("fuzz"))
+        self.reclaimer = Reclaim((idle,), log=logging.getLogger("fuzz"))
         self.uuids = [g.uuid for g in self.ledger.inventory.snapshot().gpus]
         self.count = 0
 

@@ -28,13 +28,12 @@ from ..ledger import Ledger, open_ledger
 from ..slices.occupancy import GPUOccupancy
 from ..units import shorten
 from . import gateway, handlers, starts
-from .bursts import BurstReclaimer
 from .changes import Changes
 from .dashboard import DashboardHistory
 from .elsewhere import clean_up
 from .metrics import collector
 from .monitor import Sample, UsageMonitor
-from .reclaim import IdleReclaimer, placed
+from .reclaim import BurstSource, IdleSource, Reclaim
 from .settings import ServerSettings
 from .watchdog import Watchdog, leave_notice
 
@@ -166,46 +165,48 @@ class VGPUServer(ServerSettings):
             on_action=self.monitor.reap_soon,
             ledger_path=ledger.path if ledger is not None else None,
         )
-        self.monitor.listeners.append(self.watchdog.check)
-        notices = ledger.path if ledger is not None else None  # a kernel whose slice was not booked again after a reset
-        self.monitor.tell = lambda usage, message: leave_notice(notices, usage, "rebook", "done", message, self.log)
+        notices = ledger.path if ledger is not None else None
+
+        async def tell_unbooked(sample: Sample) -> None:
+            for usage, message in sample.unbooked:  # a kernel whose slice was not booked again after a reset
+                await leave_notice(notices, usage, "rebook", "done", message, self.log)
+
+        self.monitor.listeners += [tell_unbooked, self.watchdog.check]
 
     def _reclaim(self, ledger: Ledger | None, manager: Any) -> float:
-        """The idle reclaim, on the monitor's samples; after how many idle seconds it reclaims (0: never)."""
+        """The reclaim engine on the monitor's samples, its sources asked in order: bursts given
+        back, then idle kernels shut down; after how many idle seconds it reclaims (0: never)."""
         idle_after = effective_idle_reclaim(self.idle_reclaim_after, ledger)
-        allowance = allowance_of(ledger)
-        bursts = BurstReclaimer(
+        ledger_path = str(ledger.path) if ledger is not None else None
+        bursts = BurstSource(
             manager,
             self.watchdog,
             notice=self.burst_reclaim_notice,
             action=self.burst_reclaim_action,
-            placed=lambda want, gpus: placed(want, gpus, allowance),
-            on_action=self.monitor.reap_soon,
-            ledger_path=str(ledger.path) if ledger is not None else None,
-            log=self.log,
             per_user_seconds=self.idle_reclaim_per_user_seconds,
+            log=self.log,
         )
-        self.reclaimer = IdleReclaimer(
+        idle = IdleSource(
             manager,
             self.watchdog,
             after=idle_after,
             notice=self.idle_reclaim_notice,
             mode=self.idle_reclaim_mode,
+            per_user_seconds=self.idle_reclaim_per_user_seconds,
+            ledger_path=ledger_path,
+            log=self.log,
+        )
+        self.reclaim = Reclaim(
+            (bursts, idle),
+            allowance=allowance_of(ledger),
             demand_seconds=self.idle_reclaim_demand_seconds,
             refused_since=refusals_of(manager).since,
-            allowance=allowance,
-            per_user_seconds=self.idle_reclaim_per_user_seconds,
-            on_reclaim=self.monitor.reap_soon,
-            ledger_path=str(ledger.path) if ledger is not None else None,
+            on_action=self.monitor.reap_soon,
+            ledger_path=ledger_path,
             log=self.log,
-            bursts=bursts,
         )
-        self.monitor.listeners.append(self.reclaimer.check)
-        self.monitor.burst_notice_of = bursts.notice
-        self.monitor.burst_due_of = bursts.waited_for
-        self.monitor.idle_of = self.reclaimer.idle_seconds
-        self.monitor.notice_of = self.reclaimer.notice
-        self.settings[handlers.RECLAIMER] = self.reclaimer
+        self.monitor.listeners.append(self.reclaim.check)
+        self.settings[handlers.RECLAIM] = self.reclaim
         return idle_after
 
     def _log_tiers(self, ledger: Ledger) -> None:
@@ -244,7 +245,8 @@ class VGPUServer(ServerSettings):
     async def _start_jupyter_server_extension(self, serverapp: Any) -> None:
         monitor: UsageMonitor | None = getattr(self, "monitor", None)
         if monitor is not None:
-            collector().add(monitor)
+            reclaim: Reclaim | None = getattr(self, "reclaim", None)
+            collector().add(monitor, reclaim.board if reclaim is not None else None)
             monitor.start()
         specs = getattr(serverapp, "kernel_spec_manager", None)
         if specs is not None:
@@ -262,9 +264,9 @@ class VGPUServer(ServerSettings):
         monitor: UsageMonitor | None = getattr(self, "monitor", None)
         if watchdog is not None:
             await watchdog.stop()
-        reclaimer: IdleReclaimer | None = getattr(self, "reclaimer", None)
-        if reclaimer is not None:
-            await reclaimer.stop()
+        reclaim: Reclaim | None = getattr(self, "reclaim", None)
+        if reclaim is not None:
+            await reclaim.stop()
         if monitor is not None:
             collector().remove(monitor)
             await monitor.stop()

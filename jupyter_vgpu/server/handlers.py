@@ -27,7 +27,7 @@ from .dashboard import DashboardHistory
 from .elsewhere import elsewhere_view, kernelspec_launchers, leave_line
 from .kernelinfo import KernelInfo
 from .monitor import UsageMonitor
-from .reclaim import IdleReclaimer
+from .reclaim import NoticeBoard, Reclaim
 from .starts import requester
 from .views import (
     devices_view,
@@ -42,7 +42,7 @@ from .watchdog import Watchdog
 
 MONITOR = "jupyter_vgpu_monitor"
 DASHBOARD = "jupyter_vgpu_dashboard"
-RECLAIMER = "jupyter_vgpu_reclaimer"
+RECLAIM = "jupyter_vgpu_reclaim"
 WATCHDOG = "jupyter_vgpu_watchdog"
 CHANGES = "jupyter_vgpu_changes"
 SPEC_LAUNCHERS = "jupyter_vgpu_spec_launchers"  # kernelspecs by launcher, with the folders' stamp
@@ -64,6 +64,16 @@ class VGPUHandler(APIHandler):
     def watchdog(self) -> Watchdog:
         watchdog: Watchdog = self.settings[WATCHDOG]
         return watchdog
+
+    @property
+    def reclaim(self) -> Reclaim:
+        reclaim: Reclaim = self.settings[RECLAIM]
+        return reclaim
+
+    @property
+    def board(self) -> NoticeBoard:
+        """The reclaim's notices and idle times, which the views show."""
+        return self.reclaim.board
 
     async def kernels(self) -> dict[str, KernelInfo]:
         """This server's kernels: kernelspec name and notebook path (from the session manager)."""
@@ -158,7 +168,7 @@ class SlicesHandler(VGPUHandler):
     async def get(self) -> None:
         sample = await self.monitor.current()
         since = self.since()
-        reply = slices_view(sample, self.monitor, self.watchdog, await self.kernels(), since, await self.spec_launchers())
+        reply = slices_view(sample, self.monitor, self.watchdog, await self.kernels(), since, await self.spec_launchers(), board=self.board)
         changes: Changes = self.settings[CHANGES]
         self.write_json(changes.slices_reply(reply, since))
 
@@ -180,7 +190,7 @@ class SampleHandler(VGPUHandler):
         changes: Changes = self.settings[CHANGES]
         stamp = await self.kernelspecs_stamp()  # the kernelspecs' launchers and the reply's kernelspecs
         launchers = await self.spec_launchers(stamp)
-        slices = changes.slices_reply(slices_view(sample, self.monitor, self.watchdog, kernels, since, launchers), since)
+        slices = changes.slices_reply(slices_view(sample, self.monitor, self.watchdog, kernels, since, launchers, board=self.board), since)
         reply: dict[str, Any] = {"slices": slices}
         if self.get_query_argument("devices", None) is not None:
             reply["devices"] = devices_view(sample, self.monitor, self.watchdog, self.since("devices"))
@@ -216,7 +226,7 @@ class SliceHandler(VGPUHandler):
         if usage is None:
             return self.fail(404, f"No slice {shorten(slice_id)} exists; GET /api/vgpu/slices lists them.")
         kernels = await self.kernels()
-        self.write_json(slice_view(usage, self.monitor, self.watchdog, kernels, self.since(), sample.taken_at))
+        self.write_json(slice_view(usage, self.monitor, self.watchdog, kernels, self.since(), sample.taken_at, board=self.board))
 
     @web.authenticated
     @authorized
@@ -261,8 +271,7 @@ class KeepHandler(VGPUHandler):
             return self.fail(404, f"No slice {shorten(slice_id)}; GET /api/vgpu/slices lists them.")
         if usage.slice.uid != self.monitor.uid:
             return self.fail(403, f"Slice {slice_id} is another user's; only its owner can keep it.")
-        reclaimer: IdleReclaimer = self.settings[RECLAIMER]
-        cancelled = reclaimer.keep(slice_id)
+        cancelled = self.reclaim.keep(slice_id)
         self.write_json({"slice_id": slice_id, "kept": True, "notice_cancelled": cancelled})
 
 
@@ -279,7 +288,7 @@ class KernelHandler(VGPUHandler):
             return self.fail(
                 404, f"No kernel {shorten(kernel_id)} runs on this server, and no GPU slice is held for that kernel id."
             )
-        view = slice_view(usage, self.monitor, self.watchdog, kernels, self.since(), sample.taken_at) if usage is not None else None
+        view = slice_view(usage, self.monitor, self.watchdog, kernels, self.since(), sample.taken_at, board=self.board) if usage is not None else None
         pid = self.kernel_pid(kernel_id)
         if usage is not None:  # its launcher says which process of this host is the kernel, if any
             pid = launcher_of(usage.slice.labels).host_process(pid)

@@ -16,26 +16,26 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from .monitor import UsageMonitor
+from .reclaim.board import NoticeBoard
 
 _PREFIX = "jupyter_vgpu"
 
 
 class VGPUCollector(Collector):
-    """Reads the latest sample of every running monitor (one per server in this process)."""
+    """Reads the latest sample of every running monitor (one per server in this process), and
+    the idle times on its server's notice board."""
 
     def __init__(self) -> None:
-        self._monitors: list[UsageMonitor] = []
+        self._monitors: dict[UsageMonitor, NoticeBoard | None] = {}
         self._lock = threading.Lock()
 
-    def add(self, monitor: UsageMonitor) -> None:
+    def add(self, monitor: UsageMonitor, board: NoticeBoard | None = None) -> None:
         with self._lock:
-            if monitor not in self._monitors:
-                self._monitors.append(monitor)
+            self._monitors.setdefault(monitor, board)
 
     def remove(self, monitor: UsageMonitor) -> None:
         with self._lock:
-            if monitor in self._monitors:
-                self._monitors.remove(monitor)
+            self._monitors.pop(monitor, None)
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         gpu_labels = ["gpu", "uuid"]
@@ -103,8 +103,8 @@ class VGPUCollector(Collector):
             labels=slice_labels,
         )
         with self._lock:
-            samples = [(m, m.latest) for m in self._monitors if m.latest is not None]
-        for monitor, sample in samples:
+            samples = [(board, m.latest) for m, board in self._monitors.items() if m.latest is not None]
+        for board, sample in samples:
             assert sample is not None
             for entry in sample.occupancy.gpus:
                 labels = [str(entry.gpu.index), entry.gpu.uuid]
@@ -127,7 +127,7 @@ class VGPUCollector(Collector):
                     slice_used.add_metric(labels, usage.memory_used)
                 if usage.utilization is not None:
                     slice_util.add_metric(labels, usage.utilization)
-                if (idle := monitor.idle_of(usage.slice.id)) is not None:
+                if board is not None and (idle := board.idle_seconds(usage.slice.id)) is not None:
                     slice_idle.add_metric(labels, idle)
                 if usage.memory_burst is not None:
                     slice_limit.add_metric(labels, sum(usage.slice.memory_allowed))

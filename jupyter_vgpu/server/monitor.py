@@ -16,7 +16,7 @@ import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
 from ..errors import SliceNotFound, VGPUError
@@ -53,6 +53,9 @@ class Sample:
     message: str | None = None
     #: This server's kernels that run elsewhere (launch.elsewhere), by their launchers.
     elsewhere: tuple[Elsewhere, ...] = ()
+    #: Kernels whose slice could not be booked again after the ledger was reset, with what to
+    #: tell them (each in one sample only; the server extension leaves them the notice).
+    unbooked: tuple[tuple[SliceUsage, str], ...] = ()
 
     def find(self, slice_id: str) -> SliceUsage | None:
         return next((u for u in self.slices if u.slice.id == slice_id), None)
@@ -102,17 +105,6 @@ class UsageMonitor:
         self.gpu_history: dict[str, deque[Point]] = {}
         self.slice_peak: dict[str, int] = {}  # the most memory each live slice was seen using
         self.listeners: list[Listener] = []
-        #: How long a slice has been idle (the server's idle reclaim says; None: not judged).
-        self.idle_of: Callable[[str], float | None] = lambda slice_id: None
-        #: The idle reclaim's notice to a slice's owner ({"deadline", "seconds_left", "for"}), if any.
-        self.notice_of: Callable[[str], dict[str, Any] | None] = lambda slice_id: None
-        #: The burst reclaim's notice to a slice's owner (the idle notice's fields, "action" and "burst").
-        self.burst_notice_of: Callable[[str], dict[str, Any] | None] = lambda slice_id: None
-        #: For a place in line that bursts are being given back for: {"deadline", "seconds_left", "action"}.
-        self.burst_due_of: Callable[[int], dict[str, Any] | None] = lambda ticket: None
-        #: Tells a kernel something at its next cell (the watchdog's ``leave_notice``): here, that
-        #: its slice could not be booked again after the ledger was reset.
-        self.tell: Callable[[SliceUsage, str], Awaitable[None]] | None = None
         self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="jupyter-vgpu-monitor")
         self._owners = ProcessOwners()
         self._reports = ReportCache(ledger.path, report_folder) if ledger is not None else None
@@ -255,12 +247,10 @@ class UsageMonitor:
         async with self._lock:
             pids = dict(self.kernel_pids())
             sample = await self.call(self.collect, pids)
+            if self._rebooking is not None and (untold := self._rebooking.take_untold()):
+                sample = replace(sample, unbooked=tuple(untold))
             self._record(sample)
             self.latest = sample
-            untold = self._rebooking.take_untold() if self._rebooking is not None else []
-        if (tell := self.tell) is not None:
-            for usage, message in untold:
-                await tell(usage, message)
         if sample.message != self._last_error:
             self._last_error = sample.message
             if sample.message:

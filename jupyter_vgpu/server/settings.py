@@ -10,7 +10,7 @@ from jupyter_server.extension.application import ExtensionApp
 from traitlets import Bool, Enum, Float, Int, TraitError, validate
 
 from ..units import MAX_WAIT_SECONDS, shorten
-from .bursts import ACTIONS as BURST_ACTIONS
+from .reclaim.burst import ACTIONS as BURST_ACTIONS
 from .watchdog import ACTIONS
 
 

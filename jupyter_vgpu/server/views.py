@@ -23,6 +23,7 @@ from .dashboard import GPU_FIELDS, SLICE_FIELDS, DashboardHistory, points
 from .elsewhere import elsewhere_view, elsewhere_waiting_view, launchers_view
 from .kernelinfo import KernelInfo
 from .monitor import Point, Sample, UsageMonitor
+from .reclaim.board import NoticeBoard
 from .watchdog import Watchdog
 
 #: This machine's name, in every reply (a CPU-only JupyterLab shows which GPU node answers).
@@ -49,9 +50,12 @@ def slice_view(
     kernels: Mapping[str, KernelInfo],
     since: float = 0.0,
     until: float = math.inf,
+    *,
+    board: NoticeBoard | None = None,
 ) -> dict[str, Any]:
     """One slice (``SLICE`` in docs/rest.md): the shared slice fields, then live use; history
-    only after ``since``, up to ``until`` (the time of the sample ``usage`` comes from)."""
+    only after ``since``, up to ``until`` (the time of the sample ``usage`` comes from); the
+    reclaim's idle time and notices from ``board`` (none without one)."""
     s = usage.slice
     report = usage.report or {}
     frameworks = report.get("frameworks")
@@ -69,10 +73,10 @@ def slice_view(
             "memory_peak": monitor.slice_peak.get(s.id),
             "state": usage.state,
             "usage_note": usage.note,
-            "idle_seconds": monitor.idle_of(s.id),
-            "idle_notice": monitor.notice_of(s.id),
+            "idle_seconds": board.idle_seconds(s.id) if board is not None else None,
+            "idle_notice": board.notice("idle", s.id) if board is not None else None,
             "memory_burst": usage.memory_burst,
-            "burst_notice": monitor.burst_notice_of(s.id),
+            "burst_notice": board.notice("burst", s.id) if board is not None else None,
             "frameworks": frameworks if isinstance(frameworks, dict) else {},
             "history": _points(monitor.slice_history.get(s.id, ()), since, until),
             "watchdog": {"action": watchdog.action, "events": [e.to_dict() for e in watchdog.events(s.id)]},
@@ -98,8 +102,9 @@ def _holder(s: Slice, monitor: UsageMonitor, kernels: Mapping[str, KernelInfo]) 
     }
 
 
-def waiting_view(waiter: Waiter, monitor: UsageMonitor) -> dict[str, Any]:
-    """A place in line (``WAITING`` in docs/rest.md): who waits, by notebook when a kernel does."""
+def waiting_view(waiter: Waiter, monitor: UsageMonitor, board: NoticeBoard | None = None) -> dict[str, Any]:
+    """A place in line (``WAITING`` in docs/rest.md): who waits, by notebook when a kernel does,
+    and by when the bursts it waits for are due back (``board``)."""
     view = waiter.to_dict()
     is_kernel = waiter.holder_kind == "kernel"
     view.update(
@@ -108,7 +113,7 @@ def waiting_view(waiter: Waiter, monitor: UsageMonitor) -> dict[str, Any]:
             "path": waiter.labels.get("path") if is_kernel else None,
             "kernel_display_name": waiter.labels.get("kernel_display_name") if is_kernel else None,
             "yours": waiter.uid == monitor.uid,
-            "burst_due": monitor.burst_due_of(waiter.ticket),
+            "burst_due": board.due("burst", waiter.ticket) if board is not None else None,
         }
     )
     return view
@@ -121,9 +126,11 @@ def slices_view(
     kernels: Mapping[str, KernelInfo],
     since: float = 0.0,
     kernelspecs: Mapping[str, list[str]] | None = None,
+    *,
+    board: NoticeBoard | None = None,
 ) -> dict[str, Any]:
     """``GET /api/vgpu/slices``; ``kernelspecs``: the display names of this server's kernelspecs by
-    the launcher each names (the reply's ``launchers``)."""
+    the launcher each names (the reply's ``launchers``); ``board``: the reclaim's notices."""
     return {
         "node": NODE,
         "simulated": sample.snapshot.simulated,
@@ -132,9 +139,9 @@ def slices_view(
         "interval": monitor.interval,
         "history_step": monitor.history_step,
         "taken_at": sample.taken_at,
-        "slices": [slice_view(u, monitor, watchdog, kernels, since, sample.taken_at) for u in sample.slices]
+        "slices": [slice_view(u, monitor, watchdog, kernels, since, sample.taken_at, board=board) for u in sample.slices]
         + [elsewhere_view(r, watchdog, kernels) for r in sample.elsewhere if r.running],
-        "waiting": [waiting_view(w, monitor) for w in sample.waiting]
+        "waiting": [waiting_view(w, monitor, board) for w in sample.waiting]
         + [elsewhere_waiting_view(r, kernels) for r in sample.elsewhere if not r.running],
         "launchers": launchers_view(sample.elsewhere, kernelspecs or {}),
         "watchdog": {

@@ -143,7 +143,7 @@ export function statusBurstText(
   return `GPU burst: ${actionWords(notice.action).doing} ${when}`;
 }
 
-/** The server's words for what it did, in its burst event's message (jupyter_vgpu/server/bursts.py). */
+/** The server's words for what it did, in its burst event's message (jupyter_vgpu/server/reclaim/burst.py). */
 const DONE_WORDS: { [words: string]: string } = {
   restarted: 'restart',
   interrupted: 'interrupt',
