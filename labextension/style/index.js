@@ -2,4 +2,4 @@ import './base.css';
 import './chart.css';
 import './waiting.css';
 import './refusal.css';
-import './slurm.css';
+import './elsewhere.css';

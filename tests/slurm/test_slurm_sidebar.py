@@ -119,15 +119,15 @@ def test_a_running_kernels_job_shows_its_node_gpu_shards_state_and_the_use_it_re
     expect(sidebar).to_contain_text("No GPU on this server.")
     expect(sidebar).to_contain_text(f"Its GPU kernels run as Slurm jobs on the cluster's GPU nodes, where Slurm places them: start “{NOW_DISPLAY}” or “{DISPLAY}” from the launcher.")
     expect(sidebar).not_to_contain_text("Kernels run on the CPU")
-    card = sidebar.locator(".jp-vgpu-Slurm")
-    expect(card.locator(".jp-vgpu-Slurm-title")).to_contain_text("Slurm jobs 1")
-    shown = card.locator(f'.jp-vgpu-SlurmRow.jp-vgpu-mod-running[data-job-id="{job}"]')
+    card = sidebar.locator(".jp-vgpu-Elsewhere")
+    expect(card.locator(".jp-vgpu-Elsewhere-title")).to_contain_text("Slurm jobs 1")
+    shown = card.locator(f'.jp-vgpu-ElsewhereRow.jp-vgpu-mod-running[data-job-id="{job}"]')
     expect(shown.locator(".jp-vgpu-SliceRow-holder")).to_have_text("train.ipynb")
     expect(shown).to_contain_text(DISPLAY)
-    expect(shown.locator(".jp-vgpu-SlurmRow-state")).to_have_text("running")
-    expect(shown.locator(".jp-vgpu-SlurmRow-job")).to_have_text(f"Slurm job {job} on {node} · GPU {gpu} · 8/32 shards (1/4 GPU)")
+    expect(shown.locator(".jp-vgpu-ElsewhereRow-state")).to_have_text("running")
+    expect(shown.locator(".jp-vgpu-ElsewhereRow-job")).to_have_text(f"Slurm job {job} on {node} · GPU {gpu} · 8/32 shards (1/4 GPU)")
     # The kernel says its budget from its node (the job's 8 of 32 shards of a 16 GiB GPU), no use yet.
-    expect(shown.locator(".jp-vgpu-SlurmRow-use")).to_have_text("– / 4.0 GiB")
+    expect(shown.locator(".jp-vgpu-ElsewhereRow-use")).to_have_text("– / 4.0 GiB")
     row = job_row(lab, "work/train.ipynb")
     assert row and row["memory_reserved"] == 4 * GiB and row["memory_used"] is None, row
     expect(shown.locator(".jp-vgpu-SliceRow-note")).to_contain_text(f"No use reported yet: the kernel reports from {node}")
@@ -143,9 +143,9 @@ def test_a_running_kernels_job_shows_its_node_gpu_shards_state_and_the_use_it_re
         """code => window.jupyterapp.shell.currentWidget.sessionContext.session.kernel.requestExecute({code}).done""",
         "from jupyter_vgpu.kernel.state import current\ncurrent().write_report({'memory_used': 1536 * 2**20})",
     )
-    expect(shown.locator(".jp-vgpu-SlurmRow-use")).to_have_text("1.5 / 4.0 GiB")
+    expect(shown.locator(".jp-vgpu-ElsewhereRow-use")).to_have_text("1.5 / 4.0 GiB")
     expect(shown.locator(".jp-vgpu-SliceRow-note")).to_have_count(0)
-    expect(shown.locator(".jp-vgpu-SlurmRow-use")).to_have_attribute("title", f"Reported by the kernel itself, from {node}: what its frameworks say they hold.")
+    expect(shown.locator(".jp-vgpu-ElsewhereRow-use")).to_have_attribute("title", f"Reported by the kernel itself, from {node}: what its frameworks say they hold.")
     expect(status).to_have_text(f"GPU 1.5 / 4.0 GiB · Slurm job {job} on {node} · simulated")
     expect(status.locator(".jp-vgpu-StatusItem-content")).to_have_attribute("title", re.compile(r"\nThe GPUs where this kernel runs are simulated"))
     expect(status.locator(".jp-vgpu-StatusItem-content")).to_have_attribute("title", re.compile(rf"^Slurm job {job} on {node} · GPU {gpu} · 8/32 shards \(1/4 GPU\)\."))
@@ -162,16 +162,16 @@ def test_a_kernel_waits_pending_with_slurms_reason_and_place_and_starts_when_a_j
     job = waiter["job_id"]
     assert (waiter["slurm_reason"], waiter["position"], waiter["partition"]) == ("Resources", 1, "gpu"), waiter
     sidebar = open_sidebar(page)
-    card = sidebar.locator(".jp-vgpu-Slurm")
-    expect(card.locator(".jp-vgpu-Slurm-title")).to_contain_text("Slurm jobs 2")
-    expect(card.locator(".jp-vgpu-Slurm-summary")).to_have_text("1 pending")
-    shown = card.locator(f'.jp-vgpu-SlurmRow.jp-vgpu-mod-pending[data-job-id="{job}"]')
+    card = sidebar.locator(".jp-vgpu-Elsewhere")
+    expect(card.locator(".jp-vgpu-Elsewhere-title")).to_contain_text("Slurm jobs 2")
+    expect(card.locator(".jp-vgpu-Elsewhere-summary")).to_have_text("1 pending")
+    shown = card.locator(f'.jp-vgpu-ElsewhereRow.jp-vgpu-mod-pending[data-job-id="{job}"]')
     expect(shown.locator(".jp-vgpu-Waiting-holder")).to_have_text("queued.ipynb")
     expect(shown.locator(".jp-vgpu-Waiting-place")).to_have_text("#1")
-    expect(shown.locator(".jp-vgpu-SlurmRow-state")).to_have_text("pending")
-    expect(shown.locator(".jp-vgpu-SlurmRow-job")).to_have_text(f"Slurm job {job} · 8/32 shards (1/4 GPU)")
-    expect(shown.locator(".jp-vgpu-SlurmRow-why")).to_have_text("Resources: no node has the GPU shards free now")
-    expect(shown.locator(".jp-vgpu-SlurmRow-place")).to_have_text(re.compile(r"^Place 1 in partition gpu's queue · waiting \d+ s$"))
+    expect(shown.locator(".jp-vgpu-ElsewhereRow-state")).to_have_text("pending")
+    expect(shown.locator(".jp-vgpu-ElsewhereRow-job")).to_have_text(f"Slurm job {job} · 8/32 shards (1/4 GPU)")
+    expect(shown.locator(".jp-vgpu-ElsewhereRow-why")).to_have_text("Resources: no node has the GPU shards free now")
+    expect(shown.locator(".jp-vgpu-ElsewhereRow-place")).to_have_text(re.compile(r"^Place 1 in partition gpu's queue · waiting \d+ s$"))
     expect(sidebar.locator(".jp-vgpu-Waiting")).to_have_count(0)  # not in jupyter-vgpu's own line
     status = page.locator(f"{STATUS} .jp-vgpu-mod-waiting")
     expect(status).to_contain_text(f"GPU: Slurm job {job} pending (Resources) · place 1")
@@ -183,8 +183,8 @@ def test_a_kernel_waits_pending_with_slurms_reason_and_place_and_starts_when_a_j
     placed = lambda: (row := job_row(lab, "work/queued.ipynb")) and row["gpu_indices"] and row  # noqa: E731
     started = wait_for("the second kernel's job running on its GPU", placed, timeout=60)
     assert started["job_id"] == job and started["slurm_state"] == "RUNNING"
-    running = card.locator(f'.jp-vgpu-SlurmRow.jp-vgpu-mod-running[data-job-id="{job}"]')
-    expect(running.locator(".jp-vgpu-SlurmRow-job")).to_have_text(
+    running = card.locator(f'.jp-vgpu-ElsewhereRow.jp-vgpu-mod-running[data-job-id="{job}"]')
+    expect(running.locator(".jp-vgpu-ElsewhereRow-job")).to_have_text(
         f"Slurm job {job} on {started['node']} · GPU {started['gpu_indices'][0]} · 8/32 shards (1/4 GPU)"
     )
     expect(shown).to_have_count(0)
@@ -192,7 +192,7 @@ def test_a_kernel_waits_pending_with_slurms_reason_and_place_and_starts_when_a_j
         f"Slurm job {job} on {started['node']}"
     )
     expect(page.locator(STATUS)).to_contain_text(f"Slurm job {job} on {started['node']}")
-    expect(card.locator(".jp-vgpu-Slurm-title")).to_contain_text("Slurm jobs 2")
+    expect(card.locator(".jp-vgpu-Elsewhere-title")).to_contain_text("Slurm jobs 2")
     shot(page, "started")
 
 
@@ -203,7 +203,7 @@ def test_cancel_takes_a_pending_kernel_out_of_slurms_queue(lab: Lab, page: Any, 
     open_notebook(page, "work/third.ipynb")
     waiter = wait_for("the third kernel pending in Slurm's queue", lambda: pending(lab, "work/third.ipynb"))
     job = waiter["job_id"]
-    row = page.locator(f'{SIDEBAR} .jp-vgpu-SlurmRow.jp-vgpu-mod-pending[data-job-id="{job}"]')
+    row = page.locator(f'{SIDEBAR} .jp-vgpu-ElsewhereRow.jp-vgpu-mod-pending[data-job-id="{job}"]')
     row.get_by_role("button", name="Cancel waiting for third.ipynb").click()
     expect(row).to_have_count(0)
     wait_for("the job gone from Slurm's queue", lambda: job not in slurm_cluster.jobs(), timeout=20)
@@ -240,7 +240,7 @@ def test_a_start_slurm_would_keep_waiting_says_what_to_do_and_offers_the_kernel_
     expect(dialog).to_have_count(0)
     waiter = wait_for("now.ipynb's kernel pending in Slurm's queue", lambda: pending(lab, "work/now.ipynb"), timeout=30)
     job = waiter["job_id"]
-    row = page.locator(f'{SIDEBAR} .jp-vgpu-SlurmRow.jp-vgpu-mod-pending[data-job-id="{job}"]')
+    row = page.locator(f'{SIDEBAR} .jp-vgpu-ElsewhereRow.jp-vgpu-mod-pending[data-job-id="{job}"]')
     row.get_by_role("button", name="Cancel waiting for now.ipynb").click()
     wait_for("its job gone from Slurm's queue", lambda: job not in slurm_cluster.jobs(), timeout=20)
 

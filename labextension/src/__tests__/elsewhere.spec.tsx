@@ -146,19 +146,19 @@ describe('the status bar item of a Slurm kernel', () => {
 describe('the Slurm jobs card', () => {
   it('shows a running job: notebook, state, job, node, GPU, shards and fraction, reported use', () => {
     const html = jobs([runningJob()], []);
-    expect(texts(html, 'jp-vgpu-Slurm-title')[0]).toBe('Slurm jobs 1');
-    const [row] = tags(html, 'li', 'jp-vgpu-SlurmRow');
+    expect(texts(html, 'jp-vgpu-Elsewhere-title')[0]).toBe('Slurm jobs 1');
+    const [row] = tags(html, 'li', 'jp-vgpu-ElsewhereRow');
     expect(attr(row, 'data-job-id')).toBe('12');
     expect(attr(row, 'class')).toContain('jp-vgpu-mod-running');
     expect(texts(html, 'jp-vgpu-SliceRow-holder')).toEqual(['train.ipynb']);
-    expect(texts(html, 'jp-vgpu-SlurmRow-kernel')).toEqual([
+    expect(texts(html, 'jp-vgpu-ElsewhereRow-kernel')).toEqual([
       'Python 3 (1/4 GPU, Slurm)'
     ]);
-    expect(texts(html, 'jp-vgpu-SlurmRow-state')).toEqual(['running']);
-    expect(texts(html, 'jp-vgpu-SlurmRow-job')).toEqual([
+    expect(texts(html, 'jp-vgpu-ElsewhereRow-state')).toEqual(['running']);
+    expect(texts(html, 'jp-vgpu-ElsewhereRow-job')).toEqual([
       'Slurm job 12 on node1 · GPU 0 · 8/32 shards (1/4 GPU)'
     ]);
-    expect(texts(html, 'jp-vgpu-SlurmRow-use')).toEqual(['1.5 / 4.0 GiB']);
+    expect(texts(html, 'jp-vgpu-ElsewhereRow-use')).toEqual(['1.5 / 4.0 GiB']);
     expect(tags(html, 'div', 'jp-vgpu-SliceBar')).toHaveLength(1);
     expect(tags(html, 'button', 'jp-vgpu-action-shutdown')).toHaveLength(1);
     expect(tags(html, 'p', 'jp-vgpu-SliceRow-note')).toHaveLength(0);
@@ -170,7 +170,7 @@ describe('the Slurm jobs card', () => {
     expect(chips).toHaveLength(1);
     expect(texts(html, 'jp-vgpu-mod-simulated')).toEqual(['simulated']);
     expect(attr(chips[0], 'title')).toBe(ELSEWHERE_SIMULATED);
-    expect(texts(html, 'jp-vgpu-SlurmRow-job')).toEqual([
+    expect(texts(html, 'jp-vgpu-ElsewhereRow-job')).toEqual([
       'Slurm job 12 on node1 · GPU 0 · 8/32 shards (1/4 GPU)'
     ]);
     expect(
@@ -192,7 +192,7 @@ describe('the Slurm jobs card', () => {
       ],
       []
     );
-    expect(texts(html, 'jp-vgpu-SlurmRow-use')).toEqual([
+    expect(texts(html, 'jp-vgpu-ElsewhereRow-use')).toEqual([
       'use not reported yet'
     ]);
     expect(tags(html, 'div', 'jp-vgpu-SliceBar')).toHaveLength(0);
@@ -203,7 +203,7 @@ describe('the Slurm jobs card', () => {
     const ended =
       "Slurm ended this kernel's job 11: its time limit was reached (TIMEOUT). This kernel was restarted in job 12: variables were lost.";
     expect(
-      texts(jobs([runningJob({}, { ended })], []), 'jp-vgpu-SlurmRow-ended')
+      texts(jobs([runningJob({}, { ended })], []), 'jp-vgpu-ElsewhereRow-ended')
     ).toEqual([ended]);
   });
 
@@ -231,17 +231,17 @@ describe('the Slurm jobs card', () => {
         waitingActions={waitingActions}
       />
     );
-    const [row] = tags(html, 'li', 'jp-vgpu-SlurmRow');
+    const [row] = tags(html, 'li', 'jp-vgpu-ElsewhereRow');
     expect(attr(row, 'class')).toContain('jp-vgpu-mod-ending');
     expect(attr(row, 'aria-label')).toMatch(/, ending$/);
-    expect(texts(html, 'jp-vgpu-SlurmRow-state')).toEqual(['ending']);
-    expect(texts(html, 'jp-vgpu-SlurmRow-ending')).toEqual([ending]);
-    const [cancel] = tags(html, 'button', 'jp-vgpu-SlurmRow-cancel');
+    expect(texts(html, 'jp-vgpu-ElsewhereRow-state')).toEqual(['ending']);
+    expect(texts(html, 'jp-vgpu-ElsewhereRow-ending')).toEqual([ending]);
+    const [cancel] = tags(html, 'button', 'jp-vgpu-ElsewhereRow-cancel');
     expect(attr(cancel, 'aria-label')).toBe('Cancel Slurm job 12 on node1');
     expect(tags(html, 'button', 'jp-vgpu-action-shutdown')).toHaveLength(0);
     // Without the action (an older panel) there is no button that would do nothing.
     expect(
-      tags(jobs([endingJob], []), 'button', 'jp-vgpu-SlurmRow-cancel')
+      tags(jobs([endingJob], []), 'button', 'jp-vgpu-ElsewhereRow-cancel')
     ).toHaveLength(0);
   });
 
@@ -257,27 +257,27 @@ describe('the Slurm jobs card', () => {
       ],
       []
     );
-    expect(texts(html, 'jp-vgpu-SlurmRow-unfenced')).toEqual([
+    expect(texts(html, 'jp-vgpu-ElsewhereRow-unfenced')).toEqual([
       `Unfenced: ${unfenced}`
     ]);
-    expect(texts(html, 'jp-vgpu-SlurmRow-state')).toEqual(['running']);
+    expect(texts(html, 'jp-vgpu-ElsewhereRow-state')).toEqual(['running']);
   });
 
   it("shows a pending job with Slurm's reason in words, its place, and Cancel for your own", () => {
     const html = jobs([], [pendingJob()]);
-    const [row] = tags(html, 'li', 'jp-vgpu-SlurmRow');
+    const [row] = tags(html, 'li', 'jp-vgpu-ElsewhereRow');
     expect(attr(row, 'class')).toContain('jp-vgpu-mod-pending');
     expect(attr(row, 'data-job-id')).toBe('13');
     expect(texts(html, 'jp-vgpu-Waiting-place')).toEqual(['#1']);
     expect(texts(html, 'jp-vgpu-Waiting-holder')).toEqual(['queued.ipynb']);
-    expect(texts(html, 'jp-vgpu-SlurmRow-state')).toEqual(['pending']);
-    expect(texts(html, 'jp-vgpu-SlurmRow-job')).toEqual([
+    expect(texts(html, 'jp-vgpu-ElsewhereRow-state')).toEqual(['pending']);
+    expect(texts(html, 'jp-vgpu-ElsewhereRow-job')).toEqual([
       'Slurm job 13 · 8/32 shards (1/4 GPU)'
     ]);
-    expect(texts(html, 'jp-vgpu-SlurmRow-why')).toEqual([
+    expect(texts(html, 'jp-vgpu-ElsewhereRow-why')).toEqual([
       'Resources: no node has the GPU shards free now'
     ]);
-    expect(texts(html, 'jp-vgpu-SlurmRow-place')[0]).toMatch(
+    expect(texts(html, 'jp-vgpu-ElsewhereRow-place')[0]).toMatch(
       /^Place 1 in partition gpu's queue · waiting 4[2-9] s$/
     );
     expect(tags(html, 'button', 'jp-vgpu-Waiting-cancel')).toHaveLength(1);
@@ -313,10 +313,12 @@ describe('the Slurm jobs card', () => {
       ]
     );
     expect(
-      tags(html, 'li', 'jp-vgpu-SlurmRow').map(t => attr(t, 'data-job-id'))
+      tags(html, 'li', 'jp-vgpu-ElsewhereRow').map(t => attr(t, 'data-job-id'))
     ).toEqual(['12', '20', '13', '15']);
-    expect(texts(html, 'jp-vgpu-Slurm-title')[0]).toBe('Slurm jobs 42 pending');
-    expect(texts(html, 'jp-vgpu-SlurmRow-why')).toEqual([
+    expect(texts(html, 'jp-vgpu-Elsewhere-title')[0]).toBe(
+      'Slurm jobs 42 pending'
+    );
+    expect(texts(html, 'jp-vgpu-ElsewhereRow-why')).toEqual([
       'Resources: no node has the GPU shards free now',
       'Priority: jobs ahead of it come first'
     ]);
@@ -341,7 +343,7 @@ describe('the panel on a login node', () => {
       "Its GPU kernels run as Slurm jobs on the cluster's GPU nodes, where Slurm places them: start “Python 3 (1/4 GPU, Slurm)” from the launcher."
     ]);
     expect(html).not.toContain('Kernels run on the CPU');
-    expect(tags(html, 'li', 'jp-vgpu-SlurmRow')).toHaveLength(2);
+    expect(tags(html, 'li', 'jp-vgpu-ElsewhereRow')).toHaveLength(2);
     // A pending job is in the Slurm card, not in jupyter-vgpu's own line.
     expect(tags(html, 'section', 'jp-vgpu-Waiting')).toHaveLength(0);
   });
@@ -355,7 +357,7 @@ describe('the panel on a login node', () => {
     expect(texts(html, 'jp-vgpu-Message-detail')[0]).toBe(
       "Its GPU kernels run as Slurm jobs on the cluster's GPU nodes, where Slurm places them: start “A (Slurm)”, “B (Slurm)” or 1 more from the launcher."
     );
-    expect(tags(html, 'section', 'jp-vgpu-Slurm')).toHaveLength(0);
+    expect(tags(html, 'section', 'jp-vgpu-Elsewhere')).toHaveLength(0);
   });
 
   it('keeps its CPU message where no kernel runs on Slurm', () => {
@@ -377,13 +379,13 @@ describe('the panel of a server with GPUs of its own and Slurm kernels', () => {
     });
     const card = html.slice(
       html.indexOf('jp-vgpu-DeviceCard'),
-      html.indexOf('jp-vgpu-Slurm"')
+      html.indexOf('jp-vgpu-Elsewhere"')
     );
     expect(
       tags(card, 'li', 'jp-vgpu-SliceRow').map(t => attr(t, 'data-slice-id'))
     ).toEqual(['local']);
     expect(
-      tags(html, 'li', 'jp-vgpu-SlurmRow').map(t => attr(t, 'data-job-id'))
+      tags(html, 'li', 'jp-vgpu-ElsewhereRow').map(t => attr(t, 'data-job-id'))
     ).toEqual(['12', '13']);
     expect(texts(html, 'jp-vgpu-Waiting-title')).toEqual([
       'Slurm jobs 21 pending',

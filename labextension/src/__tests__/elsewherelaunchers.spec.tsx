@@ -96,7 +96,7 @@ describe('a launcher the UI has never heard of', () => {
       waiting: [farWaiting],
       launchers: [SLURM, FARAWAY]
     });
-    expect(texts(html, 'jp-vgpu-Slurm-title')).toEqual([
+    expect(texts(html, 'jp-vgpu-Elsewhere-title')).toEqual([
       'Slurm jobs 1',
       'Faraway hosts 21 pending'
     ]);
@@ -105,18 +105,18 @@ describe('a launcher the UI has never heard of', () => {
         attr(t, 'data-launcher')
       )
     ).toEqual(['slurm', 'faraway']);
-    expect(texts(html, 'jp-vgpu-SlurmRow-job')).toEqual([
+    expect(texts(html, 'jp-vgpu-ElsewhereRow-job')).toEqual([
       'Slurm job 12 on node1 · GPU 0 · 8/32 shards (1/4 GPU)',
       'host blue · GPU 3 · half a GPU',
       'request f8 · half a GPU'
     ]);
     expect(
-      tags(html, 'li', 'jp-vgpu-SlurmRow').map(t => attr(t, 'data-job-id'))
+      tags(html, 'li', 'jp-vgpu-ElsewhereRow').map(t => attr(t, 'data-job-id'))
     ).toEqual(['12', 'f7', 'f8']);
-    expect(texts(html, 'jp-vgpu-SlurmRow-why')).toEqual([
+    expect(texts(html, 'jp-vgpu-ElsewhereRow-why')).toEqual([
       'NoHost: every host is busy'
     ]);
-    expect(texts(html, 'jp-vgpu-SlurmRow-place')[0]).toMatch(
+    expect(texts(html, 'jp-vgpu-ElsewhereRow-place')[0]).toMatch(
       /^Fourth in the dispatcher queue · waiting 4[2-9] s$/
     );
     // Its kernels are on its hosts' GPUs, never in this server's line.
@@ -148,7 +148,7 @@ describe('a launcher the UI has never heard of', () => {
 
   it('has a card even when the reply does not list it', () => {
     const html = body({ slices: [far] });
-    expect(texts(html, 'jp-vgpu-Slurm-title')).toEqual(['Faraway hosts 1']);
+    expect(texts(html, 'jp-vgpu-Elsewhere-title')).toEqual(['Faraway hosts 1']);
   });
 });
 

@@ -4,8 +4,8 @@
  * kernel reports from there; or waiting in the engine's line with its reason and place, and
  * Cancel. Every word of a row is its launcher's (`elsewhere`, docs/rest.md), shown as it comes:
  * a new launcher gets its own card with no change here. Their GPUs are never this server's:
- * they are kept out of the GPU cards. The class names (`jp-vgpu-Slurm...`) are the card's first
- * launcher's, kept for its styles and browser tests.
+ * they are kept out of the GPU cards. The class names (`jp-vgpu-Elsewhere...`) name no launcher:
+ * every launcher's card looks the same (`data-launcher` tells them apart).
  */
 import { closeIcon, kernelIcon } from '@jupyterlab/ui-components';
 import * as React from 'react';
@@ -50,11 +50,14 @@ function KernelLine(props: {
         elementSize="small"
         className="jp-vgpu-SliceRow-kind"
       />
-      <span className="jp-vgpu-SlurmRow-kernel" title={`${name}: ${request}`}>
+      <span
+        className="jp-vgpu-ElsewhereRow-kernel"
+        title={`${name}: ${request}`}
+      >
         {name}
       </span>
       <span
-        className={`jp-vgpu-Chip jp-vgpu-SlurmRow-state jp-vgpu-mod-${state}`}
+        className={`jp-vgpu-Chip jp-vgpu-ElsewhereRow-state jp-vgpu-mod-${state}`}
         title={title}
       >
         {state}
@@ -81,11 +84,11 @@ function Use(props: { job: ISlice; colour: number }): JSX.Element {
       {job.memory_reserved ? (
         <SliceBar slice={job} colour={colour} />
       ) : (
-        <span className="jp-vgpu-SlurmRow-noBar" />
+        <span className="jp-vgpu-ElsewhereRow-noBar" />
       )}
       <WarningMark warning={warning} />
       <span
-        className="jp-vgpu-SliceRow-memory jp-vgpu-SlurmRow-use"
+        className="jp-vgpu-SliceRow-memory jp-vgpu-ElsewhereRow-use"
         title={usageNote(job) ?? undefined}
       >
         {job.memory_reserved
@@ -103,11 +106,11 @@ function JobLine(props: { where: IElsewhere; title?: string }): JSX.Element {
   const parts =
     props.where.where.length > 0 ? props.where.where : [props.where.name];
   return (
-    <div className="jp-vgpu-SlurmRow-job" title={props.title}>
+    <div className="jp-vgpu-ElsewhereRow-job" title={props.title}>
       {parts.map((part, i) => (
         <React.Fragment key={i}>
           {i > 0 && ' · '}
-          <span className="jp-vgpu-SlurmRow-part">{part}</span>
+          <span className="jp-vgpu-ElsewhereRow-part">{part}</span>
         </React.Fragment>
       ))}
     </div>
@@ -129,7 +132,7 @@ export function ElsewhereRow(props: {
   const notice = elsewhereNotice(e);
   return (
     <li
-      className={`jp-vgpu-SliceRow jp-vgpu-SlurmRow jp-vgpu-colour-${colour} jp-vgpu-mod-${job.state} jp-vgpu-mod-${state}`}
+      className={`jp-vgpu-SliceRow jp-vgpu-ElsewhereRow jp-vgpu-colour-${colour} jp-vgpu-mod-${job.state} jp-vgpu-mod-${state}`}
       data-job-id={elsewhereRef(e)}
       data-launcher={e.launcher}
       data-kernel-id={job.kernel_id ?? ''}
@@ -150,7 +153,7 @@ export function ElsewhereRow(props: {
           <span className="jp-vgpu-SliceRow-actions">
             {ending && e.cancel && actions.cancelJob && (
               <button
-                className="jp-Button jp-mod-minimal jp-mod-styled jp-vgpu-SlurmRow-cancel"
+                className="jp-Button jp-mod-minimal jp-mod-styled jp-vgpu-ElsewhereRow-cancel"
                 title={`Cancel ${e.name} now (its cancel is also retried until it is confirmed)`}
                 aria-label={`Cancel ${e.name}`}
                 onClick={() => actions.cancelJob?.(job)}
@@ -182,14 +185,14 @@ export function ElsewhereRow(props: {
         {note && <p className="jp-vgpu-SliceRow-note">{note}</p>}
         {notice && (
           <p
-            className={`jp-vgpu-SlurmRow-notice ${ending ? 'jp-vgpu-SlurmRow-ending' : 'jp-vgpu-SlurmRow-unfenced'}`}
+            className={`jp-vgpu-ElsewhereRow-notice ${ending ? 'jp-vgpu-ElsewhereRow-ending' : 'jp-vgpu-ElsewhereRow-unfenced'}`}
             role="status"
           >
             {notice}
           </p>
         )}
         {e.ended && (
-          <p className="jp-vgpu-SlurmRow-ended" role="status">
+          <p className="jp-vgpu-ElsewhereRow-ended" role="status">
             {e.ended}
           </p>
         )}
@@ -209,7 +212,7 @@ export function ElsewherePendingRow(
   const place = elsewherePlaceText(e, w.position);
   return (
     <li
-      className="jp-vgpu-Waiting-row jp-vgpu-SlurmRow jp-vgpu-mod-pending"
+      className="jp-vgpu-Waiting-row jp-vgpu-ElsewhereRow jp-vgpu-mod-pending"
       data-job-id={elsewhereRef(e)}
       data-launcher={e.launcher}
       data-ticket={w.ticket}
@@ -253,16 +256,16 @@ export function ElsewherePendingRow(
         />
         <JobLine where={e} />
         <div
-          className="jp-vgpu-SlurmRow-reason"
+          className="jp-vgpu-ElsewhereRow-reason"
           title={`Why ${e.name} waits, in its engine's word and ours`}
         >
-          <div className="jp-vgpu-SlurmRow-why">
-            <span className="jp-vgpu-SlurmRow-code">
+          <div className="jp-vgpu-ElsewhereRow-why">
+            <span className="jp-vgpu-ElsewhereRow-code">
               {e.reason ?? 'No reason given yet'}
             </span>
             {e.reason && e.reason_text ? `: ${e.reason_text}` : ''}
           </div>
-          <div className="jp-vgpu-SlurmRow-place">
+          <div className="jp-vgpu-ElsewhereRow-place">
             {place[0].toUpperCase() + place.slice(1)} ·{' '}
             <span className="jp-vgpu-Waiting-time" title="Time waited so far">
               waiting {waited}
@@ -350,23 +353,23 @@ export function ElsewhereCard(props: {
   );
   return (
     <section
-      className="jp-vgpu-Elsewhere jp-vgpu-Slurm"
+      className="jp-vgpu-Elsewhere"
       data-launcher={launcher.name}
       aria-label={launcher.title}
       title={launcher.runs ? `${launcher.runs}.` : undefined}
     >
-      <h3 className="jp-vgpu-Waiting-title jp-vgpu-Slurm-title">
+      <h3 className="jp-vgpu-Waiting-title jp-vgpu-Elsewhere-title">
         {launcher.title}{' '}
         <span className="jp-vgpu-Waiting-count">
           {running.length + pending.length}
         </span>
         {pending.length > 0 && (
-          <span className="jp-vgpu-Slurm-summary">
+          <span className="jp-vgpu-Elsewhere-summary">
             {pending.length} pending
           </span>
         )}
       </h3>
-      <ol className="jp-vgpu-Waiting-list jp-vgpu-Slurm-list">
+      <ol className="jp-vgpu-Waiting-list jp-vgpu-Elsewhere-list">
         {running.map(({ row, where }) => (
           <ElsewhereRow
             key={row.id}
