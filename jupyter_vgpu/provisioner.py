@@ -24,20 +24,18 @@ import os
 from typing import Any
 
 from jupyter_client.provisioning.local_provisioner import LocalProvisioner
-from traitlets import Enum, Float, Int, List, Unicode, Union
+from traitlets import Dict, Enum, Float, Int, Unicode, Union
 
 from .config import VGPU
 from .errors import InvalidRequest, NoGPU, SliceNotFound, VGPUError
 from .launch.errors import InvalidKernelConfig, ShownToUser, as_shown
 from .launch.launchers import DEFAULT as DEFAULT_LAUNCHER
 from .launch.launchers import LABEL as LAUNCHER_LABEL
-from .launch.launchers import Launcher, launcher_named
+from .launch.launchers import Launcher, LauncherSettings, launcher_named
 from .launch.refusals import refusals_of
 from .launch.refusing import RefusedStart
 from .launch.settings import (  # fmt: skip
     NO_GPU_CHOICES,
-    SET_BY_JUPYTER_CLIENT,
-    VGPU_SETTINGS,
     BurstLimits,
     Setting,
     check_device_names,
@@ -45,12 +43,11 @@ from .launch.settings import (  # fmt: skip
     check_pinned,
     check_placement,
     check_seconds,
-    check_slurm_args,
+    flat_keys,
+    launcher_settings,
     server_settings,
     shared_ledger,
-    take_launcher_counts,
-    take_launcher_options,
-    unknown_keys_message,
+    take_others,
 )
 from .launch.waiting import LineLog
 from .launch.workarounds import CLIENT_NOTEBOOK, forget_when_done
@@ -151,36 +148,19 @@ class VGPUProvisioner(LocalProvisioner, BurstLimits):  # type: ignore[misc,metac
     launcher = Setting(
         Unicode(),
         lambda v: launcher_named(v).name,
-        "the name of a launcher, such as local or slurm",
+        "the name of a launcher installed here, such as local",
         default="local",
         help="""Where the kernel runs (jupyter_vgpu.launch.launchers): "local", a process on this
-        host; "slurm", a Slurm job on a GPU node Slurm picks (asking for the slice's GPU shards,
-        with slurm_args); or a launcher another package registers (entry point group
-        jupyter_vgpu.launchers).""",
+        host, or another launcher's name: one built in or one another package registers (entry
+        point group jupyter_vgpu.launchers); `jupyter vgpu kernelspec list` names them. Its own
+        settings sit under its name in the kernelspec's config (docs/launchers.md).""",
     ).tag(config=True)
 
-    slurm_args = Setting(
-        List(Unicode()),
-        check_slurm_args,
-        'a list of salloc options, such as ["--partition=gpu", "--time=8:00:00"]',
-        help="""With launcher "slurm": the site's options for the kernel's job (partition, account,
-        time limit, QOS), given to salloc as they are. The GPU share is the kernel's (gpu_fraction,
-        gpus): options that ask for GPUs are refused.""",
-    ).tag(config=True)
-
-    slurm_restarts = Setting(
-        Int(min=0), lambda v: v, "a whole number of new jobs, 0 or more", default=0,
-        help="""With launcher "slurm": how many times a kernel whose job Slurm ended (its time limit, a cancel,
-        a preemption) is started again in a new job; 0: never, and its notebook is told why.""",
-    ).tag(config=True)  # fmt: skip
-
-    slurm_gpu_memory = Setting(
-        Union([Int(min=1), Unicode()]),
-        lambda v: parse_bytes(v, what="slurm_gpu_memory"),
-        "a size such as 16GiB",
-        help="""With launcher "slurm", for the admin (c.VGPUProvisioner.slurm_gpu_memory): the
-        memory of one GPU of the partition, so that a kernel asking for gpu_memory can be asked
-        of Slurm as shards. Without it such a kernel is refused: Slurm shares GPUs in shards.""",
+    launcher_settings = Dict(
+        key_trait=Unicode(),
+        help="""Each launcher's settings for every kernel it starts, by the launcher's name, as a
+        kernelspec gives them under that name (which win): {"<launcher>": {"<setting>": value}}.
+        Each launcher checks its own when one of its kernels starts (docs/launchers.md).""",
     ).tag(config=True)
 
     def _launcher(self) -> Launcher:
@@ -192,23 +172,27 @@ class VGPUProvisioner(LocalProvisioner, BurstLimits):  # type: ignore[misc,metac
     _slice_tier = ""  # its tier: what the slice's end asks to clean up in the owner's folder
     _slice_ledger: Ledger | None = None
     _start_labels: dict[str, str] | None = None  # the notebook path and kernel name of this start
-    #: What the launcher keeps of this kernel (a Slurm kernel's job and node), saved with it.
+    #: What the launcher keeps of this kernel (a cluster job and its node), saved with it.
     launch_state: dict[str, Any]
-    #: The kernelspec's options for a launcher another package adds (under its ``options_key``).
-    launcher_options: list[str]
-    #: The kernelspec's whole-number settings of such a launcher (its ``counts``), by key.
-    launcher_counts: dict[str, int]
+    #: The kernel's settings of its launcher, checked by it (read with ``Launcher.settings``).
+    launch_settings: LauncherSettings
+    _flat_config: dict[str, Any]  # c.VGPUProvisioner.<launcher>_<setting>, as written before issue 47
 
     def __init__(self, /, **kwargs: Any) -> None:  # "self" in a kernelspec config is one more unknown key
         # jupyter_client passes the kernelspec's provisioner config as keyword arguments, which
-        # would set any trait, or vanish when misspelt: only the settings below are allowed.
-        self.launcher_options = take_launcher_options(kwargs)
-        self.launcher_counts = take_launcher_counts(kwargs)
-        unknown = sorted(set(kwargs) - SET_BY_JUPYTER_CLIENT - set(VGPU_SETTINGS))
-        if unknown:
-            raise InvalidKernelConfig(unknown_keys_message(unknown, kwargs.get("kernel_spec")))
-        self.launch_state = {}
+        # would set any trait, or vanish when misspelt: only the settings below are allowed, and
+        # the launcher's own, which it checks once the launcher is known.
+        others = take_others(kwargs)
+        self.launch_state, self._flat_config = {}, {}
         super().__init__(**kwargs)
+        self.launch_settings = launcher_settings(self._launcher(), others, self.launcher_settings, self._flat_config, kwargs.get("kernel_spec"))
+
+    def _find_my_config(self, cfg: Any) -> Any:
+        """traitlets' config of this class: a launcher's setting written the old way is kept for
+        the launcher, never warned about as an unknown option."""
+        mine = super()._find_my_config(cfg)
+        self._flat_config = {key: mine.pop(key) for key in flat_keys(k for k in mine if k not in self.traits(config=True))}
+        return mine
 
     def _ledger(self) -> Ledger:
         """The ledger this kernel's slice lives in: the one ``pre_launch`` reserved from, even if
@@ -347,7 +331,7 @@ class VGPUProvisioner(LocalProvisioner, BurstLimits):  # type: ignore[misc,metac
         kept = self.slice_id
         launcher = self._launcher()
         try:
-            if launcher.books_elsewhere:  # Slurm is the book: nothing is reserved here
+            if launcher.books_elsewhere:  # another engine keeps the book: nothing is reserved here
                 slice_ = None
                 await launcher.allocate(self, request, env)
                 self._local_address()

@@ -112,7 +112,7 @@ def test_slurm_installs_a_kernel_started_as_a_slurm_job_with_the_sites_options(j
     installed = spec(jupyter_dirs, "lab-python-vgpu-1-4-slurm")
     assert installed["display_name"] == "Lab Python (1/4 GPU, Slurm)"
     assert installed["metadata"]["kernel_provisioner"]["config"] == {  # type: ignore[index]
-        "gpu_fraction": 0.25, "launcher": "slurm", "slurm_args": ["--partition=gpu", "--time=8:00:00"],
+        "gpu_fraction": 0.25, "launcher": "slurm", "slurm": {"args": ["--partition=gpu", "--time=8:00:00"]},
     }  # fmt: skip
 
 
@@ -120,10 +120,29 @@ def test_slurm_restarts_sets_how_many_new_jobs_a_kernel_whose_job_ended_gets(jup
     result = vgpu("install", "-p", "1/4", "--slurm", "--slurm-restarts", "2", "--source", "lab-python", "--user")
     assert result.returncode == 0, result.stderr
     config = spec(jupyter_dirs, "lab-python-vgpu-1-4-slurm")["metadata"]["kernel_provisioner"]["config"]  # type: ignore[index]
-    assert config == {"gpu_fraction": 0.25, "launcher": "slurm", "slurm_restarts": 2}
+    assert config == {"gpu_fraction": 0.25, "launcher": "slurm", "slurm": {"restarts": 2}}
+    from jupyter_vgpu.launch.launchers import launcher_named
     from jupyter_vgpu.provisioner import VGPUProvisioner
 
-    assert VGPUProvisioner(**config).slurm_restarts == 2  # as jupyter_client makes it from the kernelspec
+    made = VGPUProvisioner(**config)  # as jupyter_client makes it from the kernelspec
+    assert launcher_named("slurm").settings(made).count("restarts") == 2
+
+
+def test_a_slurm_kernelspec_written_before_its_settings_had_their_own_key_still_starts_the_same(caplog: pytest.LogCaptureFixture) -> None:
+    """Issue 47: kernelspecs said ``slurm_args`` and ``slurm_restarts`` at the top of their
+    config, and the admin ``c.VGPUProvisioner.slurm_gpu_memory``; each is still the launcher's."""
+    from traitlets.config import Config
+
+    from jupyter_vgpu.launch.launchers import LauncherSettings, launcher_named
+    from jupyter_vgpu.provisioner import VGPUProvisioner
+
+    config = Config()
+    config.VGPUProvisioner.slurm_gpu_memory = "16GiB"
+    old = VGPUProvisioner(config=config, launcher="slurm", gpu_fraction=0.25, slurm_args=["--partition=gpu"], slurm_restarts=1)
+    new = VGPUProvisioner(config=config, launcher="slurm", gpu_fraction=0.25, slurm={"args": ["--partition=gpu"], "restarts": 1})
+    said = LauncherSettings(("--partition=gpu",), {"restarts": 1}, {"gpu_memory": 16 << 30})
+    assert launcher_named("slurm").settings(old) == launcher_named("slurm").settings(new) == said
+    assert "not recognized" not in caplog.text  # the old admin option is the launcher's, not an unknown one
 
 
 def test_prefix_installs_under_prefix(jupyter_dirs: Path, tmp_path: Path) -> None:

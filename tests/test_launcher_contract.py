@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -49,6 +50,36 @@ def test_every_launcher_keeps_the_contract(with_faraway: None, tmp_path: Path) -
         every["local"].check_options(["--x"])
 
 
+def test_a_launcher_checks_its_own_settings_each_in_one_sentence(with_faraway: None) -> None:
+    every = {launcher.name: launcher for launcher in launchers.every()}
+    far = every["faraway"]
+    assert far.check_settings({"args": ["--far-x=1"], "retries": 2}) == launchers.LauncherSettings(("--far-x=1",), {"retries": 2})
+    assert far.check_settings({}).count("retries") == 0
+    refused = {
+        "faraway option 'x' is not one; use --far-<name>=<value>.": {"args": ["x"]},
+        "faraway_args '--far-x=1' is not allowed; use a list of text, one faraway option each.": {"args": "--far-x=1"},
+        "faraway_retries -1 is not allowed; use a whole number, 0 or more.": {"retries": -1},
+        "faraway_retries True is not allowed; use a whole number, 0 or more.": {"retries": True},
+        "launcher faraway has no setting 'tries'; use args, retries.": {"tries": 1},
+        "faraway ['x'] is not allowed; use a mapping of its settings, such as {}.": ["x"],
+    }
+    for said, given in refused.items():
+        with pytest.raises(Exception, match=f"^{re.escape(said)}$"):
+            far.check_settings(given)  # type: ignore[arg-type]
+    with pytest.raises(Exception, match=r"^launcher local has no setting 'args'; it takes none\.$"):
+        every["local"].check_settings({"args": []})
+
+
+def test_a_restarted_server_has_the_launcher_end_what_a_server_that_has_gone_left(with_faraway: None, tmp_path: Path) -> None:
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True, check=True)
+    state = tmp_path / "state.json"
+    state.write_text(json.dumps({"kernels": {"k-gone": {"host": "far1", "server": int(gone.stdout)}, "k-here": {"host": "far1", "server": os.getpid()}}, "line": []}))
+    far = launchers.launcher_named("faraway")
+    assert far.clean_up({"FARAWAY_STATE": str(state)}) == ["ended faraway kernel k-gone, whose server has gone"]
+    assert list(json.loads(state.read_text())["kernels"]) == ["k-here"]
+    assert far.clean_up({"FARAWAY_STATE": str(state)}) == []
+
+
 async def test_a_row_id_is_left_to_its_own_launcher(with_faraway: None) -> None:
     every = {launcher.name: launcher for launcher in launchers.every()}
     assert await every["local"].leave_line("faraway-1", {}) is None
@@ -62,7 +93,7 @@ def server(tmp_path: Path) -> Iterator[JupyterProcess]:
         tmp_path, JUPYTER_VGPU_SIMULATE="1x16GiB", PYTHONPATH=os.pathsep.join(filter(None, (str(FARAWAY), os.environ.get("PYTHONPATH")))), FARAWAY_STATE=str(tmp_path / "faraway.json"),
     )  # fmt: skip
     installed = subprocess.run(
-        [JUPYTER_VGPU, "kernelspec", "install", "-p", "1/4", "--faraway", "--faraway-arg=--far-zone=b", "--user"],
+        [JUPYTER_VGPU, "kernelspec", "install", "-p", "1/4", "--faraway", "--faraway-arg=--far-zone=b", "--faraway-retries", "2", "--user"],
         env=env, capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert installed.returncode == 0, installed.stderr
@@ -76,7 +107,7 @@ def test_a_new_launchers_kernelspec_installs_with_its_own_option(server: Jupyter
     spec = json.loads((Path(env["JUPYTER_DATA_DIR"]) / "kernels" / "python3-vgpu-1-4-faraway" / "kernel.json").read_text())
     assert spec["display_name"] == "Python 3 (1/4 GPU, far)"
     config = spec["metadata"]["kernel_provisioner"]["config"]
-    assert (config["launcher"], config["faraway_args"]) == ("faraway", ["--far-zone=b"])
+    assert (config["launcher"], config["faraway"]) == ("faraway", {"args": ["--far-zone=b"], "retries": 2})  # under its own key
     bad = subprocess.run([JUPYTER_VGPU, "kernelspec", "install", "-p", "1/2", "--faraway", "--faraway-arg=zone", "--user"],
                          env=env, capture_output=True, text=True, timeout=60)  # fmt: skip
     assert bad.returncode != 0 and bad.stderr.strip() == "jupyter vgpu: faraway option 'zone' is not one; use --far-<name>=<value>."

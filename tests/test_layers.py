@@ -142,6 +142,51 @@ def test_the_server_the_command_line_and_the_kernel_name_no_launcher() -> None:
     assert named == []
 
 
+def _code_words(path: Path) -> list[tuple[int, str]]:
+    """What the code of a module says, by line: the names it uses and imports and its text, but
+    not its docstrings or comments (which may name a launcher as an example)."""
+    tree = ast.parse(path.read_text())
+    documented = (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)
+    docstrings = {
+        id(node.body[0].value) for node in ast.walk(tree) if isinstance(node, documented) and node.body and isinstance(node.body[0], ast.Expr)
+    }  # fmt: skip
+    words: list[tuple[int, str]] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings:
+            words.append((node.lineno, node.value))
+        elif isinstance(node, ast.Name):
+            words.append((node.lineno, node.id))
+        elif isinstance(node, ast.Attribute):
+            words.append((node.lineno, node.attr))
+        elif isinstance(node, ast.ImportFrom):
+            words += [(node.lineno, node.module or ""), *((node.lineno, alias.name) for alias in node.names)]
+        elif isinstance(node, ast.Import):
+            words += [(node.lineno, alias.name) for alias in node.names]
+    return words
+
+
+def test_no_provisioner_trait_and_no_launch_core_module_names_a_launcher() -> None:
+    """Issue 47: every launcher keeps its settings the same way (under its own kernelspec key, checked
+    by it), so no provisioner trait is a launcher's and the launch core (provisioner.py and
+    launch/*.py) names no launcher plug-in in its code: no import of one, no name, no text, save two
+    lines: the registry of built-in launchers (``BUILT_IN``) and launch/node.py, the entry point kept
+    for kernel jobs started before the launcher had its folder."""
+    from jupyter_vgpu.provisioner import VGPUProvisioner
+
+    plug_ins = [name.rsplit(".", 1)[1] for name in _launcher_plug_ins()]
+    assert plug_ins == ["slurm"]
+    pattern = re.compile("|".join(plug_ins), re.IGNORECASE)
+    assert [trait for trait in VGPUProvisioner.class_trait_names() if pattern.search(trait)] == []
+    allowed = {"launch/launchers.py": "BUILT_IN: dict[", "launch/node.py": "from .slurm.node import main"}
+    named = set()
+    for path in [PACKAGE / "provisioner.py", *sorted((PACKAGE / "launch").glob("*.py"))]:
+        where, lines = str(path.relative_to(PACKAGE)), path.read_text().splitlines()
+        for line, word in _code_words(path):
+            if pattern.search(word) and not (where in allowed and lines[line - 1].startswith(allowed[where])):
+                named.add(f"{where}:{line}: {word}")
+    assert sorted(named) == []
+
+
 def test_the_command_line_imports_the_hub_only_inside_the_broker_command() -> None:
     offending = sorted(
         module

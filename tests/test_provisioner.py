@@ -221,8 +221,11 @@ async def test_a_server_restart_with_running_kernels_keeps_their_slices(
         ({"gpu": -1}, "gpu -1 is not allowed; use a GPU index (0, 1, ...) or UUID."),
         ({"no_gpu": "maybe"}, "no_gpu 'maybe' is not allowed; use one of: cpu, fail."),
         ({"device_names": "name"}, "device_names 'name' is not allowed; use one of: uuid, index."),
-        ({"slurm_restarts": -1}, "slurm_restarts -1 is not allowed; use a whole number of new jobs, 0 or more."),
-        ({"slurm_restarts": "2"}, "slurm_restarts '2' is not allowed; use a whole number of new jobs, 0 or more."),
+        ({"launcher": "slurm", "slurm": {"restarts": -1}}, "slurm_restarts -1 is not allowed; use a whole number, 0 or more."),
+        ({"launcher": "slurm", "slurm_restarts": "2"}, "slurm_restarts '2' is not allowed; use a whole number, 0 or more."),  # as written before issue 47
+        ({"launcher": "slurm", "slurm": {"gpu_memory": "lots"}}, "slurm_gpu_memory 'lots' is not a size"),
+        ({"launcher": "slurm", "slurm": {"restart": 1}}, "launcher slurm has no setting 'restart'; use args, restarts, gpu_memory."),
+        ({"slurm_args": ["--time=1"]}, "config key 'slurm_args' is not allowed; use gpu_fraction, "),  # not this kernel's launcher's
     ],
 )
 async def test_bad_kernelspec_config_fails_with_one_clear_message_and_no_slice(
@@ -315,37 +318,26 @@ async def test_a_launchers_refusal_at_launch_is_said_with_its_status_and_frees_t
     assert open_ledger().slices() == []
 
 
-async def test_a_plug_in_launchers_count_is_taken_at_the_start_and_read_by_the_launcher(
-    kernels_dir: Path, started: list[AsyncKernelManager], monkeypatch: pytest.MonkeyPatch
+async def test_a_plug_in_launchers_kernel_starts_with_its_count_read_through_the_contract(
+    kernels_dir: Path, started: list[AsyncKernelManager], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    """Issue 47: a plug-in's whole-number setting, which `jupyter vgpu kernelspec install
-    --<option> --<count> N` writes, was refused at the kernel's start ("'..._retries' is not
-    allowed"). It is the launcher's, checked at the start and read through the provisioner."""
+    """Issue 47: a plug-in's settings live under its own key (``"faraway": {"retries": 2}``, which
+    `jupyter vgpu kernelspec install --faraway --faraway-retries 2` writes), are checked by it at
+    the start, and are read by it through the contract (``Launcher.settings``); its kernel learns
+    where it runs (a ``Whereabouts``)."""
     from jupyter_vgpu.launch import launchers
     from jupyter_vgpu.launch.errors import InvalidKernelConfig
 
-    seen: list[dict[str, int]] = []
-
-    class Counting(launchers.LocalLauncher):
-        name = "counting"
-        counts = (("counting_retries", "how many times a start is tried again"),)
-
-        async def launch(self, provisioner: Any, cmd: list[str], **kwargs: Any) -> Any:
-            seen.append(dict(provisioner.launcher_counts))
-            return await super().launch(provisioner, cmd, **kwargs)
-
-    class Entry:
-        name = "counting"
-
-        def load(self) -> type:
-            return Counting
-
-    monkeypatch.setattr(launchers, "_plug_ins", lambda: {"counting": Entry()})
+    monkeypatch.syspath_prepend(str(Path(__file__).parent / "fixtures" / "faraway"))  # registered by its dist-info
     monkeypatch.setattr(launchers, "_made", {})
-    km = await start(make_spec(kernels_dir, "counted", {"gpu_fraction": "1/4", "launcher": "counting", "counting_retries": 2}), started)
-    assert await km.is_alive() and seen == [{"counting_retries": 2}]
-    with pytest.raises(InvalidKernelConfig, match="counting_retries 'two' is not allowed; use a whole number, 0 or more."):
-        await start(make_spec(kernels_dir, "miscounted", {"gpu_fraction": "1/4", "launcher": "counting", "counting_retries": "two"}), started)
+    monkeypatch.setenv("FARAWAY_STATE", str(tmp_path / "faraway.json"))
+    km = await start(make_spec(kernels_dir, "far", {"gpu_fraction": "1/4", "launcher": "faraway", "faraway": {"args": ["--far-zone=b"], "retries": 2}}), started)
+    said = await run_code(km, "import os; from jupyter_vgpu.launch.elsewhere import Whereabouts; print(Whereabouts.from_env(os.environ))")
+    assert said.strip() == "Whereabouts(label='far', where='Faraway host far1 · a start tried again up to 2 times', ended=None, unfenced=None, share=None)"
+    assert list(json.loads((tmp_path / "faraway.json").read_text())["kernels"]) == [km.kernel_id]
+    with pytest.raises(InvalidKernelConfig, match=r"Kernel 'Python 3 \(test GPU\)': faraway_retries 'two' is not allowed; use a whole number, 0 or more\.$"):
+        await start(make_spec(kernels_dir, "miscounted", {"gpu_fraction": "1/4", "launcher": "faraway", "faraway": {"retries": "two"}}), started)
+    assert open_ledger().slices() == []  # its engine keeps the book
 
 
 async def test_a_launcher_plug_in_starts_signals_and_watches_the_kernel(

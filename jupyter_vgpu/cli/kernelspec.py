@@ -60,7 +60,7 @@ def add_parser(commands: Any, *, launchers: bool = True) -> None:
             help=launcher.options_help,
         )  # fmt: skip
         for key, text in launcher.counts:
-            install.add_argument(f"--{key.replace('_', '-')}", metavar="N", dest=f"launcher_{launcher.name}__{key}", help=text)
+            install.add_argument(f"--{count_flag(launcher, key)}", metavar="N", dest=f"launcher_{launcher.name}__{key}", help=text)
     where = install.add_mutually_exclusive_group()
     where.add_argument("--user", action="store_true", help="install for the current user")
     where.add_argument("--sys-prefix", action="store_true", help="install into this Python environment")
@@ -81,6 +81,11 @@ def add_parser(commands: Any, *, launchers: bool = True) -> None:
 def _base_display(display_name: str) -> str:
     # "Python 3 (ipykernel)" -> "Python 3"
     return re.sub(r"\s*\([^)]*\)\s*$", "", display_name).strip() or display_name
+
+
+def count_flag(launcher: Launcher, key: str) -> str:
+    """The option that sets one of a launcher's counts: ``<option>-restarts`` for ``restarts``."""
+    return f"{launcher.option}-{key.replace('_', '-')}"
 
 
 def offered_launchers() -> list[Launcher]:
@@ -184,9 +189,10 @@ def install(
     chosen = launcher_named(launcher[0]) if launcher is not None else None
     if chosen is not None and launcher is not None:
         config["launcher"] = chosen.name
-        if options := chosen.check_options(list(launcher[1])):
-            config[chosen.options_key] = options
-        config.update(launcher_counts or {})
+        own: dict[str, Any] = {"args": options} if (options := chosen.check_options(list(launcher[1]))) else {}
+        own.update(launcher_counts or {})
+        if own:  # its settings, under its own key (docs/launchers.md)
+            config[chosen.name] = own
     metadata = dict(data.get("metadata") or {})
     metadata["kernel_provisioner"] = {"provisioner_name": PROVISIONER_NAME, "config": config}
     described = describe_slice(request, wait, label=chosen.label if chosen is not None else "")
@@ -262,12 +268,12 @@ def install_command(args: argparse.Namespace) -> int:
         chosen, options = getattr(args, f"launcher_{offered.name}", False), getattr(args, f"launcher_{offered.name}_args", [])
         given = {key: value for key, _ in offered.counts if (value := getattr(args, f"launcher_{offered.name}__{key}", None)) is not None}
         if (options or given) and not chosen:
-            flag = f"--{offered.option}-arg" if options else f"--{next(iter(given)).replace('_', '-')}"
+            flag = f"--{offered.option}-arg" if options else f"--{count_flag(offered, next(iter(given)))}"
             raise InvalidRequest(f"{flag} is for kernels started as {offered.title}; add --{offered.option}.")
         if chosen:
             if launcher is not None:
                 raise InvalidRequest(f"A kernelspec has one launcher; choose --{offered.option} or the other.")
-            launcher, counts = (offered.name, options), {key: _whole(key, value) for key, value in given.items()}
+            launcher, counts = (offered.name, options), {key: _whole(count_flag(offered, key), value) for key, value in given.items()}
     if args.defaults:
         if args.name or args.display_name or args.limit:
             raise InvalidRequest("--defaults installs several kernelspecs; it cannot take --name, --display-name or --limit.")
@@ -332,8 +338,8 @@ def remove_command(args: argparse.Namespace) -> int:
     return 0
 
 
-def _whole(key: str, value: str) -> int:
-    """A launcher's whole-number setting as given on the command line (``--<launcher>-restarts 2``)."""
+def _whole(flag: str, value: str) -> int:
+    """A launcher's whole-number setting as given on the command line (``--<option>-restarts 2``)."""
     if not (value.strip().isascii() and value.strip().isdigit()) or len(value.strip()) > 6:
-        raise InvalidRequest(f"--{key.replace('_', '-')} {shorten(value)} is not a whole number of times; use 0 or more (2).")
+        raise InvalidRequest(f"--{flag} {shorten(value)} is not a whole number of times; use 0 or more (2).")
     return int(value)

@@ -11,9 +11,10 @@ How its kernels are seen, for a launcher whose kernels another engine places (``
 its kernels as rows (:meth:`Launcher.rows`, :class:`~.elsewhere.Elsewhere`: one shape and its own
 words, which the REST API, the sidebar's card per launcher and ``jupyter vgpu status`` show as they
 are), taking one out of the engine's line (:meth:`Launcher.leave_line`), what a restarted server
-cleans up (:meth:`Launcher.clean_up`), its kernelspec options (:meth:`Launcher.check_options`, and
-``jupyter vgpu kernelspec install --<option>``), and what the kernel learns of where it runs (one
-variable, :data:`~.elsewhere.ENV_ELSEWHERE`). The server, the command line and the kernel name no
+cleans up (:meth:`Launcher.clean_up`), its settings (under its own key in a kernelspec's provisioner
+config, ``"slurm": {"args": [...], "restarts": 1}``: :meth:`Launcher.check_settings`, read back with
+:meth:`Launcher.settings`, and ``jupyter vgpu kernelspec install --<option>``), and what the kernel
+learns of where it runs (one variable, :data:`~.elsewhere.ENV_ELSEWHERE`). The server, the command line and the kernel name no
 launcher: they ask the ones this process made (:func:`made`) or every one (:func:`every`).
 
 ``local`` is the kernel as a process of this host, the way jupyter_client's LocalProvisioner starts
@@ -28,6 +29,7 @@ from __future__ import annotations
 import sys
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -46,6 +48,20 @@ LABEL = "launcher"
 DEFAULT = "local"
 #: The entry point group of launchers that other packages add.
 GROUP = "jupyter_vgpu.launchers"
+
+
+@dataclass(frozen=True)
+class LauncherSettings:
+    """A kernel's settings of its launcher, as :meth:`Launcher.check_settings` checked them: its
+    options (``args``), its whole-number settings (:attr:`Launcher.counts`; one left out is 0) and
+    whatever more it takes (:attr:`Launcher.more_settings`), each parsed."""
+
+    args: tuple[str, ...] = ()
+    counts: Mapping[str, int] = field(default_factory=dict)
+    more: Mapping[str, Any] = field(default_factory=dict)
+
+    def count(self, key: str) -> int:
+        return int(self.counts.get(key, 0))
 
 
 class Launcher(ABC):
@@ -148,16 +164,17 @@ class Launcher(ABC):
 
     #: ``jupyter vgpu kernelspec install --<option>`` installs kernelspecs of this launcher, with
     #: ``--<option>-arg ARG`` (once per ARG) for its options, kept in the kernelspec's config under
-    #: ``options_key``; ``label`` is the word their display names carry ("Python 3 (1/4 GPU, Slurm)").
-    #: Empty ``option``: not offered by that command.
+    #: the launcher's own key as ``args``; ``label`` is the word their display names carry ("Python 3
+    #: (1/4 GPU, Slurm)"). Empty ``option``: not offered by that command.
     option = ""
     option_help = ""
     options_help = ""
-    options_key = ""
     label = ""
-    #: Whole-number settings of its kernelspecs (config key, help), each offered by that command as
-    #: ``--<key with dashes> N`` beside ``--<option>``: ``slurm_restarts`` -> ``--slurm-restarts 2``.
+    #: Its whole-number settings (key under its own key, help), each offered by that command as
+    #: ``--<option>-<key with dashes> N``: ``restarts`` -> ``--slurm-restarts 2``.
     counts: tuple[tuple[str, str], ...] = ()
+    #: Its other settings (key, what is allowed), each checked by :meth:`check_setting`.
+    more_settings: tuple[tuple[str, str], ...] = ()
 
     def check_options(self, options: Sequence[str]) -> list[str]:
         """The launcher's options of a kernelspec (``jupyter vgpu kernelspec install``), checked;
@@ -165,6 +182,49 @@ class Launcher(ABC):
         if options:
             raise InvalidRequest(f"launcher {self.name} takes no options; got {shorten(options[0])}.")
         return []
+
+    def check_setting(self, key: str, value: Any) -> Any:
+        """One of :attr:`more_settings`, parsed; one sentence (InvalidRequest) for a value not allowed."""
+        return value
+
+    def check_settings(self, given: Mapping[str, Any]) -> LauncherSettings:
+        """Its settings for one kernel (the provisioner asks at the kernel's start, before anything is
+        reserved): the mapping under its own key (its name) in the kernelspec's provisioner config,
+        over ``c.VGPUProvisioner.launcher_settings[<name>]``. ``args`` goes to :meth:`check_options`,
+        each of :attr:`counts` must be a whole number, 0 or more, each of :attr:`more_settings` goes
+        to :meth:`check_setting`; a key it does not take, or a value not allowed, is one sentence
+        (InvalidRequest) naming it and what is allowed. Extend ``check_setting``, not this."""
+        if not isinstance(given, Mapping):
+            raise InvalidRequest(f"{self.name} {shorten(given)} is not allowed; use a mapping of its settings, such as {{}}.")
+        counts, more = dict.fromkeys((k for k, _ in self.counts), 0), dict.fromkeys((k for k, _ in self.more_settings))
+        allowed = self.setting_names()
+        args: list[str] = []
+        for key, value in given.items():
+            if key == "args" and "args" in allowed:
+                if not (isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value)):
+                    raise InvalidRequest(f"{self.name}_args {shorten(value)} is not allowed; use a list of text, one {self.name} option each.")
+                args = self.check_options(list(value))
+            elif key in counts:
+                if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                    raise InvalidRequest(f"{self.name}_{key} {shorten(value)} is not allowed; use a whole number, 0 or more.")
+                counts[key] = value
+            elif key in more:
+                more[key] = self.check_setting(key, value)
+            else:
+                takes = f"use {', '.join(allowed)}" if allowed else "it takes none"
+                raise InvalidRequest(f"launcher {self.name} has no setting {shorten(key)}; {takes}.")
+        return LauncherSettings(tuple(args), counts, {k: v for k, v in more.items() if v is not None})
+
+    def setting_names(self) -> list[str]:
+        """The keys it takes under its own key: ``args`` where it takes options, its counts, the rest."""
+        takes_args = type(self).check_options is not Launcher.check_options
+        return [*(["args"] if takes_args else []), *(k for k, _ in self.counts), *(k for k, _ in self.more_settings)]
+
+    def settings(self, provisioner: LocalProvisioner) -> LauncherSettings:
+        """The settings :meth:`check_settings` gave for the kernel of ``provisioner``: how a launcher
+        reads its options and counts (``self.settings(provisioner).count("restarts")``)."""
+        found = getattr(provisioner, "launch_settings", None)
+        return found if isinstance(found, LauncherSettings) else LauncherSettings()
 
     def report_folder(self, ledger_path: str | Path, labels: Mapping[str, str]) -> Path:
         """Where this host reads the reports (``slices.reports``) of the kernel whose slice has

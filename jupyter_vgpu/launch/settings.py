@@ -1,13 +1,16 @@
-"""The provisioner's settings: each kernelspec key checked once, the server's settings and its
-one ledger connection, shared by every provisioner of a server."""
+"""The provisioner's settings: each kernelspec key checked once, its launcher's settings handed to
+the launcher to check, the server's settings and its one ledger connection, shared by every
+provisioner of a server."""
 
 from __future__ import annotations
 
+import json
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from traitlets import Float, HasTraits, Int, TraitError, TraitType, Unicode, Union
+from traitlets.config.loader import DeferredConfigList, DeferredConfigString
 
 from ..config import VGPU, load_settings
 from ..errors import InvalidRequest
@@ -16,7 +19,7 @@ from ..slices.environment import DEVICE_NAMES
 from ..slices.request import PLACEMENTS, parse_limit
 from ..units import parse_seconds, shorten
 from .errors import InvalidKernelConfig
-from .launchers import launcher_named
+from .launchers import Launcher, LauncherSettings, known
 
 _ledgers: dict[tuple[str, str, int | None], Ledger] = {}
 _settings: dict[int, tuple[Any, VGPU]] = {}
@@ -140,12 +143,6 @@ def check_pinned(value: Any) -> str:
     return text
 
 
-def check_slurm_args(value: Any) -> tuple[str, ...]:
-    from .slurm.client import check_args  # here: a local kernel's start never imports Slurm's side
-
-    return check_args(value)
-
-
 NO_GPU_CHOICES = ("cpu", "fail")
 
 #: What jupyter_client itself passes to a provisioner, besides the kernelspec's config.
@@ -156,54 +153,72 @@ SET_BY_JUPYTER_CLIENT = frozenset({"kernel_id", "kernel_spec", "parent", "config
 #: inherited from LocalProvisioner are not the user's to set.
 VGPU_SETTINGS = (
     "gpu_fraction", "gpu_memory", "gpus", "gpu", "logical_devices", "placement", "wait_timeout", "no_gpu", "device_names",
-    "launcher", "slurm_args", "slurm_restarts", "gpu_fraction_limit", "gpu_memory_limit",
+    "launcher", "gpu_fraction_limit", "gpu_memory_limit",
 )  # fmt: skip
 
 
-def unknown_keys_message(unknown: list[str], spec: Any = None) -> str:
+def unknown_keys_message(unknown: list[str], spec: Any = None, launcher: str = "") -> str:
     name = getattr(spec, "display_name", None)
     where = f"Kernel '{name}'" if name else "The kernelspec"
     keys = ", ".join(shorten(k) for k in unknown[:5])
+    own = f" and {launcher} (its launcher's settings)" if launcher else ""
     return (
         f"{where}: kernel_provisioner config {'key' if len(unknown) == 1 else 'keys'} {keys} "
-        f"{'is' if len(unknown) == 1 else 'are'} not allowed; use {', '.join(VGPU_SETTINGS)}."
+        f"{'is' if len(unknown) == 1 else 'are'} not allowed; use {', '.join(VGPU_SETTINGS)}{own}."
     )
 
 
-def take_launcher_options(kwargs: dict[str, Any]) -> list[str]:
-    """The options of the kernelspec's launcher under the key it names (``options_key``; one
-    another package's launcher has: the settings above are this package's), checked by it and
-    taken out of ``kwargs``."""
+def take_others(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The keys of a kernelspec's provisioner config that are not this package's settings (nor what
+    jupyter_client passes), taken out of ``kwargs``: its launcher's settings, or unknown keys
+    (:func:`launcher_settings` says which, once the launcher is known)."""
+    return {key: kwargs.pop(key) for key in list(kwargs) if key not in SET_BY_JUPYTER_CLIENT and key not in VGPU_SETTINGS}
+
+
+def flat_keys(keys: Iterable[str]) -> list[str]:
+    """Of ``keys`` (``c.VGPUProvisioner`` options that are no trait), those that name a launcher's
+    setting the way kernelspecs and configs did before issue 47: ``<launcher>_<setting>``
+    (``slurm_restarts``). They are that launcher's, not unknown options."""
+    keys = list(keys)
+    names = known() if keys else []
+    return [key for key in keys if any(key.startswith(f"{name}_") for name in names)]
+
+
+def _typed(value: Any) -> Any:
+    """A value as a command line gives it (``--VGPUProvisioner.slurm_restarts=2``), typed as JSON
+    would type it; text that is not JSON stays text."""
+    if isinstance(value, DeferredConfigList):
+        return list(value)
+    if isinstance(value, DeferredConfigString):
+        try:
+            return json.loads(value)
+        except ValueError:
+            return str(value)
+    return value
+
+
+def launcher_settings(
+    launcher: Launcher, others: Mapping[str, Any], server: Mapping[str, Any], flat_config: Mapping[str, Any], spec: Any = None
+) -> LauncherSettings:
+    """The kernel's settings of its launcher, checked by it (:meth:`Launcher.check_settings`): the
+    kernelspec's, under the launcher's own key (``"slurm": {"restarts": 1}``), over the server's
+    (``c.VGPUProvisioner.launcher_settings``). Kernelspecs and configs written before issue 47 say
+    them as ``<launcher>_<setting>`` (``slurm_args``, ``slurm_restarts``,
+    ``c.VGPUProvisioner.slurm_gpu_memory``): still read, under the key. Any other key of ``others``
+    is not allowed; each refusal is one sentence naming the kernel."""
+    name, prefix = launcher.name, f"{launcher.name}_"
+    unknown = sorted(key for key in others if key != name and not key.startswith(prefix))
+    if unknown:
+        raise InvalidKernelConfig(unknown_keys_message(unknown, spec, name if launcher.setting_names() else ""))
+    own, server_own = others.get(name, {}), server.get(name, {})
+    settings: dict[str, Any] = {key[len(prefix) :]: _typed(v) for key, v in flat_config.items() if key.startswith(prefix)}
     try:
-        chosen = launcher_named(kwargs["launcher"]) if "launcher" in kwargs else None
-    except InvalidRequest:
-        return []  # the launcher setting says so
-    key = chosen.options_key if chosen is not None else ""
-    if not key or key in VGPU_SETTINGS or key not in kwargs:
-        return []
-    try:
-        return chosen.check_options(kwargs.pop(key)) if chosen is not None else []
+        for given in (server_own, own):
+            if not isinstance(given, Mapping):
+                return launcher.check_settings(given)  # which says what it takes
+        settings.update(server_own)
+        settings.update({key[len(prefix) :]: v for key, v in others.items() if key.startswith(prefix)})
+        return launcher.check_settings({**settings, **own})
     except InvalidRequest as error:
-        name = getattr(kwargs.get("kernel_spec"), "display_name", None) or "The kernelspec"
-        raise InvalidKernelConfig(f"Kernel '{name}': {error}") from None
-
-
-def take_launcher_counts(kwargs: dict[str, Any]) -> dict[str, int]:
-    """The whole-number settings (``counts``) of the kernelspec's launcher that are not this
-    package's traits (another package's launcher: `jupyter vgpu kernelspec install --<key> N`
-    writes them), checked and taken out of ``kwargs``; a plug-in reads them here (issue 47: they
-    were refused as unknown keys at the kernel's start)."""
-    try:
-        chosen = launcher_named(kwargs["launcher"]) if "launcher" in kwargs else None
-    except InvalidRequest:
-        return {}
-    counts: dict[str, int] = {}
-    for key, _ in chosen.counts if chosen is not None else ():
-        if key in VGPU_SETTINGS or key not in kwargs:
-            continue
-        value = kwargs.pop(key)
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            name = getattr(kwargs.get("kernel_spec"), "display_name", None) or "The kernelspec"
-            raise InvalidKernelConfig(f"Kernel '{name}': {key} {shorten(value)} is not allowed; use a whole number, 0 or more.")
-        counts[key] = value
-    return counts
+        shown = getattr(spec, "display_name", None)
+        raise InvalidKernelConfig(f"Kernel '{shown}': {error}" if shown else str(error)) from None

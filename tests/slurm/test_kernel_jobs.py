@@ -349,7 +349,7 @@ async def test_a_kernel_that_waits_too_long_gives_up_and_cancels_its_job(login: 
         ({"gpu_memory": "4GiB"}, "gpu_memory 4.0 GiB cannot be asked of Slurm"),
         ({"gpu_fraction": 0.5, "gpus": 2}, "A share of 2 GPUs cannot be asked of Slurm: one job's shards never span GPUs"),
         ({"gpu_fraction": 0.25, "slurm_args": ["--gres=gpu:1"]}, "slurm_args '--gres=gpu:1' asks Slurm for GPUs"),
-        ({"gpu_fraction": 0.25, "slurm_args": "--partition=gpu"}, "slurm_args '--partition=gpu' is not allowed; use a list of salloc options"),
+        ({"gpu_fraction": 0.25, "slurm_args": "--partition=gpu"}, "slurm_args '--partition=gpu' is not allowed; use a list of text, one slurm option each."),
     ],
     ids=["below-one-shard", "unknown-partition", "rejected-time", "memory-unsaid", "share-of-two", "gres-in-args", "args-not-a-list"],
 )

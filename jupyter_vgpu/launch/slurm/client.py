@@ -187,7 +187,8 @@ def ask_for(
         if gpu_memory is None:
             raise InvalidRequest(
                 f"gpu_memory {format_bytes(memory)} cannot be asked of Slurm, which shares a GPU in shards, not bytes, "
-                "and the admin has not said the partition's GPU memory (c.VGPUProvisioner.slurm_gpu_memory); use gpu_fraction."
+                'and the GPU memory of the partition is not said ("slurm": {"gpu_memory": "16GiB"} in c.VGPUProvisioner.launcher_settings '
+                "or the kernelspec); use gpu_fraction."
             )
         if memory > gpu_memory:
             raise InvalidRequest(

@@ -1,6 +1,6 @@
 """``slurm``: a GPU kernel as a Slurm job, on whichever node Slurm places it (DESIGN.md, "Slurm").
 
-A kernelspec with ``"launcher": "slurm"`` (and ``slurm_args``: partition, account, time, QOS)
+A kernelspec with ``"launcher": "slurm"`` (and ``"slurm": {"args": [...]}``: partition, account, time, QOS)
 starts its kernel in two phases, so that it works across hosts:
 
 1. **allocate** (:meth:`SlurmLauncher.allocate`, from the provisioner's ``pre_launch``): ``salloc
@@ -95,18 +95,18 @@ class SlurmLauncher(SlurmViews, Launcher):
                 state.pop("slurm_ended", None)  # said once, by the kernel that replaced the ended one
                 return
             ended = state.get("slurm_ended") or ending_text(state["job_id"], job_state, why)
-            asked_again, allowed = int(state.get("new_jobs") or 0), int(getattr(provisioner, "slurm_restarts", 0) or 0)
+            asked_again, allowed = int(state.get("new_jobs") or 0), self.settings(provisioner).count("restarts")
             if asked_again >= allowed:
                 raise _no_new_job(provisioner, ended, allowed)
             provisioner.log.warning("Kernel %s: %s A new job is asked for (%d of slurm_restarts %d).", kernel_id, ended, asked_again + 1, allowed)
             state.clear()
             state["new_jobs"] = asked_again + 1
-        slurm_args = list(getattr(provisioner, "slurm_args", None) or ())
+        slurm_args = list(self.settings(provisioner).args)
         per_gpu = None
         if request.memory is not None or (request.fraction or 1.0) < 1:
             per_gpu = await asyncio.to_thread(slurmctl.shards_per_gpu, slurmctl.partition_of(slurm_args), env)
         asked = slurmctl.ask_for(
-            request.fraction, request.memory, request.gpus, per_gpu=per_gpu, gpu_memory=getattr(provisioner, "slurm_gpu_memory", None)
+            request.fraction, request.memory, request.gpus, per_gpu=per_gpu, gpu_memory=self.settings(provisioner).more.get("gpu_memory")
         )
         provisioner.log.info("Kernel %s asks Slurm for %s.", kernel_id, asked.text)
         labels = {k: v for k, v in (getattr(provisioner, "_start_labels", None) or {}).items()}
@@ -359,7 +359,7 @@ class SlurmLauncher(SlurmViews, Launcher):
                 state["ended"] = f"{(job_state or 'gone').lower()}{f': {why}' if why not in ('', 'None') else ''}"
                 state["slurm_ended"] = ending_text(state["job_id"], job_state, why)
                 provisioner.log.warning("Kernel %s ended: %s", provisioner.kernel_id, state["slurm_ended"])
-                allowed = int(getattr(provisioner, "slurm_restarts", 0) or 0)
+                allowed = self.settings(provisioner).count("restarts")
                 if int(state.get("new_jobs") or 0) >= allowed:
                     _let_go(provisioner, _no_new_job_text(state["slurm_ended"], allowed))
         return status

@@ -1,15 +1,16 @@
 """How the ``slurm`` launcher's kernels are seen (the view side of the launcher contract,
 :class:`~jupyter_vgpu.launch.launchers.Launcher`): this server's kernel jobs as rows, the user's for
 ``jupyter vgpu status``, a pending job taken out of Slurm's queue, the orphans a restarted server
-cancels, and the kernelspec's ``salloc`` options checked. The rows' words are :mod:`.rows`."""
+cancels, and its settings checked (``salloc`` options, restarts, the partition's GPU memory). The rows' words are :mod:`.rows`."""
 
 from __future__ import annotations
 
 import shutil
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from ...errors import InvalidRequest, LeftLine, VGPUError
-from ...units import shorten
+from ...units import parse_bytes, shorten
 from ..elsewhere import Elsewhere
 from . import client as slurmctl
 from . import ending as slurmending
@@ -27,13 +28,15 @@ class SlurmViews:
     option = "slurm"
     option_help = "start each kernel as a Slurm job on a GPU node Slurm picks (launcher slurm)"
     options_help = "an salloc option for the kernels' jobs (partition, account, time, QOS), once per option: --slurm-arg=--partition=gpu"
-    options_key = "slurm_args"
     counts: tuple[tuple[str, str], ...] = (
         (
-            "slurm_restarts",
+            "restarts",
             "how many times a kernel whose job Slurm ended (its time limit, a cancel, a preemption) is started again "
             "in a new job (default 0: never, and its notebook is told why)",
         ),
+    )
+    more_settings: tuple[tuple[str, str], ...] = (
+        ("gpu_memory", "the memory of one GPU of the partition, such as 16GiB, so that a kernel asking for gpu_memory is asked of Slurm as shards"),
     )
     label = "Slurm"
 
@@ -74,6 +77,12 @@ class SlurmViews:
 
     def check_options(self, options: Sequence[str]) -> list[str]:
         return list(slurmctl.check_args(list(options)))
+
+    def check_setting(self, key: str, value: Any) -> Any:
+        """``gpu_memory`` (the admin's, usually: ``c.VGPUProvisioner.launcher_settings``), in bytes."""
+        if isinstance(value, bool) or not isinstance(value, (int, str)) or (isinstance(value, int) and value < 1):
+            raise InvalidRequest(f"slurm_{key} {shorten(value)} is not allowed; use a size such as 16GiB.")
+        return parse_bytes(value, what=f"slurm_{key}")
 
 
 def sweep_reports(env: Mapping[str, str]) -> list[str]:
