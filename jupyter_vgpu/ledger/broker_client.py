@@ -49,10 +49,12 @@ class NoAnswer(LedgerError):
     carried out (asking again with the same holder token finds out)."""
 
 
-#: How long a client keeps trying to connect while nothing listens (a broker restarting): after
-#: that it says the broker is not running. A broker that listens but is busy (its backlog full,
-#: EAGAIN) is tried until the call's own timeout.
-RECONNECT_SECONDS = 5.0
+#: How long a client keeps trying to connect while nothing listens (a broker restarting: its
+#: supervisor starts it again and Python starts: seconds on a loaded node, 7 s in one
+#: reproduction), and keeps asking again a request whose connection broke: after that it says the
+#: broker is not running. A broker that listens but is busy (its backlog full, EAGAIN) is tried
+#: until the call's own timeout.
+RECONNECT_SECONDS = 15.0
 
 
 class BrokerClient:
@@ -61,7 +63,8 @@ class BrokerClient:
     Connecting waits in the kernel for room in the broker's backlog (another user may flood it)
     up to the call's timeout, and is retried with back-off (10 ms doubling to 0.5 s) while nothing
     listens (a restart) for :data:`RECONNECT_SECONDS`. Nothing has been sent before a connection
-    stands, so a retry is always safe."""
+    stands, so a retry is always safe; a request whose connection broke is asked again only where
+    that is safe (:meth:`call`)."""
 
     def __init__(self, socket_path: str | Path, *, timeout: float = 60.0) -> None:
         self.socket_path = Path(socket_path)
@@ -120,14 +123,20 @@ class BrokerClient:
         """Ask the broker; returns its result or raises the VGPUError it answered with.
 
         A request whose connection breaks before the answer (the broker was stopped or restarted
-        while it asked) is asked once more, on a new connection once the broker listens again
-        (:data:`RECONNECT_SECONDS`, within the call's timeout), where that is safe: see
-        :func:`safe_to_ask_again`. A call that ran out of time is not asked again here."""
+        while it asked) is asked again, where that is safe (:func:`safe_to_ask_again`), until an
+        answer comes or :data:`RECONNECT_SECONDS` have passed since the first break (within the
+        call's timeout): a broker that is dying may still take a connection in its last moments
+        and then drop it too (a reproduction of run 16's failure), so once more is not enough. A call that ran out of
+        time is not asked again here."""
         line = json.dumps({"op": op, "args": args}).encode() + b"\n"
         deadline = time.monotonic() + self.timeout
-        attempts = 2 if safe_to_ask_again(op, args) else 1
-        for attempt in range(1, attempts + 1):
+        safe = safe_to_ask_again(op, args)
+        asked = 0
+        broken_since: float | None = None
+        delay = 0.05
+        while True:
             conn = self._connect(deadline)
+            asked += 1
             try:
                 with conn:
                     conn.settimeout(max(0.1, deadline - time.monotonic()))
@@ -141,9 +150,13 @@ class BrokerClient:
                 if answer:
                     break
                 broken = "closed the connection without an answer"
-            if attempt == attempts or time.monotonic() >= deadline:
-                asked = f"asked {op} {attempt} time{'s' if attempt > 1 else ''}"
-                raise NoAnswer(f"The jupyter-vgpu broker at {self.socket_path} {broken} ({asked}).")
+            now = time.monotonic()
+            broken_since = now if broken_since is None else broken_since
+            if not safe or now + delay >= deadline or now - broken_since >= RECONNECT_SECONDS:
+                times = f"asked {op} {asked} time{'s' if asked > 1 else ''}"
+                raise NoAnswer(f"The jupyter-vgpu broker at {self.socket_path} {broken} ({times}).")
+            time.sleep(delay)
+            delay = min(delay * 2, 0.5)
         try:
             data = json.loads(answer)
         except ValueError:

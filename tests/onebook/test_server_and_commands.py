@@ -66,8 +66,8 @@ def test_a_server_with_kernels_and_commands_coming_and_going_keeps_one_book(serv
 
 @pytest.mark.slow  # half a minute or more on a loaded machine
 def test_churn_of_kernels_and_commands_never_overbooks_and_every_view_agrees(server: JupyterProcess) -> None:
-    """Kernels start and stop through REST, commands run and exit, for a bounded time (at most
-    40 s of operations); after every operation every view agrees and no GPU is over-booked."""
+    """Kernels start and stop through REST, commands run and exit, for a bounded time (40 s of
+    operations, at most 60); after every operation every view agrees and no GPU is over-booked."""
     env = server.env
     ledger = Path(env["JUPYTER_VGPU_LEDGER"])
     rng = random.Random(18)
@@ -76,8 +76,14 @@ def test_churn_of_kernels_and_commands_never_overbooks_and_every_view_agrees(ser
     counts = {"kernel started": 0, "kernel refused": 0, "kernel stopped": 0, "command granted": 0, "command refused": 0}
     deadline = time.monotonic() + 40
     operations = 0
+
+    def filled() -> bool:  # a GPU was full at least once: the churn met the limits it is about
+        return bool(counts["kernel refused"] + counts["command refused"])
+
     try:
-        while time.monotonic() < deadline and operations < 60:
+        # 40 s of operations, or on a loaded machine (4 in 40 s beside the browser tests) on until
+        # a GPU was full once: at most 60 operations either way
+        while operations < 60 and (time.monotonic() < deadline or not filled()):
             operations += 1
             choice = rng.choice(["start", "start", "stop", "run", "run", "hold", "end"])
             if choice == "start":
@@ -120,4 +126,4 @@ def test_churn_of_kernels_and_commands_never_overbooks_and_every_view_agrees(ser
             holder.wait()
     print(f"churn: {operations} operations, {counts}")
     assert counts["kernel started"] and counts["command granted"]
-    assert counts["kernel refused"] + counts["command refused"], "the churn never filled a GPU"
+    assert filled(), "the churn never filled a GPU"
