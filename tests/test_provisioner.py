@@ -16,6 +16,7 @@ import psutil
 import pytest
 from jupyter_client.manager import AsyncKernelManager
 from jupyter_client.provisioning.factory import KernelProvisionerFactory
+from jupyter_process import free_port
 
 from jupyter_vgpu.errors import SliceUnavailable, VGPUError
 from jupyter_vgpu.ledger import open_ledger
@@ -76,7 +77,11 @@ async def started() -> AsyncIterator[list[AsyncKernelManager]]:
 
 
 async def start(kernel_name: str, managers: list[AsyncKernelManager], **kwargs: Any) -> AsyncKernelManager:
-    km = AsyncKernelManager(kernel_name=kernel_name)
+    # The kernel's five ports from this worker's own range below the ephemeral one (32768+): a
+    # restart keeps them, and while the kernel was down another process's outgoing connection took
+    # one (run 19: "Address already in use" at the restarted kernel's start).
+    km = AsyncKernelManager(kernel_name=kernel_name, cache_ports=False)
+    km.shell_port, km.iopub_port, km.stdin_port, km.control_port, km.hb_port = (free_port() for _ in range(5))
     managers.append(km)
     await km.start_kernel(**kwargs)
     return km
