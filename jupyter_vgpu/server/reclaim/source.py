@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -40,8 +41,9 @@ class Choice:
     due: Mapping[int, Sequence[str]] = field(default_factory=dict)
 
 
-class Source:
-    """The base of a source: overridden where the source has something to say."""
+class Source(ABC):
+    """The base of a source: overridden where the source has something to say; a source must say
+    what its notice is (:meth:`announcement`) and do its action (:meth:`act`)."""
 
     #: Its notices' kind, its watchdog events' action and what REST's notice field is named after.
     kind = ""
@@ -66,9 +68,9 @@ class Source:
         """Which of its holders give room back to whom; None leaves its notices as they are."""
         return None
 
+    @abstractmethod
     def announcement(self, usage: SliceUsage, group: Group, sample: Sample, board: NoticeBoard) -> tuple[Notice, str]:
         """The notice to the holder's owner and the words the kernel prints (and the log says)."""
-        raise NotImplementedError
 
     def withdrawn(self, slice_id: str, notice: Notice) -> str:
         """Why a notice is withdrawn, for the log: "slice X <these words>; its notice is withdrawn"."""
@@ -76,10 +78,11 @@ class Source:
 
     def begin(self, group: Group, notices: Sequence[Notice], now: float) -> None:
         """The group's notices ran out and its action begins (count it against the user's bound)."""
+        return None  # a hook: nothing to count by default
 
+    @abstractmethod
     async def act(self, usage: SliceUsage, notice: Notice, group: Group, sample: Sample, board: NoticeBoard) -> bool:
         """The action on one holder whose notice ran out; True when the monitor should reap soon."""
-        raise NotImplementedError
 
     def keep(self, slice_id: str, board: NoticeBoard) -> bool:
         """The owner's "Keep it"; True when it cancelled a notice of this source."""
@@ -99,6 +102,7 @@ class Source:
 
     def close(self) -> None:
         """The server stops."""
+        return None  # a hook: nothing to close by default
 
     def record(self, usage: SliceUsage, ok: bool, message: str) -> None:
         """An action taken (or failed): a watchdog event of this source's kind, and a log line."""
