@@ -95,8 +95,10 @@ class NoticeWatcher:
         self.ledger_path = ledger_path
         self.slice_id = slice_id
         self.path = notices_path(ledger_path, slice_id)
-        #: Notices from before the extension loaded (a previous kernel process) are not shown.
-        self.since = time.time() if since is None else since
+        #: Notices from before this process began (a previous kernel process of the slice) are not
+        #: shown; one that came while it was starting is (CI of 3de1153: a server told a kernel
+        #: that was still loading this extension, and the notice was dropped as old).
+        self.since = _process_started() if since is None else since
         self.executing = False
         self._seen: set[str] = set()
         self._held: list[Mapping[str, Any]] = []  # arrived while idle, for the next cell
@@ -206,6 +208,14 @@ class NoticeWatcher:
                 _say(interrupt_text(recent[-1]))
         except Exception:
             self.executing = False
+
+
+def _process_started() -> float:
+    """When this process began: when its start-up hook ran, at interpreter start, in a process
+    on a slice (when the extension loads where there is no hook: ``%load_ext`` by hand)."""
+    from .startup import STARTED
+
+    return STARTED
 
 
 def _say(line: str) -> None:

@@ -31,8 +31,13 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 
 from . import is_slice_id  # the package's, imported with it
+
+#: When this process began, for a slice's process (the notices of its slice from before are a
+#: previous process's: :mod:`.notices`).
+STARTED = time.time()
 
 TYPE_CHECKING = False  # typing itself is not imported (see jupyter_vgpu/__init__.py)
 if TYPE_CHECKING:

@@ -13,6 +13,12 @@ counts only what an execute request that a person sent makes the kernel say:
 A cell is running from its ``execute_input`` until the ``status: idle`` of the same request, and
 only while jupyter_server also says the kernel is busy (a lost ``idle`` does not keep a kernel
 busy for ever). Kernels of any language are watched the same way; nothing runs in the kernel.
+
+A kernel already busy when the watch begins (a "Run all" the moment it started, while this
+subscription was still joining) may be running a cell whose start nobody here heard: until the
+watch hears a cell begin or an execute request end, a kernel jupyter_server calls busy counts as
+running a cell, and that request's end as its last cell (CI of 3de1153: a kernel whose first cell
+ran for minutes was given an idle notice).
 """
 
 from __future__ import annotations
@@ -38,6 +44,8 @@ class _Watched:
     session: Session
     last_cell: float | None = None
     running: set[str] = field(default_factory=set)
+    synced: bool = False  # heard a cell begin or an execute request end since subscribing
+    assumed: bool = False  # counted as running a cell it did not hear begin
 
 
 class ExecutionWatch:
@@ -57,7 +65,11 @@ class ExecutionWatch:
     def running(self, kernel_id: str, kernel: Any) -> bool:
         """True while a cell runs in the kernel."""
         found = self._watched.get(kernel_id)
-        return bool(found and found.running) and getattr(kernel, "execution_state", None) == "busy"
+        if found is None or getattr(kernel, "execution_state", None) != "busy":
+            return False
+        if not found.running and not found.synced:
+            found.assumed = True  # busy with something that began before the watch could hear it
+        return bool(found.running) or found.assumed
 
     def watch(self, kernel_ids: Iterable[str]) -> None:
         """Watch these kernels (a restarted kernel on new ports is watched anew); stop watching the rest."""
@@ -96,14 +108,20 @@ class ExecutionWatch:
             kind = msg["header"].get("msg_type")
             parent = msg.get("parent_header") or {}
             request = parent.get("msg_id")
+            ended = kind == "status" and parent.get("msg_type") == "execute_request"
+            ended = ended and session.unpack(msg["content"]).get("execution_state") == "idle"
             if kind == "execute_input" and parent.get("msg_type") == "execute_request" and request:
                 if len(watched.running) < RUNNING_LIMIT:
                     watched.running.add(request)
                 watched.last_cell = time.time()
             elif request in watched.running:
                 watched.last_cell = time.time()
-                if kind == "status" and session.unpack(msg["content"]).get("execution_state") == "idle":
+                if ended:
                     watched.running.discard(request)
+            if (ended or kind == "execute_input") and not watched.synced:
+                watched.synced = True  # requests run one at a time: what ran unheard has ended
+                if watched.assumed:
+                    watched.last_cell, watched.assumed = time.time(), False
 
         stream.on_recv(heard)
         return watched

@@ -104,6 +104,38 @@ def test_notices_from_before_the_kernel_started_are_not_shown(workspace: Workspa
     assert "restarts this kernel" not in kernel.run("print('first cell')").stderr
 
 
+class _Shell:
+    """What the watcher needs of IPython's shell: its cell events."""
+
+    def __init__(self) -> None:
+        self.events = self
+        self.hooks: dict[str, Any] = {}
+
+    def register(self, event: str, callback: Any) -> None:
+        self.hooks[event] = callback
+
+    def unregister(self, event: str, callback: Any) -> None:
+        self.hooks.pop(event, None)
+
+
+def test_a_notice_left_while_the_extension_was_loading_shows_at_the_first_cell(
+    workspace: Workspace, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """CI of 3de1153: the server told a kernel whose extension was still loading (a loaded machine)
+    and the notice was dropped as one from before the kernel. The process began before it."""
+    from jupyter_vgpu.kernel import startup
+    from jupyter_vgpu.kernel.notices import NoticeWatcher
+
+    monkeypatch.setattr(startup, "STARTED", time.time())  # the kernel process's start-up hook ran
+    slice_ = workspace.reserve(0.25)
+    add_notice(workspace.ledger_path, slice_.id, notice("rebook", "the ledger was reset and this kernel's GPU slice could not be booked again."))
+    time.sleep(0.05)
+    watcher = NoticeWatcher(_Shell(), str(workspace.ledger_path), slice_.id)  # the extension loads after the notice
+    watcher.pre_run_cell()
+    watcher.post_run_cell()
+    assert "jupyter-vgpu: the ledger was reset and this kernel's GPU slice could not be booked again." in capsys.readouterr().err
+
+
 def test_a_notice_without_a_message_still_says_what_happens() -> None:
     bare = {"action": "shutdown", "memory_used": 5 * 2**30, "memory_reserved": 4 * 2**30}
     assert notice_text(bare) == (

@@ -133,44 +133,102 @@ async def test_an_idle_kernel_nobody_waits_for_is_kept_and_its_idle_time_shown(
     assert f'jupyter_vgpu_slice_idle_seconds{{kernel_id="{kernel.id}",slice="{row["id"]}"}}' in metrics
 
 
+def held_cell(gate: Any, started: Any) -> str:
+    """A cell that says it began (a file), then runs until the test opens ``gate``."""
+    return f"import os, time\nopen({str(started)!r}, 'w').close()\nwhile not os.path.exists({str(gate)!r}): time.sleep(0.05)"
+
+
 async def test_a_busy_kernel_is_never_reclaimed(
-    jp_fetch: Any, start_kernel: Any, small_gpu: None, vgpu_env: dict[str, str]
+    jp_fetch: Any, start_kernel: Any, small_gpu: None, vgpu_env: dict[str, str], tmp_path: Any
 ) -> None:
     kernel = await start_kernel()
     await until(lambda: slice_of(jp_fetch, kernel.id), what="the kernel's slice")
-    running = asyncio.ensure_future(kernel.run("import time; time.sleep(8)", timeout=60))
-    await asyncio.sleep(0.5)
-    command = waiter(vgpu_env, seconds=6)
+    gate, started = tmp_path / "gate", tmp_path / "started"
+    running = asyncio.ensure_future(kernel.run(held_cell(gate, started), timeout=120))
+    began = await until(lambda: asyncio.sleep(0, started.exists() and __import__("time").time()), what="the cell")
+
+    async def judged_busy() -> Any:  # the server's view after the cell began: idle for less than AFTER
+        view = await slice_of(jp_fetch, kernel.id)
+        now = __import__("time").time()
+        return now - began > AFTER + 1 and view and view["idle_seconds"] is not None and view["idle_seconds"] < AFTER
+
+    await until(judged_busy, what="the server to see the kernel busy")
+    command = waiter(vgpu_env, seconds=60)
     try:
-        for _ in range(20):
+        await until(lambda: waiting_in_line(jp_fetch), what="the waiter in line")
+        for _ in range(12):  # past the notice's length, had one been given
             view = await slice_of(jp_fetch, kernel.id)
             assert view is not None and view["idle_notice"] is None
             await asyncio.sleep(0.25)
         assert kernel.alive
     finally:
         command.kill()
+        gate.touch()
         await running
 
 
+async def waiting_in_line(jp_fetch: Any) -> Any:
+    return (await get_json(jp_fetch, "api", "vgpu", "slices")).get("waiting")
+
+
+async def test_a_cell_that_began_before_the_server_watched_the_kernel_keeps_it_busy(
+    vgpu_server: Any, start_kernel: Any, tmp_path: Any
+) -> None:
+    """A "Run all" the moment a kernel starts can begin before the server's watch of its cells has
+    joined: that cell is running all the same (CI of 3de1153 gave such a kernel an idle notice)."""
+    from jupyter_vgpu.server.activity import ExecutionWatch
+
+    kernel = await start_kernel()
+    gate, started = tmp_path / "gate", tmp_path / "started"
+    running = asyncio.ensure_future(kernel.run(held_cell(gate, started), timeout=120))
+    manager = vgpu_server.kernel_manager
+    await until(lambda: asyncio.sleep(0, started.exists() and kernel.manager.execution_state == "busy"), what="the cell")
+    watch = ExecutionWatch(manager)
+    try:
+        watch.watch([kernel.id])
+        assert watch.running(kernel.id, kernel.manager) and watch.last_cell(kernel.id) is None
+        gate.touch()
+        await running
+
+        async def ended() -> Any:
+            return not watch.running(kernel.id, kernel.manager) and watch.last_cell(kernel.id)
+
+        assert await until(ended, what="the cell's end heard") > __import__("time").time() - 30
+    finally:
+        watch.close()
+        gate.touch()
+
+
+#: The keep and cell tests' notice: long enough for a cell to reach a kernel on a loaded machine.
+LONG_NOTICE = 6.0
+
+
+@pytest.mark.parametrize("vgpu_options", [{"idle_reclaim_after": AFTER, "idle_reclaim_notice": LONG_NOTICE}])
 @pytest.mark.parametrize("how", ["keep", "cell"])
 async def test_keep_it_or_a_cell_during_the_notice_keeps_the_kernel(
-    jp_fetch: Any, start_kernel: Any, small_gpu: None, vgpu_env: dict[str, str], how: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
+    jp_fetch: Any, start_kernel: Any, small_gpu: None, vgpu_env: dict[str, str], how: str, monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Any,
+) -> None:  # fmt: skip
     """A notice that a view shows is one the kernel prints at its next cell: CI of 787b6f0 ran
     the cell while the notice's file was still being written (a loaded machine). Writing it is
-    made slow here, so a view that showed the notice before the kernel had it fails every time."""
+    made slow here, so a view that showed the notice before the kernel had it fails every time.
+    The cell runs on past the notice's deadline (the window the test looks in is held open: a
+    cell that ended would let the kernel be idle, noticed and reclaimed again)."""
+    import time
+
     from jupyter_vgpu.server import watchdog
 
     add_notice = watchdog.add_notice
 
     def slowly(*args: Any) -> None:
-        __import__("time").sleep(1.0)
+        time.sleep(1.0)
         add_notice(*args)
 
     monkeypatch.setattr(watchdog, "add_notice", slowly)
     kernel = await start_kernel()
     await until(lambda: slice_of(jp_fetch, kernel.id), what="the kernel's slice")
-    command = waiter(vgpu_env, seconds=20)
+    command = waiter(vgpu_env, seconds=60)
+    gate, started = tmp_path / "gate", tmp_path / "started"
     try:
 
         async def noticed() -> Any:
@@ -184,16 +242,24 @@ async def test_keep_it_or_a_cell_during_the_notice_keeps_the_kernel(
             assert json.loads(response.body) == {"slice_id": view["id"], "kept": True, "notice_cancelled": True}
         else:
             driver = await kernel.driver()
-            outcome = await asyncio.to_thread(driver.run, "print('still here')", 60)
-            assert outcome.ok and "still here" in outcome.stdout
-            # the notice, printed at the notebook's next cell: this one
-            assert "jupyter-vgpu: " in outcome.stderr and "has been idle for" in outcome.stderr, outcome.stderr
-        await asyncio.sleep(max(0.0, deadline - __import__("time").time()) + 0.6)
+            cell = asyncio.ensure_future(asyncio.to_thread(driver.run, f"print('still here')\n{held_cell(gate, started)}", 120))
+            await until(lambda: asyncio.sleep(0, started.exists()), what="the cell")
+            assert time.time() < deadline, "the cell began after the notice's deadline"
+        await asyncio.sleep(max(0.0, deadline - time.time()) + 0.6)
         assert kernel.alive
         data = await get_json(jp_fetch, "api", "vgpu", "slices")
         assert not [e for e in data["watchdog"]["events"] if e["action"] == "idle"]
+        now_shown = (await slice_of(jp_fetch, kernel.id) or {}).get("idle_notice")
+        assert now_shown is None or now_shown["given"] > view["idle_notice"]["given"], now_shown  # a new one at most
+        if how == "cell":
+            gate.touch()
+            outcome = await cell
+            assert outcome.ok and "still here" in outcome.stdout
+            # the notice, printed at the notebook's next cell: this one
+            assert "jupyter-vgpu: " in outcome.stderr and "has been idle for" in outcome.stderr, outcome.stderr
     finally:
         command.kill()
+        gate.touch()
 
 
 async def test_another_users_slice_cannot_be_kept(jp_fetch: Any, vgpu_server: Any) -> None:

@@ -67,6 +67,12 @@ def reload(page: Any) -> None:
     page.evaluate("async () => { await window.jupyterapp.restored; }")
 
 
+def activate_tab(page: Any, name: str) -> None:
+    """Click the main area's tab of ``name`` and wait until it is the current one."""
+    page.locator(".lm-DockPanel-tabBar .lm-TabBar-tab", has_text=name).first.click()
+    expect(page.locator(".lm-DockPanel-tabBar .lm-TabBar-tab.lm-mod-current")).to_contain_text(name)
+
+
 def lab_screenshot(page: Any, path: Any) -> None:
     """The whole lab at a README-friendly size: sidebar, notebook and status bar."""
     size = page.viewport_size

@@ -19,7 +19,7 @@ import pytest
 from jupyter_process import write_sliced_kernelspec
 
 from .conftest import ARTIFACTS, KERNEL_DISPLAY_NAME, Lab, notebook_json
-from .pages import SIDEBAR, expect, kernel_slice, lab_screenshot, open_sidebar, screenshots, wait_for
+from .pages import SIDEBAR, activate_tab, expect, kernel_slice, lab_screenshot, open_sidebar, screenshots, wait_for
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -69,11 +69,6 @@ def waiters(lab: Lab) -> list[dict[str, Any]]:
 def open_notebook(page: Any, path: str) -> None:
     page.evaluate("path => void window.jupyterapp.commands.execute('docmanager:open', {path})", path)
     expect(page.locator(".lm-DockPanel-tabBar .lm-TabBar-tab.lm-mod-current")).to_contain_text(path.rsplit("/", 1)[-1])
-
-
-def activate_tab(page: Any, name: str) -> None:
-    page.locator(".lm-DockPanel-tabBar .lm-TabBar-tab", has_text=name).first.click()
-    expect(page.locator(".lm-DockPanel-tabBar .lm-TabBar-tab.lm-mod-current")).to_contain_text(name)
 
 
 def slice_row(page: Any, name: str) -> Any:
