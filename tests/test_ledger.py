@@ -331,6 +331,36 @@ def test_waiting_times_out_with_the_reason_and_leaves_the_line(ledger: Ledger) -
     assert ledger.waiting() == []
 
 
+def test_a_wait_from_a_notebook_cell_waits_and_an_interrupt_leaves_the_line(ledger: Ledger) -> None:
+    """A cell runs inside its kernel's event loop: the wait runs on a loop of its own beside it
+    (`%vgpu resize` waits there), and interrupting the kernel ends it and leaves the line."""
+    import _thread
+    import asyncio
+    import threading
+
+    ledger.reserve(SliceRequest.parse(1.0, gpus=2), Holder("command", "all"))
+    seen: list[object] = []
+
+    async def cell() -> None:
+        with pytest.raises(SliceUnavailable, match="Waited 0.3 s in line for 1/2 GPU"):
+            ledger.reserve(SliceRequest.parse(0.5), Holder("command", "x"), wait=0.3)
+
+        def interrupt_once_waiting(ticket: object) -> None:
+            if not seen:
+                seen.append(ticket)
+                threading.Timer(0.2, _thread.interrupt_main).start()  # the kernel's interrupt: SIGINT
+
+        with pytest.raises(KeyboardInterrupt):
+            ledger.reserve(SliceRequest.parse(0.5), Holder("command", "x"), wait=60, waiting=interrupt_once_waiting)
+
+    loop = asyncio.new_event_loop()  # as ipykernel runs its loop: SIGINT is KeyboardInterrupt, not asyncio.run's
+    try:
+        loop.run_until_complete(cell())
+    finally:
+        loop.close()
+    assert seen and ledger.waiting() == []
+
+
 def test_resize_changes_the_share_in_place_or_says_why_not(ledger: Ledger) -> None:
     a = ledger.reserve(SliceRequest.parse(0.5, gpu="0"), Holder("command", "a"))
     b = ledger.reserve(SliceRequest.parse(0.25, gpu="0"), Holder("command", "b"))

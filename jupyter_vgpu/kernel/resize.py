@@ -10,15 +10,14 @@ from __future__ import annotations
 
 import os
 import sys
-import time
 from dataclasses import replace
 
 from ..errors import InvalidRequest, SliceUnavailable, VGPUError
 from ..frameworks import FRAMEWORKS, revisit
 from ..gpus.lenses import SchedulerLens
 from ..ledger import Ledger, open_ledger
-from ..ledger.contract import BURST_WAIT_SECONDS
-from ..slices import Holder, Slice, SliceRequest, parse_share, slice_environment
+from ..ledger.contract import BURST_WAIT_SECONDS, run_blocking
+from ..slices import Holder, Slice, SliceRequest, Ticket, parse_share, slice_environment
 from ..slices.environment import VARIABLES, fit_installed_frameworks
 from ..units import describe_fraction, exact_bytes, format_bytes, shorten
 from .state import KernelState, SliceFacts
@@ -137,17 +136,16 @@ def resize(state: KernelState, text: str) -> str:
 
 def resize_waiting(ledger: Ledger, slice_id: str, request: SliceRequest) -> Slice:
     """The ledger's resize; one that only kernels' bursts keep out waits for them (issue 42: never
-    refused because of a burst). It holds a place in line for the memory it lacks on that GPU,
-    where the bursting kernels' servers see it and ask the bursts back, and tries again every
-    second, up to ``BURST_WAIT_SECONDS`` (an interrupt gives up)."""
+    refused because of a burst), in the ledger's one waiting loop (:meth:`.Ledger.wait_in_line`):
+    a place in line for the memory it lacks on that GPU, judged as the user's request, where the
+    bursting kernels' servers see it and ask the bursts back; the resize is tried again at each
+    turn, up to ``BURST_WAIT_SECONDS``. Interrupting the kernel gives up and leaves the line."""
     try:
         return ledger.resize(slice_id, request)
     except SliceUnavailable as error:
         detail = error.detail or {}
         if not detail.get("burst_held"):
             raise
-        first = error
-    more = SliceRequest(memory=int(detail["more"]), gpu=str(detail["gpu"]))
     print(
         f"jupyter-vgpu: kernels bursting above their requests hold the room for {request.describe()}; waiting up to "
         f"{BURST_WAIT_SECONDS:g} s for them to give it back (interrupt the kernel to stop).",
@@ -157,19 +155,19 @@ def resize_waiting(ledger: Ledger, slice_id: str, request: SliceRequest) -> Slic
     path = os.environ.get("JPY_SESSION_NAME")  # the notebook (absolute), as the line names a waiting kernel
     if path and os.path.isabs(path) and not os.path.relpath(path).startswith(".."):
         path = os.path.relpath(path)  # the kernel runs in the notebook's folder
-    ticket = ledger.enqueue(more, Holder.kernel(f"resize of slice {slice_id}", labels={"path": path} if path else None))
-    deadline = time.monotonic() + BURST_WAIT_SECONDS
-    try:
-        while time.monotonic() < deadline:
-            time.sleep(1.0)
-            try:
-                return ledger.resize(slice_id, request)
-            except SliceUnavailable as error:
-                if not (error.detail or {}).get("burst_held"):
-                    raise
-        raise SliceUnavailable(f"Waited {BURST_WAIT_SECONDS:g} s for bursting kernels. {first}")
-    finally:
-        ledger.leave_queue(ticket)
+    place = SliceRequest(memory=int(detail["more"]), gpu=str(detail["gpu"]))
+    holder = Holder.kernel(f"resize of slice {slice_id}", labels={"path": path} if path else None)
+
+    def attempt(ticket: Ticket, final: bool) -> Slice | None:
+        try:
+            return ledger.resize(slice_id, request)
+        except SliceUnavailable as error:
+            if final or not (error.detail or {}).get("burst_held"):
+                raise
+            return None
+
+    wanted = f"{request.describe()} (resize of slice {slice_id})"
+    return run_blocking(lambda: ledger.wait_in_line(place, holder, attempt, wait=BURST_WAIT_SECONDS, wanted=wanted))
 
 
 def _describe(fraction: float | None, reserved: int | None, limit: str | None = None) -> str:

@@ -13,10 +13,11 @@ their own slices and places in line; root (and the broker's admins) any.
 from __future__ import annotations
 
 import asyncio
+import threading
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..errors import LeftLine, NeverFits, RequesterGone, SliceUnavailable
 from ..slices.records import Holder, Slice, Ticket, Waiter
@@ -186,8 +187,8 @@ class Ledger(ABC):
         """Reserve now, or wait in line (first come, first served) up to ``wait`` seconds;
         ``waiting`` hears about each attempt that has to go on waiting.
 
-        For code without an event loop (a command); on a loop use :meth:`reserve_async`, the one
-        waiting-in-line loop both run."""
+        For code without an event loop to give (a command, a notebook cell); on a loop use
+        :meth:`reserve_async`. Both wait in :meth:`wait_in_line`."""
         if wait <= 0:
             try:
                 return self.reserve_now(request, holder)
@@ -195,7 +196,7 @@ class Ledger(ABC):
                 if not _burst_held(error):
                     raise
                 wait = BURST_WAIT_SECONDS
-        return asyncio.run(self.reserve_async(request, holder, wait=wait, waiting=waiting))
+        return run_blocking(lambda: self.reserve_async(request, holder, wait=wait, waiting=waiting))
 
     async def reserve_async(
         self,
@@ -216,13 +217,38 @@ class Ledger(ABC):
                 if not _burst_held(error):
                     raise
                 wait = BURST_WAIT_SECONDS  # kept out by bursts only: they are given back to a request in line
-        ticket = await asyncio.to_thread(self.enqueue, request, holder)
+
+        def grant(ticket: Ticket, final: bool) -> Slice | None:
+            return self.try_grant(ticket, final=final)
+
+        return await self.wait_in_line(request, holder, grant, wait=wait, waiting=waiting)
+
+    async def wait_in_line(
+        self,
+        place: SliceRequest,
+        holder: Holder,
+        attempt: Callable[[Ticket, bool], Slice | None],
+        *,
+        wait: float,
+        waiting: Callable[[Ticket], None] | None = None,
+        wanted: str | None = None,
+    ) -> Slice:
+        """The one waiting-in-line loop. It takes a place in line for ``place`` (what the request
+        lacks, judged as the caller's request: quotas, places per user; what the servers' reclaim
+        sees and gives room back for), then makes ``attempt(ticket, final)`` every
+        :attr:`poll_interval` until it returns a slice; the last attempt, at ``wait`` seconds, is
+        ``final`` and raises the refusal. A new slice's attempt is its turn (:meth:`try_grant`);
+        a resize's is the resize itself. Cancelling it (a server that stops, an interrupted cell:
+        :func:`run_blocking`) leaves the line. ``wanted`` names the request in what is said
+        (``place`` by default)."""
+        described = wanted or place.describe()
+        ticket = await asyncio.to_thread(self.enqueue, place, holder)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + wait
         try:
             while True:
                 final = loop.time() >= deadline
-                granted = await asyncio.to_thread(self.try_grant, ticket, final=final)
+                granted = await asyncio.to_thread(attempt, ticket, final)
                 if granted is not None:
                     return granted
                 if waiting is not None:
@@ -233,7 +259,7 @@ class Ledger(ABC):
         except LeftLine:
             waited = wait - max(0.0, deadline - loop.time())
             raise LeftLine(
-                f"Stopped waiting in line for {request.describe()} after {waited:.0f} s: the place in line was cancelled."
+                f"Stopped waiting in line for {described} after {waited:.0f} s: the place in line was cancelled."
             ) from None
         except NeverFits:
             raise  # no wait could help: said as it is, without "Waited 0 s in line"
@@ -244,9 +270,51 @@ class Ledger(ABC):
             if detail is not None:
                 text, advice = after_waiting(text, list(detail.get("advice") or []), waited)
                 detail = {**detail, "waited": waited, "advice": advice}
-            raise type(error)(f"Waited {waited:g} s in line for {request.describe()}. {text}", detail=detail) from None
+            raise type(error)(f"Waited {waited:g} s in line for {described}. {text}", detail=detail) from None
         finally:
             await asyncio.shield(asyncio.to_thread(self.leave_queue, ticket))
+
+
+T = TypeVar("T")
+
+
+def run_blocking(make: Callable[[], Coroutine[Any, Any, T]]) -> T:
+    """Run one of the ledger's waits to its end for blocking code: with ``asyncio.run`` where the
+    thread has no event loop (a command), else on a loop of its own on another thread (a notebook
+    cell runs inside its kernel's loop, which this wait must not hold up). Ctrl-C, or a kernel's
+    interrupt, cancels the wait (so its place in line is left) and is raised again."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(make())
+    loop = asyncio.new_event_loop()
+    task = loop.create_task(make())
+    ended: list[BaseException] = []
+    done = threading.Event()  # not Thread.join: an interrupted join can leave the thread marked ended (3.11)
+
+    def run() -> None:
+        try:
+            loop.run_until_complete(task)
+        except BaseException as error:  # said where the caller waits, below
+            ended.append(error)
+        finally:
+            loop.close()
+            done.set()
+
+    threading.Thread(target=run, name="jupyter-vgpu wait in line", daemon=True).start()
+    try:
+        while not done.wait(0.1):  # the main thread hears an interrupt between waits
+            pass
+    except KeyboardInterrupt:
+        try:
+            loop.call_soon_threadsafe(task.cancel)
+        except RuntimeError:
+            pass  # the wait had just ended
+        done.wait()  # it leaves the line
+        raise
+    if ended:
+        raise ended[0]
+    return task.result()
 
 
 def _burst_held(error: SliceUnavailable) -> bool:
