@@ -11,6 +11,11 @@ processes without a slice use memory too. The REST figure comes from a real ``ju
 with the extension, sampling every 0.5 s, measured over keep-alive HTTP requests.
 
     .venv/bin/python benchmarks/monitor.py
+    .venv/bin/python benchmarks/monitor.py --against REV [--rounds 2]
+
+With ``--against``, the same benchmark runs on an earlier commit's package (``git archive``) and on
+this checkout, alternately, ``--rounds`` times each (the machine's noise falls on both), and the
+medians of each figure are printed side by side with their ratio.
 """
 
 from __future__ import annotations
@@ -48,6 +53,54 @@ def free_port() -> int:
 
 
 def main() -> None:
+    import argparse
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--against", help="an earlier commit to measure beside this checkout")
+    parser.add_argument("--rounds", type=int, default=2, help="runs of each version, alternately (with --against)")
+    args = parser.parse_args()
+    if args.against:
+        compare(args.against, args.rounds)
+        return
+    figures = measure()
+    print("FIGURES " + json.dumps(figures))
+
+
+#: What is compared, with its label: (key, label, unit).
+COMPARED = (
+    ("tick_mean", "monitor tick, mean", "CPU ms"),
+    ("full_p95", "GET /slices, full history, p95", "ms"),
+    ("full_median", "GET /slices, full history, median", "ms"),
+    ("since_p95", "GET /slices?since=, p95", "ms"),
+    ("sample_p95", "GET /sample (JupyterLab's poll), p95", "ms"),
+)
+
+
+def compare(against: str, rounds: int) -> None:
+    root = Path(__file__).resolve().parent.parent
+    folder = Path(tempfile.mkdtemp(prefix="vgpu-bench-monitor-"))
+    earlier = folder / "earlier"
+    earlier.mkdir()
+    archive = subprocess.run(["git", "-C", str(root), "archive", against, "jupyter_vgpu"], check=True, capture_output=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(earlier)], input=archive, check=True)
+    runs: dict[str, list[dict[str, float]]] = {"before": [], "after": []}
+    for _ in range(rounds):
+        for label, source in (("before", earlier), ("after", root)):
+            env = {**os.environ, "PYTHONPATH": str(source)}
+            done = subprocess.run([sys.executable, __file__], env=env, capture_output=True, text=True, timeout=900)
+            line = next((x for x in done.stdout.splitlines() if x.startswith("FIGURES ")), None)
+            if line is None:
+                raise SystemExit(f"the {label} run failed:\n{done.stdout[-2000:]}{done.stderr[-2000:]}")
+            runs[label].append(json.loads(line[len("FIGURES ") :]))
+    print(f"{SLICES} slices on {GPUS} GPUs; medians of {rounds} runs each, alternately; before: {against}")
+    print(f"  {'':40} {'before':>9} {'after':>9} {'after/before':>13}")
+    for key, label, unit in COMPARED:
+        before = statistics.median(r[key] for r in runs["before"])
+        after = statistics.median(r[key] for r in runs["after"])
+        print(f"  {label + f' ({unit})':40} {before:9.2f} {after:9.2f} {after / before:13.2f}")
+
+
+def measure() -> dict[str, float]:
     work = Path(tempfile.mkdtemp(prefix="vgpu-bench-"))
     holders = [subprocess.Popen(["sleep", "600"]) for _ in range(SLICES)]
     strangers = [subprocess.Popen(["sleep", "600"]) for _ in range(GPUS)]
@@ -109,6 +162,10 @@ def main() -> None:
             f"GET /api/vgpu/slices with {SLICES} slices, {REQUESTS} requests each, sampling every {SERVER_INTERVAL} s:"
         )
         results = serve_and_measure(work)
+        figures = {"tick_mean": statistics.mean(every)}
+        for kind in ("full", "since", "sample"):
+            figures[f"{kind}_p95"] = percentile(results[kind], 0.95)
+            figures[f"{kind}_median"] = statistics.median(results[kind])
         for kind, label in (
             ("full", "with full history (60 points per slice)"),
             ("since", "polling with ?since="),
@@ -119,6 +176,7 @@ def main() -> None:
                 f"  {label}: median {statistics.median(times):.2f} ms, p95 {percentile(times, 0.95):.2f} ms, "
                 f"max {max(times):.2f} ms  (target p95 < 20)"
             )
+        return figures
     finally:
         for proc in holders + strangers:
             proc.kill()

@@ -46,11 +46,11 @@ def load_ipython_extension(ipython: Any) -> None:
         print(f"jupyter-vgpu: {state.problem} Frameworks are not limited in this kernel.", file=sys.stderr)
     _check_tier(state)
     state.write_report()
-    from ..frameworks import give_back
-
-    notices.start(ipython, state.facts.ledger_path, state.facts.slice_id, on_burst=lambda: give_back(state))
+    notices.start(ipython, state.facts.ledger_path, state.facts.slice_id, on_burst=lambda: _give_back(state))
     import os
 
+    if "JUPYTER_VGPU_ELSEWHERE" not in os.environ:
+        return  # a kernel of this host: the launchers' module is not imported (6 ms of every kernel's start)
     from ..launch.elsewhere import Whereabouts
 
     if (where := Whereabouts.from_env(os.environ)) is not None:  # a kernel its launcher runs elsewhere
@@ -61,6 +61,13 @@ def load_ipython_extension(ipython: Any) -> None:
             notices.say_at_first_cell(ipython, where.ended)
         if where.unfenced:
             notices.say_at_first_cell(ipython, f"jupyter-vgpu: {where.unfenced}")
+
+
+def _give_back(state: Any) -> list[str]:
+    """What the frameworks release when a burst is asked back (imported then, not at every start)."""
+    from ..frameworks import give_back
+
+    return give_back(state)
 
 
 def _hook_frameworks() -> None:

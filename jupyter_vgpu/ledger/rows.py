@@ -3,6 +3,7 @@ columns (the schema is :mod:`.schema`)."""
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import sqlite3
@@ -12,6 +13,13 @@ from typing import Any
 from ..slices.holders import process_start, start_stamp
 from ..slices.records import Actor, Holder, Slice, Tier, Waiter
 from ..slices.request import SliceRequest
+
+
+@functools.lru_cache(maxsize=4096)
+def request_of(text: str) -> SliceRequest:
+    """A request from its column (read once per text: the server's monitor reads every slice's
+    every tick; a request is immutable, so slices share it)."""
+    return SliceRequest.from_dict(json.loads(text))
 
 
 def read_slices(db: sqlite3.Connection, where: str = "", args: tuple[Any, ...] = ()) -> list[Slice]:
@@ -37,7 +45,7 @@ def read_slices(db: sqlite3.Connection, where: str = "", args: tuple[Any, ...] =
                 memory_total=tuple(g["memory_total"] for g in gs),
                 context_allowance=row["context_allowance"],
                 logical_devices=row["logical_devices"],
-                request=SliceRequest.from_dict(json.loads(row["request"])),
+                request=request_of(row["request"]),
                 labels=json.loads(row["labels"]),
                 created=row["created"],
                 tier=Tier(row["tier"]),
@@ -64,7 +72,7 @@ def read_waiters(db: sqlite3.Connection) -> list[Waiter]:
             holder_kind=row["holder_kind"],
             holder=row["holder"],
             pid=row["pid"],
-            request=SliceRequest.from_dict(json.loads(row["request"])),
+            request=request_of(row["request"]),
             labels=json.loads(row["labels"]),
             created=row["created"],
         )

@@ -33,8 +33,10 @@ from .rebooking import Rebooking
 
 T = TypeVar("T")
 
-#: One point of history: (time, memory used in bytes or None, utilisation % or None).
-Point = tuple[float, int | None, int | None]
+#: One point of history as the REST replies show it: ``{"t": time, "used": memory used in bytes or
+#: None, "util": utilisation % or None}``, made once when it is recorded and shared by every reply
+#: (nobody changes it): a reply with 64 slices' full history holds 3,840 of them.
+Point = dict[str, Any]
 #: Every this many reap intervals the reaper runs even if every holder pid still exists.
 FULL_REAP = 6
 
@@ -288,10 +290,10 @@ class UsageMonitor:
         self._last_point = sample.taken_at
         for usage in sample.slices:
             history = self.slice_history.setdefault(usage.slice.id, deque(maxlen=self.history_length))
-            history.append((sample.taken_at, usage.memory_used, usage.utilization))
+            history.append({"t": sample.taken_at, "used": usage.memory_used, "util": usage.utilization})
         for entry in sample.occupancy.gpus:
             history = self.gpu_history.setdefault(entry.uuid, deque(maxlen=self.history_length))
-            history.append((sample.taken_at, entry.gpu.memory_used, entry.gpu.utilization))
+            history.append({"t": sample.taken_at, "used": entry.gpu.memory_used, "util": entry.gpu.utilization})
         if sample.message is None:  # a failed tick says nothing about which slices ended
             live = {u.slice.id for u in sample.slices}
             for sid in [s for s in self.slice_history if s not in live]:

@@ -12,7 +12,7 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import psutil
@@ -30,11 +30,13 @@ from .watchdog import Watchdog
 NODE = socket.gethostname()
 
 
-def _points(history: Iterable[Point], since: float, until: float) -> list[dict[str, Any]]:
+def _points(history: Sequence[Point], since: float, until: float) -> list[dict[str, Any]]:
     """The points taken after ``since`` and by ``until``, the time of the sample a reply is made
     of: the monitor may record a newer point while a handler awaits, and a poller that asks
     ``?since=`` the reply's ``taken_at`` next would get that point twice."""
-    return [{"t": t, "used": used, "util": util} for t, used, util in history if since < t <= until]
+    if history and since < history[0]["t"] and history[-1]["t"] <= until:
+        return list(history)  # every point: the usual full reply
+    return [point for point in history if since < point["t"] <= until]
 
 
 def watched(usage: SliceUsage, watchdog: Watchdog) -> bool:

@@ -8,6 +8,7 @@ is free. A request without a limit is exactly a request of before.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
@@ -192,33 +193,51 @@ class SliceRequest:
     def describe(self) -> str:
         """``1/4 GPU``, ``0.33 GPU``, ``33% of a GPU``, ``6.0 GiB``, ``2 x 1/2 GPU``, ``1 GPU``: the
         share as it was asked for (:func:`~jupyter_vgpu.units.describe_fraction`); an elastic one
-        adds its limit: ``1/4 GPU, up to 1/2``, ``4.0 GiB, up to 8.0 GiB``."""
-        if self.memory is not None:
-            share = format_bytes(self.memory)
-        else:
-            assert self.fraction is not None
-            text = describe_fraction(self.fraction, percent=self.percent)
-            share = "1 GPU" if self.fraction >= 1 else f"{text} of a GPU" if text.endswith("%") else f"{text} GPU"
-        if self.gpus > 1:
-            share = f"{self.gpus} GPUs" if self.fraction == 1 else f"{self.gpus} x {share}"
-        if self.gpu is not None:
-            share += f" on GPU {self.gpu}"
-        if self.elastic:
-            share += f", up to {self.describe_limit()}"
-        return share
+        adds its limit: ``1/4 GPU, up to 1/2``, ``4.0 GiB, up to 8.0 GiB``. (Worked out once per
+        request: every view of every slice says it, every poll.)"""
+        return _described(self, _kinds(self))
 
     def to_dict(self) -> dict[str, Any]:
         """The request's fields; a limit's only when it has one (a request without a limit is
-        stored, sent and shown exactly as before limits existed)."""
-        data = asdict(self)
-        for key in ("limit_fraction", "limit_memory"):
-            if data[key] is None:
-                del data[key]
-        return data
+        stored, sent and shown exactly as before limits existed). A fresh dict each time, made
+        from one worked out once per request."""
+        return dict(_fields(self, _kinds(self)))
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> SliceRequest:
         return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})
+
+
+def _kinds(request: SliceRequest) -> tuple[type, ...]:
+    """The types of a request's numbers, beside it in the caches below: ``1`` and ``1.0`` are equal
+    (one key) but not one JSON value."""
+    return (type(request.fraction), type(request.memory), type(request.limit_fraction), type(request.limit_memory))
+
+
+@functools.lru_cache(maxsize=4096)
+def _fields(request: SliceRequest, kinds: tuple[type, ...]) -> dict[str, Any]:
+    data = asdict(request)
+    for key in ("limit_fraction", "limit_memory"):
+        if data[key] is None:
+            del data[key]
+    return data
+
+
+@functools.lru_cache(maxsize=4096)
+def _described(request: SliceRequest, kinds: tuple[type, ...]) -> str:
+    if request.memory is not None:
+        share = format_bytes(request.memory)
+    else:
+        assert request.fraction is not None
+        text = describe_fraction(request.fraction, percent=request.percent)
+        share = "1 GPU" if request.fraction >= 1 else f"{text} of a GPU" if text.endswith("%") else f"{text} GPU"
+    if request.gpus > 1:
+        share = f"{request.gpus} GPUs" if request.fraction == 1 else f"{request.gpus} x {share}"
+    if request.gpu is not None:
+        share += f" on GPU {request.gpu}"
+    if request.elastic:
+        share += f", up to {request.describe_limit()}"
+    return share
 
 
 def parse_share(text: str, limit: str | None = None, *, names: dict[str, str] | None = None) -> SliceRequest:
