@@ -117,6 +117,17 @@ def test_every_share_reads_as_a_simple_fraction_or_as_asked(share: str, text: st
     assert parse_share(share).describe() == text
 
 
+def test_equal_shares_asked_two_ways_are_each_said_as_asked() -> None:
+    """`0.33` and `33%` are one share (equal requests) said two ways: worked out once per request,
+    the words must not be the other's (run 21 read "0.33 GPU" for `-p 33%` after a `-p 0.33`)."""
+    plain, percent = parse_share("0.33"), parse_share("33%")
+    assert plain == percent
+    assert [plain.describe(), percent.describe(), plain.describe()] == ["0.33 GPU", "33% of a GPU", "0.33 GPU"]
+    assert (plain.to_dict()["percent"], percent.to_dict()["percent"]) == (False, True)
+    whole, whole_float = SliceRequest(fraction=1), SliceRequest(fraction=1.0)
+    assert (type(whole.to_dict()["fraction"]), type(whole_float.to_dict()["fraction"])) == (int, float)
+
+
 @given(st.floats(min_value=1e-6, max_value=1.0, allow_nan=False))
 def test_a_described_share_reads_back_as_the_same_share(fraction: float) -> None:
     text = describe_fraction(fraction)

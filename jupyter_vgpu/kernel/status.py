@@ -69,6 +69,30 @@ def share_text(state: KernelState) -> str:
     return share
 
 
+def elastic_rows(state: KernelState) -> list[tuple[str, str]]:
+    """An elastic slice's size as it was asked (issue 49: ``%vgpu`` called the request a limit):
+    the request, guaranteed; the limit it may grow to; what its frameworks get of that. Each in
+    the unit it was asked in ("1.0 GiB" or "1/4 GPU"), with its memory per GPU beside a share."""
+    facts = state.facts
+    allowance = facts.context_allowance or 0
+    asked = os.environ.get("JUPYTER_VGPU_BURST_SHARE") or ""  # the limit as asked: "1/2", "50%", "1 GPU", "8.0 GiB"
+    times = f"{len(facts.gpus)} x " if len(facts.gpus) > 1 else ""
+    reserved, grows_to = format_bytes(facts.memory_reserved), format_bytes((facts.burst_limit or 0) + allowance)
+    if asked.endswith("B") or facts.fraction is None:  # a size: the request was a size too
+        request = f"{times}{reserved} (guaranteed)"
+        limit = f"{times}{asked or grows_to} (may grow to)"
+    else:
+        share = "1 GPU" if facts.fraction >= 1 else f"{describe_fraction(facts.fraction)} GPU"
+        whole = asked if asked.endswith("GPU") else f"{asked} of a GPU" if asked.endswith("%") else f"{asked} GPU"
+        request = f"{times}{share} ({reserved} per GPU, guaranteed)"
+        limit = f"{times}{whole} ({grows_to} per GPU, may grow to)"
+    frameworks = (
+        f"{format_bytes(facts.memory_limit)} per GPU guaranteed, growing on demand to {format_bytes(facts.burst_limit)} "
+        "(the request and the limit less the context allowance)"
+    )
+    return [("request", request), ("limit", limit), ("frameworks get", frameworks)]
+
+
 def gpu_line(gpu: GPU, usage: Usage, *, mine: bool = False) -> str:
     parts = [gpu.name, f"{format_bytes(gpu.memory_total)} total", f"{format_bytes(gpu.memory_used)} used"]
     held = usage.occupancy.gpu(gpu.uuid) if usage.occupancy is not None else None
@@ -92,17 +116,21 @@ def slice_rows(state: KernelState, usage: Usage) -> list[tuple[str, str]]:
         rows.append(("GPU", f"{gpu.index} · {gpu.name} · {gpu.uuid}" if gpu else ident))
     if facts.devices and facts.devices != facts.gpus:
         rows.append(("MIG device", ", ".join(facts.devices)))
-    rows.append(("share", share_text(state)))
-    if (where := Whereabouts.from_env(os.environ)) is not None:  # its launcher runs it elsewhere
+    where = Whereabouts.from_env(os.environ)
+    elastic = elastic_rows(state) if facts.burst_limit is not None and where is None else None
+    rows.append(("share", share_text(state)) if elastic is None else elastic[0])
+    if where is not None:  # its launcher runs it elsewhere
         rows.append((where.label, where.where))
         if where.ended:
             rows.append(("previous job", where.ended))
-    rows.append(("reserved", f"{format_bytes(facts.memory_reserved)} per GPU (context allowance included)"))
-    if facts.burst_limit is not None:
-        rows.append(("limit", f"{format_bytes(facts.memory_limit)} per GPU guaranteed (the request)"))
-        rows.append(("burst limit", f"{format_bytes(facts.burst_limit)} per GPU for frameworks, grown into on demand"))
+    if elastic is not None:
+        rows += elastic[1:]
     else:
-        rows.append(("limit", f"{format_bytes(facts.memory_limit)} per GPU for frameworks"))
+        rows.append(("reserved", f"{format_bytes(facts.memory_reserved)} per GPU (context allowance included)"))
+        if facts.burst_limit is not None:
+            rows.append(("limit", f"{format_bytes(facts.burst_limit)} per GPU for frameworks, grown into on demand"))
+        else:
+            rows.append(("limit", f"{format_bytes(facts.memory_limit)} per GPU for frameworks"))
     rows.append(("context allowance", f"{format_bytes(facts.context_allowance)} per GPU for the CUDA context"))
     if facts.logical_devices > 1:
         rows.append(("logical devices", f"{facts.logical_devices} TensorFlow devices per GPU"))

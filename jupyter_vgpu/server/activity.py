@@ -14,11 +14,12 @@ A cell is running from its ``execute_input`` until the ``status: idle`` of the s
 only while jupyter_server also says the kernel is busy (a lost ``idle`` does not keep a kernel
 busy for ever). Kernels of any language are watched the same way; nothing runs in the kernel.
 
-A kernel already busy when the watch begins (a "Run all" the moment it started, while this
-subscription was still joining) may be running a cell whose start nobody here heard: until the
-watch hears a cell begin or an execute request end, a kernel jupyter_server calls busy counts as
-running a cell, and that request's end as its last cell (CI of 3de1153: a kernel whose first cell
-ran for minutes was given an idle notice).
+A kernel busy when the watch begins, or that becomes busy while the subscription is still
+joining (:data:`JOIN_SECONDS`: a "Run all" the moment it started), may be running a cell whose
+start nobody here heard: it counts as running one until the end of a shell request (they run one
+at a time, so what ran unheard has ended; an execute request's end is its last cell). CI of
+3de1153 gave a kernel whose first cell ran for minutes an idle notice. Later busy moments the
+watch did not hear begin (a reload's kernel_info) are not cells.
 """
 
 from __future__ import annotations
@@ -35,6 +36,14 @@ from jupyter_client.session import Session
 RESTARTING = frozenset({"restarting", "autorestarting", "starting", "dead"})
 #: At most this many cells are tracked as running per kernel (a kernel that never says "idle").
 RUNNING_LIMIT = 64
+#: How long a new subscription may miss what the kernel publishes (ZMQ's slow joiner).
+JOIN_SECONDS = 2.0
+#: The requests a kernel handles one at a time, on its shell channel: the end of one of them means
+#: that whatever ran before it has ended.
+SHELL_REQUESTS = frozenset(
+    {"execute_request", "kernel_info_request", "comm_info_request", "complete_request", "inspect_request",
+     "history_request", "is_complete_request"}
+)  # fmt: skip
 
 
 @dataclass
@@ -44,7 +53,7 @@ class _Watched:
     session: Session
     last_cell: float | None = None
     running: set[str] = field(default_factory=set)
-    synced: bool = False  # heard a cell begin or an execute request end since subscribing
+    joined_by: float = 0.0  # until then the subscription may still be joining
     assumed: bool = False  # counted as running a cell it did not hear begin
 
 
@@ -67,7 +76,7 @@ class ExecutionWatch:
         found = self._watched.get(kernel_id)
         if found is None or getattr(kernel, "execution_state", None) != "busy":
             return False
-        if not found.running and not found.synced:
+        if not found.running and time.time() < found.joined_by:
             found.assumed = True  # busy with something that began before the watch could hear it
         return bool(found.running) or found.assumed
 
@@ -97,7 +106,8 @@ class ExecutionWatch:
     def _subscribe(self, kernel_id: str, kernel: Any, port: int | None) -> _Watched:
         stream = kernel.connect_iopub()
         session = Session(config=kernel.session.config, key=kernel.session.key)
-        watched = _Watched(stream, port, session)
+        watched = _Watched(stream, port, session, joined_by=time.time() + JOIN_SECONDS)
+        watched.assumed = getattr(kernel, "execution_state", None) == "busy"  # since before the watch
 
         def heard(parts: list[bytes]) -> None:
             try:
@@ -108,8 +118,10 @@ class ExecutionWatch:
             kind = msg["header"].get("msg_type")
             parent = msg.get("parent_header") or {}
             request = parent.get("msg_id")
-            ended = kind == "status" and parent.get("msg_type") == "execute_request"
-            ended = ended and session.unpack(msg["content"]).get("execution_state") == "idle"
+            asked = parent.get("msg_type")
+            done = kind == "status" and asked in SHELL_REQUESTS
+            done = done and session.unpack(msg["content"]).get("execution_state") == "idle"
+            ended = done and asked == "execute_request"
             if kind == "execute_input" and parent.get("msg_type") == "execute_request" and request:
                 if len(watched.running) < RUNNING_LIMIT:
                     watched.running.add(request)
@@ -118,10 +130,10 @@ class ExecutionWatch:
                 watched.last_cell = time.time()
                 if ended:
                     watched.running.discard(request)
-            if (ended or kind == "execute_input") and not watched.synced:
-                watched.synced = True  # requests run one at a time: what ran unheard has ended
-                if watched.assumed:
-                    watched.last_cell, watched.assumed = time.time(), False
+            if watched.assumed and (done or kind == "execute_input"):
+                watched.assumed = False  # shell requests run one at a time: what ran unheard has ended
+                if ended or kind == "execute_input":
+                    watched.last_cell = time.time()
 
         stream.on_recv(heard)
         return watched

@@ -208,14 +208,15 @@ class SliceRequest:
         return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})
 
 
-def _kinds(request: SliceRequest) -> tuple[type, ...]:
-    """The types of a request's numbers, beside it in the caches below: ``1`` and ``1.0`` are equal
-    (one key) but not one JSON value."""
-    return (type(request.fraction), type(request.memory), type(request.limit_fraction), type(request.limit_memory))
+def _kinds(request: SliceRequest) -> tuple[Any, ...]:
+    """What tells requests apart beside their equality, in the caches below: the types of their
+    numbers (``1`` and ``1.0`` are equal, one key, but not one JSON value) and ``percent``, which
+    equality leaves out (``33%`` and ``0.33`` are one share, said two ways)."""
+    return (type(request.fraction), type(request.memory), type(request.limit_fraction), type(request.limit_memory), request.percent)
 
 
 @functools.lru_cache(maxsize=4096)
-def _fields(request: SliceRequest, kinds: tuple[type, ...]) -> dict[str, Any]:
+def _fields(request: SliceRequest, kinds: tuple[Any, ...]) -> dict[str, Any]:
     data = asdict(request)
     for key in ("limit_fraction", "limit_memory"):
         if data[key] is None:
@@ -224,7 +225,7 @@ def _fields(request: SliceRequest, kinds: tuple[type, ...]) -> dict[str, Any]:
 
 
 @functools.lru_cache(maxsize=4096)
-def _described(request: SliceRequest, kinds: tuple[type, ...]) -> str:
+def _described(request: SliceRequest, kinds: tuple[Any, ...]) -> str:
     if request.memory is not None:
         share = format_bytes(request.memory)
     else:

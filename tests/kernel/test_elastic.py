@@ -14,7 +14,7 @@ import pytest
 from kernels import Kernel, Outcome
 
 from jupyter_vgpu.ledger import open_ledger
-from jupyter_vgpu.units import GiB, MiB
+from jupyter_vgpu.units import GiB, MiB, format_bytes
 
 pytestmark = pytest.mark.tensorflow
 
@@ -51,6 +51,34 @@ def text(outcome: Outcome) -> str:
     return ANSI.sub("", outcome.stdout + "".join(bundle.get("text/plain", "") for bundle in outcome.displays))
 
 
+@pytest.mark.parametrize(
+    ("asked", "grows", "booked", "limit"),
+    [
+        # "Python 3 (1 GiB GPU, up to 3.0 GiB)" on a 16 GiB GPU (issue 49: %vgpu said "limit 512 MiB ... (the request)")
+        (("0.0625", GiB, "3.0 GiB"), 3 * GiB, "1.0 GiB (guaranteed)", "3.0 GiB (may grow to)"),
+        (("0.25", 4 * GiB, "50%"), 8 * GiB, "1/4 GPU (4.0 GiB per GPU, guaranteed)", "50% of a GPU (8.0 GiB per GPU, may grow to)"),
+    ],
+)
+def test_vgpu_says_an_elastic_slices_request_and_limit_in_the_unit_they_were_asked_in(
+    asked: tuple[str, int, str], grows: int, booked: str, limit: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from jupyter_vgpu.kernel.state import KernelState, SliceFacts
+    from jupyter_vgpu.kernel.status import elastic_rows
+
+    allowance = 512 * MiB
+    fraction, reserved, limit_asked = asked
+    burst = grows - allowance
+    env = {"JUPYTER_VGPU_FRACTION": fraction, "JUPYTER_VGPU_MEMORY_RESERVED": str(reserved), "JUPYTER_VGPU_BURST_SHARE": limit_asked}
+    for name, value in {
+        **env, "JUPYTER_VGPU_SLICE_ID": "abcdef012345", "JUPYTER_VGPU_GPUS": "GPU-0", "JUPYTER_VGPU_CONTEXT_ALLOWANCE": str(allowance),
+        "JUPYTER_VGPU_MEMORY_LIMIT": str(reserved - allowance), "JUPYTER_VGPU_BURST_LIMIT": str(burst),
+    }.items():  # fmt: skip
+        monkeypatch.setenv(name, value)
+    rows = dict(elastic_rows(KernelState(SliceFacts.from_env())))
+    assert rows["request"] == booked and rows["limit"] == limit, rows
+    assert rows["frameworks get"].startswith(f"{format_bytes(reserved - allowance)} per GPU guaranteed, growing on demand to {format_bytes(burst)}")
+
+
 def test_an_elastic_kernel_books_its_request_and_its_frameworks_get_its_limit(kernel: Kernel) -> None:
     ledger = open_ledger()
     [held] = ledger.slices()
@@ -62,8 +90,11 @@ def test_an_elastic_kernel_books_its_request_and_its_frameworks_get_its_limit(ke
     assert int(kernel.env("JUPYTER_VGPU_BURST_LIMIT")) == 2 * GiB - allowance  # what frameworks may grow to
 
     status = text(kernel.run("%vgpu"))
-    assert "\n  share              1/4 GPU, up to 1/2\n" in status, status
-    assert f"\n  burst limit        {(2 * GiB - allowance) / GiB:.1f} GiB per GPU for frameworks, grown into on demand\n" in status, status
+    assert "\n  request            1/4 GPU (1.0 GiB per GPU, guaranteed)\n" in status, status
+    assert "\n  limit              1/2 GPU (2.0 GiB per GPU, may grow to)\n" in status, status
+    frameworks = f"{format_bytes(GiB - allowance)} per GPU guaranteed, growing on demand to {format_bytes(2 * GiB - allowance)}"
+    assert f"\n  frameworks get     {frameworks} (the request and the limit less the context allowance)\n" in status, status
+    assert "\n  share " not in status and "burst limit" not in status, status  # one name for each figure
 
     imported = kernel.run("import tensorflow as tf")
     assert imported.ok, imported.error
