@@ -378,7 +378,7 @@ HELP = (
     ("%vgpu monitor", "a live chart of this kernel's GPU memory and utilisation (each second, for 10 minutes)"),
     ("%vgpu monitor --minutes M --interval S", "the same, for M minutes, every S seconds"),
     ("%vgpu monitor stop", "stop every live view of this kernel"),
-    ("%vgpu resize 0.5 | 1/2 | 6GiB", "change the slice while no framework uses the GPU yet"),
+    ("%vgpu resize 0.5 | 1/2 | 6GiB", "change the slice before a framework has taken GPU memory (frameworks already imported get the new size)"),
     ("%vgpu resize 1/4 --limit 1/2", "an elastic slice: 1/4 booked, frameworks may grow to 1/2 (--limit none: fixed again)"),
     ("%vgpu help", "this list"),
 )

@@ -67,6 +67,8 @@ def test_the_first_vgpu_loads_the_extension_and_later_ones_use_it(workspace: Wor
     assert "jupyter_vgpu" in loaded(kernel)
     [bundle] = kernel.run("%vgpu help").displays
     assert "%vgpu monitor" in bundle["text/plain"]
+    # issue 49: a resize works with a framework imported that has not taken GPU memory; help says so
+    assert "before a framework has taken GPU memory (frameworks already imported get the new size)" in bundle["text/plain"]
 
 
 def test_the_hint_alone_imports_nothing_of_the_extension(workspace: Workspace, kernels: list[Kernel]) -> None:
