@@ -49,7 +49,9 @@ def load_ipython_extension(ipython: Any) -> None:
     notices.start(ipython, state.facts.ledger_path, state.facts.slice_id, on_burst=lambda: _give_back(state))
     import os
 
-    if "JUPYTER_VGPU_ELSEWHERE" not in os.environ:
+    from ..launch import ENV_ELSEWHERE
+
+    if ENV_ELSEWHERE not in os.environ:
         return  # a kernel of this host: the launchers' module is not imported (6 ms of every kernel's start)
     from ..launch.elsewhere import Whereabouts
 

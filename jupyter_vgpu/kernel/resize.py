@@ -16,7 +16,7 @@ from ..errors import InvalidRequest, SliceUnavailable, VGPUError
 from ..frameworks import FRAMEWORKS, revisit
 from ..gpus.lenses import SchedulerLens
 from ..ledger import Ledger, open_ledger
-from ..ledger.contract import BURST_WAIT_SECONDS, run_blocking
+from ..ledger.contract import BURST_WAIT_SECONDS, burst_held, run_blocking
 from ..slices import Holder, Slice, SliceRequest, Ticket, parse_share, slice_environment
 from ..slices.environment import VARIABLES, fit_installed_frameworks
 from ..units import describe_fraction, exact_bytes, format_bytes, shorten
@@ -143,9 +143,9 @@ def resize_waiting(ledger: Ledger, slice_id: str, request: SliceRequest) -> Slic
     try:
         return ledger.resize(slice_id, request)
     except SliceUnavailable as error:
-        detail = error.detail or {}
-        if not detail.get("burst_held"):
+        if not burst_held(error):
             raise
+        detail = error.detail or {}
     print(
         f"jupyter-vgpu: kernels bursting above their requests hold the room for {request.describe()}; waiting up to "
         f"{BURST_WAIT_SECONDS:g} s for them to give it back (interrupt the kernel to stop).",
@@ -162,7 +162,7 @@ def resize_waiting(ledger: Ledger, slice_id: str, request: SliceRequest) -> Slic
         try:
             return ledger.resize(slice_id, request)
         except SliceUnavailable as error:
-            if final or not (error.detail or {}).get("burst_held"):
+            if final or not burst_held(error):
                 raise
             return None
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ..errors import VGPUError
+from . import ENV_ELSEWHERE
 
 #: A kernel elsewhere is running, waiting in its engine's line, or ending (its kernel was shut down
 #: and the engine has not confirmed the end of what it held).
@@ -99,12 +100,11 @@ class Unlisted(VGPUError):
 
 
 #: What a kernel that runs elsewhere learns of where it runs, from the one variable its launcher's
-#: start on the node sets (JSON): ``label`` (%vgpu's row: "Slurm"), ``where`` ("Slurm job 12 on
-#: node1 · asked 1/4 GPU: 8 of 32 shards"), ``ended`` (why the engine ended the kernel it replaces),
-#: ``unfenced`` (why it runs with its share but no slice), each a sentence or absent, and ``share``
-#: (what the kernel asked for, which its slice of the whole of what the engine gave does not say:
-#: "1/4 GPU: 8 of 32 shards").
-ENV_ELSEWHERE = "JUPYTER_VGPU_ELSEWHERE"
+#: start on the node sets (:data:`ENV_ELSEWHERE`, JSON): ``label`` (%vgpu's row: "Slurm"), ``where``
+#: ("Slurm job 12 on node1 · asked 1/4 GPU: 8 of 32 shards"), ``ended`` (why the engine ended the
+#: kernel it replaces), ``unfenced`` (why it runs with its share but no slice), each a sentence or
+#: absent, and ``share`` (what the kernel asked for, which its slice of the whole of what the engine
+#: gave does not say: "1/4 GPU: 8 of 32 shards").
 
 
 @dataclass(frozen=True)

@@ -193,7 +193,7 @@ class Ledger(ABC):
             try:
                 return self.reserve_now(request, holder)
             except SliceUnavailable as error:
-                if not _burst_held(error):
+                if not burst_held(error):
                     raise
                 wait = BURST_WAIT_SECONDS
         return run_blocking(lambda: self.reserve_async(request, holder, wait=wait, waiting=waiting))
@@ -214,7 +214,7 @@ class Ledger(ABC):
             try:
                 return await asyncio.to_thread(self.reserve_now, request, holder)
             except SliceUnavailable as error:
-                if not _burst_held(error):
+                if not burst_held(error):
                     raise
                 wait = BURST_WAIT_SECONDS  # kept out by bursts only: they are given back to a request in line
 
@@ -317,6 +317,6 @@ def run_blocking(make: Callable[[], Coroutine[Any, Any, T]]) -> T:
     return task.result()
 
 
-def _burst_held(error: SliceUnavailable) -> bool:
+def burst_held(error: SliceUnavailable) -> bool:
     """Whether only kernels' bursts keep the request out (the refusal's ``burst_held``)."""
     return not isinstance(error, NeverFits) and bool(error.detail and error.detail.get("burst_held"))

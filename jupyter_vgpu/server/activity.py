@@ -122,7 +122,7 @@ class ExecutionWatch:
             done = kind == "status" and asked in SHELL_REQUESTS
             done = done and session.unpack(msg["content"]).get("execution_state") == "idle"
             ended = done and asked == "execute_request"
-            if kind == "execute_input" and parent.get("msg_type") == "execute_request" and request:
+            if kind == "execute_input" and asked == "execute_request" and request:
                 if len(watched.running) < RUNNING_LIMIT:
                     watched.running.add(request)
                 watched.last_cell = time.time()

@@ -40,7 +40,8 @@ from pathlib import Path
 from typing import Any
 
 from ...ownfiles import write_json
-from ..elsewhere import ENV_ELSEWHERE, Whereabouts
+from .. import ENV_ELSEWHERE
+from ..elsewhere import Whereabouts
 from .names import (
     ENV_ASKED,
     ENV_CONNECTION,
