@@ -338,11 +338,14 @@ async def test_the_dashboard_keeps_each_gpus_telemetry_and_each_slices_use(
     simulation_file(processes=[usage(kernel.pid, "1GiB", utilization=60)])
 
     async def with_use() -> Any:
+        # A point is its step's summary: the step the use began in has the most memory seen but
+        # the mean utilisation of ticks before and after (60 and 0 make 30). Wait for a step
+        # wholly after it, the newest point.
         reply = await get_json(jp_fetch, "api", "vgpu", "history")
         mine = [s for s in reply["slices"] if s["kernel_id"] == kernel.id]
-        return reply if mine and any(p["used"] == GiB for p in mine[0]["points"]) else None
+        return reply if mine and mine[0]["points"] and mine[0]["points"][-1]["util"] == 60 else None
 
-    reply = await until(with_use, what="a dashboard point with the kernel's use")
+    reply = await until(with_use, what="a dashboard step wholly within the kernel's use")
     assert reply["simulated"] is True and reply["step"] > 0 and reply["seconds"] == 3600
     gpu = reply["gpus"][0]
     assert gpu["power_limit"] == 400.0  # the simulated A100's board limit
