@@ -33,7 +33,7 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     """The command line's parser. The launchers' own ``kernelspec install`` options are looked up
     (every installed launcher loaded, its entry points read: about 0.1 s) only for a command line
     that names ``kernelspec`` (``argv``; None: always), not for every ``run`` and ``status``."""
-    from . import broker, gateway, kernelspec, run, status
+    from . import broker, gateway, kernelspec, release, run, status
 
     parser = _Parser(
         prog="jupyter vgpu",
@@ -43,8 +43,8 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     status.add_parser(commands)
     run.add_parser(commands)
-    status.add_release_parser(commands)
-    status.add_gc_parser(commands)
+    release.add_release_parser(commands)
+    release.add_gc_parser(commands)
     kernelspec.add_parser(commands, launchers=argv is None or "kernelspec" in argv)
     broker.add_parser(commands)
     gateway.add_parser(commands)

@@ -224,6 +224,7 @@ class Broker:
 
     def info(self, caller: Caller) -> dict[str, Any]:
         source = self.policy.current()
+        quota = self.quota(caller)
         return {
             "simulate": self.simulate,
             # a process of a slice says what it holds on the simulated GPUs (simulated_use)
@@ -235,7 +236,11 @@ class Broker:
             "admin": caller.admin,
             "policy": source.source,
             # the user's server applies it (it alone knows its kernels' activity)
-            "idle_reclaim_after": self.quota(caller).get("idle_reclaim_after")[0],
+            "idle_reclaim_after": quota.get("idle_reclaim_after")[0],
+            # every limit for this user, with where it came from: the user's server applies the
+            # reclaim terms (slices.terms), status and %vgpu show them all
+            "limits": quota.describe(),
+            "unlimited": quota.unlimited,
         }
 
     # -- the policy around reserving -----------------------------------------------------------

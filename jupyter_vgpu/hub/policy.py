@@ -17,6 +17,11 @@ entry wins, then the most generous of their groups that sets it, then the defaul
 nowhere does not apply, except two the broker always applies (:data:`BROKER_DEFAULTS`): a place in
 line waits at most an hour (``max_wait``) and a user has at most 8 places in line at once
 (``max_waiting``), so nobody's long wait holds a node's line. Root is never limited.
+
+Three limits are applied by each user's server rather than the broker, which hands them over in
+its ``info``: ``idle_reclaim_after``, ``burst_reclaim_notice`` (the longest notice a burst someone
+needs gets) and ``burst_reclaim_action`` (the mildest action at its end). A user's own server
+setting can only be stricter (:mod:`jupyter_vgpu.slices.terms`).
 """
 
 from __future__ import annotations
@@ -34,9 +39,13 @@ from traitlets.config import Config, Configurable
 from traitlets.config.loader import PyFileConfigLoader
 
 from ..errors import InvalidConfig, InvalidRequest
+from ..slices.terms import BURST_ACTIONS, action_gives_back, action_words, seconds_words
 from ..units import ALLOWED_WAITS, describe_fraction, format_bytes, parse_bytes, parse_seconds, share_number, shorten
 
-LIMITS = ("max_per_kernel", "max_total", "max_limit", "max_slices", "gpus", "max_wait", "max_waiting", "idle_reclaim_after")
+LIMITS = (
+    "max_per_kernel", "max_total", "max_limit", "max_slices", "gpus", "max_wait", "max_waiting",
+    "idle_reclaim_after", "burst_reclaim_notice", "burst_reclaim_action",
+)  # fmt: skip
 
 #: Limits that apply where the policy sets none (the policy can raise or lower them).
 BROKER_DEFAULTS: dict[str, Any] = {"max_wait": 3600.0, "max_waiting": 8}
@@ -142,6 +151,10 @@ class Limits:
     #: Seconds a kernel's slice may stay idle before the user's server reclaims it for someone
     #: who waits (0: never); the server takes the smaller of its own setting and this.
     idle_reclaim_after: float | None = None
+    #: The longest notice a user's server gives a burst someone needs (its own setting may only
+    #: be shorter), and the action at its end (its own may only give more back): slices.terms.
+    burst_reclaim_notice: float | None = None
+    burst_reclaim_action: str | None = None
 
     @classmethod
     def parse(cls, data: Any, *, where: str) -> Limits:
@@ -169,7 +182,7 @@ class Limits:
             if not isinstance(gpus, list) or any(isinstance(g, bool) or not isinstance(g, (str, int)) for g in gpus):
                 raise InvalidConfig(f"{where}.gpus {shorten(data['gpus'])} is not allowed; use a list of GPU indices or UUIDs.")
             values["gpus"] = tuple(str(g).strip() for g in gpus)
-        for key in ("max_wait", "idle_reclaim_after"):
+        for key in ("max_wait", "idle_reclaim_after", "burst_reclaim_notice"):
             if data.get(key) is None:
                 continue
             seconds = data[key]
@@ -179,6 +192,12 @@ class Limits:
                 values[key] = parse_seconds(seconds, what=f"{where}.{key}")
             except InvalidRequest as error:
                 raise InvalidConfig(str(error)) from None
+        if (action := data.get("burst_reclaim_action")) is not None:
+            if action not in BURST_ACTIONS:
+                raise InvalidConfig(
+                    f"{where}.burst_reclaim_action {shorten(action)} is not allowed; use one of {', '.join(map(repr, BURST_ACTIONS))}."
+                )
+            values["burst_reclaim_action"] = action
         return cls(**values)
 
 
@@ -193,6 +212,37 @@ class Quota:
     def get(self, name: str) -> tuple[Any, str]:
         return self.limits.get(name, (None, ""))
 
+    def describe(self) -> list[dict[str, Any]]:
+        """Each limit in force, for the user it applies to (the broker's ``info``; ``%vgpu`` and
+        ``jupyter vgpu status`` show them through :func:`jupyter_vgpu.slices.terms.policy_rows`):
+        its name, its value as JSON, its words and where it came from."""
+        return [
+            {"name": name, "value": _as_json(value), "text": _limit_text(name, value), "from": source}
+            for name in LIMITS
+            if (found := self.limits.get(name)) is not None
+            for value, source in [found]
+        ]
+
+
+def _as_json(value: Any) -> Any:
+    if isinstance(value, Share):
+        return {"memory": value.memory} if value.memory is not None else {"gpus": value.gpus}
+    return list(value) if isinstance(value, tuple) else value
+
+
+def _limit_text(name: str, value: Any) -> str:
+    if name == "max_limit":
+        return "no bursting above a request" if value.no_burst else value.describe()
+    if isinstance(value, Share):
+        return value.describe()
+    if name == "gpus":
+        return ", ".join(value)
+    if name in ("max_wait", "idle_reclaim_after", "burst_reclaim_notice"):
+        return seconds_words(float(value))
+    if name == "burst_reclaim_action":
+        return f"{value}: {action_words(value)}"
+    return str(value)
+
 
 def _generosity(name: str, value: Any) -> tuple[float, ...]:
     if name in ("max_per_kernel", "max_total", "max_limit"):  # max_limit 0 (no bursting): the least
@@ -202,6 +252,8 @@ def _generosity(name: str, value: Any) -> tuple[float, ...]:
         return (float(len(value)),)
     if name == "idle_reclaim_after":  # longer is more generous, and 0 (never) the most
         return (math.inf if value == 0 else float(value),)
+    if name == "burst_reclaim_action":  # the less it gives back, the more generous
+        return (-float(action_gives_back(value)),)
     return (float(value),)
 
 
@@ -300,8 +352,9 @@ class VGPUPolicy(Configurable):
     ``max_per_kernel``, ``max_total`` (GPU-fractions such as "1/4" or 2, or memory such as "8GiB"),
     ``max_limit`` (the largest limit one kernel may burst to, written the same way; 0 or false: no
     bursting), ``max_slices`` (slices at once), ``gpus`` (allowed GPU indices or UUIDs), ``max_wait``
-    (seconds in line; 3600 where none is set) and ``max_waiting`` (places in line at once; 8 where
-    none is set).
+    (seconds in line; 3600 where none is set), ``max_waiting`` (places in line at once; 8 where
+    none is set), ``idle_reclaim_after`` (seconds), ``burst_reclaim_notice`` (seconds) and
+    ``burst_reclaim_action`` ("restart", "interrupt", "shutdown" or "warn").
     """
 
     default = Dict(help="Limits for every user without an entry of their own or of a group.").tag(config=True)

@@ -9,10 +9,11 @@ from ..enforcement import Tier, by_tier
 from ..frameworks import FRAMEWORKS, framework_memory, imported
 from ..frameworks.records import APPLIED, PENDING, RECORDED
 from ..launch.elsewhere import Whereabouts
+from ..slices import terms
 from ..units import describe_fraction, format_bytes, format_duration
 from .sheet import Sheet
 from .state import KernelState
-from .usage import Usage
+from .usage import Usage, hub_info
 
 if TYPE_CHECKING:
     from ..gpus import GPU
@@ -163,7 +164,8 @@ def use_rows(state: KernelState, usage: Usage) -> list[tuple[str, str]]:
             rows.append((
                 "burst",
                 f"{format_bytes(used - whole)} above the request: this kernel's while nobody needs it; when a request "
-                "waits for it the server gives notice, then restarts the kernel (the admin's burst_reclaim_action)",
+                "waits for it the server gives notice, then restarts the kernel (the admin's burst_reclaim_action; "
+                "on a hub, the policy's terms are below)",
             ))  # fmt: skip
     else:
         rows.append(("used now", f"not available: {usage.message or 'NVML cannot be read'}"))
@@ -320,6 +322,8 @@ def status_sheet(state: KernelState, usage: Usage) -> Sheet:
         if facts.logical_devices > 1:
             machine.add("logical devices", f"TensorFlow splits the CPU into {facts.logical_devices} devices")
     sheet.section("Frameworks").rows.extend(framework_rows(state))
+    if rows := terms.policy_rows(info := hub_info()):  # a hub node: the limits this user holds slices on
+        sheet.section(terms.policy_heading(info)).rows.extend(rows)
     if facts.sliced and (usage.simulated or facts.simulate):
         sheet.section("On a real GPU, this slice gives (simulated here)").rows.extend(would_give_rows(state))
     if others := process_rows(state):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..errors import VGPUError
 from ..slices.holders import Attribution, tree_pids
@@ -136,6 +136,26 @@ def _occupancy(snapshot: Snapshot) -> Occupancy | None:
     except VGPUError:
         return None  # the ledger cannot be read: the GPUs' own figures still show
     return occupancy_of(snapshot, slices, attribute(snapshot, {s.id: s.pid for s in slices}))
+
+
+def hub_info() -> dict[str, Any] | None:
+    """What the node broker says to this kernel's user (the hub policy's limits for them among
+    it), or None without a broker or when it cannot be asked (the sheet then leaves them out)."""
+    from ..ledger.broker_client import ENV_BROKER
+
+    if not os.environ.get(ENV_BROKER, "").strip():
+        return None
+    from ..ledger import open_ledger
+
+    try:
+        ledger = open_ledger()
+    except VGPUError:
+        return None
+    try:
+        info = getattr(ledger, "info", None)
+        return info if isinstance(info, dict) else None
+    finally:
+        ledger.close()
 
 
 def slice_gpus(state: KernelState, gpus: tuple[GPU, ...]) -> tuple[GPU, ...]:

@@ -25,6 +25,7 @@ from ..launch.errors import OneLineRefusals
 from ..launch.refusals import refusals_of
 from ..launch.workarounds import check_provisioner_configs, forget_failed_starts
 from ..ledger import Ledger, open_ledger
+from ..slices import terms
 from ..slices.occupancy import GPUOccupancy
 from ..units import shorten
 from . import gateway, handlers, starts
@@ -107,7 +108,7 @@ class VGPUServer(ServerSettings):
         self.settings[handlers.CHANGES] = Changes()
         where = f"ledger {ledger.path}, {ledger.inventory.describe()}" if ledger is not None else "no ledger"
         self.log.info(
-            "jupyter-vgpu: monitoring every %.3g s (%s); over-limit action: %s; idle reclaim: %s.",
+            "jupyter-vgpu: monitoring every %.3g s (%s); over-limit action: %s; idle reclaim: %s; a burst someone needs: %s.",
             self.monitor_interval,
             where,
             self.over_limit_action,
@@ -115,6 +116,7 @@ class VGPUServer(ServerSettings):
             f"{self.idle_reclaim_notice:g} s notice, {self.idle_reclaim_mode}"
             if idle_after
             else "off",
+            self.burst_terms.describe(),
         )
 
     def _open_ledger(self) -> tuple[Ledger | None, str | None, bool]:
@@ -176,13 +178,15 @@ class VGPUServer(ServerSettings):
     def _reclaim(self, ledger: Ledger | None, manager: Any) -> float:
         """The reclaim engine on the monitor's samples, its sources asked in order: bursts given
         back, then idle kernels shut down; after how many idle seconds it reclaims (0: never)."""
-        idle_after = effective_idle_reclaim(self.idle_reclaim_after, ledger)
+        info = getattr(ledger, "info", None)  # the node broker's, with the hub policy for this user
+        idle_after = terms.idle_reclaim_after(self.idle_reclaim_after, info)
+        self.burst_terms = terms.burst_terms(self.burst_reclaim_notice, self.burst_reclaim_action, info)
         ledger_path = str(ledger.path) if ledger is not None else None
         bursts = BurstSource(
             manager,
             self.watchdog,
-            notice=self.burst_reclaim_notice,
-            action=self.burst_reclaim_action,
+            notice=self.burst_terms.notice,
+            action=self.burst_terms.action,
             per_user_seconds=self.idle_reclaim_per_user_seconds,
             log=self.log,
         )
@@ -281,16 +285,6 @@ def clean_up_launchers(specs: Any, log: Any) -> None:
         log.debug("jupyter-vgpu: could not read the kernelspecs: %s", error)
         return
     clean_up(found, os.environ, log)
-
-
-def effective_idle_reclaim(own: float, ledger: Ledger | None) -> float:
-    """The server's idle_reclaim_after, or the hub policy's for this user (through the node
-    broker) where that is set and stricter: 0 means never."""
-    info = getattr(ledger, "info", None)
-    policy = info.get("idle_reclaim_after") if isinstance(info, dict) else None
-    if not isinstance(policy, (int, float)) or isinstance(policy, bool) or policy <= 0:
-        return own
-    return float(policy) if own <= 0 else min(own, float(policy))
 
 
 def allowance_of(ledger: Ledger | None) -> Callable[[GPUOccupancy], int]:

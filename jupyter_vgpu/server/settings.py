@@ -96,7 +96,9 @@ class ServerSettings(ExtensionApp):
         help="""Seconds between the notice to a kernel that bursts above its request (an elastic
         slice's, "1/4 GPU, up to 1/2") while someone needs that memory, and burst_reclaim_action.
         At the notice the kernel releases what its frameworks cache (PyTorch, CuPy); a burst given
-        back in time ends it. Bursts are reclaimed before idle kernels, the youngest burst first.""",
+        back in time ends it. Bursts are reclaimed before idle kernels, the youngest burst first.
+        On a hub, the policy's burst_reclaim_notice for this user is the most it can be
+        (docs/hub.md, "Bursting on a hub").""",
     ).tag(config=True)
 
     burst_reclaim_action = Enum(
@@ -106,7 +108,8 @@ class ServerSettings(ExtensionApp):
         (the default: it keeps its slice, back at its request, and loses its variables),
         "interrupt" (stops the running cell; memory already held stays held), "shutdown" (frees
         the slice too; the notebook is kept) or "warn" (only says so). A kernel within its
-        request is never touched.""",
+        request is never touched. On a hub, the policy's burst_reclaim_action for this user
+        applies unless this one gives more back (shutdown, restart, interrupt, warn).""",
     ).tag(config=True)
 
     accept_kernel_env = Bool(

@@ -4,6 +4,10 @@ fits only with her burst given back, waits in line; her server gives her a notic
 name his command, then restarts her kernel (it keeps its slice, back at its request), and his
 command gets in. When her kernel keeps within its request, bob cannot make her lose anything.
 
+The burst terms are the hub policy's (issue 49, Major 1): alice starts her server with a day's
+notice and "warn", and the policy's 15 s and "restart" for her apply all the same; she sees them
+in `jupyter vgpu status` and `%vgpu`.
+
 alice runs a real jupyter server as herself, backed by the root broker; bob runs `jupyter vgpu run`
 as himself. On simulated GPUs a kernel's frameworks say what they hold, and the broker lists it
 as the kernel's memory on its GPUs, as a real driver does. After every step alice's REST slices
@@ -39,10 +43,11 @@ GRANTED = "GRANTED-" + "b0b"  # what bob's command prints (its command line hold
 @pytest.fixture
 def small_broker(system_users: Users, broker: BrokerProcess) -> BrokerProcess:
     """The broker on one simulated 4 GiB GPU (each of alice's kernels books 1 GiB and may burst to
-    3 GiB), with no per-user limits beyond three slices at once."""
+    3 GiB), with no per-user limits beyond three slices at once, and alice's burst terms."""
     broker.kill(signal.SIGTERM)
     broker.env["JUPYTER_VGPU_SIMULATE"] = "1x4GiB"
-    broker.write_policy({"default": {"max_slices": 3}})
+    policy = {"burst_reclaim_notice": NOTICE, "burst_reclaim_action": "restart"}
+    broker.write_policy({"default": {"max_slices": 3}, "users": {system_users.alice.name: policy}})
     broker.start()
     return broker
 
@@ -64,7 +69,8 @@ class AlicesServer:
             env["PYTHONPATH"] = os.environ["PYTHONPATH"]
         self.server = start_jupyter(
             self.home, python=python, env=env,
-            args=["--VGPUServer.monitor_interval=0.2", f"--VGPUServer.burst_reclaim_notice={NOTICE}"],
+            # her own settings would keep her burst a day and only warn: the hub policy's terms win
+            args=["--VGPUServer.monitor_interval=0.2", "--VGPUServer.burst_reclaim_notice=86400", "--VGPUServer.burst_reclaim_action=warn"],
         )  # fmt: skip
 
     def api(self, method: str, path: str, body: Any = None) -> Any:
@@ -185,6 +191,13 @@ def test_another_users_command_gets_in_when_alices_burst_is_given_back(
         mine = before[kernel_id]
         assert mine["memory_reserved"] == GiB and mine["burst_notice"] is None, mine
         assert mine["owner"] == alice.name
+        # She sees the terms she holds her burst on, and whose they are, where she looks.
+        theirs = "15 s (user alice)".replace("alice", alice.name)
+        sheet = kernel.run("%vgpu").displays[0]["text/plain"]
+        assert "Your limits on this node (the hub policy" in sheet and theirs in sheet, sheet
+        shown = alice.run(JUPYTER_VGPU, "status", env=bobs_env(alice, small_broker))
+        assert shown.returncode == 0 and "notice before a burst someone needs is taken back" in shown.stdout, shown
+        assert theirs in shown.stdout and "restart: the kernel is restarted" in shown.stdout, shown.stdout
 
         command = bobs_command(bob, small_broker, "1/2", "--wait", "120")  # 2 GiB: in only with her burst back
 
@@ -201,6 +214,7 @@ def test_another_users_command_gets_in_when_alices_burst_is_given_back(
         assert len(during) == 1  # bob waits in line: no slice of his yet
         assert command.poll() is None
 
+        assert f"15 s notice, then the kernel is restarted (it keeps its slice, back at its request) (the hub policy: user {alice.name})" in server.server.log_text()
         (event,) = wait_for(server.burst_events, timeout=60, what="the restart that gives the burst back")
         assert event["ok"] and event["kernel_id"] == kernel_id and event["path"] == "bursty.ipynb", event
         assert "restarted to give its burst back" in event["message"], event

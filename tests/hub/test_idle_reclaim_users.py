@@ -148,7 +148,9 @@ def test_the_server_log_names_the_hub_policys_idle_reclaim(system_users: Users, 
     home, server = alices_server(system_users.alice, broker, [])
     try:
         line = next(line for line in server.log_text().splitlines() if "jupyter-vgpu: monitoring every" in line)
-        assert "idle reclaim: after 3600 s idle (the hub policy), 300 s notice, waiting." in line, line
+        assert "idle reclaim: after 3600 s idle (the hub policy), 300 s notice, waiting;" in line, line
+        assert "a burst someone needs: 1 min notice, then the kernel is restarted" in line, line  # no policy for it
+        assert line.endswith("(this server's settings)."), line
     finally:
         server.stop()
         shutil.rmtree(home, ignore_errors=True)

@@ -75,12 +75,11 @@ def test_idle_reclaim_comes_from_the_policy_through_the_broker_and_the_stricter_
     (the most generous of their groups; 0 = never is the most generous), and the server takes
     the stricter of it and its own c.VGPUServer.idle_reclaim_after."""
     import json
-    from types import SimpleNamespace
 
     from jupyter_vgpu.gpus import Inventory
     from jupyter_vgpu.hub.broker import Broker, Caller, PolicySource
     from jupyter_vgpu.ledger.sqlite import SQLiteLedger
-    from jupyter_vgpu.server.extension import effective_idle_reclaim
+    from jupyter_vgpu.slices.terms import idle_reclaim_after
 
     data = {"default": {"idle_reclaim_after": 3600}, "groups": {"students": {"idle_reclaim_after": 600}, "staff": {"idle_reclaim_after": 0}}}
     policy = Policy.parse(data, source="test")
@@ -96,12 +95,11 @@ def test_idle_reclaim_comes_from_the_policy_through_the_broker_and_the_stricter_
     finally:
         ledger.close()
     assert info["idle_reclaim_after"] == 600.0
-    told = SimpleNamespace(info=info)
-    assert effective_idle_reclaim(0.0, told) == 600.0  # the server set none: the policy applies
-    assert effective_idle_reclaim(300.0, told) == 300.0  # the server's own is stricter
-    assert effective_idle_reclaim(900.0, told) == 600.0
-    assert effective_idle_reclaim(900.0, SimpleNamespace(info={"idle_reclaim_after": 0.0})) == 900.0
-    assert effective_idle_reclaim(900.0, None) == 900.0
+    assert idle_reclaim_after(0.0, info) == 600.0  # the server set none: the policy applies
+    assert idle_reclaim_after(300.0, info) == 300.0  # the server's own is stricter
+    assert idle_reclaim_after(900.0, info) == 600.0
+    assert idle_reclaim_after(900.0, {"idle_reclaim_after": 0.0}) == 900.0  # a broker of before the limits list
+    assert idle_reclaim_after(900.0, None) == 900.0
 
 
 def test_a_bad_idle_reclaim_in_the_policy_is_named() -> None:
@@ -163,3 +161,58 @@ def test_max_limit_holds_a_requests_limit_and_never_counts_toward_quotas() -> No
     )
     check_limit(gus, SliceRequest.parse("1/4"))  # a fixed slice is no burst
     check_limit(policy.quota("root", []), SliceRequest.parse("1/4", limit="1"))
+
+
+def test_the_burst_terms_are_the_policys_and_a_users_own_can_only_be_stricter(tmp_path: Path) -> None:
+    """Issue 49, Major 1: the hub policy carries the burst notice and action per group and user
+    like the other limits (a user in two groups gets the longer notice, the milder action); the
+    broker hands them to the user's server, which takes its own only where they are stricter (a
+    shorter notice, an action that gives more back): "warn" and a day's notice escape nothing."""
+    import json
+
+    from jupyter_vgpu.gpus import Inventory
+    from jupyter_vgpu.hub.broker import Broker, Caller, PolicySource
+    from jupyter_vgpu.ledger.sqlite import SQLiteLedger
+    from jupyter_vgpu.slices.terms import burst_terms, policy_rows
+
+    data = {
+        "default": {"burst_reclaim_notice": 60, "burst_reclaim_action": "restart"},
+        "groups": {"students": {"burst_reclaim_notice": 30}, "staff": {"burst_reclaim_notice": 300, "burst_reclaim_action": "warn"}},
+        "users": {"alice": {"burst_reclaim_notice": 15}},
+    }
+    policy = Policy.parse(data, source="test")
+    assert policy.quota("tom", ["students", "staff"]).get("burst_reclaim_notice") == (300.0, "group staff")
+    assert policy.quota("tom", ["students", "staff"]).get("burst_reclaim_action") == ("warn", "group staff")
+    assert policy.quota("alice", ["students"]).get("burst_reclaim_notice") == (15.0, "user alice")
+    assert policy.quota("alice", ["students"]).get("burst_reclaim_action") == ("restart", "default")
+    path = tmp_path / "policy.json"
+    path.write_text(json.dumps(data))
+    ledger = SQLiteLedger(tmp_path / "ledger.sqlite", Inventory("1x16GiB"))
+    try:
+        info = Broker(ledger, PolicySource(path)).info(Caller(pid=1, uid=1000, gid=1000, user="alice", groups=("students",), admin=False))
+    finally:
+        ledger.close()
+    escaping = burst_terms(86400.0, "warn", info)  # her own server's settings, as in the issue
+    assert (escaping.notice, escaping.action) == (15.0, "restart")
+    assert escaping.source == "the hub policy: user alice, default" and escaping.by_policy
+    assert "15 s notice, then the kernel is restarted" in escaping.describe()
+    stricter = burst_terms(5.0, "shutdown", info)
+    assert (stricter.notice, stricter.action, stricter.by_policy) == (5.0, "shutdown", False)
+    assert (burst_terms(60.0, "interrupt", None).notice, burst_terms(60.0, "interrupt", None).action) == (60.0, "interrupt")
+    rows = dict(policy_rows(info))
+    assert rows["notice before a burst someone needs is taken back"] == "15 s (user alice)"
+    assert rows["then, to a kernel still bursting"].startswith("restart: the kernel is restarted")
+    assert policy_rows(None) == []
+
+
+@pytest.mark.parametrize(
+    ("entry", "words"),
+    [
+        ({"burst_reclaim_action": "kill"}, r"users\.alice\.burst_reclaim_action 'kill' is not allowed; use one of 'restart', 'interrupt'"),
+        ({"burst_reclaim_notice": "soon"}, r"users\.alice\.burst_reclaim_notice 'soon' is not allowed"),
+        ({"burst_reclaim_notice": -1}, r"users\.alice\.burst_reclaim_notice -1 is not allowed"),
+    ],
+)
+def test_a_bad_burst_term_in_the_policy_is_named(entry: dict[str, object], words: str) -> None:
+    with pytest.raises(InvalidConfig, match=words):
+        Policy.parse({"users": {"alice": entry}}, source="test")

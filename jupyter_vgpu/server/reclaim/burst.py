@@ -46,6 +46,7 @@ from typing import Any
 
 from jupyter_core.utils import ensure_async
 
+from ...slices.terms import BURST_ACTIONS
 from ...slices.usage import SliceUsage
 from ...units import format_bytes, format_duration, shorten
 from ..monitor import Sample
@@ -55,7 +56,7 @@ from .plan import Allowance, burst_of, placed, plan, spoken_for, take, trimmed
 from .source import Choice, Group, Source
 from .wants import Overbooked, ServedUsers
 
-ACTIONS = ("restart", "interrupt", "shutdown", "warn")
+ACTIONS = BURST_ACTIONS
 _PAST = {"restart": "restarted", "interrupt": "interrupted", "shutdown": "shut down", "warn": "warned"}
 _FUTURE = {
     "restart": "restarts it (it keeps its slice, back at its request)",
