@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -156,13 +158,56 @@ def test_list_shows_only_sliced_specs_and_remove_takes_them_away(jupyter_dirs: P
     listing = vgpu("list").stdout
     assert "python3-vgpu-1-4" in listing and "Python 3 (1/4 GPU)" in listing
     assert "lab-python" not in listing
-    data = json.loads(vgpu("list", "--json").stdout)
+    data = json.loads(vgpu("list", "--json").stdout)["kernelspecs"]
     assert {"python3-vgpu-1-4", "python3-vgpu-1-2", "python3-vgpu-full"} <= set(data)
     assert ours(jupyter_dirs) == {"lab-python", "python3-vgpu-1-4", "python3-vgpu-1-2", "python3-vgpu-full"}
     removed = vgpu("remove", "python3-vgpu-1-2")
     assert removed.returncode == 0 and "Removed kernelspec python3-vgpu-1-2" in removed.stdout
     assert vgpu("remove", "python3-vgpu-1-4", "python3-vgpu-full").returncode == 0
     assert ours(jupyter_dirs) == {"lab-python"}
+
+
+def test_list_keeps_long_names_out_of_the_path_column(jupyter_dirs: Path) -> None:
+    long_name = "python3-vgpu-a-kernelspec-name-much-longer-than-the-others"
+    long_display = "Python 3 (1/4 GPU, up to 1/2, waits 300 s, and a label as long as a column)"
+    assert vgpu("install", "-p", "1/4", "--user").returncode == 0
+    assert vgpu("install", "-p", "1/4", "--name", long_name, "--display-name", long_display, "--user").returncode == 0
+    said = vgpu("list").stdout.splitlines()
+    assert said[0] == "Sliced kernelspecs:"
+    table = said[1:4]
+    assert [re.split(r" {2,}", line.strip()) for line in table] == [
+        ["NAME", "DISPLAY NAME", "PATH"],
+        ["python3-vgpu-1-4", "Python 3 (1/4 GPU)", str(jupyter_dirs / "kernels" / "python3-vgpu-1-4")],
+        [long_name, long_display, str(jupyter_dirs / "kernels" / long_name)],
+    ]  # each cell two spaces or more from the next
+    starts = [[m.start() for m in re.finditer(r"(?<=  )\S", line)] for line in table]
+    assert starts[0] == starts[1] == starts[2], said  # and the columns line up
+
+
+def test_list_names_the_launchers_installed_and_why_one_could_not_be_loaded(
+    jupyter_dirs: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    info = tmp_path / "site" / "vgpu_broken-0.1.dist-info"  # an installed package whose module is gone
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: vgpu-broken\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text("[jupyter_vgpu.launchers]\nbroken = vgpu_gone:Launcher\n")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, (str(tmp_path / "site"), os.environ.get("PYTHONPATH")))))
+    listed = vgpu("list")
+    assert listed.returncode == 0 and "Traceback" not in listed.stderr, listed.stderr
+    said = listed.stdout.splitlines()
+    at = said.index("Launchers (where a kernelspec's kernels run; docs/launchers.md):")
+    rows = [re.split(r" {2,}", line.strip()) for line in said[at + 1 :]]
+    assert rows[0] == ["NAME", "INSTALL WITH", "PACKAGE", "ITS KERNELS RUN AS"]
+    assert rows[1] == ["local", "(default)", "jupyter-vgpu", "a process on this host"]
+    assert rows[2][:3] == ["slurm", "--slurm", "jupyter-vgpu"] and rows[2][3].startswith("a Slurm job")
+    assert rows[3] == ["broken", "-", "vgpu-broken", (
+        "launcher 'broken' could not be loaded (ModuleNotFoundError: No module named 'vgpu_gone'); "
+        "mend or uninstall the package that registers it."
+    )]
+    launchers = json.loads(vgpu("list", "--json").stdout)["launchers"]
+    assert [(f["name"], f["package"], f["error"] is None) for f in launchers] == [
+        ("local", "jupyter-vgpu", True), ("slurm", "jupyter-vgpu", True), ("broken", "vgpu-broken", False),
+    ]  # fmt: skip
 
 
 @pytest.mark.parametrize(

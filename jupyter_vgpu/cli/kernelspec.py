@@ -22,7 +22,7 @@ from typing import Any
 from jupyter_client.kernelspec import KernelSpecManager, NoSuchKernel
 
 from ..errors import InvalidRequest
-from ..launch.launchers import Launcher, every, launcher_named
+from ..launch.launchers import DEFAULT, Launcher, every, known, launcher_named, package_of
 from ..launch.workarounds import PROVISIONER_NAME, names_vgpu_provisioner
 from ..slices import SliceRequest
 from ..slices.request import CLI_NAMES
@@ -67,7 +67,7 @@ def add_parser(commands: Any, *, launchers: bool = True) -> None:
     where.add_argument("--prefix", metavar="PREFIX", help="install under PREFIX/share/jupyter/kernels")
     install.set_defaults(handler=install_command)
 
-    listing = sub.add_parser("list", help="list sliced kernelspecs")
+    listing = sub.add_parser("list", help="list sliced kernelspecs and the launchers installed")
     listing.add_argument("--json", action="store_true")
     listing.set_defaults(handler=list_command)
 
@@ -269,7 +269,7 @@ def install_command(args: argparse.Namespace) -> int:
         given = {key: value for key, _ in offered.counts if (value := getattr(args, f"launcher_{offered.name}__{key}", None)) is not None}
         if (options or given) and not chosen:
             flag = f"--{offered.option}-arg" if options else f"--{count_flag(offered, next(iter(given)))}"
-            raise InvalidRequest(f"{flag} is for kernels started as {offered.title}; add --{offered.option}.")
+            raise InvalidRequest(f"{flag} is for kernels started as {offered.title or offered.description}; add --{offered.option}.")
         if chosen:
             if launcher is not None:
                 raise InvalidRequest(f"A kernelspec has one launcher; choose --{offered.option} or the other.")
@@ -309,18 +309,48 @@ def install_command(args: argparse.Namespace) -> int:
 
 
 def list_command(args: argparse.Namespace) -> int:
-    specs = sliced_specs()
+    specs, launchers = sliced_specs(), installed_launchers()
     if args.json:
-        json.dump(specs, sys.stdout, indent=2)
+        json.dump({"kernelspecs": specs, "launchers": launchers}, sys.stdout, indent=2)
         sys.stdout.write("\n")
         return 0
-    if not specs:
+    if specs:
+        print("Sliced kernelspecs:")
+        shown = [(name, str(info["display_name"]), str(info["path"])) for name, info in specs.items()]
+        print("\n".join(columns([("NAME", "DISPLAY NAME", "PATH"), *shown])))
+    else:
         print("No sliced kernelspecs. Install some with `jupyter vgpu kernelspec install --defaults --user`.")
-        return 0
-    width = max(len(n) for n in specs) + 2
-    for name, info in specs.items():
-        print(f"  {name:<{width}}{info['display_name']!s:<28}{info['path']}")
+    print("Launchers (where a kernelspec's kernels run; docs/launchers.md):")
+    table = [("NAME", "INSTALL WITH", "PACKAGE", "ITS KERNELS RUN AS")]
+    for found in launchers:
+        option = found["option"] or ("(default)" if found["name"] == DEFAULT else "-")
+        table.append((found["name"], option, found["package"] or "?", found["error"] or found["description"]))
+    print("\n".join(columns(table)))
     return 0
+
+
+def installed_launchers() -> list[dict[str, Any]]:
+    """Every launcher installed here, built-in ones first: its name, what its kernels run as, the
+    ``kernelspec install`` option of its kernelspecs (None where it has none), the package it
+    comes from, and why it could not be loaded (None where it could)."""
+    found = []
+    for name in known():
+        try:
+            launcher: Launcher | None = launcher_named(name)
+            error = None
+        except InvalidRequest as refusal:  # a broken plug-in is listed with its sentence
+            launcher, error = None, str(refusal)
+        option = f"--{launcher.option}" if launcher is not None and launcher.option else None
+        description = launcher.description if launcher is not None else ""
+        found.append({"name": name, "description": description, "option": option, "package": package_of(name), "error": error})
+    return found
+
+
+def columns(rows: Sequence[Sequence[str]], indent: str = "  ", gap: int = 2) -> list[str]:
+    """``rows`` as lines of aligned columns: each column as wide as its widest cell and ``gap``
+    spaces apart, so a long cell moves the next column on instead of running into it."""
+    widths = [max(len(row[i]) for row in rows) + gap for i in range(len(rows[0]) - 1)]
+    return [indent + "".join(f"{cell:<{width}}" for cell, width in zip(row, widths)) + row[-1] for row in rows]
 
 
 def remove_command(args: argparse.Namespace) -> int:

@@ -48,6 +48,8 @@ LABEL = "launcher"
 DEFAULT = "local"
 #: The entry point group of launchers that other packages add.
 GROUP = "jupyter_vgpu.launchers"
+#: The package (distribution) that gives the built-in launchers.
+PACKAGE = "jupyter-vgpu"
 
 
 @dataclass(frozen=True)
@@ -294,6 +296,15 @@ def known() -> list[str]:
     return [*BUILT_IN, *sorted(_plug_ins())]
 
 
+def package_of(name: str) -> str:
+    """The package (distribution) launcher ``name`` comes from: this one for a built-in launcher,
+    else the one whose entry point registers it ("" when none does)."""
+    if name in BUILT_IN:
+        return PACKAGE
+    dist = getattr(_plug_ins().get(name), "dist", None)
+    return str(getattr(dist, "name", None) or "")
+
+
 def launcher_named(name: Any) -> Launcher:
     """The launcher ``name``; a name that is none is refused in one sentence that lists the known ones."""
     text = DEFAULT if name is None else name
@@ -311,14 +322,22 @@ def launcher_named(name: Any) -> Launcher:
             try:
                 cls = entry.load()
             except Exception as error:  # a broken plug-in: say which, never a traceback
-                raise InvalidRequest(f"launcher {shorten(text)} could not be loaded ({shorten(error)}).") from None
+                raise _not_loaded(text, f"{type(error).__name__}: {error}") from None
+            if not (isinstance(cls, type) and issubclass(cls, Launcher)):
+                raise _not_loaded(text, f"{entry.value} is no subclass of {Launcher.__module__}.Launcher")
     if not (isinstance(cls, type) and issubclass(cls, Launcher)):
         raise InvalidRequest(f"launcher {shorten(name)} is not a launcher here; use one of: {', '.join(known())}.")
     try:
         made = _made[text] = cls()
     except TypeError as error:  # a plug-in that leaves part of the contract out
-        raise InvalidRequest(f"launcher {shorten(text)} could not be loaded ({shorten(error)}).") from None
+        raise _not_loaded(text, f"{type(error).__name__}: {error}") from None
     return made
+
+
+def _not_loaded(name: str, why: str) -> InvalidRequest:
+    """The refusal of a registered launcher that cannot be loaded: what went wrong, and the fix."""
+    why = why if len(why) <= 160 else f"{why[:157]}..."
+    return InvalidRequest(f"launcher {shorten(name)} could not be loaded ({why}); mend or uninstall the package that registers it.")
 
 
 def made() -> list[Launcher]:
