@@ -115,7 +115,7 @@ def test_an_elastic_slice_shows_its_burst_hatched_its_request_marked_and_says_re
     assert bar_box and row_box and bar_box["width"] >= 0.9 * row_box["width"], (bar_box, row_box)
 
     status = page.locator(STATUS)
-    expect(status).to_contain_text("GPU 6.1 / 4.0 GiB, up to 8.0 GiB")
+    expect(status).to_contain_text("GPU 6.1 GiB of up to 8.0 GiB")
     expect(status).to_have_attribute(
         "title",
         re.compile(r"\nRequest 4\.0 GiB \(guaranteed\), limit 8\.0 GiB: bursting 2\.1 GiB above its request\.\n"),
@@ -390,7 +390,7 @@ def test_a_burst_asked_back_counts_down_in_a_notification_the_row_and_the_status
     expect(toast).to_have_count(0, timeout=20_000)
     expect(warning).to_have_count(0)
     expect(bar).not_to_have_class(re.compile(r"jp-vgpu-mod-givingBack"))
-    expect(page.locator(STATUS)).to_have_text(re.compile(r"^GPU 3\.0 / 4\.0 GiB, up to 8\.0 GiB"))
+    expect(page.locator(STATUS)).to_have_text(re.compile(r"^GPU 3\.0 GiB of up to 8\.0 GiB"))
     out, err = waiter.communicate(timeout=60)
     assert waiter.returncode == 0 and "GRANTED" in out, (waiter.returncode, out, err)
     assert lab.api("GET", f"api/kernels/{elastic['kernel_id']}")[0] == 200  # nothing was restarted

@@ -311,7 +311,7 @@ describe('the status bar while the burst is asked back', () => {
       <NoticeCountdown
         slice={burstSlice()}
         received={Date.now()}
-        title="GPU 6.1 / 4.0 GiB, up to 8.0 GiB"
+        title="GPU 6.1 GiB of up to 8.0 GiB"
         onClick={() => undefined}
       />
     );
@@ -325,7 +325,7 @@ describe('the status bar while the burst is asked back', () => {
       'This kernel uses 2.1 GiB above its 4.0 GiB request'
     );
     expect(title).toContain('TensorFlow and JAX cannot give memory back');
-    expect(title).toContain('GPU 6.1 / 4.0 GiB, up to 8.0 GiB');
+    expect(title).toContain('GPU 6.1 GiB of up to 8.0 GiB');
   });
 
   it('wins over an idle notice (bursts are given back first), which shows without one', () => {

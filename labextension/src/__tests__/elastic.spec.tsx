@@ -172,10 +172,10 @@ describe("a fixed slice's row", () => {
 describe("the status bar item of an elastic slice's kernel", () => {
   const slice = elasticSlice({ id: 'abc123', memory_used: 6.1 * GiB });
 
-  it('says the use of the request, then the limit', () => {
-    expect(statusText(slice)).toBe('GPU 6.1 / 4.0 GiB, up to 8.0 GiB');
+  it('says the use of what it may grow to, never as if the slice were twice its size', () => {
+    expect(statusText(slice)).toBe('GPU 6.1 GiB of up to 8.0 GiB');
     expect(statusText(elasticSlice({ memory_used: null }))).toBe(
-      'GPU – / 4.0 GiB, up to 8.0 GiB'
+      'GPU – of up to 8.0 GiB'
     );
   });
 

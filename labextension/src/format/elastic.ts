@@ -4,7 +4,7 @@
  */
 import { ISlice } from '../store/api';
 
-import { formatBytes, formatUsage } from './units';
+import { formatBytes } from './units';
 import { usedOn, usedPerGPU } from './usage';
 
 /** What an elastic slice holds on one of its GPUs, in bytes. */
@@ -57,11 +57,12 @@ export function elasticUsageText(elastic: IElastic): string {
 }
 
 /**
- * "GPU 6.1 / 4.0 GiB, up to 8.0 GiB": the status bar's words, used of the request first (as a
- * fixed slice's "GPU 2.1 / 4.0 GiB"), then the limit.
+ * "GPU 6.1 GiB of up to 8.0 GiB": the status bar's words, what the kernel uses of what it may
+ * grow to, as the row reads it (its tooltip says the request guaranteed). "6.1 / 4.0 GiB, up to
+ * 8.0 GiB" read as twice the slice (issue 49).
  */
 export function elasticStatusText(elastic: IElastic): string {
-  return `GPU ${formatUsage(elastic.used, elastic.request)}, up to ${formatBytes(elastic.limit)}`;
+  return `GPU ${formatBytes(elastic.used)} of up to ${formatBytes(elastic.limit)}`;
 }
 
 /**

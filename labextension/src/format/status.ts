@@ -15,7 +15,7 @@ import { formatHost, stateText, usageNote, usedPerGPU } from './usage';
 
 /**
  * What the status bar item says of a kernel's slice: "GPU 2.1 / 4.0 GiB"; of an elastic one,
- * "GPU 6.1 / 4.0 GiB, up to 8.0 GiB" (used of its request, then its limit).
+ * "GPU 6.1 GiB of up to 8.0 GiB" (its tooltip says the request guaranteed).
  */
 export function statusText(slice: ISlice): string {
   if (slice.elsewhere) {
