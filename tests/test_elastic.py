@@ -368,7 +368,7 @@ def test_kernelspec_install_with_a_limit(jupyter_dirs: Path) -> None:
     result = vgpu("kernelspec", "install", "--user", "-m", "4GiB", "--limit", "8GiB")
     assert result.returncode == 0, result.stderr
     assert installed(jupyter_dirs, "python3-vgpu-4gib-to-8gib") == {
-        "display_name": "Python 3 (4 GiB GPU, up to 8.0 GiB)",
+        "display_name": "Python 3 (4 GiB GPU, up to 8 GiB)",  # one way of writing sizes (issue 49)
         "config": {"gpu_memory": "4GiB", "gpu_memory_limit": "8GiB"},
     }
     assert vgpu("kernelspec", "install", "--user", "-p", "1/4").returncode == 0  # beside it, not over it

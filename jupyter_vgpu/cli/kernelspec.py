@@ -97,7 +97,7 @@ def describe_slice(request: SliceRequest, wait: float = 0.0, label: str = "") ->
     """What the picker shows in parentheses: ``1/4 GPU``, ``8 GiB GPU``, ``2 GPUs``, ``1/2 GPU, waits 60 s``,
     ``1/4 GPU, <launcher label>``."""
     if request.memory is not None:
-        share = f"{format_bytes(request.memory, precision=0 if request.memory % (1 << 30) == 0 else 1)} GPU"
+        share = f"{_size(request.memory)} GPU"
     else:
         assert request.fraction is not None
         share = "GPU" if request.fraction >= 1 else f"{describe_fraction(request.fraction)} GPU"
@@ -105,8 +105,9 @@ def describe_slice(request: SliceRequest, wait: float = 0.0, label: str = "") ->
             share = "1 GPU"
     if request.gpus > 1:
         share = f"{request.gpus} GPUs" if request.fraction == 1 else f"{request.gpus} × {share}"
-    if request.elastic:
-        share += f", up to {request.describe_limit()}"
+    if request.elastic:  # a size as the request's is written: "1 GiB GPU, up to 3 GiB", not "3.0 GiB"
+        limit = _size(request.limit_memory) if request.limit_memory is not None else request.describe_limit()
+        share += f", up to {limit}"
     if request.logical_devices > 1:
         share += f", {request.logical_devices} devices"
     if wait:
@@ -114,6 +115,11 @@ def describe_slice(request: SliceRequest, wait: float = 0.0, label: str = "") ->
     if label:
         share += f", {label}"
     return share
+
+
+def _size(amount: int) -> str:
+    """``1 GiB``, ``1.5 GiB``, ``512 MiB``: a kernel name's size, whole GiB without a decimal."""
+    return format_bytes(amount, precision=0 if amount % (1 << 30) == 0 else 1)
 
 
 def default_name(source: str, request: SliceRequest, wait: float = 0.0, launcher: str = "") -> str:

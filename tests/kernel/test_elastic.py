@@ -54,7 +54,7 @@ def text(outcome: Outcome) -> str:
 @pytest.mark.parametrize(
     ("asked", "grows", "booked", "limit"),
     [
-        # "Python 3 (1 GiB GPU, up to 3.0 GiB)" on a 16 GiB GPU (issue 49: %vgpu said "limit 512 MiB ... (the request)")
+        # "Python 3 (1 GiB GPU, up to 3 GiB)" on a 16 GiB GPU (issue 49: %vgpu said "limit 512 MiB ... (the request)")
         (("0.0625", GiB, "3.0 GiB"), 3 * GiB, "1.0 GiB (guaranteed)", "3.0 GiB (may grow to)"),
         (("0.25", 4 * GiB, "50%"), 8 * GiB, "1/4 GPU (4.0 GiB per GPU, guaranteed)", "50% of a GPU (8.0 GiB per GPU, may grow to)"),
     ],

@@ -45,7 +45,7 @@ SERVER_CONFIG = {
 # Each sliced card's size in GPUs (the environment may add kernelspecs of these sizes too).
 SIZES = {
     "Python 3 (1 GiB GPU)": 1 / 16,  # 1 of 16 GiB: what ./scripts/lab installs for examples/near-the-limit.ipynb
-    "Python 3 (1 GiB GPU, up to 3.0 GiB)": 1 / 16,  # by its request: ./scripts/lab's for examples/bursty-notebook.ipynb
+    "Python 3 (1 GiB GPU, up to 3 GiB)": 1 / 16,  # by its request: ./scripts/lab's for examples/bursty-notebook.ipynb
     "Python 3 (1/10 GPU)": 0.1,
     "Python 3 (1/8 GPU)": 0.125,
     "Python 3 (1/4 GPU)": 0.25,

@@ -114,6 +114,50 @@ describe('a resized slice', () => {
     );
   });
 
+  it("says an elastic kernel's request and limit now, both in place of the old (issue 49)", () => {
+    const bursty = spec(
+      { gpu_memory: '1GiB', gpu_memory_limit: '3GiB' },
+      'Python 3 (1 GiB GPU, up to 3 GiB)'
+    );
+    const same = makeSlice({
+      fraction: 1 / 16,
+      request: { fraction: null, memory: GiB, gpus: 1, limit_memory: 3 * GiB },
+      request_text: '1.0 GiB, up to 3.0 GiB',
+      memory_reserved: GiB
+    });
+    expect(isResized(same, bursty)).toBe(false);
+    // %vgpu resize 1/4 --limit 1/2
+    const quarterToHalf = makeSlice({
+      fraction: 0.25,
+      request: { fraction: 0.25, memory: null, gpus: 1, limit_fraction: 0.5 },
+      request_text: '1/4 GPU, up to 1/2'
+    });
+    expect(
+      sliceKernelName('Python 3 (1 GiB GPU, up to 3 GiB)', quarterToHalf, bursty)
+    ).toEqual({ name: 'Python 3 (1/4 GPU, up to 1/2)', resized: true });
+    // %vgpu resize --limit none: the same request, no limit any more
+    const fixed = makeSlice({
+      fraction: 1 / 16,
+      request: { fraction: null, memory: GiB, gpus: 1 },
+      request_text: '1.0 GiB',
+      memory_reserved: GiB
+    });
+    expect(isResized(fixed, bursty)).toBe(true);
+    expect(
+      sliceKernelName('Python 3 (1 GiB GPU, up to 3.0 GiB)', fixed, bursty).name
+    ).toBe('Python 3 (1.0 GiB GPU)');
+    // a new limit alone, as an amount
+    const higher = makeSlice({
+      fraction: 1 / 16,
+      request: { fraction: null, memory: GiB, gpus: 1, limit_memory: 4 * GiB },
+      request_text: '1.0 GiB, up to 4.0 GiB',
+      memory_reserved: GiB
+    });
+    expect(
+      sliceKernelName('Python 3 (1 GiB GPU, up to 3 GiB)', higher, bursty).name
+    ).toBe('Python 3 (1.0 GiB GPU, up to 4.0 GiB)');
+  });
+
   it('compares amounts as amounts, and guesses from the name without a kernelspec', () => {
     const six = spec({ gpu_memory: '6GiB' }, 'Python 3 (6 GiB)');
     const slice = makeSlice({

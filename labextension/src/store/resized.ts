@@ -26,6 +26,28 @@ import { sessionContextOf } from './sessions';
 const SHARE =
   /(?:\d+\s*x\s*)?(?:\d+(?:\.\d+)?\s*\/\s*\d+(?:\.\d+)?|\d+(?:\.\d+)?\s*%?)\s*GPUs?\b|\d+(?:\.\d+)?\s*[KMGT]i?B\b(?:\s+GPUs?\b)?/;
 
+/**
+ * The size in a name with the limit an elastic kernelspec adds: "1 GiB GPU, up to 3.0 GiB",
+ * "1/4 GPU, up to 1/2" (a limit is a share, a percentage, an amount or "1 GPU"). A resized slice's
+ * name says its request and limit now, in place of both.
+ */
+const SHARE_AND_LIMIT = new RegExp(
+  `(?:${SHARE.source})(?:,\\s*up to\\s+(?:\\d+(?:\\.\\d+)?\\s*(?:\\/\\s*\\d+(?:\\.\\d+)?|%|[KMGT]i?B\\b|GPUs?\\b)?))?`
+);
+
+/** Whether two limits differ: both absent (null) is the same; a share by 1e-6, bytes by 1%. */
+function limitDiffers(
+  asked: number | null | undefined,
+  config: number | null,
+  relative: boolean
+): boolean {
+  const a = asked ?? null;
+  if (a === null || config === null) {
+    return a !== config;
+  }
+  return Math.abs(a - config) > (relative ? 0.01 * config : 1e-6);
+}
+
 /** Whether `slice` is no longer the size its kernelspec asks for (it was resized); null: unknown. */
 export function isResized(
   slice: ISlice,
@@ -38,6 +60,21 @@ export function isResized(
   // What the slice asks for now; a slice asked as an amount has a fraction too (amount / GPU),
   // so the request says which kind it is. Older servers send no request.
   const asked = slice.request;
+  if (
+    asked &&
+    (limitDiffers(
+      asked.limit_fraction,
+      parseFraction(config.gpu_fraction_limit),
+      false
+    ) ||
+      limitDiffers(
+        asked.limit_memory,
+        parseBytes(config.gpu_memory_limit),
+        true
+      ))
+  ) {
+    return true; // its limit changed (or was added, or taken away)
+  }
   const fraction = parseFraction(config.gpu_fraction);
   if (fraction !== null) {
     if (asked && asked.memory !== null) {
@@ -74,12 +111,17 @@ export function sliceKernelName(
     return { name: displayName, resized: false };
   }
   // "1 GiB GPU" resized to 2 GiB reads "2.0 GiB GPU"; to a fraction, "1/2 GPU"
+  // "1 GiB GPU, up to 3.0 GiB" resized with --limit none reads "1 GiB GPU"; with --limit 1/2,
+  // "1/4 GPU, up to 1/2": the request and the limit are replaced together.
   const name = SHARE.test(displayName)
-    ? displayName.replace(SHARE, found =>
-        /[KMGT]i?B\s+GPUs?$/.test(found) && !/GPU/.test(now)
-          ? `${now} GPU`
-          : now
-      )
+    ? displayName.replace(SHARE_AND_LIMIT, found => {
+        const share = found.split(/,\s*up to\s/)[0];
+        if (/[KMGT]i?B\s+GPUs?$/.test(share) && !/GPU/.test(now)) {
+          const [size, ...limit] = now.split(', up to ');
+          return [`${size} GPU`, ...limit].join(', up to ');
+        }
+        return now;
+      })
     : `${displayName} (${now})`;
   return { name, resized: true };
 }
