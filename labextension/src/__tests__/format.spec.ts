@@ -17,6 +17,7 @@ import {
   share,
   shareNote,
   shareSentence,
+  shellWords,
   stateText,
   threadPercentage,
   tierShareNote,
@@ -251,6 +252,24 @@ describe('waiterLabel', () => {
         makeWaiter({ holder_kind: 'command', kernel_id: null, holder: '' })
       )
     ).toBe('request 7');
+  });
+
+  it('reads a waiting command as the shell would, without its quoting (issue 49)', () => {
+    // what shlex.join(["/usr/bin/python", "-c", "print('hi there')"]) sends
+    const holder = "/usr/bin/python -c 'print('\"'\"'hi there'\"'\"')'";
+    expect(
+      waiterLabel(
+        makeWaiter({ holder_kind: 'command', kernel_id: null, holder })
+      )
+    ).toBe("python -c print('hi there')");
+    expect(shellWords('a "b \\"c\\"" d\\ e')).toEqual(['a', 'b "c"', 'd e']);
+    expect(shellWords("python -c 'open")).toBeNull();
+    // text a shell would not read is shown as it came
+    expect(
+      waiterLabel(
+        makeWaiter({ holder_kind: 'command', kernel_id: null, holder: "a 'b" })
+      )
+    ).toBe("a 'b");
   });
 
   it("names another user's waiting request in the server's words", () => {

@@ -133,7 +133,11 @@ describe('a resized slice', () => {
       request_text: '1/4 GPU, up to 1/2'
     });
     expect(
-      sliceKernelName('Python 3 (1 GiB GPU, up to 3 GiB)', quarterToHalf, bursty)
+      sliceKernelName(
+        'Python 3 (1 GiB GPU, up to 3 GiB)',
+        quarterToHalf,
+        bursty
+      )
     ).toEqual({ name: 'Python 3 (1/4 GPU, up to 1/2)', resized: true });
     // %vgpu resize --limit none: the same request, no limit any more
     const fixed = makeSlice({

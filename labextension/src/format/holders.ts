@@ -50,6 +50,63 @@ export function commandLabel(text: string): string {
   return program ? [PathExt.basename(program), ...args].join(' ') : '';
 }
 
+/**
+ * The words of a command line the server sends shell-quoted (`jupyter vgpu run` keeps its
+ * command as Python's `shlex.join` writes it): `python -c 'print('"'"'hi'"'"')'` is
+ * `python`, `-c`, `print('hi')`. Null for text a shell would not read (an open quote).
+ */
+export function shellWords(text: string): string[] | null {
+  const words: string[] = [];
+  let word: string | null = null;
+  let i = 0;
+  while (i < text.length) {
+    const c = text[i];
+    if (c === "'") {
+      const end = text.indexOf("'", i + 1);
+      if (end < 0) {
+        return null;
+      }
+      word = (word ?? '') + text.slice(i + 1, end);
+      i = end + 1;
+    } else if (c === '"') {
+      let j = i + 1;
+      let part = '';
+      while (j < text.length && text[j] !== '"') {
+        if (
+          text[j] === '\\' &&
+          j + 1 < text.length &&
+          '"\\$`'.includes(text[j + 1])
+        ) {
+          j += 1;
+        }
+        part += text[j];
+        j += 1;
+      }
+      if (j >= text.length) {
+        return null;
+      }
+      word = (word ?? '') + part;
+      i = j + 1;
+    } else if (c === '\\' && i + 1 < text.length) {
+      word = (word ?? '') + text[i + 1];
+      i += 2;
+    } else if (/\s/.test(c)) {
+      if (word !== null) {
+        words.push(word);
+        word = null;
+      }
+      i += 1;
+    } else {
+      word = (word ?? '') + c;
+      i += 1;
+    }
+  }
+  if (word !== null) {
+    words.push(word);
+  }
+  return words;
+}
+
 /** What a user calls a waiting request: its notebook's name, the kernel, or the command. */
 export function waiterLabel(w: IWaiting): string {
   if (w.holder_kind === 'kernel') {
@@ -59,7 +116,11 @@ export function waiterLabel(w: IWaiting): string {
     const id = w.kernel_id ?? w.holder;
     return id ? kernelLabel(id) : `request ${w.ticket}`;
   }
-  return commandLabel(w.holder ?? '') || `request ${w.ticket}`;
+  // Read as the shell would, so no quoting shows: "python -c print('hi')".
+  const text = w.holder ?? '';
+  const words =
+    text === VOCABULARY.hidden_holder.command ? null : shellWords(text);
+  return commandLabel(words ? words.join(' ') : text) || `request ${w.ticket}`;
 }
 
 /** A notebook path or a command as a user names it: the notebook's file name, or the command. */
