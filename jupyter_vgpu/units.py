@@ -4,9 +4,15 @@ from __future__ import annotations
 
 import math
 import re
-from fractions import Fraction
+from typing import TYPE_CHECKING
 
 from .errors import InvalidRequest
+
+if TYPE_CHECKING:
+    from fractions import Fraction
+
+# fractions (and the decimal module it imports) is imported where a share or size needs it
+# exactly, not with this module: every sliced kernel imports this at its start (issue 47).
 
 KiB = 1024
 MiB = 1024**2
@@ -52,6 +58,8 @@ def parse_bytes(value: str | int | float, *, what: str = "memory") -> int:
         match = _SIZE.match(text) if len(text) <= _MAX_TEXT else None
         if not match or match.group(2).lower() not in _UNITS:
             raise InvalidRequest(f"{what} {shorten(value)} is not {ALLOWED_SIZES}.")
+        from fractions import Fraction
+
         result = Fraction(match.group(1)) * _UNITS[match.group(2).lower()]  # exact: "1.1GB" is 1100000000 bytes
     if result > MAX_SIZE:
         raise InvalidRequest(f"{what} {shorten(value)} is larger than any GPU (at most 1 PiB); use {ALLOWED_SIZES}.")
@@ -67,6 +75,8 @@ _EXACT_UNITS = (("PiB", 1024**5), ("TiB", 1024**4), ("GiB", GiB), ("MiB", MiB), 
 def exact_bytes(count: int) -> str:
     """The shortest text :func:`parse_bytes` reads back as exactly ``count`` bytes: ``1.25GiB``,
     ``5GB``, ``1.5GiB`` (for 1536 MiB), else the byte count. What a kernelspec stores."""
+    from fractions import Fraction
+
     best = str(count)
     for name, unit in _EXACT_UNITS:
         value = Fraction(count, unit)
@@ -117,8 +127,12 @@ def share_number(value: object) -> float:
     only ASCII digits count (``float("٣")`` is 3)."""
     if isinstance(value, str) and len(value) <= _MAX_TEXT:
         if m := _RATIO.match(value):
+            from fractions import Fraction
+
             return float(Fraction(m.group(1)) / Fraction(m.group(2)))
         if m := _PERCENT.match(value):
+            from fractions import Fraction
+
             return float(Fraction(m.group(1)) / 100)
     return _plain_number(value)
 
@@ -156,6 +170,8 @@ def describe_fraction(fraction: float, *, percent: bool = False) -> str:
     ``33%`` when it was asked as a percentage (``percent``); ``1.0`` -> ``1``."""
     if fraction >= 1:
         return "1"
+    from fractions import Fraction
+
     simple = Fraction(fraction).limit_denominator(16)
     if simple.numerator > 0 and abs(float(simple) - fraction) <= 1e-6 * fraction:
         return f"{simple.numerator}/{simple.denominator}"

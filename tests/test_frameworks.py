@@ -3,6 +3,8 @@ how to add one): one registry, and nothing else names a framework's variables or
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from jupyter_vgpu.frameworks import FRAMEWORKS, by_name
@@ -65,3 +67,24 @@ def test_asked_for_a_burst_back_pytorch_empties_its_cache_only_once_cuda_runs() 
     cuda.is_initialized = lambda: True
     assert pytorch.give_back(torch) == "PyTorch released its cached GPU memory (memory its tensors hold stays)"
     assert emptied == [True]
+
+
+def test_installed_version_reads_what_importlib_metadata_reads_without_importing_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A sliced kernel asks at its start which torch and jaxlib are installed: from the
+    dist-info folders' names, the answer importlib.metadata gives for every distribution of
+    this environment; an .egg-info is left to importlib.metadata; none is None (issue 47)."""
+    import importlib.metadata as metadata
+
+    from jupyter_vgpu.slices.environment import installed_version
+
+    for distribution in metadata.distributions():
+        name = distribution.metadata["Name"]
+        assert installed_version(name) == metadata.version(name), name
+    assert installed_version("no-such-distribution-here") is None
+    (tmp_path / "Old_Thing-1.2.egg-info").write_text("Metadata-Version: 2.1\nName: Old-Thing\nVersion: 1.2\n")
+    (tmp_path / "new.thing-3.4+cu121.dist-info").mkdir()
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert installed_version("old-thing") == "1.2"
+    assert installed_version("New_Thing") == "3.4+cu121"

@@ -13,6 +13,7 @@ from ..enforcement import Tier as Tier  # stored with each slice; defined with t
 from ..enforcement import by_tier
 from ..errors import InvalidRequest
 from ..units import format_bytes, shorten
+from .ids import is_slice_id as is_slice_id  # the records' rule, defined where a kernel start reads it
 from .request import SliceRequest
 
 #: What holds a slice: a kernel (its id) or a command (its command line). The UI's
@@ -85,12 +86,6 @@ class Holder:
     @classmethod
     def command(cls, command_line: str, *, pid: int | None = None, labels: Mapping[str, str] | None = None) -> Holder:
         return cls("command", command_line, pid, labels or {})
-
-
-def is_slice_id(text: Any) -> bool:
-    """Whether ``text`` is a slice id as ledgers make them: 12 lowercase hex digits. An id names
-    files (a slice's reports) and a cgroup, so a process never uses one that is not."""
-    return isinstance(text, str) and len(text) == 12 and not text.strip("0123456789abcdef")
 
 
 def notebook_path(path: Any, root: str | None = None) -> str | None:

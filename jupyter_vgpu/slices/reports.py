@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from ..ownfiles import read_own_json, write_json
-from .records import is_slice_id
+from .ids import is_slice_id
 
 #: Where this process writes its slice's reports instead (a Slurm kernel: a folder the login node
 #: reads, set by the ``slurm`` launcher).
