@@ -307,11 +307,16 @@ def _check_limit(
             "(what is booked and guaranteed)."
         )
     if limit_fraction is not None and fraction is None:
-        raise InvalidRequest(f"{shown} is a share of a GPU but the request is memory ({format_bytes(memory)}); give the limit as a size too, e.g. 8GiB.")
+        raise InvalidRequest(
+            f"{shown} is a share of a GPU but the request is memory ({format_bytes(memory)}); "
+            f"give the limit as a size too, e.g. {limit_above(None, memory)}."
+        )
     if limit_memory is not None and memory is None:
         assert fraction is not None
+        if (above := limit_above(fraction, None)) is None:
+            raise InvalidRequest(f"{shown} is a size but the request is a whole GPU, with nothing above it to burst to; leave the limit out.")
         raise InvalidRequest(
-            f"{shown} is a size but the request is a share of a GPU ({describe_fraction(fraction)}); give the limit as a share too, e.g. 1/2."
+            f"{shown} is a size but the request is a share of a GPU ({describe_fraction(fraction)}); give the limit as a share too, e.g. {above}."
         )
     if limit_fraction is not None:
         assert fraction is not None
@@ -323,6 +328,17 @@ def _check_limit(
             )
     if limit_memory is not None and memory is not None and limit_memory < memory:
         raise InvalidRequest(f"{shown} is below its request ({format_bytes(memory)}); use a limit of at least {exact_bytes(memory)}.")
+
+
+def limit_above(fraction: float | None, memory: int | None) -> str | None:
+    """A limit for a request of ``fraction`` or ``memory``, as refusals give an example of one, as
+    the user would type it: of the request's kind and above it (twice the request, a whole GPU at
+    most): ``2GiB``, ``1/2``. None for a whole GPU, which has nothing above it to burst to."""
+    if memory is not None:
+        return exact_bytes(2 * memory)
+    if fraction is None or fraction >= 1:
+        return None
+    return describe_fraction(min(1.0, 2 * fraction))
 
 
 def _given(value: Any) -> bool:
