@@ -451,7 +451,7 @@ def test_a_request_only_kernels_bursts_keep_out_waits_for_them_instead_of_being_
     monkeypatch.setattr(contract, "BURST_WAIT_SECONDS", 0.5)
     with pytest.raises(SliceUnavailable) as waited:
         book.reserve(SliceRequest.parse(memory="10GiB"), Holder.command("y"))  # wait 0, yet it waits
-    assert str(waited.value).startswith("Waited 0.5 s in line for 10.0 GiB. No room"), str(waited.value)
+    assert str(waited.value).startswith("Waited 0.5 s in line. No room for 10.0 GiB now"), str(waited.value)
     assert book.waiting() == []  # it left the line
     with pytest.raises(SliceUnavailable) as at_once:
         book.reserve(SliceRequest.parse(memory="13GiB"), Holder.command("z"))  # 12 GiB free even with the burst back
