@@ -62,11 +62,11 @@ def new_request(text: str, current: SliceRequest) -> SliceRequest:
     keeps the current limit (refused in one sentence if that no longer goes with it), ``--limit``
     alone keeps the current size, ``--limit none`` makes the slice fixed."""
     size, limit = split_resize(text)
+    typed = size
     if size is None and limit is None:
         raise ResizeRefused("Say the new size: `%vgpu resize 0.5`, `%vgpu resize 1/2` or `%vgpu resize 6GiB`.")
     if size is None:
         size = exact_bytes(current.memory) if current.memory is not None else repr(current.fraction)
-    typed = size if split_resize(text)[0] is not None else None
     try:
         share = parse_share(size, None if limit in (None, NO_LIMIT) else limit, names={"gpu_fraction_limit": LIMIT_OPTION, "gpu_memory_limit": LIMIT_OPTION})
     except InvalidRequest as error:

@@ -89,7 +89,7 @@ class Refusal:
         return min((self.room(g) for g in best), default=0) if len(best) == self.request.gpus else 0
 
     def fits_now_text(self, *, where: bool = True) -> str:
-        """What fits now and, unless not ``where``, on which GPU: ``1.0 GiB (about 1/16 GPU) on GPU 0``."""
+        """What fits now, and where (left out when not ``where``): ``1.0 GiB (about 1/16 GPU) on GPU 0``."""
         if self.fits_now <= 0:
             return "nothing"
         best = self.best()
