@@ -327,7 +327,7 @@ def test_a_multi_gpu_refusal_says_how_many_gpus_have_room_and_offers_fewer(
         assert advice.startswith("What you can do: Ask for 1 GPU (`-n 1`, or `gpus: 1` in a kernelspec): 1/2 GPU on each fits now.")
         waited = vgpu("run", "-q", "-n", "2", "-p", "0.5", "--wait", "0.5", "--", "true")
         assert waited.returncode == 75, waited.stderr
-        assert waited.stderr.startswith("jupyter vgpu: Waited 0.5 s in line for 2 x 1/2 GPU. No room for 2 x 1/2 GPU")
+        assert waited.stderr.startswith("jupyter vgpu: Waited 0.5 s in line. No room for 2 x 1/2 GPU")
         assert "Wait in line" not in waited.stderr  # it just did
         assert "Wait longer than 0.5 s: a larger wait_timeout, or a larger `--wait`." in waited.stderr
     finally:

@@ -78,6 +78,7 @@ def test_a_limit_equal_to_its_request_is_no_limit() -> None:
         ({"fraction": "1/4", "limit": "3/2"}, "--limit '3/2' is above a whole GPU; use a limit of at most 1 (and at least the request)."),
         ({"fraction": "1/4", "limit": "8GiB"}, "--limit '8GiB' is a size but the request is a share of a GPU (1/4); give the limit as a share too, e.g. 1/2."),
         ({"memory": "4GiB", "limit": "1/2"}, "--limit '1/2' is a share of a GPU but the request is memory (4.0 GiB); give the limit as a size too, e.g. 8GiB."),
+        ({"fraction": "1", "limit": "8GiB"}, "--limit '8GiB' is a size but the request is a whole GPU, with nothing above it to burst to; leave the limit out."),
         ({"memory": "4GiB", "limit": "2GiB"}, "--limit '2GiB' is below its request (4.0 GiB); use a limit of at least 4GiB."),
         ({"limit": "1/2"}, "--limit '1/2' is a limit with no request to burst from; also set -p/--fraction (what is booked and guaranteed)."),
         # hardening round five, L-4: an empty --limit gave a fixed slice; nan spoke of sizes
@@ -323,7 +324,7 @@ def test_resize_changes_either_the_size_or_the_limit() -> None:
     ("typed", "said"),
     [
         ("3/4", "%vgpu resize '3/4': the slice's limit (1/2) does not go with 3/4 GPU; add --limit LIMIT, or --limit none for a fixed slice."),
-        ("1/4 --limit 1/8", "%vgpu resize '1/4 --limit 1/8': --limit '1/8' is below its request (1/4); use a limit of at least 1/4 and at most 1. For example `%vgpu resize 1/2` or `%vgpu resize 1/4 --limit 1/2`."),
+        ("1/4 --limit 1/8", "%vgpu resize '1/4 --limit 1/8': --limit '1/8' is below its request (1/4); use a limit of at least 1/4 and at most 1. For example `%vgpu resize 1/4` or `%vgpu resize 1/4 --limit 1/2`."),
         ("1/4 1/2", "%vgpu resize '1/4 1/2': give one size, then --limit LIMIT if it bursts, e.g. `%vgpu resize 1/4 --limit 1/2`."),
     ],
 )
@@ -404,6 +405,21 @@ def test_run_with_a_limit_books_the_request_and_gives_the_command_the_limit(vgpu
     assert "on GPU 0 (1/4 GPU, up to 1/2)" in result.stderr
 
 
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (("-m", "11GiB", "--limit", "1/2"), "jupyter vgpu: --limit '1/2' is a share of a GPU but the request is memory (11.0 GiB); give the limit as a size too, e.g. 22GiB.\n"),
+        (("-p", "3/8", "--limit", "8GiB"), "jupyter vgpu: --limit '8GiB' is a size but the request is a share of a GPU (3/8); give the limit as a share too, e.g. 3/4.\n"),
+    ],
+)
+def test_a_limit_of_the_other_kind_is_refused_with_an_example_of_the_requests_kind_above_it(
+    vgpu_env: dict[str, str], args: tuple[str, ...], said: str
+) -> None:
+    """Issue 49: `run -m 11GiB --limit 1/2` suggested "e.g. 8GiB", below the request."""
+    result = vgpu("run", *args, "--", "true")
+    assert result.returncode != 0 and result.stderr == said
+
+
 @pytest.mark.parametrize("limit", ["1/8", "8GiB", "3/2", "lots"])
 def test_run_with_a_bad_limit_is_one_sentence_and_books_nothing(vgpu_env: dict[str, str], limit: str) -> None:
     result = vgpu("run", "-p", "1/4", "--limit", limit, "--", "true")
@@ -435,7 +451,7 @@ def test_a_request_only_kernels_bursts_keep_out_waits_for_them_instead_of_being_
     monkeypatch.setattr(contract, "BURST_WAIT_SECONDS", 0.5)
     with pytest.raises(SliceUnavailable) as waited:
         book.reserve(SliceRequest.parse(memory="10GiB"), Holder.command("y"))  # wait 0, yet it waits
-    assert str(waited.value).startswith("Waited 0.5 s in line for 10.0 GiB. No room"), str(waited.value)
+    assert str(waited.value).startswith("Waited 0.5 s in line. No room for 10.0 GiB now"), str(waited.value)
     assert book.waiting() == []  # it left the line
     with pytest.raises(SliceUnavailable) as at_once:
         book.reserve(SliceRequest.parse(memory="13GiB"), Holder.command("z"))  # 12 GiB free even with the burst back

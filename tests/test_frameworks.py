@@ -88,3 +88,46 @@ def test_installed_version_reads_what_importlib_metadata_reads_without_importing
     monkeypatch.syspath_prepend(str(tmp_path))
     assert installed_version("old-thing") == "1.2"
     assert installed_version("New_Thing") == "3.4+cu121"
+
+
+def test_asked_for_a_burst_back_on_simulated_gpus_a_framework_that_keeps_memory_says_it_is_of_a_real_gpu(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue 49: "TensorFlow cannot give GPU memory back ... (del and gc free nothing)" is true of a
+    real GPU; on simulated GPUs, which count what tensors hold, `del` does give it back."""
+    from types import SimpleNamespace
+    from typing import Any
+
+    import jupyter_vgpu.frameworks as frameworks
+
+    class Keeps(Framework):
+        name, title, module = "keeps", "Keeps", "keeps"
+        keeps_until_restart = True
+
+        def configure(self, module: Any, state: Any) -> Any:
+            raise NotImplementedError
+
+        def give_back(self, module: Any) -> str | None:
+            return "Keeps cannot give GPU memory back before the kernel restarts"
+
+    class Releases(Keeps):
+        name, title, module = "releases", "Releases", "releases"
+        keeps_until_restart = False
+
+        def give_back(self, module: Any) -> str | None:
+            return "Releases released its cached GPU memory"
+
+    monkeypatch.setattr(frameworks, "FRAMEWORKS", (Keeps(), Releases()))
+
+    def state(simulate: str) -> Any:
+        return SimpleNamespace(facts=SimpleNamespace(simulate=simulate), imported=lambda module: object())
+
+    assert frameworks.give_back(state("")) == [
+        "Keeps cannot give GPU memory back before the kernel restarts", "Releases released its cached GPU memory",
+    ]  # fmt: skip
+    assert frameworks.give_back(state("1x16GiB")) == [
+        "on a real GPU, Keeps cannot give GPU memory back before the kernel restarts",
+        "Releases released its cached GPU memory",  # what it did, here too
+        frameworks.SIMULATED_GIVE_BACK,
+    ]
+    assert [f.name for f in FRAMEWORKS if f.keeps_until_restart] == ["tensorflow", "jax"]

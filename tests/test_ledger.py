@@ -326,7 +326,7 @@ def test_a_place_asked_again_with_its_token_after_its_grant_gets_that_slice(ledg
 
 def test_waiting_times_out_with_the_reason_and_leaves_the_line(ledger: Ledger) -> None:
     ledger.reserve(SliceRequest.parse(1.0, gpus=2), Holder("command", "all"))
-    with pytest.raises(SliceUnavailable, match="Waited 0.3 s in line for 1/2 GPU. No room for 1/2 GPU"):
+    with pytest.raises(SliceUnavailable, match="Waited 0.3 s in line. No room for 1/2 GPU"):
         ledger.reserve(SliceRequest.parse(0.5), Holder("command", "x"), wait=0.3)
     assert ledger.waiting() == []
 
@@ -342,7 +342,7 @@ def test_a_wait_from_a_notebook_cell_waits_and_an_interrupt_leaves_the_line(ledg
     seen: list[object] = []
 
     async def cell() -> None:
-        with pytest.raises(SliceUnavailable, match="Waited 0.3 s in line for 1/2 GPU"):
+        with pytest.raises(SliceUnavailable, match="Waited 0.3 s in line. No room for 1/2 GPU"):
             ledger.reserve(SliceRequest.parse(0.5), Holder("command", "x"), wait=0.3)
 
         def interrupt_once_waiting(ticket: object) -> None:

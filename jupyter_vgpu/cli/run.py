@@ -94,6 +94,7 @@ def run(args: argparse.Namespace) -> int:
     wait = parse_seconds(args.wait, what="--wait")
     settings = load_settings()
     ledger = open_ledger(settings)
+    request = ledger.named(request)  # what run says of it names a pinned GPU as every view does
     for refused in [] if args.quiet else setting_problems():
         print(f"jupyter vgpu: {refused}", file=sys.stderr)  # slices placed here do not get that tier
     # run keeps the slice while it waits for the command's processes (_run_child)

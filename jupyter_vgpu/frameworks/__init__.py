@@ -48,18 +48,31 @@ def by_name(name: str) -> Framework:
     raise KeyError(name)
 
 
+#: What differs on simulated GPUs when a burst is asked back: the simulation counts what the
+#: frameworks' tensors hold now (:meth:`.base.Framework.simulated_memory`), where a real GPU counts
+#: what their allocators took from the driver, which TensorFlow and JAX keep until the process ends.
+SIMULATED_GIVE_BACK = (
+    "on these simulated GPUs only what the frameworks' tensors hold in the host's memory counts, so deleting "
+    "them (del, then gc.collect()) gives it back"
+)
+
+
 def give_back(state: ProcessState) -> list[str]:
     """Ask every imported framework to release what it caches (a burst asked back); what each
-    did, in words. Never raises."""
+    did, in words. On simulated GPUs a framework that keeps what it grew to until a restart says
+    that this is so on a real GPU, and :data:`SIMULATED_GIVE_BACK` what differs here. Never raises."""
     said = []
+    simulated = False
     for framework, module in imported(state):
         try:
             done = framework.give_back(module)
         except Exception as error:
             done = f"{framework.title} could not release its cache ({type(error).__name__})"
+        if done and framework.keeps_until_restart and state.facts.simulate:
+            done, simulated = f"on a real GPU, {done}", True
         if done:
             said.append(done)
-    return said
+    return [*said, SIMULATED_GIVE_BACK] if simulated else said
 
 
 def imported(state: ProcessState) -> list[tuple[Framework, Any]]:
@@ -106,4 +119,4 @@ def framework_memory(state: ProcessState) -> tuple[int | None, int | None]:
     return used, peak
 
 
-__all__ = ["FRAMEWORKS", "Framework", "by_name", "framework_memory", "imported", "revisit"]
+__all__ = ["FRAMEWORKS", "SIMULATED_GIVE_BACK", "Framework", "by_name", "framework_memory", "give_back", "imported", "revisit"]

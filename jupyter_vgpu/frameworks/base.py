@@ -25,6 +25,8 @@ class SliceFacts(Protocol):
     def framework_limit(self) -> int | None: ...
     @property
     def logical_devices(self) -> int: ...
+    @property
+    def simulate(self) -> str: ...  # the simulated GPUs' spec; empty on real GPUs
 
 
 class ProcessState(Protocol):
@@ -81,6 +83,9 @@ class Framework(ABC):
     bypasses: Mapping[str, frozenset[str]] = {}
     #: Why, in words, for %vgpu.
     bypass_reason = ""
+    #: Its allocator keeps what it grew to until the process ends (what :meth:`give_back` says, of
+    #: a real GPU; on simulated GPUs, which count its tensors, deleting them gives memory back).
+    keeps_until_restart = False
 
     def bypassing(self, env: Mapping[str, str]) -> dict[str, str]:
         """The settings of ``env`` that :attr:`bypasses` names, with their values."""

@@ -47,6 +47,7 @@ class JAX(Framework):
 
     bypasses = {"XLA_PYTHON_CLIENT_ALLOCATOR": frozenset({"cuda_async", "platform"})}
     bypass_reason = "JAX's memory fraction applies to its default (BFC) allocator only."
+    keeps_until_restart = True  # its BFC allocator keeps what it grew to (give_back)
 
     def would_give(self, limit: int, fraction: str, logical_devices: int) -> str:
         return f"memory fraction {fraction} of the GPU, no preallocation"

@@ -69,6 +69,7 @@ class TensorFlow(Framework):
 
     bypasses = {"TF_GPU_ALLOCATOR": frozenset({"cuda_malloc_async"})}
     bypass_reason = "with the CUDA async allocator TensorFlow's memory_limit is only a release threshold, not a cap."
+    keeps_until_restart = True  # its BFC allocator keeps every region it grew (give_back)
 
     def would_give(self, limit: int, fraction: str, logical_devices: int) -> str:
         count = max(1, logical_devices)

@@ -53,7 +53,7 @@ def allowed_gpus(quota: Quota, snapshot: Snapshot, request: SliceRequest | None 
     if request is not None and request.gpu is not None:
         pinned = snapshot.find(request.gpu)
         if pinned is not None and pinned.uuid not in {g.uuid for g in chosen}:
-            raise NotPermitted(f"{quota.user}: may use GPU {names} only ({source}); asked for GPU {request.gpu}.")
+            raise NotPermitted(f"{quota.user}: may use GPU {names} only ({source}); asked for GPU {pinned.index}.")
     return frozenset(g.uuid for g in chosen)
 
 

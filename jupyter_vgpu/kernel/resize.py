@@ -19,6 +19,7 @@ from ..ledger import Ledger, open_ledger
 from ..ledger.contract import BURST_WAIT_SECONDS, burst_held, run_blocking
 from ..slices import Holder, Slice, SliceRequest, Ticket, parse_share, slice_environment
 from ..slices.environment import VARIABLES, fit_installed_frameworks
+from ..slices.request import limit_above
 from ..units import describe_fraction, exact_bytes, format_bytes, shorten
 from .state import KernelState, SliceFacts
 
@@ -61,6 +62,7 @@ def new_request(text: str, current: SliceRequest) -> SliceRequest:
     keeps the current limit (refused in one sentence if that no longer goes with it), ``--limit``
     alone keeps the current size, ``--limit none`` makes the slice fixed."""
     size, limit = split_resize(text)
+    typed = size
     if size is None and limit is None:
         raise ResizeRefused("Say the new size: `%vgpu resize 0.5`, `%vgpu resize 1/2` or `%vgpu resize 6GiB`.")
     if size is None:
@@ -68,7 +70,7 @@ def new_request(text: str, current: SliceRequest) -> SliceRequest:
     try:
         share = parse_share(size, None if limit in (None, NO_LIMIT) else limit, names={"gpu_fraction_limit": LIMIT_OPTION, "gpu_memory_limit": LIMIT_OPTION})
     except InvalidRequest as error:
-        raise InvalidRequest(f"%vgpu resize {shorten(text.strip())}: {error} For example `%vgpu resize 1/2` or `%vgpu resize 1/4 --limit 1/2`.") from None
+        raise InvalidRequest(f"%vgpu resize {shorten(text.strip())}: {error} For example {_examples(size, typed)}.") from None
     if limit is None and current.elastic:
         try:  # the limit it had, with the new size
             share = replace(share, limit_fraction=current.limit_fraction, limit_memory=current.limit_memory)
@@ -78,6 +80,21 @@ def new_request(text: str, current: SliceRequest) -> SliceRequest:
                 f"{share.describe()}; add {LIMIT_OPTION} LIMIT, or {LIMIT_OPTION} {NO_LIMIT} for a fixed slice."
             ) from None
     return share
+
+
+def _examples(size: str, typed: str | None) -> str:
+    """What a refused ``%vgpu resize`` could have been: with a limit of the size's kind, above it
+    (the size as ``typed``, or the slice's own when none was); without a size that reads, both kinds."""
+    try:
+        share = parse_share(size)
+    except InvalidRequest:
+        return "`%vgpu resize 1/2` or `%vgpu resize 6GiB --limit 12GiB`"
+    above = limit_above(share.fraction, share.memory)
+    resized = f"`%vgpu resize {typed}`" if typed else ""
+    if above is None:
+        return resized or "`%vgpu resize 1/2`"
+    with_limit = f"`%vgpu resize {f'{typed} ' if typed else ''}{LIMIT_OPTION} {above}`"
+    return f"{resized} or {with_limit}" if resized else with_limit
 
 
 def resize(state: KernelState, text: str) -> str:

@@ -22,6 +22,7 @@ class LineLog:
         self.joined: float | None = None
 
     def __call__(self, ticket: Ticket) -> None:
+        self.asked = ticket.request.describe()  # as the ledger took it (a pinned GPU named by index)
         start = START_REQUEST.get()
         if start is not None and start.gone():  # a page that reloaded or closed while its kernel waited
             self.log.info("Kernel %s stopped waiting in line for %s: the page that asked for it is gone.", self.kernel_id, self.asked)

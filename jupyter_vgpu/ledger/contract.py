@@ -19,7 +19,7 @@ from collections.abc import Callable, Coroutine, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from ..errors import LeftLine, NeverFits, RequesterGone, SliceUnavailable
+from ..errors import LeftLine, NeverFits, RequesterGone, SliceUnavailable, VGPUError
 from ..slices.records import Holder, Slice, Ticket, Waiter
 from ..slices.refusal import after_waiting
 from ..slices.request import SliceRequest
@@ -181,6 +181,17 @@ class Ledger(ABC):
         return None
 
     # -- built on the operations above ------------------------------------------------------
+    def named(self, request: SliceRequest) -> SliceRequest:
+        """``request`` with its pinned GPU named by index, as every view names GPUs
+        (:meth:`SliceRequest.pin_named`): what this ledger says and stores of it. Unchanged
+        without a pin, or when the GPUs cannot be read now (the reservation says why)."""
+        if request.gpu is None or request.gpu_index is not None:
+            return request
+        try:
+            return request.pin_named(self.inventory.snapshot())
+        except (VGPUError, OSError):
+            return request
+
     def reserve(
         self, request: SliceRequest, holder: Holder, *, wait: float = 0.0, waiting: Callable[[Ticket], None] | None = None
     ) -> Slice:
@@ -189,6 +200,7 @@ class Ledger(ABC):
 
         For code without an event loop to give (a command, a notebook cell); on a loop use
         :meth:`reserve_async`. Both wait in :meth:`wait_in_line`."""
+        request = self.named(request)
         if wait <= 0:
             try:
                 return self.reserve_now(request, holder)
@@ -210,6 +222,8 @@ class Ledger(ABC):
         worker threads and the wait between attempts is the loop's, so a server that stops
         cancels a waiting start and the request leaves the line. ``waiting`` hears about each
         attempt that has to go on waiting."""
+        if request.gpu is not None:  # reads the GPUs: not on the loop
+            request = await asyncio.to_thread(self.named, request)
         if wait <= 0:
             try:
                 return await asyncio.to_thread(self.reserve_now, request, holder)
@@ -270,7 +284,8 @@ class Ledger(ABC):
             if detail is not None:
                 text, advice = after_waiting(text, list(detail.get("advice") or []), waited)
                 detail = {**detail, "waited": waited, "advice": advice}
-            raise type(error)(f"Waited {waited:g} s in line for {described}. {text}", detail=detail) from None
+            waited_for = "" if described in text else f" for {described}"  # said once: the refusal names it
+            raise type(error)(f"Waited {waited:g} s in line{waited_for}. {text}", detail=detail) from None
         finally:
             await asyncio.shield(asyncio.to_thread(self.leave_queue, ticket))
 

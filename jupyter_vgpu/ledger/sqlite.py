@@ -148,6 +148,7 @@ class SQLiteLedger(Ledger):
     # -- reserving ----------------------------------------------------------------------
     def reserve_now(self, request: SliceRequest, holder: Holder) -> Slice:
         snapshot = self._available_snapshot()
+        request = request.pin_named(snapshot)  # stored and said as every view names its GPU
         fields = holder_fields(self.actor, request, holder)
         with self.file.transaction() as db:
             granted, reason = self._grant(db, snapshot, request, fields, ticket=None)
@@ -173,6 +174,7 @@ class SQLiteLedger(Ledger):
         return None if row is None else int(row["ticket"])
 
     def enqueue(self, request: SliceRequest, holder: Holder) -> Ticket:
+        request = self.named(request)
         fields = holder_fields(self.actor, request, holder)
         with self.file.transaction() as db:
             if holder.token:  # asked again after a lost answer: the same place in line
@@ -269,7 +271,7 @@ class SQLiteLedger(Ledger):
         gpus = self._occupancy(db, snapshot, live).gpus
         placement = place(request, gpus, allowance=self.allowance_for, allowed=self.allowed_gpus)
         if placement.permanent:
-            raise NeverFits(f"Cannot reserve {request.describe()}: {placement.reason} Waiting cannot help: ask for less.")
+            raise NeverFits(f"{placement.reason} Waiting cannot help: ask for less.")  # the reason names the request
         ahead = len(earlier)
         if earlier and placement:
             placement, ahead = line.backfill(
@@ -361,10 +363,10 @@ class SQLiteLedger(Ledger):
             others = [s for s in read_slices(db) if s.id != found.id]
             gpus = self._occupancy(db, snapshot, others)
             present = []
-            for gpu_uuid in found.gpus:
+            for gpu_uuid, index in zip(found.gpus, found.gpu_indices):
                 gpu = gpus.gpu(gpu_uuid)
-                if gpu is None:
-                    raise SliceUnavailable(f"GPU {gpu_uuid} of slice {found.id} is no longer present.")
+                if gpu is None:  # named by the index it had when the slice was booked
+                    raise SliceUnavailable(f"GPU {index} of slice {found.id} is no longer present.")
                 present.append(gpu)
             need_on = needs(request, present)
             changes = []
@@ -386,6 +388,8 @@ class SQLiteLedger(Ledger):
                 changes.append((need, found.id, gpu.uuid))
             db.executemany("UPDATE slice_gpus SET memory = ? WHERE slice_id = ? AND gpu_uuid = ?", changes)
             stored = {**request.to_dict(), "gpu": found.request.gpu, "placement": found.request.placement}
+            if found.request.gpu_index is not None:
+                stored["gpu_index"] = found.request.gpu_index  # its pin, named as when it was booked
             db.execute(
                 "UPDATE slices SET request = ?, logical_devices = ? WHERE id = ?",
                 (json.dumps(stored), request.logical_devices, found.id),

@@ -148,7 +148,8 @@ def _never_fits(request: SliceRequest, candidates: list[GPUOccupancy]) -> str:
     mig = [g for g in candidates if g.in_mig_mode]
     if not mig:
         largest = max(g.total for g in candidates)
-        return f"{request.describe()} is more than the largest GPU here ({format_bytes(largest)})."
+        which = "its GPU" if request.gpu is not None else "the largest GPU here"  # a pinned request names it
+        return f"{request.describe()} is more than {which} ({format_bytes(largest)})."
     parts = []
     for g in mig:
         if not g.mig:

@@ -358,6 +358,7 @@ class Waiter:
 
 
 def summary(slice_: Slice) -> str:
-    """``slice 1a2b3c4d5e6f: 4.0 GiB on GPU 0 (1/4 GPU)``."""
+    """``slice 1a2b3c4d5e6f: 4.0 GiB on GPU 0 (1/4 GPU)``: its GPUs named once (a pinned request's
+    GPU is the slice's)."""
     gpus = ", ".join(str(i) for i in slice_.gpu_indices)
-    return f"slice {slice_.id}: {format_bytes(slice_.memory_per_gpu)} on GPU {gpus} ({slice_.request.describe()})"
+    return f"slice {slice_.id}: {format_bytes(slice_.memory_per_gpu)} on GPU {gpus} ({slice_.request.describe(pin=False)})"

@@ -88,16 +88,17 @@ class Refusal:
         best = self.best()
         return min((self.room(g) for g in best), default=0) if len(best) == self.request.gpus else 0
 
-    def fits_now_text(self) -> str:
+    def fits_now_text(self, *, where: bool = True) -> str:
+        """What fits now, and where (left out when not ``where``): ``1.0 GiB (about 1/16 GPU) on GPU 0``."""
         if self.fits_now <= 0:
             return "nothing"
         best = self.best()
-        where = ", ".join(str(g.index) for g in best)
+        on = f" on GPU {', '.join(str(g.index) for g in best)}" if where else ""
         amount = f"{format_bytes(self.fits_now)}" + (" each" if self.request.gpus > 1 else "")
         if self.in_mig_mode:
-            return f"a MIG device of {amount} on GPU {where}"
+            return f"a MIG device of {amount}{on}"
         share = self.fits_now / max(g.total for g in best)
-        return f"{amount} (about {describe_fraction(_round_down(share))} GPU) on GPU {where}"
+        return f"{amount} (about {describe_fraction(_round_down(share))} GPU){on}"
 
     def summary(self) -> str:
         asked = self.request.describe()
@@ -107,19 +108,23 @@ class Refusal:
             waiting = f"{self.ahead} earlier request{'s wait' if self.ahead > 1 else ' waits'}"
             return f"{asked} would fit now, but {waiting} in line for a slice (first come, first served)."
         what = "No free MIG device" if self.in_mig_mode else "No room"
+        pinned = self.request.gpu is not None
         if count := self.fewer_gpus_fit:
             one = replace(self.request, gpus=1).describe()
             where = ", ".join(str(g.index) for g in self.with_room())
             has = "1 GPU has" if count == 1 else f"{count} GPUs have"
             text = f"{what} for {asked} now: only {has} room for {one} (GPU {where}), where {self.request.gpus} are needed."
+        elif self.fits_now > 0 and pinned:  # the request names its GPU: "there", not the GPU again
+            text = f"{what} for {asked} now: at most {self.fits_now_text(where=False)} is free there."
         elif self.fits_now > 0:
             text = f"{what} for {asked} now: at most {self.fits_now_text()} is free."
         elif self.in_mig_mode:
             text = f"{what} for {asked} now: every MIG device is taken."
         elif (crumbs := max(self.gpus, key=lambda g: (g.free, -g.index), default=None)) and crumbs.free > 0:
             allowance = format_bytes(self.allowance.get(crumbs.uuid, 0))
+            on = "there" if pinned else f"on GPU {crumbs.index}"
             text = (
-                f"{what} for {asked} now: the most free is {format_bytes(crumbs.free)} on GPU {crumbs.index}, too little "
+                f"{what} for {asked} now: the most free is {format_bytes(crumbs.free)} {on}, too little "
                 f"for any slice (each holds a CUDA context of {allowance})."
             )
         else:

@@ -197,7 +197,7 @@ def configured_processes(ledger_path: str | Path, slice_id: str) -> list[dict[st
         found.append({
             "pid": pid,
             "kernel": False,
-            "command": command[:120] if isinstance(command, str) else None,
+            "command": " ".join(command.split())[:120] if isinstance(command, str) else None,  # `python -c` code: one line
             "frameworks": frameworks if isinstance(frameworks, dict) else {},
         })  # fmt: skip
     return sorted(found, key=lambda p: (not p["kernel"], p["pid"] if isinstance(p["pid"], int) else 0))

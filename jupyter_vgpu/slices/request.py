@@ -11,11 +11,14 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
-from typing import Any
+from dataclasses import asdict, dataclass, field, replace
+from typing import TYPE_CHECKING, Any
 
 from ..errors import InvalidRequest
 from ..units import describe_fraction, exact_bytes, format_bytes, parse_bytes, parse_fraction, share_number, shorten
+
+if TYPE_CHECKING:
+    from ..gpus import Snapshot
 
 PLACEMENTS = ("binpack", "spread")
 
@@ -52,6 +55,9 @@ class SliceRequest:
     #: no burst. A limit equal to the request is no limit.
     limit_fraction: float | None = None
     limit_memory: int | None = None
+    #: The pinned GPU's index, as every view names a GPU ("on GPU 0"), once a ledger that knows the
+    #: GPUs has taken the request (:meth:`pin_named`); until then the pin is said as it was given.
+    gpu_index: int | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         """The invariants of an already-parsed request (a kernelspec's traits build one directly)."""
@@ -190,12 +196,24 @@ class SliceRequest:
             return "1 GPU"
         return describe_fraction(self.limit_fraction, percent=self.percent)
 
-    def describe(self) -> str:
+    def describe(self, *, pin: bool = True) -> str:
         """``1/4 GPU``, ``0.33 GPU``, ``33% of a GPU``, ``6.0 GiB``, ``2 x 1/2 GPU``, ``1 GPU``: the
         share as it was asked for (:func:`~jupyter_vgpu.units.describe_fraction`); an elastic one
-        adds its limit: ``1/4 GPU, up to 1/2``, ``4.0 GiB, up to 8.0 GiB``. (Worked out once per
-        request: every view of every slice says it, every poll.)"""
+        adds its limit: ``1/4 GPU, up to 1/2``, ``4.0 GiB, up to 8.0 GiB``; a pinned one its GPU,
+        ``2.0 GiB on GPU 0``, unless ``pin`` is False (where the text names the GPU already). (Worked
+        out once per request: every view of every slice says it, every poll.)"""
+        if not pin and self.gpu is not None:
+            return replace(self, gpu=None, gpu_index=None).describe()
         return _described(self, _kinds(self))
+
+    def pin_named(self, snapshot: Snapshot) -> SliceRequest:
+        """This request with its pinned GPU named by its index in ``snapshot`` (a UUID pin is said
+        "on GPU 0", as every view names GPUs); unchanged without a pin, or a pin ``snapshot`` lacks
+        (then the pin, as given, is the only name there is). The pin itself is kept as given."""
+        if self.gpu is None or self.gpu_index is not None:
+            return self
+        found = snapshot.find(self.gpu)
+        return self if found is None else replace(self, gpu_index=found.index)
 
     def to_dict(self) -> dict[str, Any]:
         """The request's fields; a limit's only when it has one (a request without a limit is
@@ -211,14 +229,15 @@ class SliceRequest:
 def _kinds(request: SliceRequest) -> tuple[Any, ...]:
     """What tells requests apart beside their equality, in the caches below: the types of their
     numbers (``1`` and ``1.0`` are equal, one key, but not one JSON value) and ``percent``, which
-    equality leaves out (``33%`` and ``0.33`` are one share, said two ways)."""
-    return (type(request.fraction), type(request.memory), type(request.limit_fraction), type(request.limit_memory), request.percent)
+    equality leaves out (``33%`` and ``0.33`` are one share, said two ways), and the pinned GPU's
+    index, which equality leaves out too (a pin by UUID or by index is one pin)."""
+    return (type(request.fraction), type(request.memory), type(request.limit_fraction), type(request.limit_memory), request.percent, request.gpu_index)
 
 
 @functools.lru_cache(maxsize=4096)
 def _fields(request: SliceRequest, kinds: tuple[Any, ...]) -> dict[str, Any]:
     data = asdict(request)
-    for key in ("limit_fraction", "limit_memory"):
+    for key in ("limit_fraction", "limit_memory", "gpu_index"):
         if data[key] is None:
             del data[key]
     return data
@@ -235,7 +254,7 @@ def _described(request: SliceRequest, kinds: tuple[Any, ...]) -> str:
     if request.gpus > 1:
         share = f"{request.gpus} GPUs" if request.fraction == 1 else f"{request.gpus} x {share}"
     if request.gpu is not None:
-        share += f" on GPU {request.gpu}"
+        share += f" on GPU {request.gpu if request.gpu_index is None else request.gpu_index}"
     if request.elastic:
         share += f", up to {request.describe_limit()}"
     return share
@@ -307,11 +326,16 @@ def _check_limit(
             "(what is booked and guaranteed)."
         )
     if limit_fraction is not None and fraction is None:
-        raise InvalidRequest(f"{shown} is a share of a GPU but the request is memory ({format_bytes(memory)}); give the limit as a size too, e.g. 8GiB.")
+        raise InvalidRequest(
+            f"{shown} is a share of a GPU but the request is memory ({format_bytes(memory)}); "
+            f"give the limit as a size too, e.g. {limit_above(None, memory)}."
+        )
     if limit_memory is not None and memory is None:
         assert fraction is not None
+        if (above := limit_above(fraction, None)) is None:
+            raise InvalidRequest(f"{shown} is a size but the request is a whole GPU, with nothing above it to burst to; leave the limit out.")
         raise InvalidRequest(
-            f"{shown} is a size but the request is a share of a GPU ({describe_fraction(fraction)}); give the limit as a share too, e.g. 1/2."
+            f"{shown} is a size but the request is a share of a GPU ({describe_fraction(fraction)}); give the limit as a share too, e.g. {above}."
         )
     if limit_fraction is not None:
         assert fraction is not None
@@ -323,6 +347,17 @@ def _check_limit(
             )
     if limit_memory is not None and memory is not None and limit_memory < memory:
         raise InvalidRequest(f"{shown} is below its request ({format_bytes(memory)}); use a limit of at least {exact_bytes(memory)}.")
+
+
+def limit_above(fraction: float | None, memory: int | None) -> str | None:
+    """A limit for a request of ``fraction`` or ``memory``, as refusals give an example of one, as
+    the user would type it: of the request's kind and above it (twice the request, a whole GPU at
+    most): ``2GiB``, ``1/2``. None for a whole GPU, which has nothing above it to burst to."""
+    if memory is not None:
+        return exact_bytes(2 * memory)
+    if fraction is None or fraction >= 1:
+        return None
+    return describe_fraction(min(1.0, 2 * fraction))
 
 
 def _given(value: Any) -> bool:

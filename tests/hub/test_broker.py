@@ -356,7 +356,7 @@ def test_every_operation_of_the_ledger_contract_works_through_the_broker(system_
     ledger.leave_queue(ticket)
     assert ledger.waiting() == []
     used |= {"enqueue", "waiting", "try_grant", "leave_queue"}
-    with pytest.raises(SliceUnavailable, match="Waited 0.3 s in line for 1/4 GPU"):
+    with pytest.raises(SliceUnavailable, match="Waited 0.3 s in line. No room for 1/4 GPU"):
         asyncio.run(ledger.reserve_async(SliceRequest.parse("1/4"), Holder.command("async"), wait=0.3))
     assert ledger.waiting() == []
     assert ledger.release(full.id).id == full.id and ledger.release(held.id).id == held.id

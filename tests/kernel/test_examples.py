@@ -63,7 +63,11 @@ def test_each_example_notebook_runs_on_its_own_sliced_kernel(demo_kernels: dict[
         assert "1024 MiB guaranteed" not in shown and "of up to 3.0 GiB (1.0 GiB guaranteed)" in shown, shown
         assert "above the request: this kernel's while nobody needs it" in shown
         assert "the colleague asks for" in shown and "and waits: True" in shown  # kept out by the burst, not refused
-        assert "the colleague got the GPU" in shown  # in, once the burst was freed
+        assert "the colleague got the GPU" in shown  # in, once the step that held the burst ended
+        said = [line for line in shown.splitlines() if line.startswith("jupyter vgpu: ")]  # the colleague's run
+        assert said and not [line for line in said if "GPU-" in line], said  # its GPU by index, as the panel names it
+        assert said[-1].startswith("jupyter vgpu: slice ") and " on GPU 0 (" in said[-1], said
+        assert "-c import sys import tensorflow as tf big = tf.ones(" in shown  # %vgpu lists the step on one line
     else:
         assert "JUPYTER_VGPU_SLICE_ID" in shown  # the provisioner's environment, as the notebook says
 

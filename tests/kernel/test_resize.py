@@ -67,6 +67,18 @@ def test_resize_to_a_malformed_size_names_it(workspace: Workspace, start) -> Non
     assert "`%vgpu resize 1/2`" in outcome.stderr
 
 
+def test_resize_with_a_limit_of_the_other_kind_gives_examples_of_the_slices_kind(workspace: Workspace, start) -> None:
+    """Issue 49: `%vgpu resize --limit 1/2` on a memory slice gave examples of shares (and a size below it)."""
+    slice_ = workspace.reserve(memory="6GiB")
+    kernel = start(workspace.slice_env(slice_))
+    outcome = kernel.run("%vgpu resize --limit 1/2")
+    assert outcome.stderr.strip() == (
+        "UsageError: %vgpu resize '--limit 1/2': --limit '1/2' is a share of a GPU but the request is memory (6.0 GiB); "
+        "give the limit as a size too, e.g. 12GiB. For example `%vgpu resize --limit 12GiB`."
+    )
+    assert reserved(workspace, slice_.id) == 6 * GiB  # nothing changed
+
+
 def test_resize_without_a_slice_says_there_is_none(workspace: Workspace, start) -> None:
     kernel = start(workspace.base_env())
     outcome = kernel.run("%vgpu resize 0.5")
