@@ -4,7 +4,8 @@ Two kernelspecs that differ only in ``metadata.kernel_provisioner`` (vgpu-provis
 ``gpu_fraction: 0.25`` vs jupyter_client's default local provisioner) are started alternately
 (ABBA order, so drift and warm caches hit both alike) on a simulated GPU; each start is timed
 from ``start_kernel()`` to the first ``kernel_info`` reply and the kernel is shut down again.
-Target: median sliced / median plain <= 1.05.
+Target (issue 47): median sliced / median plain <= 1.02. On a shared 2-core VM a ratio of 24 pairs
+scatters from 0.98 to 1.07 for the same code; 100 pairs (the default, about 2 minutes) tell 1%.
 
 It measures this checkout's jupyter_vgpu (put first on ``sys.path`` for the provisioner and on
 ``PYTHONPATH`` for both kernels), not whichever one the environment installed; the kernels' start-up
@@ -87,7 +88,7 @@ def report(times: dict[str, list[float]], base: str, other: str, labels: tuple[s
 
 async def run(pairs: int) -> None:
     times = await abba("plain", "sliced", pairs, time_start)
-    report(times, "plain", "sliced", ("plain", "sliced"), f"kernel start to ready, {pairs} pairs (ABBA), simulated 1x16GiB GPU:", 1.05)
+    report(times, "plain", "sliced", ("plain", "sliced"), f"kernel start to ready, {pairs} pairs (ABBA), simulated 1x16GiB GPU:", 1.02)
     if sys.flags.dont_write_bytecode and not sys.pycache_prefix and not (REPO / "jupyter_vgpu" / "__pycache__").is_dir():
         # what an installed wheel never pays: more than half of the extension's load here (issue 31)
         print("  (no cached bytecode: PYTHONDONTWRITEBYTECODE is set, so each sliced kernel compiles jupyter_vgpu from source)")
@@ -95,7 +96,7 @@ async def run(pairs: int) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--pairs", type=int, default=16)
+    parser.add_argument("--pairs", type=int, default=100)
     args = parser.parse_args()
     # `python benchmarks/kernel_start.py` puts benchmarks/ first on sys.path, not the checkout: without
     # this the provisioner and the kernels ran whatever jupyter_vgpu the environment installed
