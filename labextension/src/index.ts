@@ -48,6 +48,7 @@ import {
   sessionContextOf
 } from './statusbar/statusitem';
 import { WaitWatcher } from './notes/waitwatcher';
+import { RestartMarks } from './notes/restartmark';
 import { WatchdogNotifier } from './notes/watchdognotes';
 
 const PLUGIN_ID = 'jupyter-vgpu:plugin';
@@ -117,6 +118,10 @@ const plugin: JupyterFrontEndPlugin<void> = {
         Notification.info(heldBackText(path, why), { autoClose: 8000 })
     });
     shutDownNotebooks.follow(app.docRegistry);
+    // A notebook whose kernel the server restarted says so in its toolbar until a cell runs.
+    const restartMarks = new RestartMarks({
+      widgets: () => app.shell.widgets('main')
+    });
     new WatchdogNotifier({
       model,
       showSidebar,
@@ -125,6 +130,7 @@ const plugin: JupyterFrontEndPlugin<void> = {
       // notebook says "No Kernel"; and a reload does not start the notebook's kernel again on
       // its own (it would take a slice, or a place in line, again).
       onEvent: e => {
+        restartMarks.mark(e);
         const burstShutDown =
           e.action === 'burst' && burstEventAction(e) === 'shutdown';
         if (

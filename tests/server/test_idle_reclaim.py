@@ -131,6 +131,15 @@ async def test_an_idle_kernel_nobody_waits_for_is_kept_and_its_idle_time_shown(
     assert re.search(rf"{row['id']} [^\n]*? idle \d", flat[: flat.index(row["id"]) + 400])
     metrics = (await jp_fetch("metrics")).body.decode()
     assert f'jupyter_vgpu_slice_idle_seconds{{kernel_id="{kernel.id}",slice="{row["id"]}"}}' in metrics
+    # A restarted kernel's idle time starts again (issue 49: "idle 2 min" right after a restart).
+    idle = view["idle_seconds"]
+    await jp_fetch("api", "kernels", kernel.id, "restart", method="POST", body="{}")
+
+    async def afresh() -> Any:
+        again = await slice_of(jp_fetch, kernel.id)
+        return again if again and again["idle_seconds"] is not None and again["idle_seconds"] < idle - 2 else None
+
+    await until(afresh, what="the restarted kernel's idle time from its restart")
 
 
 def held_cell(gate: Any, started: Any) -> str:

@@ -391,3 +391,50 @@ def test_a_monitor_says_it_stopped_when_its_kernel_restarts(
     )
     assert icons == 0
     shot(page, "monitor-restarted", monitor)
+
+
+def test_a_kernel_the_server_restarted_is_marked_in_its_notebook_until_a_cell_runs(
+    lab: Lab, page: Any, notebooks: dict[str, dict[str, Any]]
+) -> None:
+    """Issue 49: after the server restarted a kernel to take its burst back, its notebook said
+    nothing until a cell failed with NameError. The server's event (here added to the poll's
+    reply: tests/server/test_burst_reclaim.py has the server make it) marks the notebook's
+    banner above its cells until a cell runs."""
+    page.locator(".lm-DockPanel-tabBar .lm-TabBar-tab", has_text="resize.ipynb").click()
+    held = wait_for("resize.ipynb's slice", lambda: kernel_slice(lab, RESIZE))
+    message = (
+        "work/resize.ipynb still used 2.1 GiB above its 4.0 GiB request 1 min after its notice, while 1 waiting "
+        "in line (first: your command): restarted to give its burst back (the admin's burst reclaim)."
+    )
+
+    status, listed = lab.api("GET", "api/vgpu/slices")
+    assert status == 200, listed
+    watchdog = listed["watchdog"]  # a poll's reply leaves it out while it has not changed
+
+    event: dict[str, Any] = {"slice_id": held["id"], "kernel_id": held["kernel_id"], "action": "burst", "ok": True,
+                             "message": message, "path": RESIZE}  # fmt: skip
+
+    def with_event(body: dict[str, Any]) -> dict[str, Any]:
+        event.setdefault("t", body["taken_at"])  # one event, listed by every reply from now on
+        return {**body, "watchdog": {**watchdog, "events": [*watchdog["events"], event]}}
+
+    route_sample(page, "slices", with_event)
+    mark = current_panel(page).locator(".jp-vgpu-RestartMark")
+    try:
+        expect(mark).to_have_text(
+            re.compile(r"^Kernel restarted at \d\d:\d\d:\d\d to give its GPU burst back: its variables are gone, run the cells again$"),
+            timeout=20_000,
+        )
+        expect(mark).to_have_attribute("title", re.compile(r"resize\.ipynb: work/resize\.ipynb still used 2\.1 GiB"))
+        for theme in themes(page):  # its words read on its background in either theme
+            colour, background = mark.evaluate("e => [getComputedStyle(e).color, getComputedStyle(e).backgroundColor]")
+            assert colour != background and background not in ("", "rgba(0, 0, 0, 0)"), (theme, colour, background)
+        above = current_panel(page).locator(".jp-Notebook").bounding_box()
+        assert above and mark.bounding_box()["y"] < above["y"], "the banner is above the cells"
+        shot(page, "restart-mark", current_panel(page))
+    finally:
+        unroute(page)
+    run_all(page)  # a cell begins: the mark goes
+    expect(mark).to_have_count(0, timeout=30_000)
+    toast = page.locator(".jp-Notification-Toast-warning", has_text="resize.ipynb")
+    expect(toast).to_have_count(1)  # one event, one notification, however many polls listed it

@@ -87,6 +87,7 @@ class IdleSource(Source):
         self._kept: dict[str, float] = {}  # slice id -> when its owner last said "Keep it"
         self._written: dict[str, tuple[float, float]] = {}  # slice -> (idle since, written at) in its idle file
         self._served = ServedUsers(per_user_seconds)  # who had a reclaim lately
+        self._pids: dict[str, int | None] = {}  # slice id -> its kernel's process, last sample
 
     def keep(self, slice_id: str, board: NoticeBoard) -> bool:
         """The owner's "Keep it": counts as activity. True when a notice was cancelled."""
@@ -128,6 +129,7 @@ class IdleSource(Source):
             board.withdraw(self.kind, gone)
             self._kept.pop(gone, None)
             self._written.pop(gone, None)
+            self._pids.pop(gone, None)
         return self.after > 0
 
     def choose(self, sample: Sample, wants: Sequence[Any], board: NoticeBoard, allowance: Allowance) -> Choice | None:
@@ -198,8 +200,19 @@ class IdleSource(Source):
         except KeyError:
             return None
         latest = max(s.created, self.started, self._kept.get(s.id, 0.0))
-        if getattr(kernel, "execution_state", None) in RESTARTING or self.executions.running(s.holder, kernel) or (usage.utilization or 0) > 0:
-            return now  # running a cell, restarting, or using the GPU: active now
+        # A kernel whose process changed was restarted (by its user, or to give its burst back),
+        # between two samples as often as not: its idle time starts again (issue 49: the row read
+        # "idle 2 min" right after a restart).
+        pid = getattr(getattr(kernel, "provisioner", None), "pid", None)
+        restarted = self._pids.get(s.id, pid) != pid
+        self._pids[s.id] = pid
+        if (
+            restarted
+            or getattr(kernel, "execution_state", None) in RESTARTING
+            or self.executions.running(s.holder, kernel)
+            or (usage.utilization or 0) > 0
+        ):
+            return now  # restarted, running a cell, or using the GPU: active now
         latest = max(latest, self.executions.last_cell(s.holder) or 0.0)
         previous = idle_since.get(s.id)
         return max(latest, previous or latest)

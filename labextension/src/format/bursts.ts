@@ -212,3 +212,27 @@ export function burstDueText(due: IBurstDue, age: number): string {
   };
   return `Bursting kernels give the room back: ${when}${then[due.action] ?? ''}`;
 }
+
+/** Whether `e` says the server restarted a kernel (its variables are gone). */
+export function restartedBy(e: IWatchdogEvent): 'burst' | 'policy' | null {
+  if (!e.ok || !e.kernel_id) {
+    return null;
+  }
+  if (e.action === 'burst' && burstEventAction(e) === 'restart') {
+    return 'burst';
+  }
+  return e.action === 'restart' ? 'policy' : null;
+}
+
+/** The mark's words: "Kernel restarted at 14:02:05 to give its GPU burst back: run the cells again". */
+export function restartMarkText(
+  e: IWatchdogEvent,
+  why: 'burst' | 'policy'
+): string {
+  const at = formatClock(e.t * 1000);
+  const reason =
+    why === 'burst'
+      ? 'to give its GPU burst back'
+      : "by the admin's GPU policy";
+  return `Kernel restarted at ${at} ${reason}: its variables are gone, run the cells again`;
+}
