@@ -88,6 +88,25 @@ def shows(locator: Any, text: str) -> bool:
     )
 
 
+def room_for(locator: Any, text: str) -> bool:
+    """Whether ``text``, in the element's font, fits between the element's start and the buttons
+    after it on its line (or the line's end): the room a name has, whatever the name shown now."""
+    return bool(
+        locator.evaluate(
+            """(e, text) => {
+                const c = document.createElement('canvas').getContext('2d');
+                c.font = getComputedStyle(e).font;
+                const left = e.getBoundingClientRect().left;
+                const line = e.closest('.jp-vgpu-SliceRow-line') || e.parentElement;
+                const after = [...line.querySelectorAll('button')].map(b => b.getBoundingClientRect().left).filter(x => x > left);
+                const end = after.length ? Math.min(...after) : line.getBoundingClientRect().right;
+                return end - left >= c.measureText(text).width;
+            }""",
+            text,
+        )
+    )
+
+
 def middle(locator: Any) -> float:
     box = locator.bounding_box()
     return float(box["y"] + box["height"] / 2)
@@ -120,6 +139,11 @@ def test_after_vgpu_resize_the_row_and_the_toolbar_say_the_new_size(
     row = slice_row(page, "resize.ipynb")
     kernel = row.locator(".jp-vgpu-SliceRow-kernel")
     expect(kernel).to_have_text(KERNEL_DISPLAY_NAME)
+    # At the panel's width as it opens, a name like the demo's fits beside the row's buttons
+    # (issue 49: "bursty-noteb..." was cut).
+    holder = row.locator(".jp-vgpu-SliceRow-holder")
+    for name in ("bursty-notebook.ipynb", "near-the-limit.ipynb", "mirrored-strategy.ipynb"):  # examples/
+        assert room_for(holder, name), (name, holder.bounding_box(), sidebar.bounding_box())
     page.locator(".lm-DockPanel-tabBar .lm-TabBar-tab", has_text="resize.ipynb").click()
     toolbar_name = current_panel(page).locator(".jp-Toolbar-kernelName")
     expect(toolbar_name).to_have_text(KERNEL_DISPLAY_NAME)
