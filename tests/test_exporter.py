@@ -199,3 +199,11 @@ def test_the_exporter_imports_nothing_of_jupyter_server(vgpu_env: dict[str, str]
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[]"
+
+
+def test_every_series_either_page_serves_is_in_the_rest_docs() -> None:
+    from jupyter_vgpu.metrics import series
+
+    documented = (Path(__file__).resolve().parents[1] / "docs" / "rest.md").read_text()
+    names = [s.name for s in (*series.EXPORTER_SERIES, *series.SERVER_SERIES)]
+    assert [name for name in names if f"`{name}`" not in documented] == []
