@@ -207,3 +207,32 @@ def test_every_series_either_page_serves_is_in_the_rest_docs() -> None:
     documented = (Path(__file__).resolve().parents[1] / "docs" / "rest.md").read_text()
     names = [s.name for s in (*series.EXPORTER_SERIES, *series.SERVER_SERIES)]
     assert [name for name in names if f"`{name}`" not in documented] == []
+
+
+def test_an_elastic_slice_shows_its_limit_burst_and_share_of_the_gpu(simulation_file: Callable[..., Path]) -> None:
+    """A 1/4 slice that may grow to 1/2 of 16 GiB, its process using 6 GiB and 15% of the GPU."""
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from jupyter_vgpu.ledger import open_ledger
+    from jupyter_vgpu.metrics.node import NodeCollector, NodeSampler
+    from jupyter_vgpu.slices import Holder, SliceRequest
+
+    ledger = open_ledger()
+    held = ledger.reserve(SliceRequest.parse(fraction=0.25, limit_fraction=0.5), Holder("command", "python train.py", pid=os.getpid()))
+    simulation_file(processes=[{"gpu": 0, "pid": os.getpid(), "memory": "6GiB", "utilization": 15}])
+    sampler = NodeSampler(ledger)  # one reading, taken now
+    registry = CollectorRegistry()
+    registry.register(NodeCollector(sampler, "here"))
+    page = {f.name: f.samples for f in text_string_to_metric_families(generate_latest(registry).decode())}
+    ledger.release(held.id)
+    sampler.stop()
+    on_gpu = {"slice": held.id, "UUID": held.gpus[0], "hostname": "here"}
+    figures = {name: [s.value for s in page[name] if s.labels == on_gpu] for name in page if name.startswith("jupyter_vgpu_slice_gpu_")}
+    assert figures == {
+        "jupyter_vgpu_slice_gpu_request_bytes": [4 * GiB],
+        "jupyter_vgpu_slice_gpu_limit_bytes": [8 * GiB],
+        "jupyter_vgpu_slice_gpu_used_bytes": [6 * GiB],
+        "jupyter_vgpu_slice_gpu_burst_bytes": [2 * GiB],
+        "jupyter_vgpu_slice_gpu_utilization_percent": [15],
+        "jupyter_vgpu_slice_gpu_share_utilization_percent": [60],  # 15% of the GPU is 60% of a quarter
+    }

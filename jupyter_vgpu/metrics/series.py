@@ -181,6 +181,7 @@ def share_utilization(utilization: float, share: float) -> float | None:
 
 
 def kernel_id(slice_: Slice) -> str:
+    """The ``kernel_id`` label: a kernel slice's kernel id, empty for a command's."""
     return slice_.holder if slice_.holder_kind == "kernel" else ""
 
 
