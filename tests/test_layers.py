@@ -99,6 +99,14 @@ FORBIDDEN = [
     ("jupyter_vgpu.server", "jupyter_vgpu.hub"),
     ("jupyter_vgpu.server", "jupyterhub"),
     ("jupyter_vgpu.cli", "jupyterhub"),
+    # The Prometheus series and the node's sampler serve the node exporter (a command) and the server alike.
+    ("jupyter_vgpu.metrics", "jupyter_server"),
+    ("jupyter_vgpu.metrics", "jupyter_vgpu.server"),
+    ("jupyter_vgpu.metrics", "jupyter_vgpu.hub"),
+    ("jupyter_vgpu.metrics", "jupyter_vgpu.cli"),
+    ("jupyter_vgpu.metrics", "jupyter_vgpu.provisioner"),
+    ("jupyter_vgpu.cli.exporter", "jupyter_vgpu.server"),
+    ("jupyter_vgpu.cli.exporter", "jupyter_server"),
 ]
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -96,6 +96,8 @@ class SliceUsage:
     note: str = ""
     #: The GPUs are simulated: the figure is what the slice's frameworks hold in host memory.
     simulated: bool = False
+    #: Measured utilisation per GPU uuid, % of the whole GPU (empty unless measured and NVML has it).
+    utilization_by_gpu: dict[str, int] = field(default_factory=dict)
 
     @property
     def source_text(self) -> str:
@@ -156,7 +158,8 @@ def slice_usage(
     reported = report_bytes(report.get("memory_used")) if report else None
     used, total, util, source = usage_of(slice_.id, slice_.gpus, sum(slice_.memory_total), attribution, snapshot, reported)
     note = usage_note(slice_, source, attribution, snapshot)
-    return SliceUsage(slice_, pid, used, total, util, source, report, note, snapshot.simulated)
+    by_gpu = dict(attribution.utilization.get(slice_.id, {})) if used else {}
+    return SliceUsage(slice_, pid, used, total, util, source, report, note, snapshot.simulated, by_gpu)
 
 
 def usage_note(slice_: Slice, source: str, attribution: Attribution, snapshot: Snapshot) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -132,7 +133,7 @@ def test_a_sliced_kernel_on_the_mock_is_measured_watched_and_exported(h100: Node
     assert gpu["memory_over_use"] == over * MiB - reserved and gpu["memory_free"] == 79 * GiB - over * MiB
     metrics = _metrics(server)
     assert metrics[f'jupyter_vgpu_slice_memory_used_bytes{{kernel_id="{kernel["id"]}",slice="{held["id"]}"}}'] == over * MiB
-    assert metrics['jupyter_vgpu_gpu_memory_free_bytes{gpu="0",uuid="GPU-01000100-0000-0000-0000-000000000000"}'] == gpu["memory_free"]
+    assert metrics[f"jupyter_vgpu_gpu_memory_free_bytes{{{_gpu0()}}}"] == gpu["memory_free"]
     server.api("DELETE", f"api/kernels/{kernel['id']}")
 
 
@@ -151,7 +152,7 @@ def test_the_dashboard_reads_power_temperature_and_pcie_through_nvml(h100: Node,
     assert (point["power"], point["temp"], point["pcie_tx"], point["pcie_rx"]) == (95, 34, 0, 0)
     assert point["used"] == 0 and point["reserved"] == 0
     metrics = _metrics(server)
-    gpu0 = 'gpu="0",uuid="GPU-01000100-0000-0000-0000-000000000000"'
+    gpu0 = _gpu0()
     assert metrics[f"jupyter_vgpu_gpu_power_watts{{{gpu0}}}"] == 95.0
     assert metrics[f"jupyter_vgpu_gpu_temperature_celsius{{{gpu0}}}"] == 34.0
     assert metrics[f"jupyter_vgpu_gpu_pcie_rx_bytes_per_second{{{gpu0}}}"] == 0.0
@@ -164,6 +165,12 @@ def _is_kernel(pid: int) -> bool:
         return any("ipykernel" in part for part in psutil.Process(pid).cmdline())
     except psutil.Error:
         return False
+
+
+def _gpu0() -> str:
+    """The labels of GPU 0's figures: the label contract's UUID and hostname, and the old gpu and uuid."""
+    uuid = "GPU-01000100-0000-0000-0000-000000000000"
+    return f'UUID="{uuid}",gpu="0",hostname="{socket.gethostname()}",uuid="{uuid}"'
 
 
 def _metrics(server: JupyterProcess) -> dict[str, float]:

@@ -6,11 +6,13 @@ import asyncio
 import json
 import os
 import re
+import socket
 from pathlib import Path
 from typing import Any
 
 import pytest
 from jupyter_process import write_sliced_kernelspec
+from prometheus_client.parser import text_string_to_metric_families
 
 from jupyter_vgpu.slices.reports import write_report
 
@@ -204,11 +206,27 @@ async def test_metrics_show_gpus_and_kernels(jp_fetch: Any, start_kernel: Any, s
     assert re.search(rf"^jupyter_vgpu_slice_memory_used_bytes\{{{labels}\}} 1\.073741824e\+09$", text, re.M)
     assert re.search(rf"^jupyter_vgpu_slice_memory_reserved_bytes\{{{labels}\}} 4\.294967296e\+09$", text, re.M)
     assert re.search(rf"^jupyter_vgpu_slice_utilization_percent\{{{labels}\}} 40\.0$", text, re.M)
-    gpu = f'gpu="0",uuid="{view["gpus"][0]}"'
+    uuid, host = view["gpus"][0], re.escape(socket.gethostname())
+    gpu = f'UUID="{uuid}",gpu="0",hostname="{host}",uuid="{uuid}"'  # the label contract's UUID and hostname beside the old labels
     assert re.search(rf"^jupyter_vgpu_gpu_memory_total_bytes\{{{gpu}\}} 1\.7179869184e\+10$", text, re.M)
     assert re.search(rf"^jupyter_vgpu_gpu_memory_used_bytes\{{{gpu}\}} 1\.073741824e\+09$", text, re.M)
     assert re.search(rf"^jupyter_vgpu_gpu_memory_reserved_bytes\{{{gpu}\}} 4\.294967296e\+09$", text, re.M)
     assert re.search(rf"^jupyter_vgpu_gpu_utilization_percent\{{{gpu}\}} 40\.0$", text, re.M)
+    # The node exporter's series, for this user's slice: one place builds both pages.
+    page = {f.name: f.samples for f in text_string_to_metric_families(text)}
+    (info,) = page["jupyter_vgpu_slice_info"]
+    assert info.labels["slice"] == view["id"] and info.labels["kernel_id"] == kernel.id and info.labels["launcher"] == "local"
+    assert info.labels["holder"].startswith(f"kernel {kernel.id[:8]}") and info.labels["tier"] == "cooperative"  # no notebook
+    on_gpu = {"slice": view["id"], "UUID": uuid, "hostname": socket.gethostname()}
+    figures = {name: [s.value for s in page[name] if s.labels == on_gpu] for name in page if name.startswith("jupyter_vgpu_slice_gpu_")}
+    assert figures == {
+        "jupyter_vgpu_slice_gpu_request_bytes": [4 * GiB],
+        "jupyter_vgpu_slice_gpu_limit_bytes": [],
+        "jupyter_vgpu_slice_gpu_used_bytes": [1 * GiB],
+        "jupyter_vgpu_slice_gpu_burst_bytes": [],
+        "jupyter_vgpu_slice_gpu_utilization_percent": [40],
+        "jupyter_vgpu_slice_gpu_share_utilization_percent": [100],  # 40% of the GPU is more than its quarter
+    }
 
 
 async def test_free_is_one_figure_in_the_cli_and_the_api_and_counts_a_slice_over_its_share(

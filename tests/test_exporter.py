@@ -1,0 +1,238 @@
+"""`jupyter vgpu exporter` as an admin runs it: a real exporter process per simulated node, each with
+its own ledger and hostname, scraped over HTTP and read with prometheus_client's own parser."""
+
+from __future__ import annotations
+
+import os
+import pwd
+import queue
+import shlex
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TypeVar
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.samples import Sample
+
+from jupyter_vgpu.gpus import Inventory
+
+JUPYTER_VGPU = [str(Path(sys.executable).parent / "jupyter-vgpu")]
+GiB = 1024**3
+T = TypeVar("T")
+
+
+@dataclass
+class Node:
+    hostname: str
+    env: dict[str, str]
+    process: subprocess.Popen[str]
+    url: str = ""
+
+
+def _node_env(folder: Path, simulate: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("JUPYTER_VGPU_BROKER", "JUPYTER_VGPU_CONTEXT_ALLOWANCE")}
+    return {**env, "JUPYTER_VGPU_SIMULATE": simulate, "JUPYTER_VGPU_LEDGER": str(folder / "vgpu" / "ledger.sqlite")}
+
+
+def _start(folder: Path, hostname: str, simulate: str) -> Node:
+    env = _node_env(folder, simulate)
+    command = [*JUPYTER_VGPU, "exporter", "--port", "0", "--hostname", hostname, "--interval", "0.2"]
+    return Node(hostname, env, subprocess.Popen(command, env=env, stderr=subprocess.PIPE, text=True))
+
+
+def _listening(node: Node, timeout: float = 60) -> None:
+    """Read the exporter's stderr until it says its URL (a thread drains it afterwards)."""
+    lines: queue.Queue[str] = queue.Queue()
+    assert node.process.stderr is not None
+    threading.Thread(target=lambda: [lines.put(line) for line in node.process.stderr], daemon=True).start()  # type: ignore[union-attr]
+    said = []
+    deadline = time.monotonic() + timeout
+    while not node.url:
+        try:
+            line = lines.get(timeout=max(0.0, deadline - time.monotonic()))
+        except queue.Empty:
+            raise AssertionError(f"the exporter said no URL in {timeout} s: {said}") from None
+        said.append(line)
+        if " at http://" in line:
+            node.url = line.rsplit(" at ", 1)[1].strip()
+
+
+@pytest.fixture
+def nodes(tmp_path: Path) -> Iterator[dict[str, Node]]:
+    """Two simulated nodes, started together: node-a with one 16 GiB GPU, node-b with two of 8 GiB."""
+    started = {"node-a": _start(tmp_path / "a", "node-a", "1x16GiB"), "node-b": _start(tmp_path / "b", "node-b", "2x8GiB")}
+    try:
+        for node in started.values():
+            _listening(node)
+        yield started
+    finally:
+        for node in started.values():
+            node.process.terminate()
+        for node in started.values():
+            assert node.process.wait(timeout=30) == 0  # SIGTERM ends it cleanly
+
+
+def scrape(url: str) -> dict[str, list[Sample]]:
+    """The page as Prometheus reads it: each family's samples, by name."""
+    with urllib.request.urlopen(url, timeout=10) as reply:
+        text = reply.read().decode()
+    return {family.name: family.samples for family in text_string_to_metric_families(text)}
+
+
+def wait_for(check: Callable[[], T | None], what: str, timeout: float = 60) -> T:
+    """``check``'s first answer that is not empty or false, asked until ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while not (found := check()):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not seen in {timeout} s: {what}")
+        time.sleep(0.05)
+    return found
+
+
+def one(samples: list[Sample], **labels: str) -> Sample:
+    found = [s for s in samples if all(s.labels.get(k) == v for k, v in labels.items())]
+    assert len(found) == 1, (labels, samples)
+    return found[0]
+
+
+def test_an_admin_sees_each_nodes_gpus_slices_and_line_until_the_slice_ends(nodes: dict[str, Node]) -> None:
+    a, b = nodes["node-a"], nodes["node-b"]
+    uuid = Inventory("1x16GiB").snapshot().gpus[0].uuid
+    user = pwd.getpwuid(os.getuid()).pw_name
+    command = ["cat"]  # holds its slice until its stdin closes
+    holder = subprocess.Popen([*JUPYTER_VGPU, "run", "-q", "-p", "1/4", "--", *command], env=a.env, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL)
+    waiter: subprocess.Popen[bytes] | None = None
+    try:
+        page = wait_for(lambda: (p := scrape(a.url))["jupyter_vgpu_slice_info"] and p, "the slice on node-a's page")
+        gpu = one(page["jupyter_vgpu_gpu_info"], UUID=uuid)
+        assert gpu.labels == {"UUID": uuid, "gpu": "0", "hostname": "node-a", "modelName": "Simulated GPU 16GiB"} and gpu.value == 1
+        info = one(page["jupyter_vgpu_slice_info"])
+        slice_id = info.labels["slice"]
+        assert info.labels == {
+            "slice": slice_id, "hostname": "node-a", "user": user, "kernel_id": "",
+            "holder": shlex.join(command), "launcher": "local", "tier": "cooperative",
+        }  # fmt: skip
+        on_gpu = {"slice": slice_id, "UUID": uuid, "hostname": "node-a"}
+        assert one(page["jupyter_vgpu_slice_gpu_request_bytes"], **on_gpu).value == 4 * GiB
+        assert one(page["jupyter_vgpu_slice_gpu_used_bytes"], **on_gpu).value == 0  # NVML lists no process of it
+        assert page["jupyter_vgpu_slice_gpu_limit_bytes"] == []  # a fixed slice
+        assert one(page["jupyter_vgpu_gpu_memory_free_bytes"], UUID=uuid, hostname="node-a").value == 12 * GiB
+        assert one(page["jupyter_vgpu_waiting_requests"]).value == 0
+
+        waiter = subprocess.Popen([*JUPYTER_VGPU, "run", "-q", "-p", "1", "--wait", "60", "--", "true"], env=a.env)
+        page = wait_for(lambda: (p := scrape(a.url))["jupyter_vgpu_waiting_requests"][0].value == 1 and p, "the request in line")
+        assert one(page["jupyter_vgpu_waiting_requests"]).labels == {"hostname": "node-a"}
+        assert one(page["jupyter_vgpu_waiting_memory_bytes"]).value == 16 * GiB
+
+        assert holder.stdin is not None
+        holder.stdin.close()  # the command ends, its slice is freed, the waiter gets the GPU and ends too
+        assert holder.wait(timeout=30) == 0 and waiter.wait(timeout=60) == 0
+        page = wait_for(
+            lambda: (p := scrape(a.url))["jupyter_vgpu_waiting_requests"][0].value == 0 and not p["jupyter_vgpu_slice_info"] and p,
+            "node-a's page without the slice and the line",
+        )
+        assert page["jupyter_vgpu_slice_gpu_request_bytes"] == [] and one(page["jupyter_vgpu_node_up"]).value == 1
+
+        other = scrape(b.url)  # its own ledger and GPUs, under its own name
+        assert sorted((s.labels["gpu"], s.labels["hostname"], s.labels["modelName"]) for s in other["jupyter_vgpu_gpu_info"]) == [
+            ("0", "node-b", "Simulated GPU 8GiB"), ("1", "node-b", "Simulated GPU 8GiB"),
+        ]  # fmt: skip
+        assert other["jupyter_vgpu_slice_info"] == []
+    finally:
+        for process in (holder, waiter):
+            if process is not None and process.poll() is None:
+                process.kill()
+                process.wait()
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--port", "70000"], "argument --port: --port '70000' is not a port number from 0 to 65535 (0: any free port)"),
+        (["--hostname", ""], "argument --hostname: --hostname '' is not a host name: give 1 to 253 characters without spaces"),
+        (["--interval", "0"], "argument --interval: --interval '0' is not a number of seconds from 0.1 to 3600"),
+    ],
+)
+def test_bad_arguments_are_one_sentence_naming_the_value(vgpu_env: dict[str, str], args: list[str], message: str) -> None:
+    result = subprocess.run([*JUPYTER_VGPU, "exporter", *args], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2
+    assert result.stderr.splitlines()[-1] == f"jupyter vgpu exporter: error: {message}"
+    assert "Traceback" not in result.stderr
+
+
+def test_a_port_in_use_is_one_sentence(vgpu_env: dict[str, str]) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = subprocess.run([*JUPYTER_VGPU, "exporter", "--port", str(port)], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2
+    assert result.stderr == (
+        f"jupyter vgpu: The exporter cannot listen on port {port} on 127.0.0.1: another program uses it; "
+        "give another --port (0: any free port).\n"
+    )
+
+
+def test_the_exporter_imports_nothing_of_jupyter_server(vgpu_env: dict[str, str]) -> None:
+    """It is a command of the node, not a server extension (DESIGN.md's layers): one reading and
+    one page, and no module of jupyter_server or of the server layer is loaded."""
+    code = (
+        "import sys\n"
+        "from prometheus_client import CollectorRegistry, generate_latest\n"
+        "from jupyter_vgpu.cli import build_parser\n"
+        "from jupyter_vgpu.ledger import open_ledger\n"
+        "from jupyter_vgpu.metrics.node import NodeCollector, NodeSampler\n"
+        "build_parser(['exporter'])\n"
+        "registry = CollectorRegistry()\n"
+        "registry.register(NodeCollector(NodeSampler(open_ledger()), 'here'))\n"
+        "assert b'jupyter_vgpu_gpu_info{' in generate_latest(registry)\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'jupyter_server' or m.startswith('jupyter_vgpu.server')))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"
+
+
+def test_every_series_either_page_serves_is_in_the_rest_docs() -> None:
+    from jupyter_vgpu.metrics import series
+
+    documented = (Path(__file__).resolve().parents[1] / "docs" / "rest.md").read_text()
+    names = [s.name for s in (*series.EXPORTER_SERIES, *series.SERVER_SERIES)]
+    assert [name for name in names if f"`{name}`" not in documented] == []
+
+
+def test_an_elastic_slice_shows_its_limit_burst_and_share_of_the_gpu(simulation_file: Callable[..., Path]) -> None:
+    """A 1/4 slice that may grow to 1/2 of 16 GiB, its process using 6 GiB and 15% of the GPU."""
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from jupyter_vgpu.ledger import open_ledger
+    from jupyter_vgpu.metrics.node import NodeCollector, NodeSampler
+    from jupyter_vgpu.slices import Holder, SliceRequest
+
+    ledger = open_ledger()
+    held = ledger.reserve(SliceRequest.parse(fraction=0.25, limit_fraction=0.5), Holder("command", "python train.py", pid=os.getpid()))
+    simulation_file(processes=[{"gpu": 0, "pid": os.getpid(), "memory": "6GiB", "utilization": 15}])
+    sampler = NodeSampler(ledger)  # one reading, taken now
+    registry = CollectorRegistry()
+    registry.register(NodeCollector(sampler, "here"))
+    page = {f.name: f.samples for f in text_string_to_metric_families(generate_latest(registry).decode())}
+    ledger.release(held.id)
+    sampler.stop()
+    on_gpu = {"slice": held.id, "UUID": held.gpus[0], "hostname": "here"}
+    figures = {name: [s.value for s in page[name] if s.labels == on_gpu] for name in page if name.startswith("jupyter_vgpu_slice_gpu_")}
+    assert figures == {
+        "jupyter_vgpu_slice_gpu_request_bytes": [4 * GiB],
+        "jupyter_vgpu_slice_gpu_limit_bytes": [8 * GiB],
+        "jupyter_vgpu_slice_gpu_used_bytes": [6 * GiB],
+        "jupyter_vgpu_slice_gpu_burst_bytes": [2 * GiB],
+        "jupyter_vgpu_slice_gpu_utilization_percent": [15],
+        "jupyter_vgpu_slice_gpu_share_utilization_percent": [60],  # 15% of the GPU is 60% of a quarter
+    }
