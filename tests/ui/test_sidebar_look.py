@@ -181,7 +181,8 @@ def test_gpu_and_notebook_names_are_whole_at_the_default_sidebar_width(
 ) -> None:
     sidebar = open_sidebar(page)
     width = sidebar.bounding_box()["width"]
-    assert width <= 300, f"the sidebar is {width}px wide: not JupyterLab's default"
+    # JupyterLab's floor (250 px) or the panel's own (320 px: issue 49, the demo's names whole), no wider
+    assert width <= 320, f"the sidebar is {width}px wide: wider than the panel asks"
     names = sidebar.locator(".jp-vgpu-DeviceCard-name")
     expect(names).to_have_text(["NVIDIA A100-SXM4-80GB", "NVIDIA H100 80GB HBM3"])
     for name in ("Untitled.ipynb", "Untitled1.ipynb"):
