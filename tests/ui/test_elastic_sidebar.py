@@ -352,7 +352,7 @@ def test_a_burst_asked_back_counts_down_in_a_notification_the_row_and_the_status
         "title", re.compile(r"^This kernel uses 3\.0 GiB above its 4\.0 GiB request while the GPU is needed: 1 waiting")
     )
     expect(warning).to_have_attribute("title", re.compile(r"torch\.cuda\.empty_cache\(\)"))
-    expect(warning).to_have_attribute("title", re.compile(r"TensorFlow and JAX cannot give memory back"))
+    expect(warning).to_have_attribute("title", re.compile(r"On a real GPU, TensorFlow and JAX cannot give memory back"))
     expect(row.get_by_role("button", name=re.compile("Keep"))).to_have_count(0)
     bar = row.locator(".jp-vgpu-SliceBar")
     expect(bar).to_have_class(re.compile(r"\bjp-vgpu-mod-givingBack\b"))

@@ -163,7 +163,7 @@ describe('the words of a burst notice', () => {
       `This kernel uses 2.1 GiB above its 4.0 GiB request while the GPU is needed: ${FOR}.`,
       'If it still does at 14:32:05, the server restarts the kernel: it keeps its slice, back at its request, but its variables are lost.',
       'Freeing GPU memory ends the notice: del what you no longer need, then gc.collect(); in PyTorch also torch.cuda.empty_cache().',
-      'TensorFlow and JAX cannot give memory back before a restart.'
+      'On a real GPU, TensorFlow and JAX cannot give memory back before a restart (simulated GPUs count what their tensors hold, so del frees it there).'
     ]);
     const warned = burstNoticeDetails(
       burstSlice(),

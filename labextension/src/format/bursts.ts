@@ -116,7 +116,7 @@ export function burstNoticeDetails(
       ? `At ${formatClock(deadline)} the server ${actionWords(action).then}`
       : `If it still does at ${formatClock(deadline)}, the server ${actionWords(action).then}`,
     'Freeing GPU memory ends the notice: del what you no longer need, then gc.collect(); in PyTorch also torch.cuda.empty_cache().',
-    'TensorFlow and JAX cannot give memory back before a restart.'
+    'On a real GPU, TensorFlow and JAX cannot give memory back before a restart (simulated GPUs count what their tensors hold, so del frees it there).'
   ].join('\n');
 }
 
