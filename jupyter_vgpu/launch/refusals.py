@@ -55,12 +55,16 @@ class RefusalLog:
         self._entries: deque[tuple[str | None, dict[str, Any]]] = deque(maxlen=keep)
         self._claims: OrderedDict[str, str | None] = OrderedDict()
         self._lock = threading.Lock()
+        #: Refusals since the server started, by reason (its /metrics counts them).
+        self.counts: dict[str, int] = {}
 
     def add(self, entry: dict[str, Any], owner: str | None = None) -> str:
         """Record a refused start that ``owner`` asked for; returns the refusal's id."""
         refusal_id = secrets.token_hex(12)
+        reason = str(entry.get("reason") or "unknown")
         with self._lock:
             self._entries.append((owner, {**entry, "id": refusal_id}))
+            self.counts[reason] = self.counts.get(reason, 0) + 1
         return refusal_id
 
     def since(self, t: float, owner: object = ANYONE) -> list[dict[str, Any]]:

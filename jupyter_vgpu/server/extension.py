@@ -25,6 +25,7 @@ from ..launch.errors import OneLineRefusals
 from ..launch.refusals import refusals_of
 from ..launch.workarounds import check_provisioner_configs, forget_failed_starts
 from ..ledger import Ledger, open_ledger
+from ..metrics.counters import EventCounts
 from ..slices import terms
 from ..slices.occupancy import GPUOccupancy
 from ..units import shorten
@@ -200,6 +201,12 @@ class VGPUServer(ServerSettings):
             ledger_path=ledger_path,
             log=self.log,
         )
+        refusals = refusals_of(manager)
+
+        def event_counts() -> EventCounts:  # what /metrics counts of this server (metrics.counters)
+            return EventCounts(dict(refusals.counts), dict(self.watchdog.counts), bursts.given_back)
+
+        self.event_counts = event_counts
         self.reclaim = Reclaim(
             (bursts, idle),
             allowance=allowance_of(ledger),
@@ -250,7 +257,7 @@ class VGPUServer(ServerSettings):
         monitor: UsageMonitor | None = getattr(self, "monitor", None)
         if monitor is not None:
             reclaim: Reclaim | None = getattr(self, "reclaim", None)
-            collector().add(monitor, reclaim.board if reclaim is not None else None)
+            collector().add(monitor, reclaim.board if reclaim is not None else None, getattr(self, "event_counts", None))
             monitor.start()
         specs = getattr(serverapp, "kernel_spec_manager", None)
         if specs is not None:

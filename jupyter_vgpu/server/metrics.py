@@ -11,37 +11,44 @@ slices, and the sums per slice this page had before the label contract.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from prometheus_client import REGISTRY
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
 
+from ..metrics import counters
 from ..metrics.series import NODE_SERIES, SERVER_SERIES, Page, machine_name
 from .monitor import UsageMonitor
 from .reclaim.board import NoticeBoard
 
 
 class VGPUCollector(Collector):
-    """Reads the latest sample of every running monitor (one per server in this process), and
-    the idle times on its server's notice board."""
+    """Reads the latest sample of every running monitor (one per server in this process), the
+    idle times on its server's notice board, and its server's counts of what happened."""
 
     def __init__(self, hostname: str | None = None) -> None:
         self.hostname = hostname or machine_name()
-        self._monitors: dict[UsageMonitor, NoticeBoard | None] = {}
+        self._monitors: dict[UsageMonitor, tuple[NoticeBoard | None, Callable[[], counters.EventCounts] | None]] = {}
         self._lock = threading.Lock()
 
-    def add(self, monitor: UsageMonitor, board: NoticeBoard | None = None) -> None:
+    def add(
+        self,
+        monitor: UsageMonitor,
+        board: NoticeBoard | None = None,
+        counts: Callable[[], counters.EventCounts] | None = None,
+    ) -> None:
         with self._lock:
-            self._monitors.setdefault(monitor, board)
+            self._monitors.setdefault(monitor, (board, counts))
 
     def remove(self, monitor: UsageMonitor) -> None:
         with self._lock:
             self._monitors.pop(monitor, None)
 
-    def collect(self) -> Iterator[GaugeMetricFamily]:
+    def collect(self) -> Iterator[Metric]:
         with self._lock:
-            samples = [(board, m.latest) for m, board in self._monitors.items() if m.latest is not None]
+            samples = [(board, m.latest) for m, (board, _) in self._monitors.items() if m.latest is not None]
+            counted = [count for _, count in self._monitors.values() if count is not None]
         page = Page((*NODE_SERIES, *SERVER_SERIES))
         for board, sample in samples:
             assert sample is not None
@@ -50,6 +57,7 @@ class VGPUCollector(Collector):
             page.add(sample, self.hostname, shown=lambda s: not s.hidden)
             page.add_server_slices(sample.slices, board.idle_seconds if board is not None else _no_idle)
         yield from page.families()
+        yield from counters.families((count() for count in counted), self.hostname)
 
 
 def _no_idle(slice_id: str) -> None:

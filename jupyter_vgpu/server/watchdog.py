@@ -98,6 +98,8 @@ class Watchdog:
         self._over_since: dict[str, tuple[float, int | None]] = {}  # slice -> (since, holder pid)
         self._acted: set[str] = set()
         self._tasks: set[asyncio.Task[None]] = set()
+        #: Actions since the server started: (kind, action, ok or failed) -> times.
+        self.counts: dict[tuple[str, str, str], int] = {}
 
     def events(self, slice_id: str) -> list[WatchdogEvent]:
         """The slice's recent events, oldest first."""
@@ -107,10 +109,14 @@ class Watchdog:
         """The last 100 events of any slice, including slices that have since ended."""
         return list(self._recent)
 
-    def record(self, event: WatchdogEvent) -> None:
-        """Keep an event of this watchdog's or of another actor's (an idle reclaim)."""
+    def record(self, event: WatchdogEvent, *, kind: str = "watchdog", action: str | None = None) -> None:
+        """Keep an event of this watchdog's or of another actor's (a reclaim source, whose
+        ``kind`` is its own and whose event's action is that kind; ``action`` then says what it
+        did), and count it for /metrics."""
         self._events.setdefault(event.slice_id, deque(maxlen=self._max_events)).append(event)
         self._recent.append(event)
+        key = (kind, action or event.action, "ok" if event.ok else "failed")
+        self.counts[key] = self.counts.get(key, 0) + 1
 
     async def check(self, sample: Sample) -> None:
         """Compare each slice with its limit and start the configured action where due."""

@@ -208,3 +208,17 @@ def unused_pid() -> int:
     while psutil.pid_exists(pid):
         pid += 1
     return pid
+
+
+async def counted(jp_fetch: Any, name: str, **labels: str) -> float:
+    """What the server's /metrics counts in ``name`` (``jupyter_vgpu_reclaims_total``) for the
+    samples with ``labels``, read as Prometheus reads the page (0 when none is listed)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    page = (await jp_fetch("metrics")).body.decode()
+    return sum(
+        sample.value
+        for family in text_string_to_metric_families(page)
+        for sample in family.samples
+        if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items())
+    )

@@ -19,7 +19,7 @@ import pytest
 
 from jupyter_vgpu.units import GiB
 
-from .conftest import get_json, until, write_kernelspec
+from .conftest import counted, get_json, until, write_kernelspec
 
 pytestmark = [pytest.mark.slow, pytest.mark.tensorflow]
 
@@ -133,6 +133,9 @@ async def test_a_burst_gets_a_notice_then_a_restart_and_the_waiter_gets_in(
         (event,) = await until(lambda: burst_events(jp_fetch), timeout=60, what="the burst's restart")
         assert event["ok"] and event["kernel_id"] == bursty.id and event["path"] == "bursty.ipynb", event
         assert "restarted to give its burst back" in event["message"], event
+        # /metrics counts it (issue 48): one burst reclaimed by a restart, none given back in time
+        assert await counted(jp_fetch, "jupyter_vgpu_reclaims_total", kind="burst", action="restart", outcome="ok") == 1
+        assert await counted(jp_fetch, "jupyter_vgpu_bursts_given_back_total") == 0
         out, err = await asyncio.to_thread(command.communicate, timeout=90)
         assert command.returncode == 0 and "GRANTED" in out, err
         after = await views(jp_fetch, vgpu_env)
@@ -199,6 +202,8 @@ async def test_a_burst_given_back_in_time_ends_the_notice(
         await until(withdrawn, what="the notice withdrawn")
         assert kernel.pid == pid  # not restarted
         assert not await burst_events(jp_fetch)
+        assert await counted(jp_fetch, "jupyter_vgpu_bursts_given_back_total") == 1  # /metrics (issue 48)
+        assert await counted(jp_fetch, "jupyter_vgpu_reclaims_total") == 0
     finally:
         command.kill()
 

@@ -15,6 +15,8 @@ from tornado.httpclient import HTTPClientError
 from jupyter_vgpu.ledger import open_ledger
 from jupyter_vgpu.slices import Holder, SliceRequest
 
+from .conftest import counted
+
 WHOLE = "python3-vgpu-one"
 GPUS = [{"name": "Simulated A100", "memory": "16GiB"}, {"name": "Simulated A100", "memory": "16GiB"}]
 
@@ -64,6 +66,8 @@ async def test_a_start_refused_for_room_is_a_503_with_the_sentence(
     assert full_gpus.waiting() == []
     assert json.loads((await jp_fetch("api", "sessions")).body) == []
     assert json.loads((await jp_fetch("api", "kernels")).body) == []
+    # /metrics counts the refusal by its reason (issue 48)
+    assert await counted(jp_fetch, "jupyter_vgpu_refusals_total", reason=refused["reason"]) == 1, refused["reason"]
 
 
 async def login_cookie(jp_fetch: Any) -> dict[str, str]:

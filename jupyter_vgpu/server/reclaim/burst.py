@@ -90,6 +90,7 @@ class BurstSource(Source):
         self.bursting: list[str] = []  # this sample's, the youngest burst first
         self.uid = os.getuid()  # this server's user, whose kernels these are
         self.served_users = ServedUsers(per_user_seconds)  # other users' requests a reclaim let in lately
+        self.given_back = 0  # notices that ended because the kernel gave its burst back in time
 
     def observe(self, sample: Sample, board: NoticeBoard) -> bool:
         """This server's kernels that burst now, those under notice first, then the youngest burst first."""
@@ -145,7 +146,10 @@ class BurstSource(Source):
         return Choice(groups, frozenset(served), due)
 
     def withdrawn(self, slice_id: str, notice: Notice) -> str:
-        return "gave its burst back" if slice_id not in self.bursting_since else f"is no longer needed by {notice.waiting}"
+        if slice_id not in self.bursting_since:
+            self.given_back += 1  # /metrics: jupyter_vgpu_bursts_given_back_total
+            return "gave its burst back"
+        return f"is no longer needed by {notice.waiting}"
 
     def announcement(self, usage: SliceUsage, group: Group, sample: Sample, board: NoticeBoard) -> tuple[Notice, str]:
         s, now = usage.slice, sample.taken_at
@@ -183,7 +187,7 @@ class BurstSource(Source):
         except Exception as error:
             ok = False
             message = f"{words}: could not be {_PAST[self.action]} ({shorten(error)})."
-        self.record(usage, ok, message)
+        self.record(usage, ok, message, self.action)
         if self.action in ("interrupt", "warn"):
             await board.tell(usage, "burst", "done", message)
         return True

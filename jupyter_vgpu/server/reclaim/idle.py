@@ -183,7 +183,7 @@ class IdleSource(Source):
         except Exception as error:
             ok = False
             message = f"{words}: could not be shut down ({shorten(error)})."
-        self.record(usage, ok, message)
+        self.record(usage, ok, message, "shutdown")
         return ok
 
     def close(self) -> None:

@@ -73,7 +73,8 @@ class Source(ABC):
         """The notice to the holder's owner and the words the kernel prints (and the log says)."""
 
     def withdrawn(self, slice_id: str, notice: Notice) -> str:
-        """Why a notice is withdrawn, for the log: "slice X <these words>; its notice is withdrawn"."""
+        """Why a notice is withdrawn, for the log: "slice X <these words>; its notice is withdrawn"
+        (the engine asks once per notice withdrawn: a source counts what it must here)."""
         return f"is no longer needed by {notice.waiting}"
 
     def begin(self, group: Group, notices: Sequence[Notice], now: float) -> None:
@@ -104,13 +105,14 @@ class Source(ABC):
         """The server stops."""
         return None  # a hook: nothing to close by default
 
-    def record(self, usage: SliceUsage, ok: bool, message: str) -> None:
-        """An action taken (or failed): a watchdog event of this source's kind, and a log line."""
+    def record(self, usage: SliceUsage, ok: bool, message: str, action: str) -> None:
+        """An action taken (or failed): a watchdog event of this source's kind, counted with
+        ``action`` (restart, shutdown, ...), and a log line."""
         s = usage.slice
         event = WatchdogEvent(
             time.time(), s.id, s.holder, self.kind, ok, message, path=s.labels.get("path"),
             memory_used=usage.memory_used, memory_reserved=usage.memory_reserved_total,
         )  # fmt: skip
-        self.watchdog.record(event)
+        self.watchdog.record(event, kind=self.kind, action=action)
         (self.log.warning if ok else self.log.error)("jupyter-vgpu: %s", message)
 
