@@ -83,7 +83,7 @@ for i, (request, allowed) in enumerate(wants):
     tickets.append(ticket)
 
 events = []
-watchdog = type("Watchdog", (), {"record": lambda self, event: events.append(event)})()
+watchdog = type("Watchdog", (), {"record": lambda self, event, **counted: events.append(event)})()
 if Reclaim is not None:  # the reclaim engine with its idle source only
     idle = IdleSource(kernels, watchdog, after=1e-6, notice=0.0, per_user_seconds=600.0, log=logging.getLogger("bench"))
     reclaimer = Reclaim((idle,), allowance=lambda g: 0, log=logging.getLogger("bench"))

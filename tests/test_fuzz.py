@@ -615,7 +615,7 @@ class IdleReclaimLetsAWaiterIn(RuleBasedStateMachine):
         self.events: list[Any] = []
         self.allowed: dict[int, tuple[str, ...]] = {}  # ticket -> the GPUs its "policy" allows
         self.loop = asyncio.new_event_loop()
-        watchdog = type("Watchdog", (), {"record": lambda _, event: self.events.append(event)})()
+        watchdog = type("Watchdog", (), {"record": lambda _, event, **counted: self.events.append(event)})()
         idle = IdleSource(self.kernels, watchdog, after=1e-6, notice=0.0, per_user_seconds=0.0, log=logging.getLogger("fuzz"))
         self.reclaimer = Reclaim((idle,), log=logging.getLogger("fuzz"))
         self.uuids = [g.uuid for g in self.ledger.inventory.snapshot().gpus]
