@@ -202,7 +202,12 @@ async def test_a_burst_given_back_in_time_ends_the_notice(
         await until(withdrawn, what="the notice withdrawn")
         assert kernel.pid == pid  # not restarted
         assert not await burst_events(jp_fetch)
-        assert await counted(jp_fetch, "jupyter_vgpu_bursts_given_back_total") == 1  # /metrics (issue 48)
+        # /metrics (issue 48): given back, whether a sample saw the burst go before the command got in
+        # or after (run 30)
+        async def given_back() -> bool:
+            return await counted(jp_fetch, "jupyter_vgpu_bursts_given_back_total") == 1
+
+        await until(given_back, what="the burst counted as given back")
         assert await counted(jp_fetch, "jupyter_vgpu_reclaims_total") == 0
     finally:
         command.kill()

@@ -57,6 +57,8 @@ from .source import Choice, Group, Source
 from .wants import Overbooked, ServedUsers
 
 ACTIONS = BURST_ACTIONS
+#: A notice withdrawn as no longer needed whose burst is gone this soon after was given back.
+GIVEN_BACK_SECONDS = 10.0
 _PAST = {"restart": "restarted", "interrupt": "interrupted", "shutdown": "shut down", "warn": "warned"}
 _FUTURE = {
     "restart": "restarts it (it keeps its slice, back at its request)",
@@ -91,6 +93,7 @@ class BurstSource(Source):
         self.uid = os.getuid()  # this server's user, whose kernels these are
         self.served_users = ServedUsers(per_user_seconds)  # other users' requests a reclaim let in lately
         self.given_back = 0  # notices that ended because the kernel gave its burst back in time
+        self._ended_bursting: dict[str, float] = {}  # slice -> when its notice ended while it still burst
 
     def observe(self, sample: Sample, board: NoticeBoard) -> bool:
         """This server's kernels that burst now, those under notice first, then the youngest burst first."""
@@ -103,6 +106,11 @@ class BurstSource(Source):
             if burst_of(s.id, gpus) > 0:
                 live[s.id] = self.bursting_since.get(s.id, sample.taken_at)
         self.bursting_since = live
+        for sid, ended in list(self._ended_bursting.items()):
+            if sid not in live:
+                self.given_back += 1
+            if sid not in live or time.time() - ended > GIVEN_BACK_SECONDS:
+                del self._ended_bursting[sid]
         notices = board.of(self.kind)
         self.bursting = sorted(live, key=lambda sid: (sid not in notices, -live[sid]))
         return bool(self.bursting)
@@ -149,6 +157,9 @@ class BurstSource(Source):
         if slice_id not in self.bursting_since:
             self.given_back += 1  # /metrics: jupyter_vgpu_bursts_given_back_total
             return "gave its burst back"
+        # The waiter may have got in on the burst given back before a sample saw it go (run 30):
+        # a burst gone within GIVEN_BACK_SECONDS of its notice's end counts as given back too.
+        self._ended_bursting[slice_id] = time.time()
         return f"is no longer needed by {notice.waiting}"
 
     def announcement(self, usage: SliceUsage, group: Group, sample: Sample, board: NoticeBoard) -> tuple[Notice, str]:
