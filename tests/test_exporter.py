@@ -42,9 +42,10 @@ def _node_env(folder: Path, simulate: str) -> dict[str, str]:
     return {**env, "JUPYTER_VGPU_SIMULATE": simulate, "JUPYTER_VGPU_LEDGER": str(folder / "vgpu" / "ledger.sqlite")}
 
 
-def _start(folder: Path, hostname: str, simulate: str) -> Node:
+def _start(folder: Path, hostname: str, simulate: str, *, named: bool = True) -> Node:
+    """An exporter; ``named=False`` leaves --hostname out (the simulated machine's name is the default)."""
     env = _node_env(folder, simulate)
-    command = [*JUPYTER_VGPU, "exporter", "--port", "0", "--hostname", hostname, "--interval", "0.2"]
+    command = [*JUPYTER_VGPU, "exporter", "--port", "0", "--interval", "0.2", *(["--hostname", hostname] if named else [])]
     return Node(hostname, env, subprocess.Popen(command, env=env, stderr=subprocess.PIPE, text=True))
 
 
@@ -67,8 +68,12 @@ def _listening(node: Node, timeout: float = 60) -> None:
 
 @pytest.fixture
 def nodes(tmp_path: Path) -> Iterator[dict[str, Node]]:
-    """Two simulated nodes, started together: node-a with one 16 GiB GPU, node-b with two of 8 GiB."""
-    started = {"node-a": _start(tmp_path / "a", "node-a", "1x16GiB"), "node-b": _start(tmp_path / "b", "node-b", "2x8GiB")}
+    """Two simulated nodes, started together: node-a with one 16 GiB GPU (its hostname label from
+    the simulated machine's name), node-b with two of 8 GiB (from --hostname)."""
+    started = {
+        "node-a": _start(tmp_path / "a", "node-a", "1x16GiB@node-a", named=False),
+        "node-b": _start(tmp_path / "b", "node-b", "2x8GiB"),
+    }
     try:
         for node in started.values():
             _listening(node)
@@ -105,7 +110,7 @@ def one(samples: list[Sample], **labels: str) -> Sample:
 
 def test_an_admin_sees_each_nodes_gpus_slices_and_line_until_the_slice_ends(nodes: dict[str, Node]) -> None:
     a, b = nodes["node-a"], nodes["node-b"]
-    uuid = Inventory("1x16GiB").snapshot().gpus[0].uuid
+    uuid = Inventory("1x16GiB@node-a").snapshot().gpus[0].uuid
     user = pwd.getpwuid(os.getuid()).pw_name
     command = ["cat"]  # holds its slice until its stdin closes
     holder = subprocess.Popen([*JUPYTER_VGPU, "run", "-q", "-p", "1/4", "--", *command], env=a.env, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL)

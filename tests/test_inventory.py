@@ -170,3 +170,26 @@ def test_processes_that_say_what_they_hold_on_simulated_gpus_are_listed_there(tm
     assert fresh.gpus[0].processes == () and fresh.gpus[0].memory_used == 0
     assert not (folder / f"{gone}.json").exists()
     assert Inventory("2x16GiB").snapshot().gpus[1].memory_used == 0  # no folder: the spec alone
+
+
+def test_simulated_machines_with_names_have_gpus_of_their_own(tmp_path: Path) -> None:
+    """Two simulated nodes on one machine (the cluster tests): their GPUs' UUIDs differ, as real
+    GPUs' do, every process of a node agrees on them, and the unnamed keep the UUIDs they had."""
+    from jupyter_vgpu.gpus.simulate_spec import describe, simulated_node
+    from jupyter_vgpu.metrics.series import machine_name
+
+    unnamed = [g.uuid for g in Inventory("2x16GiB").snapshot().gpus]
+    node_a = [g.uuid for g in Inventory("2x16GiB@node-a").snapshot().gpus]
+    node_b = [g.uuid for g in Inventory("2x16GiB@node-b").snapshot().gpus]
+    assert len(set(unnamed) | set(node_a) | set(node_b)) == 6
+    assert node_a == [g.uuid for g in Inventory(" 2x16GiB@node-a ").snapshot().gpus]
+    assert simulated_node("2x16GiB@node-a") == "node-a" and simulated_node("2x16GiB") is None
+    assert describe("2x16GiB@node-a") == "2 x 16 GiB on node-a"
+    assert machine_name("2x16GiB@node-a") == "node-a" and machine_name("2x16GiB") == machine_name()
+    path = tmp_path / "gpus.json"
+    path.write_text(json.dumps({"node": "node-c", "devices": [{"memory": "16GiB"}, {"memory": "16GiB"}]}))
+    from_file = [g.uuid for g in Inventory(str(path)).snapshot().gpus]
+    assert simulated_node(str(path)) == "node-c" and not set(from_file) & set(node_a + unnamed)
+    for spec in ("2x16GiB@", "2x16GiB@-a", "2x16GiB@a:b", "2x16GiB@" + "n" * 64):
+        with pytest.raises(InvalidConfig, match=r"names the machine .*; a machine's name is 1 to 63 letters, digits"):
+            Inventory(spec).snapshot()

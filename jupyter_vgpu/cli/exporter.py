@@ -38,7 +38,7 @@ def add_parser(commands: Any) -> None:
     parser.add_argument("--port", type=_port, default=DEFAULT_PORT, help=f"the port (default {DEFAULT_PORT}; 0: any free port)")
     parser.add_argument(
         "--hostname", type=_hostname, default=None,
-        help="the hostname label of every series (default: this machine's name, as dcgm-exporter's)",
+        help="the hostname label of every series (default: this machine's name, as dcgm-exporter's; on simulated GPUs of a named machine, JUPYTER_VGPU_SIMULATE=2x16GiB@NAME, that name)",
     )  # fmt: skip
     parser.add_argument(
         "--interval", type=_seconds, default=5.0, metavar="SECONDS",
@@ -85,8 +85,8 @@ def exporter(args: argparse.Namespace) -> int:
     from ..metrics.serve import MetricsServer
 
     logging.basicConfig(level=logging.INFO, format="[%(levelname)1.1s %(asctime)s %(name)s] %(message)s")
-    hostname = args.hostname or machine_name()
     ledger = open_ledger(load_settings(), read_only_ok=True)  # reading is all it does
+    hostname = args.hostname or machine_name(ledger.inventory.simulate)
     registry = CollectorRegistry(auto_describe=False)
     try:  # listen before the first reading: a taken port fails at once
         server = MetricsServer(registry, args.address, args.port, title=f"jupyter-vgpu exporter of {hostname}")

@@ -2,7 +2,8 @@
 
 Two forms:
 
-* ``"2x16GiB"``: two idle GPUs of 16 GiB each (``"16GiB"`` alone means one);
+* ``"2x16GiB"``: two idle GPUs of 16 GiB each (``"16GiB"`` alone means one); ``"2x16GiB@node-a"``: the
+  same on a simulated machine named ``node-a`` (see below);
 * the path of a JSON file (re-read by :class:`~.simulated_nvml.SimulatedNVML` whenever it changes, so
   tests and demos can move usage live)::
 
@@ -30,6 +31,11 @@ A process runs on ``gpu`` (index or UUID), in a MIG device (``"mig"``: its UUID 
 be an MPS client (``"mps": true`` or ``"type": "M+C"``), has a ``name`` (``nvidia-cuda-mps-server``
 is the MPS server) and a ``utilization_history`` of ``[seconds_ago, percent]`` samples still in
 the driver's buffer. Keys of recorded fixtures (``source``, ``notes``) are ignored.
+
+A simulated machine may have a name (``@node-a``, or the JSON file's ``"node"``): its GPUs' UUIDs
+derive from it, as real GPUs' UUIDs differ from machine to machine, and the Prometheus series'
+``hostname`` label defaults to it, so that tests and demos run several nodes on one machine
+(docs/cluster.md, "Prometheus"). Every process of a node reads the same variable, so they agree.
 """
 
 from __future__ import annotations
@@ -45,8 +51,10 @@ from typing import Any
 from ..errors import InvalidConfig, InvalidRequest
 from ..units import format_bytes, parse_bytes, shorten
 
-_SHORT = re.compile(r"^\s*(?:(\d+)\s*[xX]\s*)?(\S+)\s*$", re.ASCII)
-ALLOWED = 'a device spec such as "2x16GiB" (count x memory) or the path of a JSON file'
+_SHORT = re.compile(r"^\s*(?:(\d+)\s*[xX]\s*)?([^\s@]+)(?:@(\S*))?\s*$", re.ASCII)
+ALLOWED = 'a device spec such as "2x16GiB" (count x memory, and @name for a named machine) or the path of a JSON file'
+_NODE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$", re.ASCII)
+NODE_ALLOWED = "1 to 63 letters, digits, dots, dashes or underscores, starting with a letter or digit"
 _PROFILE = re.compile(r"^(?:(\d+)c\.)?(\d+)g\.", re.ASCII)
 
 
@@ -93,19 +101,45 @@ class SimulatedDevice:
     mig: list[SimulatedMIG] | None = None  # None: not in MIG mode
 
 
-def _stable_uuid(index: int, memory: int, name: str) -> str:
-    # Same spec -> same UUIDs across processes, so the server, kernels and commands agree.
-    return "GPU-" + str(uuidlib.uuid5(uuidlib.NAMESPACE_OID, f"jupyter-vgpu/{index}/{memory}/{name}"))
+def _stable_uuid(index: int, memory: int, name: str, node: str | None = None) -> str:
+    # Same spec -> same UUIDs across processes, so the server, kernels and commands agree; a named
+    # machine's differ from every other machine's (the unnamed keep the UUIDs they always had).
+    machine = f"{node}/" if node else ""
+    return "GPU-" + str(uuidlib.uuid5(uuidlib.NAMESPACE_OID, f"jupyter-vgpu/{machine}{index}/{memory}/{name}"))
+
+
+def _is_json(text: str) -> bool:
+    return text.endswith(".json") or os.sep in text or is_file(text)
+
+
+def simulated_node(spec: str) -> str | None:
+    """The simulated machine's name ``spec`` gives (``@node-a``, a JSON file's ``"node"``), or None."""
+    text = spec.strip()
+    if _is_json(text):
+        return _node_of_file(Path(text).expanduser())
+    match = _SHORT.match(text) if len(text) <= 160 else None
+    return _node(match.group(3), spec) if match else None
+
+
+def _node(name: Any, spec: str) -> str | None:
+    if name is None:
+        return None
+    if not isinstance(name, str) or not _NODE.match(name):
+        raise InvalidConfig(
+            f"JUPYTER_VGPU_SIMULATE={shorten(spec)} names the machine {shorten(name)}; a machine's name is {NODE_ALLOWED}."
+        )
+    return name
 
 
 def parse_spec(spec: str) -> list[SimulatedDevice]:
     """Devices described by ``JUPYTER_VGPU_SIMULATE`` (short form or JSON file)."""
     text = spec.strip()
-    if text.endswith(".json") or os.sep in text or is_file(text):
+    if _is_json(text):
         return _load_json(Path(text).expanduser())
-    match = _SHORT.match(text) if len(text) <= 80 else None
+    match = _SHORT.match(text) if len(text) <= 160 else None
     if not match:
         raise InvalidConfig(f"JUPYTER_VGPU_SIMULATE={shorten(spec)} is not {ALLOWED}.")
+    node = _node(match.group(3), spec)
     count = int(match.group(1) or 1)
     if not 1 <= count <= 64:
         raise InvalidConfig(f"JUPYTER_VGPU_SIMULATE={shorten(spec)} asks for {shorten(count)} GPUs; use 1 to 64.")
@@ -115,7 +149,7 @@ def parse_spec(spec: str) -> list[SimulatedDevice]:
         raise InvalidConfig(f"JUPYTER_VGPU_SIMULATE={shorten(spec)} is not {ALLOWED}.") from None
     name = f"Simulated GPU {format_bytes(memory, precision=0).replace(' ', '')}"
     return [
-        SimulatedDevice(index=i, uuid=_stable_uuid(i, memory, name), name=name, memory_total=memory)
+        SimulatedDevice(index=i, uuid=_stable_uuid(i, memory, name, node), name=name, memory_total=memory)
         for i in range(count)
     ]
 
@@ -139,23 +173,9 @@ MAX_SIMULATION_FILE = 4 * 1024 * 1024
 
 
 def _load_json(path: Path) -> list[SimulatedDevice]:
-    where = f"JUPYTER_VGPU_SIMULATE file {path}"
-    try:
-        with open(path, "rb") as handle:
-            text = handle.read(MAX_SIMULATION_FILE + 1)
-    except FileNotFoundError:
-        raise InvalidConfig(f"{where} does not exist; use {ALLOWED}.") from None
-    except OSError as error:
-        raise InvalidConfig(f"{where} cannot be read: {error.strerror or error}.") from None
-    if len(text) > MAX_SIMULATION_FILE:
-        raise InvalidConfig(f"{where} is larger than {MAX_SIMULATION_FILE >> 20} MiB; use {ALLOWED}.")
-    try:
-        data = json.loads(text)
-    except (ValueError, RecursionError) as error:
-        raise InvalidConfig(f"{where} cannot be read as JSON: {str(error)[:200]}.") from None
-    if not isinstance(data, dict) or not isinstance(data.get("devices"), list) or not data["devices"]:
-        raise InvalidConfig(f'{where} needs a non-empty "devices" list.')
-    devices = [_device(index, entry, where) for index, entry in enumerate(data["devices"])]
+    data, where = _read_json(path)
+    node = _node(data.get("node"), str(path))
+    devices = [_device(index, entry, where, node) for index, entry in enumerate(data["devices"])]
     by_key = {str(d.index): d for d in devices} | {d.uuid: d for d in devices}
     for number, proc in enumerate(data.get("processes") or []):
         if not isinstance(proc, dict) or "pid" not in proc:
@@ -179,13 +199,38 @@ def _load_json(path: Path) -> list[SimulatedDevice]:
     return devices
 
 
-def _device(index: int, entry: Any, where: str) -> SimulatedDevice:
+def _read_json(path: Path) -> tuple[dict[str, Any], str]:
+    where = f"JUPYTER_VGPU_SIMULATE file {path}"
+    try:
+        with open(path, "rb") as handle:
+            text = handle.read(MAX_SIMULATION_FILE + 1)
+    except FileNotFoundError:
+        raise InvalidConfig(f"{where} does not exist; use {ALLOWED}.") from None
+    except OSError as error:
+        raise InvalidConfig(f"{where} cannot be read: {error.strerror or error}.") from None
+    if len(text) > MAX_SIMULATION_FILE:
+        raise InvalidConfig(f"{where} is larger than {MAX_SIMULATION_FILE >> 20} MiB; use {ALLOWED}.")
+    try:
+        data = json.loads(text)
+    except (ValueError, RecursionError) as error:
+        raise InvalidConfig(f"{where} cannot be read as JSON: {str(error)[:200]}.") from None
+    if not isinstance(data, dict) or not isinstance(data.get("devices"), list) or not data["devices"]:
+        raise InvalidConfig(f'{where} needs a non-empty "devices" list.')
+    return data, where
+
+
+def _node_of_file(path: Path) -> str | None:
+    data, _ = _read_json(path)
+    return _node(data.get("node"), str(path))
+
+
+def _device(index: int, entry: Any, where: str, node: str | None = None) -> SimulatedDevice:
     if not isinstance(entry, dict) or "memory" not in entry:
         raise InvalidConfig(f'{where}: device {index} needs "memory" (e.g. "16GiB").')
     here = f"{where}: device {index}"
     memory = _size(entry["memory"], here, "memory")
     name = str(entry.get("name") or f"Simulated GPU {format_bytes(memory, precision=0).replace(' ', '')}")
-    uuid = str(entry.get("uuid") or _stable_uuid(index, memory, name))
+    uuid = str(entry.get("uuid") or _stable_uuid(index, memory, name, node))
     capability = None
     if entry.get("compute_capability"):
         major, _, minor = str(entry["compute_capability"]).partition(".")
@@ -252,9 +297,11 @@ def _process_mig(value: Any, device: SimulatedDevice, *, where: str) -> int | No
 
 
 def describe(spec: str) -> str:
-    """One line for headers: ``2 x 16 GiB`` or the JSON path."""
+    """One line for headers: ``2 x 16 GiB`` (``2 x 16 GiB on node-a`` for a named machine)."""
     devices = parse_spec(spec)
     sizes = {d.memory_total for d in devices}
+    node = simulated_node(spec)
+    where = f" on {node}" if node else ""
     if len(sizes) == 1:
-        return f"{len(devices)} x {format_bytes(sizes.pop(), precision=0)}"
-    return ", ".join(format_bytes(d.memory_total, precision=0) for d in devices)
+        return f"{len(devices)} x {format_bytes(sizes.pop(), precision=0)}{where}"
+    return ", ".join(format_bytes(d.memory_total, precision=0) for d in devices) + where

@@ -165,8 +165,19 @@ class Reading(Protocol):
     def waiting(self) -> Sequence[Waiter]: ...
 
 
-def machine_name() -> str:
-    """The ``hostname`` label's default: the machine's name, as dcgm-exporter's ``Hostname``."""
+def machine_name(simulate: str = "") -> str:
+    """The ``hostname`` label's default: the machine's name, as dcgm-exporter's ``Hostname``; on
+    simulated GPUs of a named machine (``JUPYTER_VGPU_SIMULATE=2x16GiB@node-a``), that name."""
+    if simulate:
+        from ..errors import InvalidConfig
+        from ..gpus.simulate_spec import simulated_node
+
+        try:
+            node = simulated_node(simulate)
+        except InvalidConfig:  # the GPUs' reading says what is wrong with it
+            node = None
+        if node:
+            return node
     return socket.gethostname()
 
 

@@ -28,7 +28,7 @@ class VGPUCollector(Collector):
     idle times on its server's notice board, and its server's counts of what happened."""
 
     def __init__(self, hostname: str | None = None) -> None:
-        self.hostname = hostname or machine_name()
+        self.hostname = hostname  # None: the machine's name (or the simulated machine's)
         self._monitors: dict[UsageMonitor, tuple[NoticeBoard | None, Callable[[], counters.EventCounts] | None]] = {}
         self._lock = threading.Lock()
 
@@ -47,17 +47,21 @@ class VGPUCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         with self._lock:
-            samples = [(board, m.latest) for m, (board, _) in self._monitors.items() if m.latest is not None]
+            samples = [(board, m.latest, self._hostname(m)) for m, (board, _) in self._monitors.items() if m.latest is not None]
             counted = [count for _, count in self._monitors.values() if count is not None]
+            hostname = samples[0][2] if samples else self.hostname or machine_name()
         page = Page((*NODE_SERIES, *SERVER_SERIES))
-        for board, sample in samples:
+        for board, sample, host in samples:
             assert sample is not None
             # The label contract's series name only this user's slices (another user's, from a
             # node broker, are the node exporter's to show); the sums per slice are as before.
-            page.add(sample, self.hostname, shown=lambda s: not s.hidden)
+            page.add(sample, host, shown=lambda s: not s.hidden)
             page.add_server_slices(sample.slices, board.idle_seconds if board is not None else _no_idle)
         yield from page.families()
-        yield from counters.families((count() for count in counted), self.hostname)
+        yield from counters.families((count() for count in counted), hostname)
+
+    def _hostname(self, monitor: UsageMonitor) -> str:
+        return self.hostname or machine_name(monitor.ledger.inventory.simulate if monitor.ledger is not None else "")
 
 
 def _no_idle(slice_id: str) -> None:
