@@ -5,65 +5,24 @@ from __future__ import annotations
 
 import os
 import pwd
-import queue
 import shlex
 import socket
 import subprocess
 import sys
-import threading
 import time
-import urllib.request
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
 import pytest
+from exporter_process import JUPYTER_VGPU, Node, listening, scrape, start_exporter
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
 from jupyter_vgpu.gpus import Inventory
 
-JUPYTER_VGPU = [str(Path(sys.executable).parent / "jupyter-vgpu")]
 GiB = 1024**3
 T = TypeVar("T")
-
-
-@dataclass
-class Node:
-    hostname: str
-    env: dict[str, str]
-    process: subprocess.Popen[str]
-    url: str = ""
-
-
-def _node_env(folder: Path, simulate: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("JUPYTER_VGPU_BROKER", "JUPYTER_VGPU_CONTEXT_ALLOWANCE")}
-    return {**env, "JUPYTER_VGPU_SIMULATE": simulate, "JUPYTER_VGPU_LEDGER": str(folder / "vgpu" / "ledger.sqlite")}
-
-
-def _start(folder: Path, hostname: str, simulate: str, *, named: bool = True) -> Node:
-    """An exporter; ``named=False`` leaves --hostname out (the simulated machine's name is the default)."""
-    env = _node_env(folder, simulate)
-    command = [*JUPYTER_VGPU, "exporter", "--port", "0", "--interval", "0.2", *(["--hostname", hostname] if named else [])]
-    return Node(hostname, env, subprocess.Popen(command, env=env, stderr=subprocess.PIPE, text=True))
-
-
-def _listening(node: Node, timeout: float = 60) -> None:
-    """Read the exporter's stderr until it says its URL (a thread drains it afterwards)."""
-    lines: queue.Queue[str] = queue.Queue()
-    assert node.process.stderr is not None
-    threading.Thread(target=lambda: [lines.put(line) for line in node.process.stderr], daemon=True).start()  # type: ignore[union-attr]
-    said = []
-    deadline = time.monotonic() + timeout
-    while not node.url:
-        try:
-            line = lines.get(timeout=max(0.0, deadline - time.monotonic()))
-        except queue.Empty:
-            raise AssertionError(f"the exporter said no URL in {timeout} s: {said}") from None
-        said.append(line)
-        if " at http://" in line:
-            node.url = line.rsplit(" at ", 1)[1].strip()
 
 
 @pytest.fixture
@@ -71,25 +30,18 @@ def nodes(tmp_path: Path) -> Iterator[dict[str, Node]]:
     """Two simulated nodes, started together: node-a with one 16 GiB GPU (its hostname label from
     the simulated machine's name), node-b with two of 8 GiB (from --hostname)."""
     started = {
-        "node-a": _start(tmp_path / "a", "node-a", "1x16GiB@node-a", named=False),
-        "node-b": _start(tmp_path / "b", "node-b", "2x8GiB"),
+        "node-a": start_exporter(tmp_path / "a", "node-a", "1x16GiB@node-a", named=False),
+        "node-b": start_exporter(tmp_path / "b", "node-b", "2x8GiB"),
     }
     try:
         for node in started.values():
-            _listening(node)
+            listening(node)
         yield started
     finally:
         for node in started.values():
             node.process.terminate()
         for node in started.values():
             assert node.process.wait(timeout=30) == 0  # SIGTERM ends it cleanly
-
-
-def scrape(url: str) -> dict[str, list[Sample]]:
-    """The page as Prometheus reads it: each family's samples, by name."""
-    with urllib.request.urlopen(url, timeout=10) as reply:
-        text = reply.read().decode()
-    return {family.name: family.samples for family in text_string_to_metric_families(text)}
 
 
 def wait_for(check: Callable[[], T | None], what: str, timeout: float = 60) -> T:

@@ -13,6 +13,7 @@ from typing import Any
 
 from ..config import load_settings, shared_simulation
 from ..enforcement import TIERS, Tier, by_tier
+from ..errors import InvalidConfig
 from ..launch.launchers import every, report_folder
 from ..ledger import Ledger, SQLiteLedger, open_ledger
 from ..slices import occupancy_of, terms
@@ -29,6 +30,14 @@ _AMOUNT = re.compile(r"(\d) (B|KiB|MiB|GiB|TiB|PiB)\b")
 def add_parser(commands: Any) -> None:
     parser = commands.add_parser("status", help="show GPUs, slices and who waits in line")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
+    parser.add_argument(
+        "--cluster", action="store_true",
+        help="every node's GPUs and line, and your slices on every node, from the site's Prometheus (docs/cluster.md)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--prometheus", metavar="URL", default=None,
+        help="the site's Prometheus, for --cluster (default: $JUPYTER_VGPU_PROMETHEUS)",
+    )  # fmt: skip
     parser.set_defaults(handler=status)
 
 
@@ -111,6 +120,12 @@ def elsewhere_lines(data: dict[str, Any]) -> list[str]:
 
 
 def status(args: argparse.Namespace) -> int:
+    if args.cluster:
+        from .cluster import cluster_status
+
+        return cluster_status(args.prometheus, as_json=args.json)
+    if args.prometheus:
+        raise InvalidConfig("--prometheus is for --cluster: the cluster view (`jupyter vgpu status --cluster --prometheus URL`).")
     settings = load_settings()
     ledger = open_ledger(settings, read_only_ok=True)  # a ledger it can only read is still shown
     data = collect(ledger)

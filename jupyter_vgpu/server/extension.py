@@ -29,7 +29,7 @@ from ..metrics.counters import EventCounts
 from ..slices import terms
 from ..slices.occupancy import GPUOccupancy
 from ..units import shorten
-from . import gateway, handlers, starts
+from . import cluster, gateway, handlers, starts
 from .changes import Changes
 from .dashboard import DashboardHistory
 from .elsewhere import clean_up
@@ -84,6 +84,7 @@ class VGPUServer(ServerSettings):
         ``available: false`` with the one-sentence reason, and the server running."""
         assert self.serverapp is not None
         self.gateway_url: str | None = None
+        self.settings[cluster.CLUSTER] = cluster.reader(self.prometheus_url)
         if self.serverapp.gateway_config.gateway_enabled:
             # Kernels run on the GPU node behind the gateway: so does every slice. No ledger here.
             self.gateway_url = str(self.serverapp.gateway_config.url)
@@ -234,7 +235,7 @@ class VGPUServer(ServerSettings):
             self.log.info("jupyter-vgpu: new slices on GPU %s get %s.", ", ".join(indices), words)
 
     def initialize_handlers(self) -> None:
-        self.handlers.append(handlers.INDEX_ROUTE)
+        self.handlers += [handlers.INDEX_ROUTE, cluster.ROUTE]  # answered here in gateway mode too
         if self.gateway_url is not None:
             self.handlers.extend((pattern, gateway.GatewayProxyHandler) for pattern, _ in handlers.routes())
             self.handlers += [

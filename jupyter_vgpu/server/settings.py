@@ -4,11 +4,14 @@ refused in one sentence. :class:`~.extension.VGPUServer` runs with them."""
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from jupyter_server.extension.application import ExtensionApp
-from traitlets import Bool, Enum, Float, Int, TraitError, validate
+from traitlets import Bool, Enum, Float, Int, TraitError, Unicode, default, validate
 
+from ..errors import InvalidConfig
+from ..metrics.prometheus import ENV_PROMETHEUS, check_url
 from ..units import MAX_WAIT_SECONDS, shorten
 from .reclaim.burst import ACTIONS as BURST_ACTIONS
 from .watchdog import ACTIONS
@@ -159,6 +162,29 @@ class ServerSettings(ExtensionApp):
         20,
         help="How many watchdog events to keep (and show in the API) per slice.",
     ).tag(config=True)
+
+    prometheus_url = Unicode(
+        help=f"""The site's Prometheus (``http://prometheus:9090``, with a path where it has one; a
+        user and password in the URL are sent as basic authentication), which scrapes every node's
+        `jupyter vgpu exporter` (or broker): the GPU dashboard's cluster view and
+        ``GET /api/vgpu/cluster`` read the cluster from it, showing the user their own slices on
+        every node and every node's figures, never another user's names (docs/cluster.md,
+        "Prometheus"). Empty: no cluster view. Default: ${ENV_PROMETHEUS}, else empty.""",
+    ).tag(config=True)
+
+    @default("prometheus_url")
+    def _prometheus_from_env(self) -> str:
+        return os.environ.get(ENV_PROMETHEUS, "")
+
+    @validate("prometheus_url")
+    def _check_prometheus(self, proposal: Any) -> str:
+        text = str(proposal["value"] or "").strip()
+        if not text:
+            return ""
+        try:
+            return check_url(text, "c.VGPUServer.prometheus_url")
+        except InvalidConfig as error:
+            raise TraitError(str(error)) from None
 
     @validate("monitor_interval")
     def _check_interval(self, proposal: Any) -> float:

@@ -1,0 +1,376 @@
+"""The cluster as a site's Prometheus sees it: every node that ever served our series, its GPUs
+and line, and the slices one user may see (every slice, named, for an admin).
+
+Read with a fixed set of instant queries, asked side by side:
+
+1. each node's last reading, over ``forget_after`` (``last_over_time`` of the exporters'
+   ``jupyter_vgpu_node_reading_timestamp_seconds``): every node that reported since then;
+2. the node series now (GPUs, line, whether the exporter could read its node);
+3. the slices now: the user's only (``slice_info{user=...}``, and their per-GPU series joined
+   on ``slice, hostname``), or every one for an admin;
+4. for each node that is not fresh now (its exporter down, or unable to read its node), its raw
+   samples of the five minutes after its last reading: the figures of its last whole scrape.
+
+A node is never dropped and never zeroed: a stale one keeps the figures of its last scrape that
+read it, and says when that was. A scrape is whole or absent in Prometheus (a failed scrape marks
+every series of its target stale), and query 4 keeps only the samples of one scrape, so no view
+shows half a node. Another user's slices are counted in their node's figures (booked, used, free,
+the line) and never named: their series never leave this module for a user's view.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from .prometheus import Point, Prometheus, string
+from .series import (
+    GPU_FREE,
+    GPU_INFO,
+    GPU_RESERVED,
+    GPU_TOTAL,
+    GPU_USED,
+    GPU_UTIL,
+    NODE_READ_AT,
+    NODE_UP,
+    SLICE_BURST,
+    SLICE_INFO,
+    SLICE_LIMIT,
+    SLICE_REQUEST,
+    SLICE_SHARE_UTIL,
+    SLICE_USED,
+    SLICE_UTIL,
+    WAITING,
+    WAITING_MEMORY,
+    Series,
+)
+
+#: A node whose newest reading is older than this is stale (its exporter reads every 5 s by default).
+STALE_AFTER = 60.0
+#: A node that has not reported for this long is forgotten (a node taken out of the cluster).
+FORGET_AFTER = 7 * 86400.0
+#: How far after its last reading a stale node's last scrape is looked for (Prometheus's own look-back).
+LAST_SCRAPE_WINDOW = 300.0
+#: At most this many stale nodes get their last figures read (each costs a query); the rest say so.
+MAX_STALE_READS = 64
+
+_NODE = (GPU_INFO, GPU_TOTAL, GPU_RESERVED, GPU_USED, GPU_FREE, GPU_UTIL, WAITING, WAITING_MEMORY, NODE_UP, NODE_READ_AT)
+_SLICE_GPU = (SLICE_REQUEST, SLICE_LIMIT, SLICE_USED, SLICE_BURST, SLICE_UTIL, SLICE_SHARE_UTIL)
+_SCRAPE_LABELS = ("__name__", "job", "instance")
+
+
+def _names(series: Iterable[Series]) -> str:
+    return "|".join(s.name for s in series)
+
+
+@dataclass
+class ClusterGPU:
+    index: int
+    uuid: str
+    model: str
+    total: float | None = None
+    booked: float | None = None
+    used: float | None = None
+    free: float | None = None
+    utilization: float | None = None
+
+
+@dataclass
+class ClusterNode:
+    hostname: str
+    last_seen: float | None
+    stale: bool
+    #: Why the node is stale or shows no figures, one sentence; None when fresh.
+    problem: str | None = None
+    gpus: list[ClusterGPU] = field(default_factory=list)
+    waiting_requests: float | None = None
+    waiting_memory: float | None = None
+    #: When the figures shown were scraped (the last whole scrape, for a stale node).
+    figures_at: float | None = None
+
+
+@dataclass
+class SliceOnGPU:
+    index: int | None
+    uuid: str
+    request: float | None = None
+    limit: float | None = None
+    used: float | None = None
+    burst: float | None = None
+    utilization: float | None = None
+    share_utilization: float | None = None
+
+
+@dataclass
+class ClusterSlice:
+    id: str
+    hostname: str
+    user: str
+    kernel_id: str
+    holder: str
+    launcher: str
+    tier: str
+    gpus: list[SliceOnGPU] = field(default_factory=list)
+
+
+@dataclass
+class ClusterView:
+    prometheus: str
+    read_at: float
+    nodes: list[ClusterNode]
+    slices: list[ClusterSlice]
+    #: An admin's view names every slice's user; a user's shows only their own slices.
+    admin: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        """The REST reply (docs/rest.md, "The cluster"): a user's view names no user."""
+        return {
+            "prometheus": self.prometheus,
+            "read_at": self.read_at,
+            "stale_after": STALE_AFTER,
+            "nodes": [_node_dict(n) for n in self.nodes],
+            "slices": [_slice_dict(s, admin=self.admin) for s in self.slices],
+        }
+
+
+def _node_dict(node: ClusterNode) -> dict[str, Any]:
+    models = {g.model for g in node.gpus}
+    model = models.pop() if len(models) == 1 else None
+    gpus = []
+    for g in node.gpus:
+        entry: dict[str, Any] = {"index": g.index, "uuid": g.uuid}
+        if model is None:
+            entry["model"] = g.model
+        entry |= {"total": _n(g.total), "booked": _n(g.booked), "used": _n(g.used), "free": _n(g.free), "utilization": _n(g.utilization)}
+        gpus.append(entry)
+    return {
+        "hostname": node.hostname,
+        "last_seen": node.last_seen,
+        "stale": node.stale,
+        "problem": node.problem,
+        "figures_at": node.figures_at,
+        "model": model,
+        "gpus": gpus,
+        "waiting": {"requests": _n(node.waiting_requests), "memory": _n(node.waiting_memory)},
+    }
+
+
+def _n(value: float | None) -> float | int | None:
+    """A figure for JSON: bytes and counts as integers, utilisation to a tenth of a percent."""
+    if value is None:
+        return None
+    return int(value) if value == int(value) else round(value, 1)
+
+
+def _slice_dict(s: ClusterSlice, *, admin: bool) -> dict[str, Any]:
+    entry: dict[str, Any] = {"id": s.id, "hostname": s.hostname}
+    if admin:
+        entry["user"] = s.user
+    entry |= {"kernel_id": s.kernel_id or None, "holder": s.holder, "launcher": s.launcher, "tier": s.tier}
+    entry["gpus"] = [
+        {
+            "index": g.index, "uuid": g.uuid, "request": _n(g.request), "limit": _n(g.limit), "used": _n(g.used),
+            "burst": _n(g.burst), "utilization": _n(g.utilization), "share_utilization": _n(g.share_utilization),
+        }
+        for g in s.gpus
+    ]  # fmt: skip
+    return entry
+
+
+def read_cluster(
+    prometheus: Prometheus,
+    *,
+    user: str | None,
+    now: float | None = None,
+    stale_after: float = STALE_AFTER,
+    forget_after: float = FORGET_AFTER,
+) -> ClusterView:
+    """The cluster now: ``user``'s own slices, or every slice (named) when ``user`` is None.
+    Raises :class:`~.prometheus.PrometheusUnavailable` when Prometheus cannot answer."""
+    now = time.time() if now is None else now
+    mine = f"{SLICE_INFO.name}{{user={string(user)}}}" if user is not None else SLICE_INFO.name
+    queries = [
+        f"last_over_time({NODE_READ_AT.name}[{int(forget_after)}s])",
+        f'{{__name__=~"{_names(_NODE)}"}}',
+        mine,
+        f'{{__name__=~"{_names(_SLICE_GPU)}"}} and on(slice, hostname) {mine}',
+    ]
+    with ThreadPoolExecutor(max_workers=len(queries), thread_name_prefix="jupyter-vgpu-cluster") as pool:
+        seen, current, infos, per_gpu = pool.map(lambda q: prometheus.query(q, at=now), queries)
+        last_reading: dict[str, float] = {}
+        for point in seen:
+            host = point.labels.get("hostname", "")
+            last_reading[host] = max(point.value, last_reading.get(host, 0.0))
+        by_host = _by_host(current)
+        fresh = {
+            host
+            for host, points in by_host.items()
+            if any(p.name == NODE_UP.name and p.value == 1 for p in points)
+            and now - _latest(points, NODE_READ_AT, default=now) <= stale_after
+        }
+        hosts = sorted((set(last_reading) | set(by_host)) - {""})
+        stale = [h for h in hosts if h not in fresh]
+        read = stale[:MAX_STALE_READS]
+        last_scrapes = dict(zip(read, pool.map(lambda h: _last_scrape(prometheus, h, last_reading.get(h), now), read)))
+    nodes: list[ClusterNode] = []
+    slice_points = list(_dedup(infos)) + list(_dedup(per_gpu))
+    for host in hosts:
+        if host in fresh:
+            node = _node(host, by_host[host], last_seen=_latest(by_host[host], NODE_READ_AT, default=None), stale=False)
+        elif host in last_scrapes:
+            scraped = last_scrapes[host]
+            node = _node(host, scraped, last_seen=last_reading.get(host), stale=True)
+            node.problem = _why_stale(host, by_host.get(host, []), node, now)
+            slice_points += [p for p in scraped if p.name == SLICE_INFO.name and (user is None or p.labels.get("user") == user)]
+            kept = {(p.labels.get("slice"), host) for p in slice_points if p.name == SLICE_INFO.name}
+            slice_points += [p for p in scraped if p.name in _SLICE_NAMES and (p.labels.get("slice"), host) in kept]
+        else:
+            node = ClusterNode(host, last_reading.get(host), True)
+            node.problem = f"{host} has not reported lately; its last figures were not read (more than {MAX_STALE_READS} nodes are stale)."
+        nodes.append(node)
+    return ClusterView(prometheus.url, now, nodes, _slices(slice_points, nodes, user), admin=user is None)
+
+
+_SLICE_NAMES = {s.name for s in _SLICE_GPU}
+
+
+def _key(point: Point) -> tuple[str, tuple[tuple[str, str], ...]]:
+    return point.name, tuple(sorted((k, v) for k, v in point.labels.items() if k not in _SCRAPE_LABELS))
+
+
+def _dedup(points: Iterable[Point]) -> Iterable[Point]:
+    """One point per series, whatever scraped it (an exporter and a user's server both serve a
+    user's slices and the node's GPUs): the newest."""
+    newest: dict[tuple[str, tuple[tuple[str, str], ...]], Point] = {}
+    for point in points:
+        key = _key(point)
+        if key not in newest or point.at > newest[key].at:
+            newest[key] = point
+    return newest.values()
+
+
+def _by_host(points: Iterable[Point]) -> dict[str, list[Point]]:
+    grouped: dict[str, list[Point]] = defaultdict(list)
+    for point in _dedup(points):
+        grouped[point.labels.get("hostname", "")].append(point)
+    return grouped
+
+
+def _latest(points: Sequence[Point], series: Series, *, default: float | None) -> Any:
+    values = [p.value for p in points if p.name == series.name]
+    return max(values) if values else default
+
+
+def _last_scrape(prometheus: Prometheus, host: str, last_reading: float | None, now: float) -> list[Point]:
+    """A stale node's samples of its last scrape that read it: the raw samples of the window after
+    its last reading, then only those of the newest scrape whose ``node_up`` was 1."""
+    if last_reading is None:
+        return []
+    names = _names((*_NODE, SLICE_INFO, *_SLICE_GPU))
+    window = int(LAST_SCRAPE_WINDOW)
+    at = min(now, last_reading + LAST_SCRAPE_WINDOW)
+    points = prometheus.query(f'{{__name__=~"{names}", hostname={string(host)}}}[{window}s]', at=at)
+    scrapes = [p.at for p in points if p.name == NODE_UP.name and p.value == 1]
+    if not scrapes:
+        return [p for p in points if p.name == NODE_READ_AT.name][-1:]
+    last = max(scrapes)
+    return list(_dedup(p for p in points if p.at == last))
+
+
+def _why_stale(host: str, current: Sequence[Point], node: ClusterNode, now: float) -> str:
+    if any(p.name == NODE_UP.name and p.value == 0 for p in current):
+        problem = f"{host}'s exporter answers but cannot read the node's GPUs or ledger"
+    elif current:
+        problem = f"{host}'s exporter has not read the node for {duration(now - (node.last_seen or now))}"
+    elif node.last_seen is not None:
+        problem = f"{host} has not been seen for {duration(now - node.last_seen)}: its exporter does not answer Prometheus"
+    else:
+        problem = f"{host}'s exporter does not answer Prometheus"
+    if node.figures_at is None:
+        return f"{problem}; its last figures are no longer in Prometheus."
+    return f"{problem}; shown as it was {duration(now - node.figures_at)} ago."
+
+
+def duration(seconds: float) -> str:
+    """``45 s``, ``12 min``, ``5 h``, ``3 days``."""
+    seconds = max(0, int(seconds))
+    if seconds < 120:
+        return f"{seconds} s"
+    if seconds < 7200:
+        return f"{seconds // 60} min"
+    if seconds < 2 * 86400:
+        return f"{seconds // 3600} h"
+    return f"{seconds // 86400} days"
+
+
+def _node(host: str, points: Sequence[Point], *, last_seen: float | None, stale: bool) -> ClusterNode:
+    node = ClusterNode(host, last_seen, stale)
+    gpus: dict[str, ClusterGPU] = {}
+    fields = {GPU_TOTAL.name: "total", GPU_RESERVED.name: "booked", GPU_USED.name: "used", GPU_FREE.name: "free", GPU_UTIL.name: "utilization"}
+    for p in points:
+        if p.name == GPU_INFO.name:
+            uuid = p.labels.get("UUID", "")
+            gpus[uuid] = ClusterGPU(_int(p.labels.get("gpu")) or 0, uuid, p.labels.get("modelName", ""))
+    for p in points:
+        if p.name in fields and (gpu := gpus.get(p.labels.get("UUID", ""))) is not None:
+            setattr(gpu, fields[p.name], p.value)
+        elif p.name == WAITING.name:
+            node.waiting_requests = p.value
+        elif p.name == WAITING_MEMORY.name:
+            node.waiting_memory = p.value
+    node.gpus = sorted(gpus.values(), key=lambda g: g.index)
+    # A fresh node's figures are its newest reading's; a stale one's, its last whole scrape's.
+    node.figures_at = max((p.at for p in points if p.name == GPU_INFO.name), default=None) if stale else last_seen
+    return node
+
+
+def _slices(points: Sequence[Point], nodes: Sequence[ClusterNode], user: str | None) -> list[ClusterSlice]:
+    index = {(n.hostname, g.uuid): g.index for n in nodes for g in n.gpus}
+    slices: dict[tuple[str, str], ClusterSlice] = {}
+    for p in points:
+        labels = p.labels
+        if p.name == SLICE_INFO.name and (user is None or labels.get("user") == user):
+            key = (labels.get("hostname", ""), labels.get("slice", ""))
+            slices[key] = ClusterSlice(
+                id=key[1], hostname=key[0], user=labels.get("user", ""), kernel_id=labels.get("kernel_id", ""),
+                holder=labels.get("holder", ""), launcher=labels.get("launcher", ""), tier=labels.get("tier", ""),
+            )  # fmt: skip
+    fields = {
+        SLICE_REQUEST.name: "request", SLICE_LIMIT.name: "limit", SLICE_USED.name: "used", SLICE_BURST.name: "burst",
+        SLICE_UTIL.name: "utilization", SLICE_SHARE_UTIL.name: "share_utilization",
+    }  # fmt: skip
+    on_gpu: dict[tuple[str, str, str], SliceOnGPU] = {}
+    for p in points:
+        name, labels = p.name, p.labels
+        key = (labels.get("hostname", ""), labels.get("slice", ""))
+        if name in fields and key in slices:
+            uuid = labels.get("UUID", "")
+            where = (key[0], key[1], uuid)
+            entry = on_gpu.get(where)
+            if entry is None:
+                entry = on_gpu[where] = SliceOnGPU(index.get((key[0], uuid)), uuid)
+                slices[key].gpus.append(entry)
+            setattr(entry, fields[name], p.value)
+    for s in slices.values():
+        s.gpus.sort(key=lambda g: (g.index is None, g.index or 0, g.uuid))
+    return [slices[key] for key in sorted(slices)]
+
+
+def _int(text: str | None) -> int | None:
+    try:
+        return int(text) if text is not None else None
+    except ValueError:
+        return None
+
+
+def node_totals(node: Mapping[str, Any]) -> dict[str, float | None]:
+    """A node's sums over its GPUs (a REST node's ``gpus``), None where a GPU's figure is unknown."""
+    totals: dict[str, float | None] = {}
+    for name in ("total", "booked", "used", "free"):
+        values = [g.get(name) for g in node.get("gpus") or []]
+        totals[name] = None if not values or any(v is None for v in values) else float(sum(values))
+    return totals

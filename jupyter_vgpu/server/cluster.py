@@ -1,0 +1,75 @@
+"""``GET /api/vgpu/cluster``: the cluster as the site's Prometheus sees it, for this server's user
+(docs/rest.md, "The cluster"; docs/cluster.md, "Prometheus").
+
+The server asks Prometheus (``c.VGPUServer.prometheus_url``) on a worker thread, at most once per
+``CACHE_SECONDS`` however many tabs poll, and answers only what its user may see: every node's
+figures (another user's slices are in them as booked memory) and the user's own slices by name.
+It answers the same in gateway mode: the cluster is Prometheus's, not the GPU node's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import pwd
+import time
+from typing import Any
+
+from jupyter_server.auth.decorator import authorized
+from tornado import web
+
+from ..metrics.cluster import read_cluster
+from ..metrics.prometheus import Prometheus, PrometheusUnavailable
+from .handlers import VGPUHandler
+
+CLUSTER = "jupyter_vgpu_cluster"
+#: Replies younger than this are served again (Prometheus scrapes every 15 s by default).
+CACHE_SECONDS = 2.0
+
+
+class ClusterReader:
+    """Reads the cluster for ``user`` from ``prometheus``, one read at a time, kept ``CACHE_SECONDS``."""
+
+    def __init__(self, prometheus: Prometheus, user: str) -> None:
+        self.prometheus = prometheus
+        self.user = user
+        self._lock = asyncio.Lock()
+        self._reply: tuple[float, dict[str, Any]] | None = None
+
+    async def view(self) -> dict[str, Any]:
+        async with self._lock:
+            if self._reply is not None and time.monotonic() - self._reply[0] < CACHE_SECONDS:
+                return self._reply[1]
+            view = await asyncio.to_thread(read_cluster, self.prometheus, user=self.user)
+            reply = view.to_dict()
+            self._reply = (time.monotonic(), reply)
+            return reply
+
+
+def reader(url: str) -> ClusterReader | None:
+    """The server's reader for the Prometheus at ``url`` (checked already), None without one."""
+    if not url:
+        return None
+    return ClusterReader(Prometheus(url, setting="c.VGPUServer.prometheus_url"), pwd.getpwuid(os.getuid()).pw_name)
+
+
+class ClusterHandler(VGPUHandler):
+    """``GET /api/vgpu/cluster``: every node's GPUs and line, and your slices on every node."""
+
+    @web.authenticated
+    @authorized
+    async def get(self) -> None:
+        cluster: ClusterReader | None = self.settings.get(CLUSTER)
+        if cluster is None:
+            return self.fail(
+                404,
+                "This server has no cluster view: an admin sets c.VGPUServer.prometheus_url to the site's Prometheus "
+                "(docs/cluster.md, \"Prometheus\").",
+            )
+        try:
+            self.write_json(await cluster.view())
+        except PrometheusUnavailable as error:
+            self.fail(503, f"The cluster view cannot be shown: {error} Every view of this node works as before.")
+
+
+ROUTE = (r"/api/vgpu/cluster", ClusterHandler)

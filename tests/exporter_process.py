@@ -1,0 +1,79 @@
+"""`jupyter vgpu exporter` processes for tests: one per simulated node, each with its own ledger,
+and the URL each says it listens on (tests/test_exporter.py, the cluster tests)."""
+
+from __future__ import annotations
+
+import os
+import queue
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.samples import Sample
+
+JUPYTER_VGPU = [str(Path(sys.executable).parent / "jupyter-vgpu")]
+
+
+@dataclass
+class Node:
+    hostname: str
+    env: dict[str, str]
+    process: subprocess.Popen[str]
+    url: str = ""
+
+    @property
+    def address(self) -> str:
+        """``host:port``, as a Prometheus target."""
+        return self.url.removeprefix("http://").removesuffix("/metrics")
+
+    def stop(self) -> int:
+        """SIGTERM; its exit code (0: it ended cleanly)."""
+        if self.process.poll() is None:
+            self.process.terminate()
+        return self.process.wait(timeout=30)
+
+
+def node_env(folder: Path, simulate: str, **extra: str) -> dict[str, str]:
+    """A node's environment: its simulated GPUs and a ledger of its own, no broker."""
+    env = {k: v for k, v in os.environ.items() if k not in ("JUPYTER_VGPU_BROKER", "JUPYTER_VGPU_CONTEXT_ALLOWANCE")}
+    return {**env, "JUPYTER_VGPU_SIMULATE": simulate, "JUPYTER_VGPU_LEDGER": str(folder / "vgpu" / "ledger.sqlite"), **extra}
+
+
+def start_exporter(
+    folder: Path, hostname: str, simulate: str, *, named: bool = True, env: dict[str, str] | None = None, interval: float = 0.2
+) -> Node:
+    """An exporter on any free port; ``named=False`` leaves --hostname out (the simulated
+    machine's name is the default). Call :func:`listening` before scraping it."""
+    env = env if env is not None else node_env(folder, simulate)
+    command = [*JUPYTER_VGPU, "exporter", "--port", "0", "--interval", str(interval), *(["--hostname", hostname] if named else [])]
+    return Node(hostname, env, subprocess.Popen(command, env=env, stderr=subprocess.PIPE, text=True))
+
+
+def listening(node: Node, timeout: float = 60) -> Node:
+    """Read the exporter's stderr until it says its URL (a thread drains it afterwards)."""
+    lines: queue.Queue[str] = queue.Queue()
+    assert node.process.stderr is not None
+    threading.Thread(target=lambda: [lines.put(line) for line in node.process.stderr], daemon=True).start()  # type: ignore[union-attr]
+    said = []
+    deadline = time.monotonic() + timeout
+    while not node.url:
+        try:
+            line = lines.get(timeout=max(0.0, deadline - time.monotonic()))
+        except queue.Empty:
+            raise AssertionError(f"the exporter said no URL in {timeout} s: {said}") from None
+        said.append(line)
+        if " at http://" in line:
+            node.url = line.rsplit(" at ", 1)[1].strip()
+    return node
+
+
+def scrape(url: str) -> dict[str, list[Sample]]:
+    """The page as Prometheus reads it: each family's samples, by name."""
+    with urllib.request.urlopen(url, timeout=10) as reply:
+        text = reply.read().decode()
+    return {family.name: family.samples for family in text_string_to_metric_families(text)}

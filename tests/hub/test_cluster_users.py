@@ -1,0 +1,106 @@
+"""The cluster view between two Unix users (issue 48): bob's server reads the cluster from a real
+Prometheus that scrapes two nodes, a hub node (the root broker, its exporter beside it as root,
+alice's slice on it) and node-b (root's slice on it). Bob sees his own slice by name and
+everyone else's only as booked memory: no user name, notebook or command of theirs reaches him.
+With Prometheus down, the cluster is one sentence (503) and bob's node views work as before."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+from exporter_process import listening, start_exporter
+from prometheus_process import start_prometheus
+
+from .conftest import JUPYTER_VGPU, BrokerProcess, Users, wait_until
+from .test_idle_reclaim_users import alices_server
+
+pytestmark = pytest.mark.slow
+GiB = 1024**3
+
+
+def holding(user: Any, marker: str, env: dict[str, str]) -> subprocess.Popen[str]:
+    """``user``'s command holding a quarter of a GPU until its stdin closes; its holder names ``marker``."""
+    command = [JUPYTER_VGPU, "run", "-q", "-p", "1/4", "--", "sh", "-c", "read line", marker]
+    return subprocess.Popen(user.command(*command) if user else command, env=env, stdin=subprocess.PIPE, text=True, cwd="/")
+
+
+def test_bob_sees_his_slice_on_every_node_and_others_only_as_booked_memory(
+    system_users: Users, broker: BrokerProcess, tmp_path: Path
+) -> None:
+    alice, bob = system_users.alice, system_users.bob
+    prometheus = start_prometheus(tmp_path / "prometheus")
+    beside_broker = {**os.environ, "JUPYTER_VGPU_BROKER": str(broker.socket), "JUPYTER_VGPU_SIMULATE": "1x16GiB"}
+    hub_node = listening(start_exporter(tmp_path / "hub", "hub-node", "1x16GiB", env=beside_broker))  # root, beside the broker
+    node_b = listening(start_exporter(tmp_path / "b", "node-b", "2x8GiB@node-b", named=False))
+    held = [
+        holding(alice, "alices-notebook-marker", alice.env(JUPYTER_VGPU_BROKER=str(broker.socket))),
+        holding(None, "roots-command-marker", node_b.env),
+        holding(bob, "bobs-own-marker", bob.env(JUPYTER_VGPU_BROKER=str(broker.socket))),
+    ]
+    home, server = alices_server(bob, broker, [f"--VGPUServer.prometheus_url={prometheus.url}"])
+    try:
+        prometheus.scrape("two-nodes", [hub_node.address, node_b.address])
+
+        def cluster() -> tuple[int, Any, str]:
+            status, body = server.api("GET", "api/vgpu/cluster")
+            return status, body, json.dumps(body)
+
+        def complete() -> Any:
+            status, body, _ = cluster()
+            assert status == 200, (body, server.log_tail())
+            nodes = {n["hostname"]: n for n in body["nodes"]}
+            booked = {h: [g["booked"] for g in n["gpus"]] for h, n in nodes.items() if not n["stale"]}
+            return booked == {"hub-node": [8 * GiB], "node-b": [2 * GiB, 0]} and body["slices"] and body
+
+        body = None
+
+        def seen() -> bool:
+            nonlocal body
+            body = complete()
+            return bool(body)
+
+        wait_until(seen, timeout=90, what="both nodes with alice's, bob's and root's slices booked, and bob's slice")
+        assert body is not None
+        (mine,) = body["slices"]
+        assert mine["hostname"] == "hub-node" and mine["holder"] == shlex.join(["sh", "-c", "read line", "bobs-own-marker"])
+        assert [(g["index"], g["request"]) for g in mine["gpus"]] == [(0, 4 * GiB)] and "user" not in mine
+        text = json.dumps(body)
+        for secret in (alice.name, "alices-notebook-marker", "roots-command-marker", "root"):
+            assert secret not in text, secret
+        assert body["prometheus"] == prometheus.url
+
+        # Every view agrees: the broker's node books on its GPU what the cluster view says.
+        status = subprocess.run(
+            [JUPYTER_VGPU, "status", "--json"], env={**beside_broker, "JUPYTER_VGPU_LEDGER": ""}, capture_output=True, text=True, check=True
+        )
+        assert [g["memory_reserved"] for g in json.loads(status.stdout)["gpus"]] == [8 * GiB]
+
+        # The same table from the command line, as bob.
+        result = bob.run(JUPYTER_VGPU, "status", "--cluster", "--json", "--prometheus", prometheus.url)
+        assert result.returncode == 0, result.stderr
+        assert [s["id"] for s in json.loads(result.stdout)["slices"]] == [mine["id"]] and alice.name not in result.stdout
+
+        prometheus.stop()  # the cluster is one sentence; bob's node views work as before
+        status_code, said, _ = cluster()
+        assert status_code == 503
+        assert said["message"].startswith(f"The cluster view cannot be shown: Prometheus at {prometheus.url} cannot be reached: ")
+        assert server.api("GET", "api/vgpu/slices")[0] == 200
+    finally:
+        server.stop()
+        for process in held:
+            if process.poll() is None:
+                assert process.stdin is not None
+                process.stdin.close()
+        for process in held:
+            process.wait(timeout=30)
+        for node in (hub_node, node_b):
+            node.stop()
+        prometheus.stop()
+        subprocess.run(["rm", "-rf", str(home)], check=False)
+
