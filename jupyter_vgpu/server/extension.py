@@ -235,7 +235,7 @@ class VGPUServer(ServerSettings):
             self.log.info("jupyter-vgpu: new slices on GPU %s get %s.", ", ".join(indices), words)
 
     def initialize_handlers(self) -> None:
-        self.handlers += [handlers.INDEX_ROUTE, cluster.ROUTE]  # answered here in gateway mode too
+        self.handlers += [handlers.INDEX_ROUTE, *cluster.ROUTES]  # answered here in gateway mode too
         if self.gateway_url is not None:
             self.handlers.extend((pattern, gateway.GatewayProxyHandler) for pattern, _ in handlers.routes())
             self.handlers += [

@@ -86,9 +86,29 @@ def test_bob_sees_his_slice_on_every_node_and_others_only_as_booked_memory(
         assert result.returncode == 0, result.stderr
         assert [s["id"] for s in json.loads(result.stdout)["slices"]] == [mine["id"]] and alice.name not in result.stdout
 
-        prometheus.stop()  # the cluster is one sentence; bob's node views work as before
+        # The hub node's memory over time: all its bookings, and bob's own apart.
+        def history() -> Any:
+            status, found = server.api("GET", "api/vgpu/cluster/nodes/hub-node/history?seconds=60")
+            assert status == 200, found
+            return found["booked"][-1] == 8 * GiB and found["yours_booked"][-1] == 4 * GiB and found
+
+        found: Any = None
+
+        def has_history() -> bool:
+            nonlocal found
+            found = history()
+            return bool(found)
+
+        wait_until(has_history, timeout=60, what="the hub node's history with both bookings")
+        assert found["step"] == 1 and len(found["t"]) == len(found["total"]) == len(found["yours_used"]) == 61
+        assert found["total"][-1] == 16 * GiB and found["used"][-1] == found["yours_used"][-1] == 0
+        assert server.api("GET", "api/vgpu/cluster/nodes/nowhere/history")[0] == 404
+        code, said = server.api("GET", "api/vgpu/cluster/nodes/hub-node/history?seconds=5")
+        assert (code, said["message"]) == (400, "seconds='5' is not allowed: give 60 to 604800 (7 days).")
+
+        prometheus.stop()  # the cluster is one sentence (once the server's last answer, kept 2 s, is old); bob's node views work as before
+        wait_until(lambda: cluster()[0] == 503, timeout=30, what="503 from the cluster view with Prometheus down")
         status_code, said, _ = cluster()
-        assert status_code == 503
         assert said["message"].startswith(f"The cluster view cannot be shown: Prometheus at {prometheus.url} cannot be reached: ")
         assert server.api("GET", "api/vgpu/slices")[0] == 200
     finally:
