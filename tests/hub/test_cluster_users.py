@@ -17,7 +17,7 @@ import pytest
 from exporter_process import listening, start_exporter
 from prometheus_process import start_prometheus
 
-from .conftest import JUPYTER_VGPU, BrokerProcess, Users, wait_until
+from .conftest import JUPYTER_VGPU, BrokerProcess, Users, student_policy, wait_until
 from .test_idle_reclaim_users import alices_server
 
 pytestmark = pytest.mark.slow
@@ -38,12 +38,16 @@ def test_bob_sees_his_slice_on_every_node_and_others_only_as_booked_memory(
     beside_broker = {**os.environ, "JUPYTER_VGPU_BROKER": str(broker.socket), "JUPYTER_VGPU_SIMULATE": "1x16GiB"}
     hub_node = listening(start_exporter(tmp_path / "hub", "hub-node", "1x16GiB", env=beside_broker))  # root, beside the broker
     node_b = listening(start_exporter(tmp_path / "b", "node-b", "2x8GiB@node-b", named=False))
+    bob_env = bob.env(JUPYTER_VGPU_BROKER=str(broker.socket))
     held = [
         holding(alice, "alices-notebook-marker", alice.env(JUPYTER_VGPU_BROKER=str(broker.socket))),
         holding(None, "roots-command-marker", node_b.env),
-        holding(bob, "bobs-own-marker", bob.env(JUPYTER_VGPU_BROKER=str(broker.socket))),
+        holding(bob, "bobs-own-marker", bob_env),
     ]
-    home, server = alices_server(bob, broker, [f"--VGPUServer.prometheus_url={prometheus.url}"])
+    # The admin names the site's Prometheus in the hub policy: every user's server and command reads it.
+    broker.write_policy({**student_policy(system_users), "prometheus_url": prometheus.url})
+    wait_until(lambda: bob.run(JUPYTER_VGPU, "status", "--cluster", "--json", env=bob_env).returncode == 0, timeout=30, what="the policy's Prometheus")
+    home, server = alices_server(bob, broker, [])
     try:
         prometheus.scrape("two-nodes", [hub_node.address, node_b.address])
 
@@ -74,6 +78,7 @@ def test_bob_sees_his_slice_on_every_node_and_others_only_as_booked_memory(
         for secret in (alice.name, "alices-notebook-marker", "roots-command-marker", "root"):
             assert secret not in text, secret
         assert body["prometheus"] == prometheus.url
+        assert f"the cluster view reads Prometheus at {prometheus.url} (the hub policy's)" in server.log_text()
 
         # Every view agrees: the broker's node books on its GPU what the cluster view says.
         status = subprocess.run(
@@ -82,7 +87,7 @@ def test_bob_sees_his_slice_on_every_node_and_others_only_as_booked_memory(
         assert [g["memory_reserved"] for g in json.loads(status.stdout)["gpus"]] == [8 * GiB]
 
         # The same table from the command line, as bob.
-        result = bob.run(JUPYTER_VGPU, "status", "--cluster", "--json", "--prometheus", prometheus.url)
+        result = bob.run(JUPYTER_VGPU, "status", "--cluster", "--json", env=bob_env)  # the policy's Prometheus
         assert result.returncode == 0, result.stderr
         assert [s["id"] for s in json.loads(result.stdout)["slices"]] == [mine["id"]] and alice.name not in result.stdout
 
