@@ -10,6 +10,7 @@ import json
 import os
 import shlex
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +35,7 @@ def test_bob_sees_his_slice_on_every_node_and_others_only_as_booked_memory(
     system_users: Users, broker: BrokerProcess, tmp_path: Path
 ) -> None:
     alice, bob = system_users.alice, system_users.bob
+    began = time.monotonic()
     prometheus = start_prometheus(tmp_path / "prometheus")
     beside_broker = {**os.environ, "JUPYTER_VGPU_BROKER": str(broker.socket), "JUPYTER_VGPU_SIMULATE": "1x16GiB"}
     hub_node = listening(start_exporter(tmp_path / "hub", "hub-node", "1x16GiB", env=beside_broker))  # root, beside the broker
@@ -110,6 +112,26 @@ def test_bob_sees_his_slice_on_every_node_and_others_only_as_booked_memory(
         assert server.api("GET", "api/vgpu/cluster/nodes/nowhere/history")[0] == 404
         code, said = server.api("GET", "api/vgpu/cluster/nodes/hub-node/history?seconds=5")
         assert (code, said["message"]) == (400, "seconds='5' is not allowed: give 60 to 604800 (7 days).")
+
+        # The admin's report: memory-hours per user, node and group, every user named (it is theirs to read).
+        def report(*args: str) -> dict[str, list[float]]:
+            result = subprocess.run(
+                [JUPYTER_VGPU, "report", "--prometheus", prometheus.url, "--since", "1h", "--step", "1", "--csv", *args],
+                capture_output=True, text=True, timeout=60,
+            )  # fmt: skip
+            assert result.returncode == 0, result.stderr
+            lines = result.stdout.splitlines()
+            assert lines[0].endswith(",booked_gib_hours,used_gib_hours,idle_gib_hours")
+            return {line.split(",")[0]: [float(x) for x in line.split(",")[1:]] for line in lines[1:]}
+
+        held_for = time.monotonic() - began + 5
+        by_user = report()
+        assert set(by_user) == {alice.name, bob.name, "root"}, by_user
+        for name, (booked, used, idle) in by_user.items():
+            share = 2 if name == "root" else 4  # GiB: a quarter of node-b's 8 GiB GPU, of the hub node's 16
+            assert 0 < booked <= share * held_for / 3600 and used == 0 and idle == booked, (name, booked, used, idle)
+        assert set(report("--by", "node")) == {"hub-node", "node-b"}
+        assert system_users.students in report("--by", "group")  # alice's group
 
         prometheus.stop()  # the cluster is one sentence (once the server's last answer, kept 2 s, is old); bob's node views work as before
         wait_until(lambda: cluster()[0] == 503, timeout=30, what="503 from the cluster view with Prometheus down")
