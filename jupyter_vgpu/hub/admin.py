@@ -264,7 +264,7 @@ async function act(method, path) {
   alert(body.message || r.statusText); load();
 }
 async function load() {
-  const data = await (await fetch(prefix + "api/slices")).json();
+  const data = await (await fetch(prefix + "api/slices", {headers: {"X-XSRFToken": xsrf}})).json();
   document.getElementById("sim").innerHTML = data.simulated ? '<span class="sim">simulated GPUs</span>' : "";
   document.getElementById("policy").textContent = "Policy: " + data.policy + (data.policy_error ? " (last reload failed: " + data.policy_error + ")" : "");
   document.getElementById("gpus").textContent = data.gpus.map(g => `GPU ${g.index} ${g.name}: ${gib(g.memory_reserved)} of ${gib(g.memory_total)} reserved, ${gib(g.memory_free)} free`).join(" · ");
@@ -286,7 +286,7 @@ function cells(tbody, rows) {
   for (const row of rows) { const tr = tbody.insertRow(); for (const text of row) tr.insertCell().textContent = text; }
 }
 async function cluster() {
-  const r = await fetch(prefix + "api/cluster");
+  const r = await fetch(prefix + "api/cluster", {headers: {"X-XSRFToken": xsrf}});
   const section = document.getElementById("cluster"), problem = document.getElementById("cluster-problem");
   if (r.status === 404) { section.hidden = true; return; }
   section.hidden = false;

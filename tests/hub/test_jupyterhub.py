@@ -244,3 +244,48 @@ def test_kernels_get_slices_within_quota_and_the_admin_page_lists_them(hub: Hub)
     # and releases bob's slice (his kernel keeps running, without a slice)
     released = requests.delete(f"{page}/{rows[bob]['id']}", headers={"Authorization": f"token {admin_token}"}, timeout=60)
     assert released.status_code == 200 and released.json()["owner"] == bob
+
+
+CHROMIUM = Path(os.environ.get("JUPYTER_VGPU_CHROMIUM", "/usr/bin/chromium"))
+
+
+@pytest.mark.browser
+def test_an_admin_sees_the_whole_cluster_on_the_admin_page_in_a_browser(hub: Hub) -> None:
+    """The hub admin logs in, opens the GPU service's page, and sees the cluster from Prometheus:
+    the node, alice's kernel's slice named, and the top users."""
+    if not CHROMIUM.exists():
+        pytest.skip(f"Chromium is not installed at {CHROMIUM} (apt-get install chromium)")
+    from playwright.sync_api import expect, sync_playwright
+
+    alice = hub.users.alice.name
+    started = hub.start_kernel(alice, hub.user_token(alice), "quarter")
+    assert started.status_code == 201, started.text
+    try:
+        with sync_playwright() as playwright:
+            browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=["--no-sandbox", "--disable-gpu"], headless=True)
+            try:
+                page = browser.new_page(viewport={"width": 1280, "height": 900})
+                page.goto(f"{hub.url}/hub/login?next=/services/vgpu/")
+                page.fill("#username_input", "hubadmin")
+                page.fill("#password_input", "any")
+                page.click("#login_submit")
+                page.wait_for_url(f"{hub.url}/services/vgpu/", timeout=60_000)
+                cluster = page.locator("#cluster")
+                expect(cluster).to_be_visible(timeout=60_000)
+                # This kernel's slice (the page reads the cluster every 10 s, the broker the node every 5 s)
+                row = page.locator("#cluster-slices tr", has_text=f"kernel {started.json()['id'][:8]}")
+                expect(row).to_contain_text("4.0 GiB", timeout=60_000)  # its request, a quarter of 16 GiB
+                expect(row.locator("td").first).to_have_text(alice)
+                expect(page.locator("#nodes tr")).to_have_count(1)
+                expect(page.locator("#cluster-slices tr", has_text=alice)).to_have_count(1, timeout=60_000)  # the earlier test's is gone
+                expect(page.locator("#top tr", has_text=alice).locator("td").nth(1)).to_have_text("4.0 GiB")
+                expect(page.locator("#cluster-source")).to_have_text(f"from {hub.prometheus.url}")
+                artifacts = Path(__file__).resolve().parents[2] / "artifacts" / "ui"
+                artifacts.mkdir(parents=True, exist_ok=True)
+                page.screenshot(path=str(artifacts / "hub-admin-cluster.png"), full_page=True)
+            finally:
+                browser.close()
+    finally:
+        requests.delete(
+            f"{hub.url}/user/{alice}/api/kernels/{started.json()['id']}", headers={"Authorization": f"token {hub.user_token(alice)}"}, timeout=60
+        )
