@@ -6,6 +6,7 @@
 import { URLExt } from '@jupyterlab/coreutils';
 import { ServerConnection } from '@jupyterlab/services';
 
+import type { IClusterReply, INodeHistoryReply } from './clustertypes';
 import type { IHistoryReply } from './historytypes';
 import type {
   IDevicesReply,
@@ -18,6 +19,7 @@ import type {
 } from './types';
 
 export * from './types';
+export * from './clustertypes';
 
 /**
  * What `GET /api/vgpu/sample` is asked for. A time is the `since` of that part's history (null:
@@ -130,6 +132,11 @@ export function sampleRoute(query: ISampleQuery): string {
   return `sample?${parts.join('&')}`;
 }
 
+/** `cluster/nodes/<hostname>/history?seconds=<seconds>`: a node's memory over time. */
+export function nodeHistoryRoute(hostname: string, seconds: number): string {
+  return `cluster/nodes/${encodeURIComponent(hostname)}/history?seconds=${encodeURIComponent(String(Math.round(seconds)))}`;
+}
+
 /** The calls the UI makes, bound to one server's settings. */
 export class VGPUClient {
   constructor(readonly serverSettings: ServerConnection.ISettings) {}
@@ -151,6 +158,24 @@ export class VGPUClient {
   sample(query: ISampleQuery): Promise<ISampleReply> {
     return requestAPI<ISampleReply>(
       sampleRoute(query),
+      {},
+      this.serverSettings
+    );
+  }
+
+  /**
+   * The cluster as the site's Prometheus sees it (`GET /api/vgpu/cluster`): every node, and this
+   * user's slices on them. Fails with 404 when the server has no Prometheus to read, 503 when
+   * Prometheus does not answer (the error's message is the server's sentence).
+   */
+  cluster(): Promise<IClusterReply> {
+    return requestAPI<IClusterReply>('cluster', {}, this.serverSettings);
+  }
+
+  /** A node's memory over the last `seconds` (404: Prometheus never saw that node). */
+  nodeHistory(hostname: string, seconds: number): Promise<INodeHistoryReply> {
+    return requestAPI<INodeHistoryReply>(
+      nodeHistoryRoute(hostname, seconds),
       {},
       this.serverSettings
     );
