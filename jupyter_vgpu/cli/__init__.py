@@ -33,7 +33,7 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     """The command line's parser. The launchers' own ``kernelspec install`` options are looked up
     (every installed launcher loaded, its entry points read: about 0.1 s) only for a command line
     that names ``kernelspec`` (``argv``; None: always), not for every ``run`` and ``status``."""
-    from . import broker, exporter, gateway, kernelspec, release, run, status
+    from . import broker, exporter, gateway, kernelspec, release, report, run, status
 
     parser = _Parser(
         prog="jupyter vgpu",
@@ -48,6 +48,7 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     kernelspec.add_parser(commands, launchers=argv is None or "kernelspec" in argv)
     broker.add_parser(commands)
     exporter.add_parser(commands)
+    report.add_parser(commands)
     gateway.add_parser(commands)
     return parser
 

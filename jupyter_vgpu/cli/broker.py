@@ -9,9 +9,10 @@ from typing import Any
 
 from ..config import ENV_LEDGER, load_settings
 from ..enforcement import setting_problems
-from ..errors import InvalidConfig
+from ..errors import InvalidConfig, InvalidRequest
 from ..ledger.broker_client import DEFAULT_LEDGER, DEFAULT_SOCKET, ENV_BROKER
 from ..units import shorten
+from . import options
 
 
 def add_parser(commands: Any) -> None:
@@ -46,6 +47,28 @@ def add_parser(commands: Any) -> None:
         "--no-admin-page", action="store_true",
         help="do not serve the admin page even when JupyterHub runs the broker as a service",
     )
+    page = parser.add_argument_group(
+        "the node's Prometheus page",
+        "Also serve /metrics as `jupyter vgpu exporter` does, from the broker's own ledger (every user's slices): "
+        "a hub node then needs no exporter. Off unless --metrics-port is given. The page names users, "
+        "notebooks and commands: only Prometheus should reach it. Prints the URL it listens on.",
+    )
+    page.add_argument(
+        "--metrics-port", type=options.port("--metrics-port"), default=None, metavar="PORT",
+        help="serve the page on this port (dcgm-exporter's is 9400, the exporter's 9401; 0: any free port)",
+    )
+    page.add_argument(
+        "--metrics-address", default=None, metavar="ADDRESS",
+        help=f"the address to listen on (default {options.DEFAULT_ADDRESS}; 0.0.0.0 for every interface, so a site's Prometheus can scrape it)",
+    )  # fmt: skip
+    page.add_argument(
+        "--metrics-hostname", type=options.hostname("--metrics-hostname"), default=None, metavar="NAME",
+        help="the hostname label of every series (default: this machine's name; on simulated GPUs of a named machine, that name)",
+    )  # fmt: skip
+    page.add_argument(
+        "--metrics-interval", type=options.interval("--metrics-interval"), default=None, metavar="SECONDS",
+        help=f"how often the GPUs and the ledger are read for the page (default {options.DEFAULT_INTERVAL:g})",
+    )  # fmt: skip
     parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     parser.set_defaults(handler=broker)
 
@@ -63,6 +86,12 @@ def _seconds(text: str) -> float:
 def broker(args: argparse.Namespace) -> int:
     from ..hub.service import hub_service_address, open_broker, serve
 
+    alone = [f"--metrics-{name}" for name in ("address", "hostname", "interval") if getattr(args, f"metrics_{name}") is not None]
+    if alone and args.metrics_port is None:
+        raise InvalidRequest(
+            f"The broker serves no Prometheus page without --metrics-port, so {' and '.join(alone)} would do nothing: "
+            "give --metrics-port too (0: any free port)."
+        )
     logging.basicConfig(level=args.log_level, format="[%(levelname)1.1s %(asctime)s %(name)s] %(message)s")
     settings = load_settings()
     for problem in setting_problems():  # every slice it placed would lack the tier the admin set up, in silence
@@ -70,10 +99,23 @@ def broker(args: argparse.Namespace) -> int:
     socket_path = args.socket or os.environ.get(ENV_BROKER) or DEFAULT_SOCKET
     ledger_path = args.ledger or os.environ.get(ENV_LEDGER) or DEFAULT_LEDGER
     node = open_broker(settings, ledger_path=ledger_path, policy=args.policy, waiter_timeout=args.waiter_timeout)
+    metrics = None
+    if args.metrics_port is not None:  # listening before the socket: a port it cannot have starts nothing
+        from ..metrics.node import NodePage
+
+        try:
+            metrics = NodePage(
+                node.ledger, address=args.metrics_address or options.DEFAULT_ADDRESS, port=args.metrics_port,
+                hostname=args.metrics_hostname, interval=args.metrics_interval or options.DEFAULT_INTERVAL,
+                name="broker", who="The broker's metrics page", options="--metrics-",
+            )  # fmt: skip
+        except BaseException:
+            node.ledger.close()
+            raise
     address = None if args.no_admin_page else hub_service_address()
     if address is None:
-        serve(node, socket_path, reap_interval=args.reap_interval)
+        serve(node, socket_path, reap_interval=args.reap_interval, metrics=metrics)
     else:
         port, ip, prefix = address
-        serve(node, socket_path, reap_interval=args.reap_interval, admin_port=port, admin_ip=ip, admin_prefix=prefix)
+        serve(node, socket_path, reap_interval=args.reap_interval, admin_port=port, admin_ip=ip, admin_prefix=prefix, metrics=metrics)
     return 0

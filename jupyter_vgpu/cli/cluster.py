@@ -16,14 +16,24 @@ from ..metrics.prometheus import ENV_PROMETHEUS, Prometheus
 from ..units import format_bytes
 
 
-def cluster_status(url: str | None, *, as_json: bool) -> int:
-    """Print the cluster for this user; raises :class:`VGPUError` (one sentence) when it cannot."""
+def site_prometheus(url: str | None, command: str) -> Prometheus:
+    """The site's Prometheus: ``--prometheus``, else $JUPYTER_VGPU_PROMETHEUS, else the hub
+    policy's (the node broker's ``info``); one sentence naming ``command`` when none is set."""
+    setting = "--prometheus" if url else ENV_PROMETHEUS
     url = url or os.environ.get(ENV_PROMETHEUS, "")
     if not url:
+        url, setting = _policys(), "the hub policy's prometheus_url"
+    if not url:
         raise InvalidConfig(
-            f"status --cluster needs the site's Prometheus: give --prometheus URL or set {ENV_PROMETHEUS} (docs/cluster.md)."
+            f"{command} needs the site's Prometheus: give --prometheus URL or set {ENV_PROMETHEUS} "
+            "(on a hub node, the admin can set the policy's prometheus_url; docs/cluster.md)."
         )
-    prometheus = Prometheus(url, setting="--prometheus" if url != os.environ.get(ENV_PROMETHEUS) else ENV_PROMETHEUS)
+    return Prometheus(url, setting=setting)
+
+
+def cluster_status(url: str | None, *, as_json: bool) -> int:
+    """Print the cluster for this user; raises :class:`VGPUError` (one sentence) when it cannot."""
+    prometheus = site_prometheus(url, "status --cluster")
     view = read_cluster(prometheus, user=pwd.getpwuid(os.getuid()).pw_name).to_dict()
     if as_json:
         json.dump(view, sys.stdout, indent=2)
@@ -31,6 +41,18 @@ def cluster_status(url: str | None, *, as_json: bool) -> int:
     else:
         sys.stdout.write(render(view))
     return 0
+
+
+def _policys() -> str:
+    """The hub policy's Prometheus, from the node broker's ``info`` ("" without a broker or one)."""
+    from ..config import load_settings
+    from ..ledger import open_ledger
+
+    ledger = open_ledger(load_settings(), read_only_ok=True)
+    try:
+        return str((getattr(ledger, "info", None) or {}).get("prometheus_url") or "")
+    finally:
+        ledger.close()
 
 
 def _bytes(value: float | None) -> str:

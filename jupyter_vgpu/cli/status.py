@@ -36,7 +36,7 @@ def add_parser(commands: Any) -> None:
     )  # fmt: skip
     parser.add_argument(
         "--prometheus", metavar="URL", default=None,
-        help="the site's Prometheus, for --cluster (default: $JUPYTER_VGPU_PROMETHEUS)",
+        help="the site's Prometheus, for --cluster (default: $JUPYTER_VGPU_PROMETHEUS, else the hub policy's prometheus_url)",
     )  # fmt: skip
     parser.set_defaults(handler=status)
 

@@ -9,6 +9,8 @@ Routes (under the service prefix, e.g. ``/services/vgpu/``):
 * ``GET  .``                          the page (HTML; it calls the JSON routes below)
 * ``GET  api/slices``                 every slice, usage and GPUs (JSON)
 * ``DELETE api/slices/<id>``          release the slice (the kernel keeps running, without a slice)
+* ``GET  api/cluster``                the whole cluster from the policy's ``prometheus_url``: every node,
+  every slice named (user, holder, request, limit, use), the lines, the top users (JSON)
 * ``POST api/slices/<id>/shutdown``   shut the holder down: a kernel through its user's Jupyter
   server (``DELETE /user/<name>/api/kernels/<id>`` with the service's token), which also frees the
   slice; a command, or a kernel whose server cannot be reached, by releasing the slice and sending
@@ -29,7 +31,9 @@ from jupyterhub.services.auth import HubOAuthCallbackHandler, HubOAuthenticated
 from tornado import web
 from tornado.httpclient import AsyncHTTPClient, HTTPClientError, HTTPRequest
 
-from ..errors import SliceNotFound, VGPUError
+from ..errors import InvalidConfig, SliceNotFound, VGPUError
+from ..metrics.cluster import read_cluster, top_users
+from ..metrics.prometheus import Prometheus, PrometheusUnavailable
 from ..slices import occupancy_of
 from ..slices.holders import attribute
 from ..slices.usage import slice_usage
@@ -124,6 +128,28 @@ class SlicesAPIHandler(AdminHandler):
         self.write(await asyncio.to_thread(slices_report, self.broker))
 
 
+def cluster_report(url: str) -> dict[str, Any]:
+    """Every node and every slice (named) from the Prometheus at ``url``, and the top users
+    (blocking: run it on a thread)."""
+    view = read_cluster(Prometheus(url, setting="the policy's prometheus_url"), user=None)
+    reply = view.to_dict()
+    reply["top_users"] = top_users(view, by="booked")
+    reply["top_unused"] = top_users(view, by="unused")
+    return reply
+
+
+class ClusterAPIHandler(AdminHandler):
+    @web.authenticated
+    async def get(self) -> None:
+        url = self.broker.policy.current().prometheus_url
+        if not url:
+            return self.fail(404, "The policy names no Prometheus: set c.VGPUPolicy.prometheus_url to see the whole cluster (docs/cluster.md).")
+        try:
+            self.write(await asyncio.to_thread(cluster_report, url))
+        except (PrometheusUnavailable, InvalidConfig) as error:
+            self.fail(503, f"The cluster cannot be shown: {error} This node's slices are listed as before.")
+
+
 class SliceAPIHandler(AdminHandler):
     @web.authenticated
     async def delete(self, slice_id: str) -> None:
@@ -192,6 +218,7 @@ def make_app(broker: Broker, prefix: str) -> web.Application:
             (prefix, PageHandler),
             (prefix + "oauth_callback", HubOAuthCallbackHandler),
             (prefix + "api/slices", SlicesAPIHandler),
+            (prefix + "api/cluster", ClusterAPIHandler),
             (prefix + r"api/slices/([^/]+)", SliceAPIHandler),
             (prefix + r"api/slices/([^/]+)/shutdown", ShutdownAPIHandler),
         ],
@@ -207,11 +234,27 @@ PAGE = """<!doctype html>
 body{font:14px system-ui,sans-serif;margin:2em}table{border-collapse:collapse;width:100%}
 td,th{border-bottom:1px solid #ddd;padding:.4em;text-align:left}th{background:#f5f5f5}
 .sim{background:#fdecc8;padding:.1em .5em;border-radius:.3em}button{margin-right:.3em}
+.problem{background:#fde2e1;padding:.5em}
 </style></head><body>
 <h1>GPU slices on this node <span id="sim"></span></h1>
 <p id="policy"></p><div id="gpus"></div>
 <table><thead><tr><th>User</th><th>Holder</th><th>GPU</th><th>Share</th><th>Reserved</th><th>Used</th><th></th></tr></thead>
 <tbody id="rows"></tbody></table>
+<section id="cluster" hidden>
+<h2>The cluster <small id="cluster-source"></small></h2>
+<p id="cluster-problem" class="problem" hidden></p>
+<table><thead><tr><th>Node</th><th>GPUs</th><th>Booked</th><th>Used</th><th>Free</th><th>Room on one GPU</th><th>Waiting</th><th>Seen</th></tr></thead>
+<tbody id="nodes"></tbody></table>
+<h3>Every slice</h3>
+<table><thead><tr><th>User</th><th>Node</th><th>GPU</th><th>Holder</th><th>Request</th><th>Limit</th><th>Used</th><th>Utilisation</th></tr></thead>
+<tbody id="cluster-slices"></tbody></table>
+<h3>Top users by memory booked</h3>
+<table><thead><tr><th>User</th><th>Booked</th><th>Used</th><th>Booked, unused</th><th>Slices</th></tr></thead>
+<tbody id="top"></tbody></table>
+<h3>Top users by memory booked but unused</h3>
+<table><thead><tr><th>User</th><th>Booked</th><th>Used</th><th>Booked, unused</th><th>Slices</th></tr></thead>
+<tbody id="top-unused"></tbody></table>
+</section>
 <script>
 const prefix = "{{prefix}}", xsrf = "{{xsrf}}";
 const gib = b => b == null ? "n/a" : (b / 2 ** 30).toFixed(1) + " GiB";
@@ -237,6 +280,34 @@ async function load() {
     cell.append(release, stop);
   }
 }
-load(); setInterval(load, 5000);
+const sum = (xs) => xs.some(x => x == null) ? null : xs.reduce((a, b) => a + b, 0);
+function cells(tbody, rows) {
+  tbody.textContent = "";
+  for (const row of rows) { const tr = tbody.insertRow(); for (const text of row) tr.insertCell().textContent = text; }
+}
+async function cluster() {
+  const r = await fetch(prefix + "api/cluster");
+  const section = document.getElementById("cluster"), problem = document.getElementById("cluster-problem");
+  if (r.status === 404) { section.hidden = true; return; }
+  section.hidden = false;
+  const data = await r.json().catch(() => ({}));
+  if (!r.ok) { problem.hidden = false; problem.textContent = data.message || r.statusText; return; }
+  problem.hidden = true;
+  document.getElementById("cluster-source").textContent = "from " + data.prometheus;
+  cells(document.getElementById("nodes"), data.nodes.map(n => [
+    n.hostname + (n.stale ? " (stale: " + n.problem + ")" : ""), n.gpus.length,
+    gib(sum(n.gpus.map(g => g.booked))) + " of " + gib(sum(n.gpus.map(g => g.total))), gib(sum(n.gpus.map(g => g.used))),
+    gib(sum(n.gpus.map(g => g.free))), gib(Math.max(...n.gpus.map(g => g.free ?? 0))),
+    n.waiting.requests == null ? "n/a" : n.waiting.requests + " (" + gib(n.waiting.memory) + ")",
+    n.last_seen ? Math.round(data.read_at - n.last_seen) + " s ago" : "never"]));
+  cells(document.getElementById("cluster-slices"), data.slices.map(s => [
+    s.user, s.hostname, s.gpus.map(g => g.index).join(", "), s.holder, gib(sum(s.gpus.map(g => g.request))),
+    s.gpus.every(g => g.limit == null) ? "" : gib(sum(s.gpus.map(g => g.limit ?? g.request))),
+    gib(sum(s.gpus.map(g => g.used))), s.gpus.map(g => g.utilization == null ? "n/a" : g.utilization + "%").join(", ")]));
+  const top = u => [u.user, gib(u.booked), gib(u.used), gib(u.unused), u.slices];
+  cells(document.getElementById("top"), data.top_users.map(top));
+  cells(document.getElementById("top-unused"), data.top_unused.map(top));
+}
+load(); cluster(); setInterval(load, 5000); setInterval(cluster, 10000);
 </script></body></html>
 """

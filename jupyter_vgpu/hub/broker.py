@@ -241,6 +241,8 @@ class Broker:
             # reclaim terms (slices.terms), status and %vgpu show them all
             "limits": quota.describe(),
             "unlimited": quota.unlimited,
+            # the site's Prometheus, for every user's cluster view (the server's own setting wins)
+            "prometheus_url": source.prometheus_url or None,
         }
 
     # -- the policy around reserving -----------------------------------------------------------

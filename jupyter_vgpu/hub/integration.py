@@ -27,6 +27,7 @@ def configure(
     admin_port: int = 10101,
     hub_url: str | None = None,
     default_share: str | None = None,
+    metrics_port: int | None = None,
     python: str = sys.executable,
 ) -> dict[str, Any]:
     """Run the broker as the managed service ``service_name`` and point single-user servers at it.
@@ -36,9 +37,13 @@ def configure(
     from ``c.JupyterHub.bind_url``), used by the admin page to shut kernels down through their
     user's server. ``default_share`` (e.g. ``"1/4"`` or ``"4GiB"``) makes every kernel of every
     single-user server a sliced kernel of that share, not only the sliced kernelspecs.
-    Returns the service entry it added.
+    ``metrics_port`` makes the broker serve the node's Prometheus page there (``--metrics-port``; on
+    127.0.0.1: give the broker ``--metrics-address`` through ``c.JupyterHub.services`` if the site's
+    Prometheus scrapes from elsewhere). Returns the service entry it added.
     """
     command = [python, "-m", "jupyter_vgpu.cli", "broker", "--socket", socket_path, "--ledger", ledger_path]
+    if metrics_port is not None:
+        command += ["--metrics-port", str(int(metrics_port))]
     if config_file:
         command += ["--policy", str(Path(config_file).resolve())]
     passed = {k: v for k, v in os.environ.items() if k in (ENV_SIMULATE, ENV_CONTEXT)}

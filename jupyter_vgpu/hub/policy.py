@@ -7,7 +7,8 @@ the same shape; the broker reads it at start and again on SIGHUP or when the fil
      "groups": {"students": {"max_per_kernel": "1/4", "max_total": "1/2", "max_limit": "1/2", "max_wait": 60},
                 "staff": {"max_per_kernel": 2, "max_total": 2}},
      "users": {"alice": {"gpus": [0]}},
-     "admin_users": ["carol"], "admin_groups": ["wheel"]}
+     "admin_users": ["carol"], "admin_groups": ["wheel"],
+     "prometheus_url": "http://prometheus:9090"}
 
 Shares are GPU-fractions (``"1/4"``, ``"25%"``, ``0.25``, ``2`` = two whole GPUs, summed over
 a slice's GPUs) or memory (``"8GiB"``, summed over a slice's GPUs). ``max_limit`` caps the limit an
@@ -21,7 +22,9 @@ line waits at most an hour (``max_wait``) and a user has at most 8 places in lin
 Three limits are applied by each user's server rather than the broker, which hands them over in
 its ``info``: ``idle_reclaim_after``, ``burst_reclaim_notice`` (the longest notice a burst someone
 needs gets) and ``burst_reclaim_action`` (the mildest action at its end). A user's own server
-setting can only be stricter (:mod:`jupyter_vgpu.slices.terms`).
+setting can only be stricter (:mod:`jupyter_vgpu.slices.terms`). ``prometheus_url`` is the node's,
+not a limit: the site's Prometheus every user's server reads the cluster view from, where the
+user's own server sets none (``c.VGPUServer.prometheus_url``).
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ from traitlets.config import Config, Configurable
 from traitlets.config.loader import PyFileConfigLoader
 
 from ..errors import InvalidConfig, InvalidRequest
+from ..metrics.prometheus import check_url
 from ..slices.terms import BURST_ACTIONS, action_gives_back, action_words, seconds_words
 from ..units import ALLOWED_WAITS, describe_fraction, format_bytes, parse_bytes, parse_seconds, share_number, shorten
 
@@ -267,13 +271,15 @@ class Policy:
     admin_users: frozenset[str] = frozenset()
     admin_groups: frozenset[str] = frozenset()
     source: str = "no policy"
+    #: The site's Prometheus for every user's cluster view ("": none).
+    prometheus_url: str = ""
 
     @classmethod
     def parse(cls, data: Any, *, source: str) -> Policy:
         """Validate a policy mapping; every mistake raises :class:`InvalidConfig` naming it."""
         if not isinstance(data, dict):
             raise InvalidConfig(f"The policy in {source} must be a mapping with default, groups, users; got {type(data).__name__}.")
-        known = {"default", "groups", "users", "admin_users", "admin_groups"}
+        known = {"default", "groups", "users", "admin_users", "admin_groups", "prometheus_url"}
         unknown = sorted(set(data) - known)
         if unknown:
             raise InvalidConfig(f"The policy in {source} has an unknown key {shorten(unknown[0])}; use {', '.join(sorted(known))}.")
@@ -291,9 +297,13 @@ class Policy:
                 if isinstance(names, str) or not isinstance(names, (list, tuple, set, frozenset)):
                     raise InvalidConfig(f"{kind} must be a list of names, not {shorten(names)}.")
                 admins[kind] = frozenset(str(n) for n in names)
+            url = data.get("prometheus_url") or ""
+            if not isinstance(url, str):
+                raise InvalidConfig(f"prometheus_url must be the URL of the site's Prometheus, not {shorten(url)}.")
+            url = check_url(url, "prometheus_url") if url.strip() else ""
         except InvalidConfig as error:
             raise InvalidConfig(f"The policy in {source} is not valid: {error}") from None
-        return cls(default, tables["groups"], tables["users"], admins["admin_users"], admins["admin_groups"], source)
+        return cls(default, tables["groups"], tables["users"], admins["admin_users"], admins["admin_groups"], source, url)
 
     def quota(self, user: str, groups: list[str]) -> Quota:
         """The limits for ``user`` (member of ``groups``), each with where it came from."""
@@ -362,6 +372,12 @@ class VGPUPolicy(Configurable):
     users = Dict(help="Limits per user; they win over the user's groups and the default.").tag(config=True)
     admin_users = List(Unicode(), help="Users who may see and release every slice (root always may).").tag(config=True)
     admin_groups = List(Unicode(), help="Unix groups whose members may see and release every slice.").tag(config=True)
+    prometheus_url = Unicode(
+        "",
+        help="""The site's Prometheus (http://prometheus:9090), which scrapes every node's exporter or
+        broker: every user's server reads its cluster view from it where the user's own
+        c.VGPUServer.prometheus_url is not set (docs/cluster.md).""",
+    ).tag(config=True)
     policy_file = Unicode(
         "",
         help="""A JSON file with the same keys (default, groups, users, admin_users, admin_groups);
@@ -375,6 +391,7 @@ class VGPUPolicy(Configurable):
             "users": dict(self.users),
             "admin_users": list(self.admin_users),
             "admin_groups": list(self.admin_groups),
+            "prometheus_url": self.prometheus_url,
         }
 
 

@@ -9,6 +9,7 @@ import threading
 from dataclasses import replace
 from pathlib import Path
 from types import FrameType
+from typing import TYPE_CHECKING
 
 from ..config import VGPU
 from ..gpus import Inventory
@@ -19,6 +20,9 @@ from ..ledger.line import STALE_WAITER
 from ..slices import Actor
 from .broker import Broker, PolicySource
 from .listener import BrokerServer, install_reload_signal
+
+if TYPE_CHECKING:
+    from ..metrics.node import NodePage
 
 log = logging.getLogger("jupyter_vgpu.broker")
 
@@ -46,9 +50,16 @@ def open_broker(
 
 
 def serve(broker: Broker, socket_path: str | Path, *, reap_interval: float = 5.0, admin_port: int | None = None,
-          admin_prefix: str = "/", admin_ip: str = "127.0.0.1") -> None:
-    """Serve until SIGTERM/SIGINT. With ``admin_port``, also the admin page (tornado, main thread)."""
-    server = BrokerServer(socket_path, broker)
+          admin_prefix: str = "/", admin_ip: str = "127.0.0.1", metrics: NodePage | None = None) -> None:
+    """Serve until SIGTERM/SIGINT. With ``admin_port``, also the admin page (tornado, main thread).
+    With ``metrics`` (a page over the broker's ledger, listening), also the node's Prometheus page,
+    on threads of its own, stopped before the ledger closes."""
+    try:
+        server = BrokerServer(socket_path, broker)
+    except BaseException:
+        if metrics is not None:
+            metrics.stop()
+        raise
     stop = threading.Event()
     install_reload_signal(broker.policy)
     reaper = threading.Thread(target=broker.reap_forever, args=(reap_interval, stop), name="jupyter-vgpu-reaper", daemon=True)
@@ -57,6 +68,8 @@ def serve(broker: Broker, socket_path: str | Path, *, reap_interval: float = 5.0
         "jupyter-vgpu broker: serving the ledger %s on %s (%s; policy: %s).",
         broker.ledger.path, socket_path, broker.ledger.inventory.describe(), broker.policy.policy.source,
     )
+    if metrics is not None:
+        metrics.start()
     try:
         if admin_port is None:
             def stop_serving(signum: int, frame: FrameType | None) -> None:
@@ -70,6 +83,8 @@ def serve(broker: Broker, socket_path: str | Path, *, reap_interval: float = 5.0
     finally:
         stop.set()
         server.server_close()
+        if metrics is not None:
+            metrics.stop()  # its sampler reads the ledger until it stops
         broker.ledger.close()
 
 

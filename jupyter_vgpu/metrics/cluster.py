@@ -367,6 +367,26 @@ def _int(text: str | None) -> int | None:
         return None
 
 
+def top_users(view: ClusterView, *, by: str = "booked", limit: int = 10) -> list[dict[str, Any]]:
+    """An admin's view's users by GPU memory ``booked`` (or booked but ``unused``: booked less used,
+    where known), the most first, each with what they book, use and leave unused."""
+    users: dict[str, dict[str, Any]] = {}
+    for s in view.slices:
+        entry = users.setdefault(s.user, {"user": s.user, "booked": 0, "used": 0, "unused": 0, "slices": 0, "unknown": 0})
+        entry["slices"] += 1
+        for g in s.gpus:
+            booked = g.request or 0
+            entry["booked"] += booked
+            if g.used is None:
+                entry["unknown"] += 1
+                continue
+            entry["used"] += g.used
+            entry["unused"] += max(0.0, booked - g.used)
+    other = "unused" if by == "booked" else "booked"
+    ranked = sorted(users.values(), key=lambda u: (-u[by], -u[other], u["user"]))
+    return [{**u, "booked": _n(u["booked"]), "used": _n(u["used"]), "unused": _n(u["unused"])} for u in ranked[:limit]]
+
+
 def node_totals(node: Mapping[str, Any]) -> dict[str, float | None]:
     """A node's sums over its GPUs (a REST node's ``gpus``), None where a GPU's figure is unknown."""
     totals: dict[str, float | None] = {}

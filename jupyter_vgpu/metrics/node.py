@@ -1,5 +1,6 @@
 """The node's sampler: one reading of the GPUs and the ledger every ``interval`` seconds, on a
-thread of its own, for the node exporter's scrapes.
+thread of its own, for the node exporter's scrapes; and the node's page (:class:`NodePage`), which
+``jupyter vgpu exporter`` serves, and ``jupyter vgpu broker --metrics-port`` from its own ledger.
 
 A reading costs what one tick of a server's usage monitor costs (one inventory snapshot with
 telemetry: one NVML pass; the ledger's slices and line; the holders' process trees) and nothing
@@ -13,11 +14,14 @@ never half a node.
 from __future__ import annotations
 
 import logging
+import socket
+import sys
 import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from prometheus_client import CollectorRegistry
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
@@ -30,7 +34,8 @@ from ..slices import Occupancy, Waiter, occupancy_of
 from ..slices.holders import ProcessOwners, held
 from ..slices.usage import ReportCache, SliceUsage, slice_usage
 from ..units import shorten
-from .series import EXPORTER_SERIES, Page
+from .series import EXPORTER_SERIES, Page, machine_name
+from .serve import MetricsServer
 
 log = logging.getLogger("jupyter_vgpu.exporter")
 
@@ -107,13 +112,15 @@ class NodeSampler:
                 else:
                     log.info("jupyter-vgpu exporter: the GPUs and the ledger can be read again.")
 
-    def stop(self) -> None:
-        """Stop reading (after a reading in progress) and close the ledger."""
+    def stop(self, *, close_ledger: bool = True) -> None:
+        """Stop reading (after a reading in progress) and close the ledger, unless ``close_ledger``
+        is false (a ledger others use: the broker's)."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
             self._thread = None
-        self.ledger.close()
+        if close_ledger:
+            self.ledger.close()
 
 
 class NodeCollector(Collector):
@@ -131,3 +138,76 @@ class NodeCollector(Collector):
         if reading.problem is None:
             page.add(reading, self.hostname)
         yield from page.families()
+
+
+class NodePage:
+    """The node's Prometheus page over ``ledger``: a :class:`NodeSampler` reading it every
+    ``interval`` seconds, a :class:`NodeCollector` naming the node ``hostname`` (default: the
+    machine's name, or the simulated machine's), and a :class:`MetricsServer` on ``address``:``port``.
+
+    It listens at once, before its first reading: a port it cannot have raises
+    :class:`~jupyter_vgpu.errors.InvalidRequest` (one sentence naming the listener as ``who`` and its
+    options as ``options`` + ``port``), so a command that cannot serve the page starts nothing else.
+    ``name`` is the command that serves it (``exporter``, ``broker``), in its title and its line on
+    stderr. It reads the ledger and never closes it: whoever opened it does.
+    """
+
+    def __init__(
+        self, ledger: Ledger, *, address: str, port: int, hostname: str | None = None, interval: float = 5.0,
+        name: str = "exporter", who: str = "The exporter", options: str = "--",
+    ) -> None:  # fmt: skip
+        self.name = name
+        self.hostname = hostname or machine_name(ledger.inventory.simulate)
+        registry = CollectorRegistry(auto_describe=False)
+        self.server = MetricsServer(
+            registry, address, port, title=f"jupyter-vgpu {name} of {self.hostname}", who=who, options=options
+        )
+        try:
+            self.sampler = NodeSampler(ledger, interval=interval)
+            registry.register(NodeCollector(self.sampler, self.hostname))
+        except BaseException:
+            self.server.close()
+            raise
+        self._thread: threading.Thread | None = None
+
+    def serve_forever(self) -> None:
+        """Read the node on the sampler's thread, say the page's URL on stderr, and serve on this
+        thread until :meth:`shutdown`; the sampler stops with it."""
+        self.sampler.start()
+        try:
+            self._say_where()
+            self.server.serve_forever()
+        finally:
+            self.sampler.stop(close_ledger=False)
+
+    def shutdown(self) -> None:
+        """Stop :meth:`serve_forever`; safe from a signal handler (it waits for nothing)."""
+        self.server.shutdown()
+
+    def start(self) -> None:
+        """:meth:`serve_forever` on a thread of its own, until :meth:`stop`."""
+        if self._thread is None:
+            self._thread = threading.Thread(target=self.serve_forever, name=f"jupyter-vgpu-{self.name}-metrics", daemon=True)
+            self._thread.start()
+
+    def stop(self) -> None:
+        """Stop serving and reading and wait for both (a scrape or a reading in progress ends
+        first); a page never started stops listening."""
+        if self._thread is None:
+            self.server.close()
+            return
+        self.shutdown()
+        self._thread.join()
+        self._thread = None
+
+    def _say_where(self) -> None:
+        ledger, address = self.sampler.ledger, self.server.address
+        host = socket.getfqdn() if address in ("0.0.0.0", "::", "") else address
+        problem = self.sampler.latest.problem
+        print(
+            f"jupyter-vgpu {self.name}: the GPUs and slices of {self.hostname} at {self.server.url(host)}\n"
+            f"  GPUs: {ledger.inventory.describe()}; slices: {ledger.location()}; read every {self.sampler.interval:g} s"
+            + (f"\n  Not readable now: {problem}" if problem else ""),
+            file=sys.stderr,
+            flush=True,
+        )

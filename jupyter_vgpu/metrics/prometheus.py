@@ -99,6 +99,20 @@ class Prometheus:
             raise PrometheusUnavailable(f"Prometheus at {self.url} answered a result that is not a vector or matrix of samples.") from None
         return points
 
+    def query_range(self, promql: str, *, start: float, end: float, step: float) -> list[tuple[Mapping[str, str], list[tuple[float, float]]]]:
+        """A range query's series: each one's labels and its ``(time, value)`` points (NaN left out)."""
+        params = {"query": promql, "start": f"{start:.3f}", "end": f"{end:.3f}", "step": f"{step:g}"}
+        data = self._get("/api/v1/query_range", params)
+        found: list[tuple[Mapping[str, str], list[tuple[float, float]]]] = []
+        try:
+            for entry in data.get("result") or []:
+                labels = {str(k): str(v) for k, v in (entry.get("metric") or {}).items()}
+                points = [(float(at), value) for at, text in entry.get("values") or [] if not math.isnan(value := _number(text))]
+                found.append((labels, points))
+        except (AttributeError, KeyError, TypeError, ValueError):
+            raise PrometheusUnavailable(f"Prometheus at {self.url} answered a result that is not a matrix of samples.") from None
+        return found
+
     def _get(self, path: str, params: Mapping[str, str]) -> dict[str, Any]:
         request = urllib.request.Request(f"{self.url}{path}?{urllib.parse.urlencode(params)}", headers=self._headers)
         where = f"Prometheus at {self.url}"

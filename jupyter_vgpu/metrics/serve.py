@@ -38,9 +38,13 @@ class _QuietHandler(WSGIRequestHandler):
 class MetricsServer:
     """Listens on ``address``:``port`` (0: any free port; :attr:`port` says which) and serves
     ``registry`` once :meth:`serve_forever` runs. Raises :class:`InvalidRequest`, one sentence,
-    when the address cannot be listened on (the port is taken, the address is not this machine's)."""
+    when the address cannot be listened on (the port is taken, the address is not this machine's):
+    the sentence names the listener as ``who`` and its options as ``options`` + ``port``/``address``."""
 
-    def __init__(self, registry: CollectorRegistry, address: str, port: int, *, title: str = "jupyter-vgpu") -> None:
+    def __init__(
+        self, registry: CollectorRegistry, address: str, port: int, *, title: str = "jupyter-vgpu",
+        who: str = "The exporter", options: str = "--",
+    ) -> None:  # fmt: skip
         metrics = make_wsgi_app(registry)
         index = f"{title}: Prometheus metrics at /metrics\n".encode()
 
@@ -58,7 +62,7 @@ class MetricsServer:
         try:
             self.httpd = make_server(address, port, app, server_class=server_class, handler_class=_QuietHandler)
         except OSError as error:
-            raise InvalidRequest(_why_not(address, port, error)) from None
+            raise InvalidRequest(_why_not(address, port, error, who, options)) from None
         self.address = address
         self.port = int(self.httpd.server_address[1])
         self._done = threading.Event()
@@ -80,13 +84,17 @@ class MetricsServer:
         """Stop :meth:`serve_forever`; safe from a signal handler (it does not wait here)."""
         threading.Thread(target=self.httpd.shutdown, daemon=True).start()
 
+    def close(self) -> None:
+        """Stop listening, when :meth:`serve_forever` never ran (it closes the socket when it ends)."""
+        self.httpd.server_close()
 
-def _why_not(address: str, port: int, error: OSError) -> str:
+
+def _why_not(address: str, port: int, error: OSError, who: str, options: str) -> str:
     where = f"port {port} on {address}"
     if error.errno == errno.EADDRINUSE:
-        return f"The exporter cannot listen on {where}: another program uses it; give another --port (0: any free port)."
+        return f"{who} cannot listen on {where}: another program uses it; give another {options}port (0: any free port)."
     if error.errno == errno.EACCES:
-        return f"The exporter may not listen on {where}: ports below 1024 need root; give --port 1024 or above."
+        return f"{who} may not listen on {where}: ports below 1024 need root; give {options}port 1024 or above."
     if error.errno in (errno.EADDRNOTAVAIL, errno.EAFNOSUPPORT) or isinstance(error, socket.gaierror):
-        return f"The exporter cannot listen on {where}: {address} is not an address of this machine; give --address 0.0.0.0 for all of them."
-    return f"The exporter cannot listen on {where}: {error.strerror or error}."
+        return f"{who} cannot listen on {where}: {address} is not an address of this machine; give {options}address 0.0.0.0 for all of them."
+    return f"{who} cannot listen on {where}: {error.strerror or error}."

@@ -18,7 +18,9 @@ from typing import Any
 from jupyter_server.auth.decorator import authorized
 from tornado import web
 
+from ..errors import InvalidRequest
 from ..metrics.cluster import read_cluster
+from ..metrics.clusterhistory import NodeUnknown, history_seconds, read_node_history
 from ..metrics.prometheus import Prometheus, PrometheusUnavailable
 from .handlers import VGPUHandler
 
@@ -45,6 +47,10 @@ class ClusterReader:
             self._reply = (time.monotonic(), reply)
             return reply
 
+    async def history(self, hostname: str, seconds: int) -> dict[str, Any]:
+        """A node's memory over the last ``seconds``: its GPUs' and this user's slices'."""
+        return await asyncio.to_thread(read_node_history, self.prometheus, hostname, user=self.user, seconds=seconds)
+
 
 def reader(url: str) -> ClusterReader | None:
     """The server's reader for the Prometheus at ``url`` (checked already), None without one."""
@@ -56,20 +62,50 @@ def reader(url: str) -> ClusterReader | None:
 class ClusterHandler(VGPUHandler):
     """``GET /api/vgpu/cluster``: every node's GPUs and line, and your slices on every node."""
 
+    def reader(self) -> ClusterReader | None:
+        """This server's reader, or None after answering 404 (no Prometheus set)."""
+        cluster: ClusterReader | None = self.settings.get(CLUSTER)
+        if cluster is None:
+            self.fail(
+                404,
+                "This server has no cluster view: an admin sets c.VGPUServer.prometheus_url to the site's Prometheus "
+                "(docs/cluster.md, \"Reading the cluster back\").",
+            )
+        return cluster
+
     @web.authenticated
     @authorized
     async def get(self) -> None:
-        cluster: ClusterReader | None = self.settings.get(CLUSTER)
-        if cluster is None:
-            return self.fail(
-                404,
-                "This server has no cluster view: an admin sets c.VGPUServer.prometheus_url to the site's Prometheus "
-                "(docs/cluster.md, \"Prometheus\").",
-            )
+        if (cluster := self.reader()) is None:
+            return
         try:
             self.write_json(await cluster.view())
         except PrometheusUnavailable as error:
-            self.fail(503, f"The cluster view cannot be shown: {error} Every view of this node works as before.")
+            self.fail(503, unavailable(error))
 
 
-ROUTE = (r"/api/vgpu/cluster", ClusterHandler)
+class NodeHistoryHandler(ClusterHandler):
+    """``GET /api/vgpu/cluster/nodes/<hostname>/history?seconds=3600``: a node's GPU memory over
+    time (total, booked, used) and what your slices book and use there."""
+
+    @web.authenticated
+    @authorized
+    async def get(self, hostname: str) -> None:  # type: ignore[override]
+        if (cluster := self.reader()) is None:
+            return
+        try:
+            seconds = history_seconds(self.get_query_argument("seconds", None))
+            self.write_json(await cluster.history(hostname, seconds))
+        except InvalidRequest as error:
+            self.fail(400, str(error))
+        except NodeUnknown as error:
+            self.fail(404, str(error))
+        except PrometheusUnavailable as error:
+            self.fail(503, unavailable(error))
+
+
+def unavailable(error: PrometheusUnavailable) -> str:
+    return f"The cluster view cannot be shown: {error} Every view of this node works as before."
+
+
+ROUTES = [(r"/api/vgpu/cluster", ClusterHandler), (r"/api/vgpu/cluster/nodes/([^/]+)/history", NodeHistoryHandler)]

@@ -19,7 +19,7 @@ from traitlets.config.loader import DeferredConfig
 from .._version import __version__
 from ..config import load_settings
 from ..enforcement import offered_by, setting_problems
-from ..errors import VGPUError
+from ..errors import InvalidConfig, VGPUError
 from ..gpus.context import context_allowance
 from ..launch.errors import OneLineRefusals
 from ..launch.refusals import refusals_of
@@ -92,6 +92,7 @@ class VGPUServer(ServerSettings):
             self.log.info("jupyter-vgpu: the GPU API answers from the GPU node at %s (gateway mode).", self.gateway_url)
             return
         ledger, problem, simulated = self._open_ledger()
+        self._cluster_from_policy(ledger)
         manager = self.serverapp.kernel_manager
         for logger in {id(log): log for log in (self.serverapp.log, manager.log)}.values():
             if not any(isinstance(f, OneLineRefusals) for f in logger.filters):
@@ -177,6 +178,21 @@ class VGPUServer(ServerSettings):
 
         self.monitor.listeners += [tell_unbooked, self.watchdog.check]
 
+    def _cluster_from_policy(self, ledger: Ledger | None) -> None:
+        """The hub policy's Prometheus, where this server sets none (the broker's ``info``)."""
+        info = getattr(ledger, "info", None) or {}
+        url = info.get("prometheus_url")
+        if self.prometheus_url or not url:
+            if self.prometheus_url:
+                self.log.info("jupyter-vgpu: the cluster view reads Prometheus at %s.", self.settings[cluster.CLUSTER].prometheus.url)
+            return
+        try:
+            self.settings[cluster.CLUSTER] = cluster.reader(str(url))
+        except InvalidConfig as error:  # the broker checked it: a broker of another version
+            self.log.warning("jupyter-vgpu: no cluster view: the hub policy's %s", error)
+            return
+        self.log.info("jupyter-vgpu: the cluster view reads Prometheus at %s (the hub policy's).", self.settings[cluster.CLUSTER].prometheus.url)
+
     def _reclaim(self, ledger: Ledger | None, manager: Any) -> float:
         """The reclaim engine on the monitor's samples, its sources asked in order: bursts given
         back, then idle kernels shut down; after how many idle seconds it reclaims (0: never)."""
@@ -235,7 +251,7 @@ class VGPUServer(ServerSettings):
             self.log.info("jupyter-vgpu: new slices on GPU %s get %s.", ", ".join(indices), words)
 
     def initialize_handlers(self) -> None:
-        self.handlers += [handlers.INDEX_ROUTE, cluster.ROUTE]  # answered here in gateway mode too
+        self.handlers += [handlers.INDEX_ROUTE, *cluster.ROUTES]  # answered here in gateway mode too
         if self.gateway_url is not None:
             self.handlers.extend((pattern, gateway.GatewayProxyHandler) for pattern, _ in handlers.routes())
             self.handlers += [

@@ -411,6 +411,7 @@ ENDPOINTS = (
     ("GET", "api/vgpu/refusals/<refusal_id>", "one refused kernel start"),
     ("DELETE", "api/vgpu/waiting/<ticket>", "take your request out of the waiting line"),
     ("GET", "api/vgpu/cluster", "every node's GPUs and line, and your slices on every node (from the site's Prometheus)"),
+    ("GET", "api/vgpu/cluster/nodes/<hostname>/history", "a node's GPU memory over time, and your slices' there (?seconds=)"),
 )
 
 

@@ -179,15 +179,18 @@ def student_policy(users: Users) -> dict[str, Any]:
 
 
 @pytest.fixture
-def broker(system_users: Users, monkeypatch: pytest.MonkeyPatch) -> Iterator[BrokerProcess]:
-    """A broker on one simulated 16 GiB GPU, as root, with the student policy."""
+def broker(system_users: Users, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) -> Iterator[BrokerProcess]:
+    """A broker on one simulated 16 GiB GPU, as root, with the student policy. A test that needs
+    other GPUs or options from its start parametrizes it (indirect): ``{"simulate": "2x16GiB",
+    "extra": ["--metrics-port", "0"]}``."""
+    asked = getattr(request, "param", {})
     sockets = world_dir("vgpu-broker-")
     state = Path(tempfile.mkdtemp(prefix="vgpu-state-"))
     env = {k: v for k, v in os.environ.items() if not k.startswith("JUPYTER_VGPU")}
-    env["JUPYTER_VGPU_SIMULATE"] = "1x16GiB"
+    env["JUPYTER_VGPU_SIMULATE"] = asked.get("simulate", "1x16GiB")
     handle = BrokerProcess(
         socket=sockets / "broker.sock", ledger=state / "ledger.sqlite", policy=state / "policy.json",
-        log=state / "broker.log", env=env,
+        log=state / "broker.log", env=env, extra=list(asked.get("extra", [])),
     )
     handle.write_policy(student_policy(system_users))
     for key in ("JUPYTER_VGPU_SIMULATE", "JUPYTER_VGPU_LEDGER", "JUPYTER_VGPU_CONTEXT_ALLOWANCE"):

@@ -1,5 +1,6 @@
 """A real JupyterHub (real configurable-http-proxy from npm, LocalProcessSpawner as two system users)
-with the broker as a managed service: quotas on real kernels, and the admin page.
+with the broker as a managed service: quotas on real kernels, and the admin page, with the whole
+cluster from a real Prometheus that scrapes the broker's own metrics page (configure's metrics_port).
 
 Authentication is JupyterHub's DummyAuthenticator (tokens are made through the REST API); the
 servers run as the real system users, so their uids differ and the broker tells them apart.
@@ -23,6 +24,7 @@ from typing import Any
 import pytest
 import requests
 from jupyter_process import free_port
+from prometheus_process import PrometheusProcess, start_prometheus
 
 from .conftest import Users, wait_until, world_dir
 
@@ -70,7 +72,11 @@ c.Spawner.http_timeout = 60
 
 c.VGPUPolicy.default = {{"max_per_kernel": "1/2"}}
 c.VGPUPolicy.groups = {{{students!r}: {{"max_per_kernel": "1/4", "max_total": "1/2"}}}}
-configure(c, __file__, socket_path="{sockets}/broker.sock", ledger_path="{state}/ledger.sqlite", admin_port={admin_port})
+c.VGPUPolicy.prometheus_url = "{prometheus}"
+configure(
+    c, __file__, socket_path="{sockets}/broker.sock", ledger_path="{state}/ledger.sqlite", admin_port={admin_port},
+    metrics_port={metrics_port},
+)
 """
 
 
@@ -92,6 +98,7 @@ class Hub:
     token: str  # the tester service's (admin role)
     users: Users
     log: Path
+    prometheus: PrometheusProcess
 
     def api(self, method: str, path: str, token: str | None = None, **kwargs: Any) -> requests.Response:
         headers = {"Authorization": f"token {token or self.token}"}
@@ -128,9 +135,13 @@ def hub(system_users: Users) -> Iterator[Hub]:
     for name, fraction in (("quarter", "1/4"), ("half", "1/2")):
         _kernelspec(share, name, fraction)
     port, token = free_port(), uuid.uuid4().hex
+    prometheus = start_prometheus(state / "prometheus")
+    metrics_port = free_port()
+    prometheus.scrape("hub-node", [f"127.0.0.1:{metrics_port}"])  # the broker's page, once it listens
     config = state / "jupyterhub_config.py"
     config.write_text(CONFIG.format(
         port=port, hub_port=free_port(), proxy_api_port=free_port(), admin_port=free_port(), chp=chp,
+        prometheus=prometheus.url, metrics_port=metrics_port,
         state=state, sockets=sockets, share=share, token=token, alice=system_users.alice.name,
         bob=system_users.bob.name, students=system_users.students,
     ))
@@ -142,7 +153,7 @@ def hub(system_users: Users) -> Iterator[Hub]:
             [str(Path(sys.executable).parent / "jupyterhub"), "-f", str(config)],
             cwd=state, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
         )
-    handle = Hub(f"http://127.0.0.1:{port}", token, system_users, log)
+    handle = Hub(f"http://127.0.0.1:{port}", token, system_users, log, prometheus)
     try:
         def up() -> bool:
             if process.poll() is not None:
@@ -162,6 +173,7 @@ def hub(system_users: Users) -> Iterator[Hub]:
             process.wait(30)
         except subprocess.TimeoutExpired:
             os.killpg(process.pid, signal.SIGKILL)
+        prometheus.stop()
         shutil.rmtree(state, ignore_errors=True)
         shutil.rmtree(sockets, ignore_errors=True)
         shutil.rmtree(share, ignore_errors=True)
@@ -194,6 +206,28 @@ def test_kernels_get_slices_within_quota_and_the_admin_page_lists_them(hub: Hub)
 
     forbidden = requests.get(page, headers={"Authorization": f"token {alice_token}"}, timeout=60)
     assert forbidden.status_code == 403
+
+    # The whole cluster, as the broker's page reaches Prometheus: every slice named, the top users.
+    cluster_page = f"{hub.url}/services/vgpu/api/cluster"
+    found: Any = None
+
+    def both_in_cluster() -> bool:
+        nonlocal found
+        answer = requests.get(cluster_page, headers={"Authorization": f"token {admin_token}"}, timeout=60)
+        assert answer.status_code == 200, answer.text
+        found = answer.json()
+        return sorted(s["user"] for s in found["slices"]) == sorted([alice, bob])
+
+    wait_until(both_in_cluster, timeout=60, what="alice's and bob's slices in the admin page's cluster")
+    (node,) = found["nodes"]
+    assert not node["stale"] and [g["booked"] for g in node["gpus"]] == [12 << 30]
+    named = {s["user"]: s for s in found["slices"]}
+    assert named[alice]["kernel_id"] == started.json()["id"] and named[bob]["gpus"][0]["request"] == 8 << 30
+    assert [u["user"] for u in found["top_users"]] == [bob, alice] and found["top_users"][0]["booked"] == 8 << 30
+    assert {u["user"] for u in found["top_unused"]} == {alice, bob}
+    assert requests.get(cluster_page, headers={"Authorization": f"token {alice_token}"}, timeout=60).status_code == 403
+    html_page = requests.get(f"{hub.url}/services/vgpu/", headers={"Authorization": f"token {admin_token}"}, timeout=60)
+    assert "Top users by memory booked but unused" in html_page.text
 
     # the admin shuts alice's kernel down: through her own server, which frees the slice
     done = requests.post(f"{page}/{rows[alice]['id']}/shutdown", headers={"Authorization": f"token {admin_token}"}, timeout=60)

@@ -29,8 +29,12 @@ def test_own_entry_wins_then_the_most_generous_group_then_the_default() -> None:
 
 def test_a_config_file_supplies_c_vgpupolicy(tmp_path: Path) -> None:
     config = tmp_path / "jupyterhub_config.py"
-    config.write_text('c.VGPUPolicy.groups = {"students": {"max_total": "1/2"}}\nc.VGPUPolicy.admin_users = ["carol"]\n')
+    config.write_text(
+        'c.VGPUPolicy.groups = {"students": {"max_total": "1/2"}}\nc.VGPUPolicy.admin_users = ["carol"]\n'
+        'c.VGPUPolicy.prometheus_url = "http://prometheus:9090/"\n'
+    )
     policy = load_policy(config)
+    assert policy.prometheus_url == "http://prometheus:9090"
     assert policy.quota("x", ["students"]).get("max_total") == (Share(gpus=0.5), "group students")
     assert policy.is_admin("carol", []) and not policy.is_admin("x", ["students"])
 
@@ -44,6 +48,8 @@ def test_a_config_file_supplies_c_vgpupolicy(tmp_path: Path) -> None:
         ({"quota": {}}, "unknown key 'quota'"),
         ({"default": {"max_total": "٣"}}, "default.max_total '٣' is not"),
         ({"default": {"max_waiting": -1}}, "default.max_waiting -1 is not allowed"),
+        ({"prometheus_url": "prometheus:9090"}, "prometheus_url 'prometheus:9090' is not the URL of a Prometheus server: give http"),
+        ({"prometheus_url": 9090}, "prometheus_url must be the URL of the site's Prometheus, not 9090"),
     ],
 )
 def test_mistakes_name_the_entry_and_the_value(data: dict[str, object], message: str) -> None:

@@ -13,7 +13,7 @@ from jupyter_server.auth import Authorizer
 from tornado.httpclient import HTTPClientError
 
 from jupyter_vgpu.ledger import open_ledger
-from jupyter_vgpu.server.cluster import ROUTE as CLUSTER_ROUTE
+from jupyter_vgpu.server.cluster import ROUTES as CLUSTER_ROUTES
 from jupyter_vgpu.server.handlers import INDEX_ROUTE, routes
 from jupyter_vgpu.slices import Holder, SliceRequest
 
@@ -23,14 +23,14 @@ from .conftest import DISPLAY_NAME, KERNEL, get_json, until
 def every_route() -> list[tuple[str, tuple[str, ...]]]:
     """Each method of each route the extension serves, an id in place of each URL parameter."""
     found = []
-    for pattern, handler in [INDEX_ROUTE, *routes(), CLUSTER_ROUTE]:
+    for pattern, handler in [INDEX_ROUTE, *routes(), *CLUSTER_ROUTES]:
         parts = tuple(pattern.replace("([^/]+)", "7").replace("/?", "").strip("/").split("/"))
         found += [(method, parts) for method in ("GET", "POST", "PUT", "PATCH", "DELETE") if method.lower() in vars(handler)]
     return found
 
 
 ROUTES = every_route()
-assert len(ROUTES) == 13  # the index, devices, one sample, slices, a slice (GET, DELETE), keep a slice, a kernel, history, refusals, a refusal, a place in line, the cluster
+assert len(ROUTES) == 14  # the index, devices, one sample, slices, a slice (GET, DELETE), keep a slice, a kernel, history, refusals, a refusal, a place in line, the cluster, a node's history
 
 
 @pytest.mark.parametrize(("method", "parts"), ROUTES)
