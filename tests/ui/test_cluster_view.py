@@ -4,7 +4,8 @@
 vgpu run -- cat` of this user holds 1/4 of a GPU on node-a. The dashboard lists both nodes with
 their figures, node-a marked as holding your slice and the slice under "Where your kernels run";
 once node-b's exporter stops, node-b is marked stale with the server's sentence and keeps its
-figures. Screenshots land in artifacts/ui/ (``cluster-view-*``), light and dark."""
+figures; a click on node-a charts its memory over the last hour. Screenshots land in artifacts/ui/
+(``cluster-view-*``), light and dark."""
 
 from __future__ import annotations
 
@@ -105,6 +106,10 @@ def figure(card: Any, name: str) -> Any:
     return card.locator(f'.jp-vgpu-ClusterNode-figure[data-figure="{name}"] .jp-vgpu-ClusterNode-value')
 
 
+def legend(chart: Any, series: str) -> Any:
+    return chart.locator(f'.jp-vgpu-Dashboard-key[data-series="{series}"]')
+
+
 def test_every_node_your_slice_and_a_node_gone_stale(cluster_lab: tuple[Lab, Cluster], page: Any) -> None:
     server, cluster = cluster_lab
     page.goto(server.page_url("lab"))
@@ -148,4 +153,11 @@ def test_every_node_your_slice_and_a_node_gone_stale(cluster_lab: tuple[Lab, Clu
     expect(figure(b, "free")).to_have_text("16.0 GiB")
     expect(a).to_have_attribute("data-stale", "false")
     expect(a.locator(".jp-vgpu-Chip.jp-vgpu-mod-yours")).to_have_text("your slice")
+
+    # node-a's memory over the last hour: its two GPUs' total, and your slice's booking there.
+    a.locator(".jp-vgpu-ClusterNode-name").click()
+    chart = section.locator('.jp-vgpu-ClusterHistory figure[data-chart="node"][data-hostname="node-a"]')
+    expect(chart).to_be_visible(timeout=SHOWS_MS)
+    expect(legend(chart, "total")).to_have_text("total 32.0 GiB", timeout=SHOWS_MS)
+    expect(legend(chart, "yours_booked")).to_have_text("yours booked 4.0 GiB")
     screenshots(page, ARTIFACTS, "cluster-view", section)

@@ -367,12 +367,13 @@ describe('ClusterView', () => {
       history: {
         hostname: 'node-x',
         reply: null,
-        error: 'Prometheus holds no history of node-x.',
+        error:
+          'No node named node-x has reported to Prometheus at http://prometheus:9090 in the last 7 days.',
         readAt: 1
       }
     });
     expect(texts(html, 'jp-vgpu-Dashboard-noticeTitle')).toEqual([
-      'Prometheus holds no history of node-x.'
+      'No node named node-x has reported to Prometheus at http://prometheus:9090 in the last 7 days.'
     ]);
     expect(
       texts(view({ selected: 'node-a' }), 'jp-vgpu-Dashboard-noticeTitle')

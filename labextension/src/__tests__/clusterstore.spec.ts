@@ -25,7 +25,7 @@ const DOWN =
  */
 class FakeServer {
   cluster: 'ok' | 404 | 503 = 'ok';
-  history: 'ok' | 404 = 'ok';
+  history: 'ok' | 404 | 'none' = 'ok';
   requests: string[] = [];
   readonly settings = ServerConnection.makeSettings({
     baseUrl: 'http://localhost:8888/lab-base/',
@@ -70,8 +70,16 @@ class FakeServer {
     const node = /^cluster\/nodes\/([^/]+)\/history$/.exec(route);
     if (node) {
       const hostname = decodeURIComponent(node[1]);
+      if (this.history === 'none') {
+        return new Response('Not Found', { status: 404 }); // an older server's tornado
+      }
       return this.history === 404
-        ? json({ message: `No node ${hostname}.` }, 404)
+        ? json(
+            {
+              message: `No node named ${hostname} has reported to Prometheus at http://prometheus:9090 in the last 7 days.`
+            },
+            404
+          )
         : json(nodeHistoryReply(hostname));
     }
     return json({ message: 'no' }, 404);
@@ -189,15 +197,25 @@ describe('the cluster in the one store', () => {
     expect(cluster.selectedHistory).toBeUndefined();
   });
 
-  it('says so when Prometheus has no history of the node', async () => {
+  it("says the server's sentence when Prometheus has no history of the node", async () => {
     server.history = 404;
     await start();
     cluster.select('node-x');
     await jest.advanceTimersByTimeAsync(0);
     expect(cluster.selectedHistory?.reply).toBeNull();
     expect(cluster.selectedHistory?.error).toBe(
-      'Prometheus holds no history of node-x.'
+      'No node named node-x has reported to Prometheus at http://prometheus:9090 in the last 7 days.'
     );
     expect(cluster.store.state).toBe('shown');
+  });
+
+  it('says so when the server has no history route', async () => {
+    server.history = 'none';
+    await start();
+    cluster.select('node-a');
+    await jest.advanceTimersByTimeAsync(0);
+    expect(cluster.selectedHistory?.error).toBe(
+      "This server cannot show node-a's history."
+    );
   });
 });

@@ -64,6 +64,10 @@ export class VGPUApiError extends Error {
   }
 }
 
+/** What a 404 without the server's own sentence says: no route there (an older server, or none). */
+export const NOT_ENABLED =
+  'The jupyter-vgpu server extension is not enabled on this server.';
+
 /**
  * Call `/api/vgpu/<route>` under the server's base URL, with its auth.
  */
@@ -95,7 +99,7 @@ export async function requestAPI<T>(
     const message =
       (data && typeof data.message === 'string' && data.message) ||
       (response.status === 404
-        ? 'The jupyter-vgpu server extension is not enabled on this server.'
+        ? NOT_ENABLED
         : `The server answered ${response.status} ${response.statusText}.`);
     throw new VGPUApiError(message, response.status);
   }

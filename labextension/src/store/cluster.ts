@@ -8,7 +8,7 @@
  */
 import { ISignal, Signal } from '@lumino/signaling';
 
-import { VGPUApiError } from './api';
+import { NOT_ENABLED, VGPUApiError } from './api';
 import type {
   IClusterReply,
   INodeHistoryPoint,
@@ -231,9 +231,11 @@ export class ClusterStore {
       const failure = asApiError(error);
       this._histories.set(hostname, {
         ...held,
+        // The server's sentence ("No node named ... has reported to Prometheus ..."), or ours
+        // where a server without the route answered.
         error:
-          failure.status === 404
-            ? `Prometheus holds no history of ${hostname}.`
+          failure.status === 404 && failure.message === NOT_ENABLED
+            ? `This server cannot show ${hostname}'s history.`
             : failure.message,
         readAt: Date.now()
       });
