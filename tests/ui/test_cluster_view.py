@@ -144,6 +144,12 @@ def test_every_node_your_slice_and_a_node_gone_stale(cluster_lab: tuple[Lab, Clu
     expect(mine.locator(".jp-vgpu-ClusterSlices-request")).to_have_text("4.0 GiB")
     expect(section.locator('.jp-vgpu-ClusterSlices tbody[data-hostname="node-b"]')).to_have_count(0)
 
+    # node-a's memory over the last hour (read while node-b goes stale): its two GPUs' total, and
+    # your slice's booking there.
+    a.locator(".jp-vgpu-ClusterNode-name").click()
+    chart = section.locator('.jp-vgpu-ClusterHistory figure[data-chart="node"][data-hostname="node-a"]')
+    expect(chart).to_be_visible(timeout=SHOWS_MS)
+
     assert cluster.b.stop() == 0  # node-b's exporter ends: stale, never dropped, never zeroed
     expect(b).to_have_class(re.compile(r"\bjp-vgpu-mod-stale\b"), timeout=SHOWS_MS)
     expect(b.locator(".jp-vgpu-Chip.jp-vgpu-mod-stale")).to_have_text("stale")
@@ -154,10 +160,6 @@ def test_every_node_your_slice_and_a_node_gone_stale(cluster_lab: tuple[Lab, Clu
     expect(a).to_have_attribute("data-stale", "false")
     expect(a.locator(".jp-vgpu-Chip.jp-vgpu-mod-yours")).to_have_text("your slice")
 
-    # node-a's memory over the last hour: its two GPUs' total, and your slice's booking there.
-    a.locator(".jp-vgpu-ClusterNode-name").click()
-    chart = section.locator('.jp-vgpu-ClusterHistory figure[data-chart="node"][data-hostname="node-a"]')
-    expect(chart).to_be_visible(timeout=SHOWS_MS)
     expect(legend(chart, "total")).to_have_text("total 32.0 GiB", timeout=SHOWS_MS)
     expect(legend(chart, "yours_booked")).to_have_text("yours booked 4.0 GiB")
     screenshots(page, ARTIFACTS, "cluster-view", section)
