@@ -2,22 +2,26 @@
  * The GPU dashboard: a main-area panel of large time-series charts per GPU (memory, utilisation,
  * power, temperature, PCIe throughput: those NVML gives) and per live slice (memory against its
  * reservation, utilisation), over the last 5 minutes to an hour, with hover readouts, a range
- * selector and drag-to-zoom. Its data comes from a DashboardModel.
+ * selector and drag-to-zoom. Its data comes from a DashboardModel; above the charts, where the
+ * server reads a site's Prometheus, the cluster (a ClusterModel's, cluster.tsx).
  */
 import { MainAreaWidget } from '@jupyterlab/apputils';
 import { ReactWidget, refreshIcon } from '@jupyterlab/ui-components';
 import * as React from 'react';
 
 import { preferredColour } from '../store/colours';
-import { gpuCharts, IChartSpec, sliceChart } from './dashboardcharts';
+import { gpuCharts, sliceChart } from './dashboardcharts';
 import { DashboardModel } from './dashboardmodel';
 import { formatBytes, gatewayText } from '../format/format';
 import { HistoryStore, ISliceHistory } from '../store/historyapi';
 import { dashboardIcon } from '../icons';
 import { GPUModel } from '../store/model';
-import { clockTime, ITimePoint } from '../charts/scales';
+import { clockTime } from '../charts/scales';
 import { SliceTimeline } from './timeline';
-import { TimeSeries } from '../charts/timeseries';
+import { ChartCard } from './chartcard';
+import { ClusterSection } from './cluster';
+import { ClusterModel } from './clustermodel';
+import { Notice } from './notice';
 
 /** The id of the dashboard's main-area widget. */
 export const DASHBOARD_ID = 'jp-vgpu-dashboard';
@@ -38,85 +42,6 @@ const MIN_ZOOM_STEPS = 3;
 /** Successive points more than this many steps apart are not joined (the server was down). */
 const GAP_STEPS = 3.5;
 
-/** The height of a chart, in pixels. */
-const CHART_HEIGHT = 180;
-
-/** A chart with its title and a legend of the latest values. */
-function ChartCard<P extends ITimePoint>(props: {
-  spec: IChartSpec<P>;
-  start: number;
-  end: number;
-  maxGap: number;
-  onZoom: (start: number, end: number) => void;
-  className?: string;
-  heading?: React.ReactNode;
-  attributes?: { [name: string]: string };
-}): JSX.Element {
-  const { spec, start, end } = props;
-  const latest = spec.points.length
-    ? spec.points[spec.points.length - 1]
-    : null;
-  return (
-    <figure
-      className={`jp-vgpu-Dashboard-chart ${props.className ?? ''}`}
-      data-chart={spec.kind}
-      {...props.attributes}
-    >
-      <figcaption className="jp-vgpu-Dashboard-chartCaption">
-        {props.heading ?? (
-          <span className="jp-vgpu-Dashboard-chartTitle">
-            {spec.title}
-            {spec.note && (
-              <span className="jp-vgpu-Dashboard-chartNote"> {spec.note}</span>
-            )}
-          </span>
-        )}
-        <span className="jp-vgpu-Dashboard-legend">
-          {spec.series.map(s => (
-            <span
-              key={s.id}
-              className="jp-vgpu-Dashboard-key"
-              data-series={s.id}
-            >
-              <span className={`jp-vgpu-TimeSeries-swatch ${s.className}`} />
-              {s.label} {s.format(latest ? s.value(latest) : null)}
-            </span>
-          ))}
-          {(spec.references ?? []).map(r =>
-            typeof r.value === 'number' ? (
-              <span
-                key={r.id}
-                className="jp-vgpu-Dashboard-key"
-                data-series={r.id}
-              >
-                <span
-                  className={`jp-vgpu-TimeSeries-swatch jp-vgpu-mod-reference ${r.className}`}
-                />
-                {r.label} {r.format(r.value)}
-              </span>
-            ) : null
-          )}
-        </span>
-      </figcaption>
-      <TimeSeries
-        points={spec.points}
-        series={spec.series}
-        references={spec.references}
-        start={start}
-        end={end}
-        left={spec.left}
-        right={spec.right}
-        subject={spec.subject}
-        height={CHART_HEIGHT}
-        width={360}
-        maxGap={props.maxGap}
-        onZoom={props.onZoom}
-        className="jp-vgpu-Dashboard-plot"
-      />
-    </figure>
-  );
-}
-
 // ---------------------------------------------------------------- view
 
 export interface IDashboardViewProps {
@@ -133,6 +58,8 @@ export interface IDashboardViewProps {
   onRefresh: () => void;
   /** A slice's colour (the sidebar's); by default the one its id asks for. */
   colour?: (sliceId: string) => number;
+  /** The cluster section, shown above this server's GPUs (nothing without a cluster view). */
+  cluster?: React.ReactNode;
 }
 
 /** "GPUs 0, 1": where a slice is. */
@@ -188,23 +115,6 @@ function SliceCard(props: {
         </span>
       }
     />
-  );
-}
-
-function Notice(props: {
-  kind: string;
-  title: string;
-  role?: string;
-  children?: React.ReactNode;
-}): JSX.Element {
-  return (
-    <div
-      className={`jp-vgpu-Dashboard-notice jp-vgpu-mod-${props.kind}`}
-      role={props.role ?? 'status'}
-    >
-      <p className="jp-vgpu-Dashboard-noticeTitle">{props.title}</p>
-      {props.children}
-    </div>
   );
 }
 
@@ -407,6 +317,7 @@ export function DashboardView(props: IDashboardViewProps): JSX.Element {
           </p>
         </Notice>
       )}
+      {props.cluster}
       {body}
       {unplaced.length > 0 && (
         <section className="jp-vgpu-Dashboard-gpu jp-vgpu-mod-other">
@@ -430,8 +341,11 @@ export function DashboardView(props: IDashboardViewProps): JSX.Element {
 }
 
 /** The view bound to a model: it holds the range and the zoom. */
-export function Dashboard(props: { model: DashboardModel }): JSX.Element {
-  const { model } = props;
+export function Dashboard(props: {
+  model: DashboardModel;
+  cluster?: ClusterModel;
+}): JSX.Element {
+  const { model, cluster } = props;
   const [, setVersion] = React.useState(0);
   const [span, setSpan] = React.useState(DEFAULT_RANGE);
   const [zoom, setZoom] = React.useState<[number, number] | null>(null);
@@ -455,8 +369,12 @@ export function Dashboard(props: { model: DashboardModel }): JSX.Element {
       }}
       onZoom={(a, b) => setZoom([a, b])}
       onResetZoom={() => setZoom(null)}
-      onRefresh={() => void model.refresh()}
+      onRefresh={() => {
+        void model.refresh();
+        void cluster?.refresh();
+      }}
       colour={id => model.colour(id)}
+      cluster={cluster ? <ClusterSection model={cluster} /> : null}
     />
   );
 }
@@ -479,15 +397,23 @@ export class GPUDashboard extends ReactWidget {
       model: options.model,
       isVisible: () => this.isVisible
     });
+    this.cluster = new ClusterModel({
+      model: options.model,
+      isVisible: () => this.isVisible
+    });
   }
 
   readonly model: DashboardModel;
+
+  /** The cluster section's: read while the dashboard shows, unless the server has no cluster view. */
+  readonly cluster: ClusterModel;
 
   dispose(): void {
     if (this.isDisposed) {
       return;
     }
     this.model.dispose();
+    this.cluster.dispose();
     super.dispose();
   }
 
@@ -499,10 +425,11 @@ export class GPUDashboard extends ReactWidget {
   protected onAfterShow(msg: Message): void {
     super.onAfterShow(msg);
     this.model.refreshIfStale();
+    this.cluster.refreshIfStale();
   }
 
   protected render(): JSX.Element {
-    return <Dashboard model={this.model} />;
+    return <Dashboard model={this.model} cluster={this.cluster} />;
   }
 }
 

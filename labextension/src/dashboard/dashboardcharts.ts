@@ -1,9 +1,11 @@
 /**
  * What the GPU dashboard charts: for each GPU, a chart per series NVML gives (memory always;
  * utilisation, power, temperature, PCIe where known); for each live slice, its memory against
- * its reservation (an elastic slice's: its request and its limit) and its utilisation.
+ * its reservation (an elastic slice's: its request and its limit) and its utilisation; for a
+ * node of the cluster, its memory (total, booked, used, and yours) as Prometheus kept it.
  */
 import { ISlice } from '../store/api';
+import { INodeHistoryPoint } from '../store/clustertypes';
 import { formatBytes, formatPercent, holderLabel } from '../format/format';
 import {
   IGPUHistory,
@@ -266,5 +268,55 @@ export function sliceChart(
     references,
     left: AXES.bytes(null),
     right: series.some(s => s.axis === 'right') ? AXES.percent() : undefined
+  };
+}
+
+/**
+ * A node's memory over time, summed over its GPUs (`GET /api/vgpu/cluster/nodes/<hostname>/history`):
+ * used filled as on a GPU's chart, booked dashed as a GPU's reservations, its total as a line,
+ * and what your slices book and use there in the accent colour.
+ */
+export function nodeHistoryChart(
+  hostname: string,
+  points: INodeHistoryPoint[]
+): IChartSpec<INodeHistoryPoint> {
+  return {
+    kind: 'node',
+    title: `${hostname} memory`,
+    note: 'all its GPUs, as Prometheus kept it',
+    subject: `${hostname} memory`,
+    points,
+    series: [
+      usedSeries<INodeHistoryPoint>(),
+      {
+        id: 'booked',
+        label: 'booked',
+        value: p => p.booked,
+        format: formatBytes,
+        className: 'jp-vgpu-Series-reserved'
+      },
+      {
+        id: 'total',
+        label: 'total',
+        value: p => p.total,
+        format: formatBytes,
+        className: 'jp-vgpu-Series-total'
+      },
+      {
+        id: 'yours_used',
+        label: 'yours used',
+        value: p => p.yours_used,
+        format: formatBytes,
+        className: 'jp-vgpu-Series-yours'
+      },
+      {
+        id: 'yours_booked',
+        label: 'yours booked',
+        value: p => p.yours_booked,
+        format: formatBytes,
+        className: 'jp-vgpu-Series-yours jp-vgpu-Series-yoursBooked'
+      }
+    ],
+    left: AXES.bytes(null)
   };
 }

@@ -10,3 +10,4 @@ export * from './usage';
 export * from './elsewhere';
 export * from './elastic';
 export * from './status';
+export * from './cluster';

@@ -6,6 +6,7 @@
 import { URLExt } from '@jupyterlab/coreutils';
 import { ServerConnection } from '@jupyterlab/services';
 
+import type { IClusterReply, INodeHistoryReply } from './clustertypes';
 import type { IHistoryReply } from './historytypes';
 import type {
   IDevicesReply,
@@ -18,6 +19,7 @@ import type {
 } from './types';
 
 export * from './types';
+export * from './clustertypes';
 
 /**
  * What `GET /api/vgpu/sample` is asked for. A time is the `since` of that part's history (null:
@@ -62,6 +64,10 @@ export class VGPUApiError extends Error {
   }
 }
 
+/** What a 404 without the server's own sentence says: no route there (an older server, or none). */
+export const NOT_ENABLED =
+  'The jupyter-vgpu server extension is not enabled on this server.';
+
 /**
  * Call `/api/vgpu/<route>` under the server's base URL, with its auth.
  */
@@ -93,7 +99,7 @@ export async function requestAPI<T>(
     const message =
       (data && typeof data.message === 'string' && data.message) ||
       (response.status === 404
-        ? 'The jupyter-vgpu server extension is not enabled on this server.'
+        ? NOT_ENABLED
         : `The server answered ${response.status} ${response.statusText}.`);
     throw new VGPUApiError(message, response.status);
   }
@@ -130,6 +136,11 @@ export function sampleRoute(query: ISampleQuery): string {
   return `sample?${parts.join('&')}`;
 }
 
+/** `cluster/nodes/<hostname>/history?seconds=<seconds>`: a node's memory over time. */
+export function nodeHistoryRoute(hostname: string, seconds: number): string {
+  return `cluster/nodes/${encodeURIComponent(hostname)}/history?seconds=${encodeURIComponent(String(Math.round(seconds)))}`;
+}
+
 /** The calls the UI makes, bound to one server's settings. */
 export class VGPUClient {
   constructor(readonly serverSettings: ServerConnection.ISettings) {}
@@ -151,6 +162,24 @@ export class VGPUClient {
   sample(query: ISampleQuery): Promise<ISampleReply> {
     return requestAPI<ISampleReply>(
       sampleRoute(query),
+      {},
+      this.serverSettings
+    );
+  }
+
+  /**
+   * The cluster as the site's Prometheus sees it (`GET /api/vgpu/cluster`): every node, and this
+   * user's slices on them. Fails with 404 when the server has no Prometheus to read, 503 when
+   * Prometheus does not answer (the error's message is the server's sentence).
+   */
+  cluster(): Promise<IClusterReply> {
+    return requestAPI<IClusterReply>('cluster', {}, this.serverSettings);
+  }
+
+  /** A node's memory over the last `seconds` (404: Prometheus never saw that node). */
+  nodeHistory(hostname: string, seconds: number): Promise<INodeHistoryReply> {
+    return requestAPI<INodeHistoryReply>(
+      nodeHistoryRoute(hostname, seconds),
       {},
       this.serverSettings
     );

@@ -1,8 +1,9 @@
 /**
  * The browser's view of the server, one store for every view: devices and slices, refreshed by
  * one backing-off poll, with the few minutes of history the server keeps appended poll by poll
- * (`?since=`), the slices' changes since the previous reply merged into the whole, and the GPU
- * dashboard's hour of history read in the same poll once a step.
+ * (`?since=`), the slices' changes since the previous reply merged into the whole, the GPU
+ * dashboard's hour of history read in the same poll once a step, and the cluster (a site's
+ * Prometheus, through the server) every few seconds while the dashboard shows it.
  */
 import { Poll } from '@lumino/polling';
 import { ISignal, Signal } from '@lumino/signaling';
@@ -17,6 +18,7 @@ import {
   VGPUApiError,
   VGPUClient
 } from './api';
+import { ClusterStore } from './cluster';
 import { PALETTE_SIZE, SliceColours } from './colours';
 import { HistoryStore } from './historyapi';
 
@@ -71,6 +73,10 @@ export interface ISampleNeeds {
   history?: boolean;
   /** The kernel whose host use (CPU, RAM) its slice carries: the status bar's. */
   host?: string | null;
+  /** The cluster, every few seconds: the dashboard's cluster section. */
+  cluster?: boolean;
+  /** The node whose memory history the cluster section shows. */
+  clusterNode?: string | null;
 }
 
 /**
@@ -143,6 +149,13 @@ export class GPUModel {
   /** The GPU dashboard's history: an hour of each GPU's and live slice's figures. */
   readonly history = new HistoryStore();
 
+  /**
+   * The cluster as the site's Prometheus sees it (`GET /api/vgpu/cluster`), read beside the
+   * tick's sample while a view needs it: its own request, its own failures (the rest of the
+   * store reads as before while Prometheus is down), its own `changed`.
+   */
+  readonly cluster = new ClusterStore();
+
   /** Emits after every refresh, successful or not. */
   get changed(): ISignal<this, void> {
     return this._changed;
@@ -201,10 +214,18 @@ export class GPUModel {
     void this._poll.start();
   }
 
-  /** Refresh now, whatever the schedule says; with `history`, the dashboard's history too. */
-  refresh(options: { history?: boolean } = {}): Promise<void> {
+  /**
+   * Refresh now, whatever the schedule says; with `history`, the dashboard's history too; with
+   * `cluster`, the cluster (even after the server said it has none).
+   */
+  refresh(
+    options: { history?: boolean; cluster?: boolean } = {}
+  ): Promise<void> {
     if (options.history) {
       this._historyForced = true;
+    }
+    if (options.cluster) {
+      this._clusterForced = true;
     }
     return this._poll.refresh();
   }
@@ -276,9 +297,17 @@ export class GPUModel {
     devices: boolean;
     history: boolean;
     hosts: string[];
+    cluster: boolean;
+    clusterNode: string | null;
   } | null {
     let any = false;
-    const needs = { devices: false, history: false, hosts: [] as string[] };
+    const needs = {
+      devices: false,
+      history: false,
+      hosts: [] as string[],
+      cluster: false,
+      clusterNode: null as string | null
+    };
     this._subscribers.forEach(subscriber => {
       const one = subscriber();
       if (!one) {
@@ -290,8 +319,10 @@ export class GPUModel {
       if (one.host && !needs.hosts.includes(one.host)) {
         needs.hosts.push(one.host);
       }
+      needs.cluster = needs.cluster || !!one.cluster;
+      needs.clusterNode = needs.clusterNode ?? one.clusterNode ?? null;
     });
-    return any || this._historyForced ? needs : null;
+    return any || this._historyForced || this._clusterForced ? needs : null;
   }
 
   /** One tick: one request for what the subscribers need now. */
@@ -299,8 +330,19 @@ export class GPUModel {
     const needs = this._needs() ?? {
       devices: false,
       history: false,
-      hosts: []
+      hosts: [],
+      cluster: false,
+      clusterNode: null
     };
+    if (needs.cluster || this._clusterForced) {
+      // Beside the sample, not awaited: a slow Prometheus never holds up the other views.
+      void this.cluster.read(this.client, {
+        node: needs.clusterNode,
+        force: this._clusterForced,
+        early: this.interval / 2
+      });
+      this._clusterForced = false;
+    }
     const withDevices =
       needs.devices || !this._snapshot || this._error !== null;
     const withHistory =
@@ -433,6 +475,7 @@ export class GPUModel {
   private _historyChanged = new Signal<this, void>(this);
   private _historyFetched = 0;
   private _historyForced = false;
+  private _clusterForced = false;
   private _subscribers = new Set<SampleSubscriber>();
   private _clockOffset = 0;
   private _colours = new SliceColours();
