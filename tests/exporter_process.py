@@ -10,6 +10,7 @@ import sys
 import threading
 import time
 import urllib.request
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -45,12 +46,17 @@ def node_env(folder: Path, simulate: str, **extra: str) -> dict[str, str]:
 
 
 def start_exporter(
-    folder: Path, hostname: str, simulate: str, *, named: bool = True, env: dict[str, str] | None = None, interval: float = 0.2
-) -> Node:
+    folder: Path, hostname: str, simulate: str, *, named: bool = True, env: dict[str, str] | None = None, interval: float = 0.2,
+    args: Sequence[str] = (), prefix: Sequence[str] = (),
+) -> Node:  # fmt: skip
     """An exporter on any free port; ``named=False`` leaves --hostname out (the simulated
-    machine's name is the default). Call :func:`listening` before scraping it."""
+    machine's name is the default); ``args``: more options; ``prefix``: what runs it (``setpriv ...
+    --`` for another user). Call :func:`listening` before scraping it."""
     env = env if env is not None else node_env(folder, simulate)
-    command = [*JUPYTER_VGPU, "exporter", "--port", "0", "--interval", str(interval), *(["--hostname", hostname] if named else [])]
+    command = [
+        *prefix, *JUPYTER_VGPU, "exporter", "--port", "0", "--interval", str(interval),
+        *(["--hostname", hostname] if named else []), *args,
+    ]  # fmt: skip
     return Node(hostname, env, subprocess.Popen(command, env=env, stderr=subprocess.PIPE, text=True))
 
 

@@ -69,6 +69,11 @@ def add_parser(commands: Any) -> None:
         "--metrics-interval", type=options.interval("--metrics-interval"), default=None, metavar="SECONDS",
         help=f"how often the GPUs and the ledger are read for the page (default {options.DEFAULT_INTERVAL:g})",
     )  # fmt: skip
+    page.add_argument(
+        "--metrics-dcgm-job-mapping-dir", type=options.folder("--metrics-dcgm-job-mapping-dir"), default=None, metavar="DIR",
+        help="also write dcgm-exporter's HPC job mapping there at each reading, as `jupyter vgpu exporter "
+        "--dcgm-job-mapping-dir` does (the ids of the slices on each GPU)",
+    )  # fmt: skip
     parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     parser.set_defaults(handler=broker)
 
@@ -86,7 +91,10 @@ def _seconds(text: str) -> float:
 def broker(args: argparse.Namespace) -> int:
     from ..hub.service import hub_service_address, open_broker, serve
 
-    alone = [f"--metrics-{name}" for name in ("address", "hostname", "interval") if getattr(args, f"metrics_{name}") is not None]
+    alone = [
+        f"--metrics-{name}" for name in ("address", "hostname", "interval", "dcgm-job-mapping-dir")
+        if getattr(args, f"metrics_{name.replace('-', '_')}") is not None
+    ]  # fmt: skip
     if alone and args.metrics_port is None:
         raise InvalidRequest(
             f"The broker serves no Prometheus page without --metrics-port, so {' and '.join(alone)} would do nothing: "
@@ -108,6 +116,7 @@ def broker(args: argparse.Namespace) -> int:
                 node.ledger, address=args.metrics_address or options.DEFAULT_ADDRESS, port=args.metrics_port,
                 hostname=args.metrics_hostname, interval=args.metrics_interval or options.DEFAULT_INTERVAL,
                 name="broker", who="The broker's metrics page", options="--metrics-",
+                job_mapping_dir=args.metrics_dcgm_job_mapping_dir,
             )  # fmt: skip
         except BaseException:
             node.ledger.close()

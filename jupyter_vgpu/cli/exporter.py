@@ -41,6 +41,12 @@ def add_parser(commands: Any) -> None:
         "--interval", type=options.interval("--interval"), default=options.DEFAULT_INTERVAL, metavar="SECONDS",
         help=f"how often the GPUs and the ledger are read (default {options.DEFAULT_INTERVAL:g}; a scrape serves the latest reading)",
     )  # fmt: skip
+    parser.add_argument(
+        "--dcgm-job-mapping-dir", type=options.folder("--dcgm-job-mapping-dir"), default=None, metavar="DIR",
+        help="also write dcgm-exporter's HPC job mapping there at each reading (a file per GPU, named by its index, "
+        "holding the ids of the slices on it; give dcgm-exporter --hpc-job-mapping-dir DIR), so its figures carry "
+        "hpc_job=<slice id>. Created if missing; a folder of this user's that nobody else can write to",
+    )  # fmt: skip
     parser.set_defaults(handler=exporter)
 
 
@@ -52,7 +58,10 @@ def exporter(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO, format="[%(levelname)1.1s %(asctime)s %(name)s] %(message)s")
     ledger = open_ledger(load_settings(), read_only_ok=True)  # reading is all it does
     try:
-        page = NodePage(ledger, address=args.address, port=args.port, hostname=args.hostname, interval=args.interval)
+        page = NodePage(
+            ledger, address=args.address, port=args.port, hostname=args.hostname, interval=args.interval,
+            job_mapping_dir=args.dcgm_job_mapping_dir,
+        )  # fmt: skip
         for signum in (signal.SIGTERM, signal.SIGINT):
             signal.signal(signum, lambda *_: page.shutdown())
         page.serve_forever()

@@ -56,3 +56,14 @@ def interval(option: str) -> Callable[[str], float]:
         return value
 
     return check
+
+
+def folder(option: str) -> Callable[[str], str]:
+    """The type of ``option``: a folder's path, not empty."""
+
+    def check(text: str) -> str:
+        if not text.strip() or "\0" in text:
+            raise argparse.ArgumentTypeError(f"{option} {shorten(text)} is not a folder's path")
+        return text
+
+    return check

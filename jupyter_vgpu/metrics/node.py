@@ -4,7 +4,8 @@ thread of its own, for the node exporter's scrapes; and the node's page (:class:
 
 A reading costs what one tick of a server's usage monitor costs (one inventory snapshot with
 telemetry: one NVML pass; the ledger's slices and line; the holders' process trees) and nothing
-more: it writes nothing (no reaper, no re-booking: those are the broker's and the servers' work).
+more: it writes nothing to the ledger (no reaper, no re-booking: those are the broker's and the
+servers' work); with a job mapping folder, each reading also keeps dcgm-exporter's files there.
 Sampling on its own clock rather than at each scrape keeps a scrape's time independent of the
 driver (NVML samples PCIe throughput for 20 ms per direction and GPU: 320 ms on 8 GPUs) and its
 cost independent of how many Prometheus servers scrape, and a scrape always sees one whole reading,
@@ -18,7 +19,7 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry
@@ -34,6 +35,7 @@ from ..slices import Occupancy, Waiter, occupancy_of
 from ..slices.holders import ProcessOwners, held
 from ..slices.usage import ReportCache, SliceUsage, slice_usage
 from ..units import shorten
+from .jobmap import JobMapping, job_files
 from .series import EXPORTER_SERIES, Page, machine_name
 from .serve import MetricsServer
 
@@ -61,11 +63,16 @@ class NodeSampler:
 
     Only slices whose holder (or keeper) still runs are read: a slice whose process ended is
     what the reaper frees at its next pass, and the next reservation does not count it either.
+
+    ``on_reading`` is told every reading once :meth:`start` runs (the first one then, each next one
+    on the sampler's thread as it is taken), so that what else follows the node (dcgm-exporter's
+    job mapping) takes no reading of its own. What it raises is logged, and the sampler reads on.
     """
 
-    def __init__(self, ledger: Ledger, *, interval: float = 5.0) -> None:
+    def __init__(self, ledger: Ledger, *, interval: float = 5.0, on_reading: Callable[[NodeReading], None] | None = None) -> None:
         self.ledger = ledger
         self.interval = interval
+        self.on_reading = on_reading
         self._owners = ProcessOwners()  # remembers each GPU process's slice across readings
         self._reports = ReportCache(ledger.path, report_folder)
         self._stop = threading.Event()
@@ -98,6 +105,7 @@ class NodeSampler:
     def start(self) -> None:
         """Read on a daemon thread every ``interval`` seconds until :meth:`stop`."""
         if self._thread is None:
+            self._tell(self.latest)
             self._thread = threading.Thread(target=self._run, name="jupyter-vgpu-exporter-sampler", daemon=True)
             self._thread.start()
 
@@ -105,12 +113,21 @@ class NodeSampler:
         said = self.latest.problem
         while not self._stop.wait(max(0.0, self.interval - self.latest.seconds)):
             self.latest = reading = self.read()
+            self._tell(reading)
             if reading.problem != said:
                 said = reading.problem
                 if said:
                     log.warning("jupyter-vgpu exporter: %s", said)
                 else:
                     log.info("jupyter-vgpu exporter: the GPUs and the ledger can be read again.")
+
+    def _tell(self, reading: NodeReading) -> None:
+        if self.on_reading is None:
+            return
+        try:
+            self.on_reading(reading)
+        except Exception:  # a bug: say so in the log, and read on
+            log.exception("jupyter-vgpu exporter: following a reading of the node failed")
 
     def stop(self, *, close_ledger: bool = True) -> None:
         """Stop reading (after a reading in progress) and close the ledger, unless ``close_ledger``
@@ -150,25 +167,49 @@ class NodePage:
     options as ``options`` + ``port``), so a command that cannot serve the page starts nothing else.
     ``name`` is the command that serves it (``exporter``, ``broker``), in its title and its line on
     stderr. It reads the ledger and never closes it: whoever opened it does.
+
+    With ``job_mapping_dir``, each reading also writes dcgm-exporter's HPC job mapping files there
+    (:mod:`jupyter_vgpu.metrics.jobmap`), emptied when the page stops; a folder it may not use is
+    one sentence naming ``options`` + ``dcgm-job-mapping-dir``, before anything listens.
     """
 
     def __init__(
         self, ledger: Ledger, *, address: str, port: int, hostname: str | None = None, interval: float = 5.0,
-        name: str = "exporter", who: str = "The exporter", options: str = "--",
+        name: str = "exporter", who: str = "The exporter", options: str = "--", job_mapping_dir: str | None = None,
     ) -> None:  # fmt: skip
         self.name = name
         self.hostname = hostname or machine_name(ledger.inventory.simulate)
+        self.job_mapping = JobMapping(job_mapping_dir, who=who, option=f"{options}dcgm-job-mapping-dir") if job_mapping_dir else None
         registry = CollectorRegistry(auto_describe=False)
-        self.server = MetricsServer(
-            registry, address, port, title=f"jupyter-vgpu {name} of {self.hostname}", who=who, options=options
-        )
         try:
-            self.sampler = NodeSampler(ledger, interval=interval)
+            self.server = MetricsServer(
+                registry, address, port, title=f"jupyter-vgpu {name} of {self.hostname}", who=who, options=options
+            )
+        except BaseException:
+            if self.job_mapping is not None:
+                self.job_mapping.release()
+            raise
+        try:
+            self.sampler = NodeSampler(ledger, interval=interval, on_reading=self._map_jobs if self.job_mapping else None)
             registry.register(NodeCollector(self.sampler, self.hostname))
         except BaseException:
             self.server.close()
+            if self.job_mapping is not None:
+                self.job_mapping.release()
             raise
         self._thread: threading.Thread | None = None
+
+    def _map_jobs(self, reading: NodeReading) -> None:
+        if self.job_mapping is not None and reading.problem is None:  # a failed reading changes nothing
+            self.job_mapping.write(job_files(reading.snapshot, [usage.slice for usage in reading.slices]))
+
+    def _close_job_mapping(self) -> None:
+        """Empty the job mapping files (no slice is followed any more), once the page has served."""
+        if self.job_mapping is not None:
+            try:
+                self.job_mapping.close()
+            except OSError as error:
+                log.warning("jupyter-vgpu %s: the job mapping files in %s could not be emptied: %s", self.name, self.job_mapping.folder, error)
 
     def serve_forever(self) -> None:
         """Read the node on the sampler's thread, say the page's URL on stderr, and serve on this
@@ -179,6 +220,7 @@ class NodePage:
             self.server.serve_forever()
         finally:
             self.sampler.stop(close_ledger=False)
+            self._close_job_mapping()
 
     def shutdown(self) -> None:
         """Stop :meth:`serve_forever`; safe from a signal handler (it waits for nothing)."""
@@ -195,6 +237,8 @@ class NodePage:
         first); a page never started stops listening."""
         if self._thread is None:
             self.server.close()
+            if self.job_mapping is not None:
+                self.job_mapping.release()  # never started: it wrote nothing
             return
         self.shutdown()
         self._thread.join()
@@ -207,6 +251,7 @@ class NodePage:
         print(
             f"jupyter-vgpu {self.name}: the GPUs and slices of {self.hostname} at {self.server.url(host)}\n"
             f"  GPUs: {ledger.inventory.describe()}; slices: {ledger.location()}; read every {self.sampler.interval:g} s"
+            + (f"\n  dcgm-exporter's job mapping (slice ids per GPU): {self.job_mapping.folder}" if self.job_mapping else "")
             + (f"\n  Not readable now: {problem}" if problem else ""),
             file=sys.stderr,
             flush=True,

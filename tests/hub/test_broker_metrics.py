@@ -138,3 +138,13 @@ def test_a_taken_metrics_port_starts_nothing(tmp_path: Path) -> None:
         "give another --metrics-port (0: any free port).\n"
     )
     assert not (folder / "broker.sock").exists()  # nobody was ever told to come
+
+
+def test_the_job_mapping_without_the_page_is_one_sentence(capsys: pytest.CaptureFixture[str]) -> None:
+    from jupyter_vgpu.cli import main
+
+    assert main(["broker", "--metrics-dcgm-job-mapping-dir", "/run/dcgm-job-map"]) == 2
+    assert capsys.readouterr().err == (
+        "jupyter vgpu: The broker serves no Prometheus page without --metrics-port, so --metrics-dcgm-job-mapping-dir "
+        "would do nothing: give --metrics-port too (0: any free port).\n"
+    )

@@ -155,3 +155,19 @@ def test_a_kai_queue_that_is_no_label_is_refused_in_one_sentence() -> None:
 
     with pytest.raises(InvalidConfig, match=r"^queue 'my queue!' is not a Kubernetes label value"):
         kai_settings(Share(gpus=0.5), queue="my queue!")
+
+
+async def test_the_pod_the_clusters_scrape_config_keeps_carries_its_annotation_and_named_port() -> None:
+    """docs/cluster.md's KubeSpawner settings, for Prometheus's pod discovery: the annotation, and
+    the exporter's port named beside the notebook's (the list replaces KubeSpawner's own)."""
+    spawner = kubespawner.KubeSpawner(_mock=True)
+    spawner.user = SimpleNamespace(name="ann", id=1, url="/user/ann/", groups=[])
+    spawner.extra_annotations = {"jupyter-vgpu/scrape": "true"}
+    spawner.extra_container_config = {"ports": [
+        {"name": "notebook-port", "containerPort": 8888},
+        {"name": "vgpu-metrics", "containerPort": 9401},
+    ]}  # fmt: skip
+    pod = await spawner.get_pod_manifest()
+    assert pod.metadata.annotations["jupyter-vgpu/scrape"] == "true"
+    ports = [(p["name"], p["containerPort"]) for p in pod.spec.containers[0].ports]
+    assert ports == [("notebook-port", 8888), ("vgpu-metrics", 9401)]
