@@ -170,17 +170,7 @@ def browser() -> Iterator[Any]:
 @pytest.fixture(scope="module")
 def page(request: pytest.FixtureRequest, browser: Any, lab: Lab) -> Iterator[Any]:
     """One browser tab on the lab, shared by a module's tests (they run in file order)."""
-    context = browser.new_context(
-        viewport={"width": 1280, "height": 800}, permissions=["clipboard-read", "clipboard-write"]
-    )
-    page = context.new_page()
-    page.set_default_timeout(30_000)
-    try:
+    from .pages import one_tab
+
+    with one_tab(browser, request.module.__name__, permissions=["clipboard-read", "clipboard-write"]) as page:
         yield page
-    finally:
-        ARTIFACTS.mkdir(parents=True, exist_ok=True)
-        try:
-            page.screenshot(path=str(ARTIFACTS / f"last-page-{request.module.__name__.rsplit('.', 1)[-1]}.png"))
-        except Exception:
-            pass
-        context.close()

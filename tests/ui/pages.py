@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -140,3 +141,23 @@ def route_sample(page: Any, part: str, change: Any) -> None:
 def unroute(page: Any) -> None:
     """Take the routes away, without failing a reply still on its way through one."""
     page.unroute_all(behavior="ignoreErrors")
+
+
+@contextmanager
+def one_tab(browser: Any, module: str, *, height: int = 800, **options: Any) -> Iterator[Any]:
+    """A browser tab a module's tests share (in file order); at the end its last look lands in
+    artifacts/ui/last-page-<module>.png, whatever happened."""
+    from .conftest import ARTIFACTS
+
+    context = browser.new_context(viewport={"width": 1280, "height": height}, **options)
+    page = context.new_page()
+    page.set_default_timeout(30_000)
+    try:
+        yield page
+    finally:
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        try:
+            page.screenshot(path=str(ARTIFACTS / f"last-page-{module.rsplit('.', 1)[-1]}.png"))
+        except Exception:
+            pass
+        context.close()

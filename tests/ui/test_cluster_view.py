@@ -22,7 +22,7 @@ from jupyter_process import free_port, isolated_env, start_jupyter
 from prometheus_process import PrometheusProcess, start_prometheus
 
 from ui.conftest import ARTIFACTS, CHROMIUM, Lab, _write_user_settings
-from ui.pages import expect, screenshots
+from ui.pages import expect, one_tab, screenshots
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -85,17 +85,8 @@ def cluster_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Lab,
 @pytest.fixture(scope="module")
 def page(browser: Any, cluster_lab: tuple[Lab, Cluster]) -> Iterator[Any]:
     """One browser tab on this module's lab (instead of conftest's, which starts a lab of its own)."""
-    context = browser.new_context(viewport={"width": 1280, "height": 900})
-    page = context.new_page()
-    page.set_default_timeout(30_000)
-    try:
+    with one_tab(browser, "test_cluster_view", height=900) as page:
         yield page
-    finally:
-        try:
-            page.screenshot(path=str(ARTIFACTS / "last-page-test_cluster_view.png"))
-        except Exception:
-            pass
-        context.close()
 
 
 def node(page: Any, hostname: str) -> Any:

@@ -25,7 +25,7 @@ from gateway.conftest import NODE_TOKEN, QUARTER, WHOLE, start_node
 from jupyter_process import JupyterProcess, free_port, isolated_env, start_jupyter
 
 from .conftest import ARTIFACTS, _write_user_settings, notebook_json
-from .pages import SIDEBAR, expect, lab_screenshot, open_sidebar, screenshots, set_theme_live, wait_for
+from .pages import SIDEBAR, expect, lab_screenshot, one_tab, open_sidebar, screenshots, set_theme_live, wait_for
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -85,17 +85,8 @@ def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Servers]:
 @pytest.fixture(scope="module")
 def page(browser: Any, servers: Servers) -> Iterator[Any]:
     """One browser tab on the CPU-only lab (instead of conftest's, which starts a lab of its own)."""
-    context = browser.new_context(viewport={"width": 1280, "height": 800})
-    page = context.new_page()
-    page.set_default_timeout(30_000)
-    try:
+    with one_tab(browser, "test_remote_sidebar", height=800) as page:
         yield page
-    finally:
-        try:
-            page.screenshot(path=str(ARTIFACTS / "last-page-test_remote_sidebar.png"))
-        except Exception:
-            pass
-        context.close()
 
 
 def page_url(lab: JupyterProcess, path: str) -> str:
