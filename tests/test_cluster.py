@@ -58,27 +58,33 @@ def node(view: dict[str, Any], hostname: str) -> dict[str, Any]:
     return found
 
 
-def test_every_node_is_shown_and_one_whose_exporter_stops_stays_as_it_last_was(prometheus: PrometheusProcess, tmp_path: Path) -> None:
+def test_every_node_is_shown_and_one_whose_exporter_stops_stays_as_it_last_was(
+    prometheus: PrometheusProcess, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     a = listening(start_exporter(tmp_path / "a", "node-a", "2x16GiB@node-a", named=False))
     b = listening(start_exporter(tmp_path / "b", "node-b", "1x8GiB@node-b", named=False))
-    holder = subprocess.Popen([*JUPYTER_VGPU, "run", "-q", "-p", "1/4", "--", "cat"], env=a.env, stdin=subprocess.PIPE)
+    holder = subprocess.Popen([*JUPYTER_VGPU, "run", "-q", "--gpu", "0", "-p", "1/4", "--", "cat"], env=a.env, stdin=subprocess.PIPE)
+    kernel = idle_kernel(a.env, monkeypatch)  # on GPU 1, its server's idle file beside node-a's ledger
     try:
         prometheus.scrape("every-node", [a.address, b.address])
         mine = {"node-a", "node-b"}
         view = wait_for_view(
             prometheus.url,
-            lambda v: mine <= {n["hostname"] for n in v["nodes"] if not n["stale"]} and any(s["hostname"] == "node-a" for s in v["slices"]),
-            "node-a and node-b fresh, and the command's slice on node-a",
+            lambda v: mine <= {n["hostname"] for n in v["nodes"] if not n["stale"]}
+            and len([s for s in v["slices"] if s["hostname"] == "node-a" and (s["kernel_id"] is None or s["idle_seconds"] is not None)]) == 2,
+            "node-a and node-b fresh, and the command's and the idle kernel's slices on node-a",
         )
         a_view, b_view = node(view, "node-a"), node(view, "node-b")
         assert a_view["model"] == "Simulated GPU 16GiB" and [g["index"] for g in a_view["gpus"]] == [0, 1]
-        assert [(g["total"], g["booked"], g["free"]) for g in a_view["gpus"]] == [(16 * GiB, 4 * GiB, 12 * GiB), (16 * GiB, 0, 16 * GiB)]
+        assert [(g["total"], g["booked"], g["free"]) for g in a_view["gpus"]] == [(16 * GiB, 4 * GiB, 12 * GiB), (16 * GiB, 4 * GiB, 12 * GiB)]
         assert [(g["total"], g["booked"]) for g in b_view["gpus"]] == [(8 * GiB, 0)]
         assert not {g["uuid"] for g in a_view["gpus"]} & {g["uuid"] for g in b_view["gpus"]}  # named machines: UUIDs of their own
         assert a_view["problem"] is None and a_view["waiting"] == {"requests": 0, "memory": 0}
-        (held,) = [s for s in view["slices"] if s["hostname"] == "node-a"]
-        assert held["holder"] == "cat" and held["kernel_id"] is None and "user" not in held
+        (held,) = [s for s in view["slices"] if s["hostname"] == "node-a" and s["id"] != kernel]
+        assert held["holder"] == "cat" and held["kernel_id"] is None and "user" not in held and held["idle_seconds"] is None
         assert [(g["index"], g["request"]) for g in held["gpus"]] == [(0, 4 * GiB)]
+        (idle,) = [s for s in view["slices"] if s["id"] == kernel]  # issue 48, item 3: the kernel's idle time
+        assert idle["kernel_id"] == "5c1f0a2b-idle" and 590 <= idle["idle_seconds"] <= 700, idle
         # Every view agrees: the node's own `status` books what Prometheus says.
         local = json.loads(subprocess.run([*JUPYTER_VGPU, "status", "--json"], env=a.env, capture_output=True, text=True, check=True).stdout)
         assert [g["memory_reserved"] for g in local["gpus"]] == [g["booked"] for g in a_view["gpus"]]
@@ -86,7 +92,7 @@ def test_every_node_is_shown_and_one_whose_exporter_stops_stays_as_it_last_was(p
         table = subprocess.run([*JUPYTER_VGPU, "status", "--cluster", "--prometheus", prometheus.url], capture_output=True, text=True, timeout=60)
         assert table.returncode == 0, table.stderr
         rows = {line.split()[0]: line for line in table.stdout.splitlines() if line.startswith("node-")}
-        assert "4.0 GiB / 32.0 GiB" in rows["node-a"] and "STALE" not in rows["node-a"], table.stdout
+        assert "8.0 GiB / 32.0 GiB" in rows["node-a"] and "STALE" not in rows["node-a"], table.stdout
         assert held["id"] in table.stdout and "Your slices:" in table.stdout
 
         assert b.stop() == 0  # node-b's exporter ends: node-b is stale, never dropped, never zeroed
@@ -106,6 +112,25 @@ def test_every_node_is_shown_and_one_whose_exporter_stops_stays_as_it_last_was(p
         holder.wait(timeout=30)
         for exporter in (a, b):
             exporter.stop()
+
+
+def idle_kernel(env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> str:
+    """A kernel's slice (held by this process) on GPU 1 of the node whose environment is ``env``, idle
+    for 10 minutes as its server wrote (slices.reports.write_idle): its exporter, the same user, reads it."""
+    from jupyter_vgpu.ledger import open_ledger
+    from jupyter_vgpu.slices import Holder, SliceRequest
+    from jupyter_vgpu.slices.reports import write_idle
+
+    for key in ("JUPYTER_VGPU_SIMULATE", "JUPYTER_VGPU_LEDGER"):
+        monkeypatch.setenv(key, env[key])
+    monkeypatch.delenv("JUPYTER_VGPU_BROKER", raising=False)
+    ledger = open_ledger()
+    try:
+        held = ledger.reserve(SliceRequest.parse(fraction=0.25, gpu=1), Holder("kernel", "5c1f0a2b-idle", pid=os.getpid()))
+        write_idle(ledger.path, held.id, time.time() - 600)
+    finally:
+        ledger.close()
+    return held.id
 
 
 class _Page(http.server.BaseHTTPRequestHandler):

@@ -193,3 +193,35 @@ def test_an_elastic_slice_shows_its_limit_burst_and_share_of_the_gpu(simulation_
         "jupyter_vgpu_slice_gpu_utilization_percent": [15],
         "jupyter_vgpu_slice_gpu_share_utilization_percent": [60],  # 15% of the GPU is 60% of a quarter
     }
+
+
+def test_a_ledger_of_ones_own_shows_each_kernels_idle_time_from_its_servers_file(simulation_file: Callable[..., Path]) -> None:
+    """A single-user node: the exporter runs as the user whose servers write the idle files beside the
+    ledger (slices.reports.write_idle), and shows each kernel's idle time under the label contract."""
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from jupyter_vgpu.ledger import open_ledger
+    from jupyter_vgpu.metrics.node import NodeCollector, NodeSampler
+    from jupyter_vgpu.slices import Holder, SliceRequest
+    from jupyter_vgpu.slices.reports import write_idle
+
+    ledger = open_ledger()
+    kernel = ledger.reserve(SliceRequest.parse(fraction=0.25), Holder("kernel", "5c1f0a2b-idle", pid=os.getpid()))
+    busy = ledger.reserve(SliceRequest.parse(fraction=0.25), Holder("kernel", "5c1f0a2b-busy", pid=os.getpid()))
+    command = ledger.reserve(SliceRequest.parse(fraction=0.25), Holder("command", "python train.py", pid=os.getpid()))
+    write_idle(ledger.path, kernel.id, time.time() - 90)
+    write_idle(ledger.path, busy.id, time.time() + 1)  # its server: busy now
+    try:
+        sampler = NodeSampler(ledger)
+        registry = CollectorRegistry()
+        registry.register(NodeCollector(sampler, "here"))
+        page = {f.name: f.samples for f in text_string_to_metric_families(generate_latest(registry).decode())}
+    finally:
+        for held in (kernel, busy, command):
+            ledger.release(held.id)
+        ledger.close()
+    idle = {s.labels["slice"]: s.value for s in page["jupyter_vgpu_slice_kernel_idle_seconds"]}
+    assert set(idle) == {kernel.id, busy.id}  # the command has no idle time
+    assert idle[kernel.id] == pytest.approx(90, abs=5) and idle[busy.id] == 0
+    assert {tuple(sorted(s.labels)) for s in page["jupyter_vgpu_slice_kernel_idle_seconds"]} == {("hostname", "slice")}
+    assert "jupyter_vgpu_slice_idle_seconds" not in page  # the server's older series is the server's page's alone

@@ -112,8 +112,9 @@ def node(tmp_path_factory: pytest.TempPathFactory) -> Any:
 
 
 OPS = ["info", "snapshot", "slices", "get", "waiting", "reserve_now", "enqueue", "try_grant", "leave_queue",
-       "attach", "update_labels", "resize", "release", "reap", "overcommitted", "reserve", "__init__", "_grant"]  # fmt: skip
-ARG_NAMES = ["slice_id", "request", "holder", "ticket", "final", "pid", "labels", "uid", "owner", "self"]
+       "attach", "update_labels", "resize", "release", "reap", "overcommitted", "reserve", "__init__", "_grant",
+       "idle", "idle_times"]  # fmt: skip
+ARG_NAMES = ["slice_id", "request", "holder", "ticket", "final", "pid", "labels", "uid", "owner", "self", "since"]
 
 
 @FUZZ

@@ -117,6 +117,7 @@ def broker(args: argparse.Namespace) -> int:
                 hostname=args.metrics_hostname, interval=args.metrics_interval or options.DEFAULT_INTERVAL,
                 name="broker", who="The broker's metrics page", options="--metrics-",
                 job_mapping_dir=args.metrics_dcgm_job_mapping_dir,
+                idle=node.idle_seconds,  # what the users' servers told the broker of their kernels
             )  # fmt: skip
         except BaseException:
             node.ledger.close()

@@ -10,7 +10,7 @@ Routes (under the service prefix, e.g. ``/services/vgpu/``):
 * ``GET  api/slices``                 every slice, usage and GPUs (JSON)
 * ``DELETE api/slices/<id>``          release the slice (the kernel keeps running, without a slice)
 * ``GET  api/cluster``                the whole cluster from the policy's ``prometheus_url``: every node,
-  every slice named (user, holder, request, limit, use), the lines, the top users (JSON)
+  every slice named (user, holder, request, limit, use, its kernel's idle time), the lines, the top users (JSON)
 * ``POST api/slices/<id>/shutdown``   shut the holder down: a kernel through its user's Jupyter
   server (``DELETE /user/<name>/api/kernels/<id>`` with the service's token), which also frees the
   slice; a command, or a kernel whose server cannot be reached, by releasing the slice and sending
@@ -246,7 +246,7 @@ td,th{border-bottom:1px solid #ddd;padding:.4em;text-align:left}th{background:#f
 <table><thead><tr><th>Node</th><th>GPUs</th><th>Booked</th><th>Used</th><th>Free</th><th>Room on one GPU</th><th>Waiting</th><th>Seen</th></tr></thead>
 <tbody id="nodes"></tbody></table>
 <h3>Every slice</h3>
-<table><thead><tr><th>User</th><th>Node</th><th>GPU</th><th>Holder</th><th>Request</th><th>Limit</th><th>Used</th><th>Utilisation</th></tr></thead>
+<table><thead><tr><th>User</th><th>Node</th><th>GPU</th><th>Holder</th><th>Request</th><th>Limit</th><th>Used</th><th>Utilisation</th><th>Idle</th></tr></thead>
 <tbody id="cluster-slices"></tbody></table>
 <h3>Top users by memory booked</h3>
 <table><thead><tr><th>User</th><th>Booked</th><th>Used</th><th>Booked, unused</th><th>Slices</th></tr></thead>
@@ -280,6 +280,8 @@ async function load() {
     cell.append(release, stop);
   }
 }
+// a kernel's idle time as its server judged it; "" for a command or where no server said it lately
+const idle = t => t == null ? "" : t === 0 ? "busy" : t < 120 ? t + " s" : t < 7200 ? Math.floor(t / 60) + " min" : Math.floor(t / 3600) + " h";
 const sum = (xs) => xs.some(x => x == null) ? null : xs.reduce((a, b) => a + b, 0);
 function cells(tbody, rows) {
   tbody.textContent = "";
@@ -303,7 +305,8 @@ async function cluster() {
   cells(document.getElementById("cluster-slices"), data.slices.map(s => [
     s.user, s.hostname, s.gpus.map(g => g.index).join(", "), s.holder, gib(sum(s.gpus.map(g => g.request))),
     s.gpus.every(g => g.limit == null) ? "" : gib(sum(s.gpus.map(g => g.limit ?? g.request))),
-    gib(sum(s.gpus.map(g => g.used))), s.gpus.map(g => g.utilization == null ? "n/a" : g.utilization + "%").join(", ")]));
+    gib(sum(s.gpus.map(g => g.used))), s.gpus.map(g => g.utilization == null ? "n/a" : g.utilization + "%").join(", "),
+    idle(s.idle_seconds)]));
   const top = u => [u.user, gib(u.booked), gib(u.used), gib(u.unused), u.slices];
   cells(document.getElementById("top"), data.top_users.map(top));
   cells(document.getElementById("top-unused"), data.top_unused.map(top));

@@ -9,7 +9,9 @@ The broker then:
   requests of one user cannot both slip under a limit;
 * lets a caller attach, relabel, resize and release only its own slices (admins: any) and
   attach only processes of its own uid, so nobody pins a slice to someone else's process;
-* shows other users' slices without their notebook paths, labels or command lines.
+* shows other users' slices without their notebook paths, labels or command lines;
+* keeps, in memory, what each user's server says of its kernels' idleness (``idle``: for the
+  caller's own slices only), for the node's Prometheus page (:meth:`Broker.idle_seconds`).
 
 The socket itself is :mod:`.listener`. Clients are :class:`jupyter_vgpu.ledger.broker_client.BrokerLedger`.
 """
@@ -21,7 +23,7 @@ import logging
 import os
 import threading
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import psutil
@@ -45,6 +47,7 @@ from ..slices import Actor, Holder, SliceRequest, Ticket
 from ..slices.holders import ProcessOwners, process_alive
 from ..slices.holders import held as still_held
 from ..slices.records import HIDDEN_HOLDER, Slice, Waiter
+from ..slices.reports import IDLE_STALE_SECONDS
 from ..units import shorten
 from . import quota as quotas
 from .callers import Caller as Caller  # re-exported: callers of the broker name it here
@@ -53,6 +56,16 @@ from .callers import process_uid, user_name
 from .policy import Quota, user_groups
 
 log = logging.getLogger("jupyter_vgpu.broker")
+
+
+@dataclass(frozen=True)
+class IdleFact:
+    """What a user's server said of one of its kernels' slices: idle since ``since`` (None: busy),
+    said at ``said_at``, by the slice's owner ``uid``."""
+
+    uid: int
+    since: float | None
+    said_at: float
 
 
 class Broker:
@@ -75,6 +88,9 @@ class Broker:
         self._expired: dict[int, str] = {}
         self._owners = ProcessOwners()  # which slice each GPU process counts against, across calls
         self._owners_lock = threading.Lock()
+        #: What users' servers said of their kernels' idleness, by slice id (:meth:`report_idle`).
+        self._idle: dict[str, IdleFact] = {}
+        self._idle_lock = threading.Lock()
 
     # -- who asks ----------------------------------------------------------------------------
     def caller(self, pid: int, uid: int, gid: int) -> Caller:
@@ -111,6 +127,10 @@ class Broker:
                 return {"ok": True, "result": snapshot_to_wire(self.snapshot_for(caller, telemetry=telemetry))}
             if op == "simulated_use":
                 return {"ok": True, "result": self.simulated_use(caller, args.get("used"), args.get("utilization"))}
+            if op == "idle":
+                return {"ok": True, "result": self.report_idle(caller, args.get("slice_id"), args.get("since"))}
+            if op == "idle_times":
+                return {"ok": True, "result": self.idle_times(caller)}
             if not isinstance(op, str) or op not in OPERATIONS:
                 raise InvalidRequest(f"The broker does not know the request {shorten(op)}; upgrade the client or the broker.")
             return {"ok": True, "result": self.serve(caller, op, decode_arguments(op, args, caller.pid))}
@@ -204,6 +224,50 @@ class Broker:
             del held[gpu], busy[gpu]
         write_use(folder, held, busy, pid=caller.pid, slice_id=mine.id, uid=caller.uid)  # a folder per user (L-1)
         return True
+
+    # -- kernels' idleness, as their servers judge it -------------------------------------------
+    def report_idle(self, caller: Caller, slice_id: Any, since: Any) -> bool:
+        """A user's server says that the kernel of ``slice_id`` has been idle since ``since`` (Unix
+        time), or is busy now (``since`` None). Only for the caller's own slices: the owner's server
+        alone judges its kernels (another user's slice, an admin's too, is refused). Kept in memory
+        until the slice ends or the server has not said it again for ``IDLE_STALE_SECONDS``; it
+        counts against nothing."""
+        if not isinstance(slice_id, str) or not slice_id:
+            raise InvalidRequest("idle takes the slice_id of one of your slices.")
+        if since is not None and (isinstance(since, bool) or not isinstance(since, (int, float)) or not 0 <= since <= 1e11):
+            raise InvalidRequest(f"idle since {shorten(since)} is not a time (seconds since 1970), or null for busy now.")
+        found = self.ledger.get(slice_id)
+        if found.uid != caller.uid:
+            raise NotPermitted(f"Slice {found.id} is not yours: only its owner's server says whether its kernel is idle.")
+        now = time.time()
+        with self._idle_lock:
+            self._idle[found.id] = IdleFact(found.uid, None if since is None else min(float(since), now), now)
+        return True
+
+    def idle_seconds(self, slices: Any, now: float | None = None) -> dict[str, float]:
+        """Seconds each of ``slices`` has been idle (0: busy), as its owner's server said lately;
+        slices it said nothing of lately are left out."""
+        now = time.time() if now is None else now
+        seconds: dict[str, float] = {}
+        with self._idle_lock:
+            for s in slices:
+                fact = self._idle.get(s.id)
+                if fact is not None and fact.uid == s.uid and now - fact.said_at <= IDLE_STALE_SECONDS:
+                    seconds[s.id] = 0.0 if fact.since is None else max(0.0, now - fact.since)
+        return seconds
+
+    def idle_times(self, caller: Caller) -> dict[str, float]:
+        """The ``idle_times`` request: :meth:`idle_seconds` of the caller's own slices, every
+        slice's for an admin (an exporter beside the broker, run as root)."""
+        return self.idle_seconds([s for s in self.ledger.slices() if caller.admin or s.uid == caller.uid])
+
+    def forget_idle(self) -> None:
+        """Forget what was said of slices that have ended, and what has not been said again lately."""
+        live = {s.id for s in self.ledger.slices()}
+        now = time.time()
+        with self._idle_lock:
+            for sid in [sid for sid, fact in self._idle.items() if sid not in live or now - fact.said_at > IDLE_STALE_SECONDS]:
+                del self._idle[sid]
 
     def _slice_of(self, caller: Caller) -> Slice | None:
         """The slice of the caller's user whose holder is the caller's process or its nearest
@@ -498,6 +562,7 @@ class Broker:
                 for dead in self.ledger.reap():
                     log.info("jupyter-vgpu broker: freed slice %s of %s (%s): its process ended.", dead.id, dead.owner, dead.describe_holder())
                 self.drop_gone_uses()
+                self.forget_idle()
                 for waiter in self.expire_waiters():
                     log.info("jupyter-vgpu broker: %s's request for %s waited past its limit.", waiter.owner, waiter.request.describe())
             except VGPUError as error:

@@ -290,6 +290,19 @@ class BrokerLedger(Ledger):
         wire["keeper_pid"] = CALLER if record.keeper_pid == os.getpid() else record.keeper_pid
         return slice_from_wire(self._call("rebook", record=wire, claim=str(claim)))
 
+    # -- kernels' idleness (the broker's own requests, outside the ledger contract) -------------
+    def report_idle(self, slice_id: str, since: float | None) -> None:
+        """Tell the broker that the kernel of this user's slice ``slice_id`` has been idle since
+        ``since`` (Unix time), or is busy now (None), for the node's Prometheus page. The broker keeps
+        it in memory until the slice ends or it is not said again for ``IDLE_STALE_SECONDS``."""
+        self.client.call("idle", slice_id=str(slice_id), since=since)
+
+    def idle_times(self) -> dict[str, float]:
+        """Seconds each slice's kernel has been idle (0: busy), as its server said lately: this
+        user's slices, every slice for root and the broker's admins."""
+        answer = self.client.call("idle_times")
+        return {str(k): float(v) for k, v in answer.items()} if isinstance(answer, dict) else {}
+
     # -- housekeeping ------------------------------------------------------------------------
     def reap(self) -> list[Slice]:
         return [slice_from_wire(s) for s in self._call("reap")]

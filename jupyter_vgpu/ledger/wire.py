@@ -200,11 +200,12 @@ def safe_to_ask_again(op: str, args: Mapping[str, Any]) -> bool:
 RENAMED_OPERATIONS = {"join_partition": "join_hold"}
 
 #: Requests that change nothing (``info`` and ``snapshot`` are the broker's own).
-READS = frozenset({"info", "snapshot", "slices", "get", "waiting", "overcommitted", "book_id"})
+READS = frozenset({"info", "snapshot", "slices", "get", "waiting", "overcommitted", "book_id", "idle_times"})
 #: Requests that carry the holder's token (see :meth:`BrokerLedger._once`).
 BY_TOKEN = frozenset({"reserve_now", "enqueue"})
-#: Requests that change nothing the second time (leaving a line one has left already).
-SAME_AGAIN = frozenset({"leave_queue"})
+#: Requests that change nothing the second time (leaving a line one has left already, saying a
+#: kernel's idleness again).
+SAME_AGAIN = frozenset({"leave_queue", "idle"})
 
 
 def read_line(conn: socket.socket) -> bytes:

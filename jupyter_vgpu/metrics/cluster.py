@@ -6,7 +6,7 @@ Read with a fixed set of instant queries, asked side by side:
 1. each node's last reading, over ``forget_after`` (``last_over_time`` of the exporters'
    ``jupyter_vgpu_node_reading_timestamp_seconds``): every node that reported since then;
 2. the node series now (GPUs, line, whether the exporter could read its node);
-3. the slices now: the user's only (``slice_info{user=...}``, and their per-GPU series joined
+3. the slices now: the user's only (``slice_info{user=...}``, and their per-GPU and idle series joined
    on ``slice, hostname``), or every one for an admin;
 4. for each node that is not fresh now (its exporter down, or unable to read its node), its raw
    samples of the five minutes after its last reading: the figures of its last whole scrape.
@@ -38,6 +38,7 @@ from .series import (
     NODE_READ_AT,
     NODE_UP,
     SLICE_BURST,
+    SLICE_IDLE,
     SLICE_INFO,
     SLICE_LIMIT,
     SLICE_REQUEST,
@@ -60,6 +61,8 @@ MAX_STALE_READS = 64
 
 _NODE = (GPU_INFO, GPU_TOTAL, GPU_RESERVED, GPU_USED, GPU_FREE, GPU_UTIL, WAITING, WAITING_MEMORY, NODE_UP, NODE_READ_AT)
 _SLICE_GPU = (SLICE_REQUEST, SLICE_LIMIT, SLICE_USED, SLICE_BURST, SLICE_UTIL, SLICE_SHARE_UTIL)
+#: The per-slice series (``{slice, hostname}``), read with the per-GPU ones.
+_PER_SLICE = (*_SLICE_GPU, SLICE_IDLE)
 _SCRAPE_LABELS = ("__name__", "job", "instance")
 
 
@@ -115,6 +118,8 @@ class ClusterSlice:
     launcher: str
     tier: str
     gpus: list[SliceOnGPU] = field(default_factory=list)
+    #: Seconds its kernel has been idle (0: busy), as its user's server judged; None when unknown.
+    idle_seconds: float | None = None
 
 
 @dataclass
@@ -171,6 +176,7 @@ def _slice_dict(s: ClusterSlice, *, admin: bool) -> dict[str, Any]:
     if admin:
         entry["user"] = s.user
     entry |= {"kernel_id": s.kernel_id or None, "holder": s.holder, "launcher": s.launcher, "tier": s.tier}
+    entry["idle_seconds"] = None if s.idle_seconds is None else round(s.idle_seconds)
     entry["gpus"] = [
         {
             "index": g.index, "uuid": g.uuid, "request": _n(g.request), "limit": _n(g.limit), "used": _n(g.used),
@@ -197,7 +203,7 @@ def read_cluster(
         f"last_over_time({NODE_READ_AT.name}[{int(forget_after)}s])",
         f'{{__name__=~"{_names(_NODE)}"}}',
         mine,
-        f'{{__name__=~"{_names(_SLICE_GPU)}"}} and on(slice, hostname) {mine}',
+        f'{{__name__=~"{_names(_PER_SLICE)}"}} and on(slice, hostname) {mine}',
     ]
     with ThreadPoolExecutor(max_workers=len(queries), thread_name_prefix="jupyter-vgpu-cluster") as pool:
         seen, current, infos, per_gpu = pool.map(lambda q: prometheus.query(q, at=now), queries)
@@ -235,7 +241,7 @@ def read_cluster(
     return ClusterView(prometheus.url, now, nodes, _slices(slice_points, nodes, user), admin=user is None)
 
 
-_SLICE_NAMES = {s.name for s in _SLICE_GPU}
+_SLICE_NAMES = {s.name for s in _PER_SLICE}
 
 
 def _key(point: Point) -> tuple[str, tuple[tuple[str, str], ...]]:
@@ -270,7 +276,7 @@ def _last_scrape(prometheus: Prometheus, host: str, last_reading: float | None, 
     its last reading, then only those of the newest scrape whose ``node_up`` was 1."""
     if last_reading is None:
         return []
-    names = _names((*_NODE, SLICE_INFO, *_SLICE_GPU))
+    names = _names((*_NODE, SLICE_INFO, *_PER_SLICE))
     window = int(LAST_SCRAPE_WINDOW)
     at = min(now, last_reading + LAST_SCRAPE_WINDOW)
     points = prometheus.query(f'{{__name__=~"{names}", hostname={string(host)}}}[{window}s]', at=at)
@@ -347,7 +353,9 @@ def _slices(points: Sequence[Point], nodes: Sequence[ClusterNode], user: str | N
     for p in points:
         name, labels = p.name, p.labels
         key = (labels.get("hostname", ""), labels.get("slice", ""))
-        if name in fields and key in slices:
+        if name == SLICE_IDLE.name and key in slices:
+            slices[key].idle_seconds = p.value
+        elif name in fields and key in slices:
             uuid = labels.get("UUID", "")
             where = (key[0], key[1], uuid)
             entry = on_gpu.get(where)

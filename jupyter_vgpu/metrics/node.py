@@ -19,8 +19,8 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import GaugeMetricFamily
@@ -31,8 +31,9 @@ from ..errors import VGPUError
 from ..gpus import Snapshot
 from ..launch.launchers import report_folder
 from ..ledger import Ledger
-from ..slices import Occupancy, Waiter, occupancy_of
+from ..slices import Occupancy, Slice, Waiter, occupancy_of
 from ..slices.holders import ProcessOwners, held
+from ..slices.reports import read_idle
 from ..slices.usage import ReportCache, SliceUsage, slice_usage
 from ..units import shorten
 from .jobmap import JobMapping, job_files
@@ -56,6 +57,37 @@ class NodeReading:
     problem: str | None = None
     #: Seconds the reading took (the GPUs, the ledger, the process trees).
     seconds: float = 0.0
+    #: Seconds each kernel slice has been idle (0: busy), as its server said lately, by slice id.
+    idle: Mapping[str, float] = field(default_factory=dict)
+
+
+#: The idle seconds of a reading's slices at a time, by slice id (those known).
+IdleTimes = Callable[[Sequence[Slice], float], Mapping[str, float]]
+
+
+def idle_times_of(ledger: Ledger) -> IdleTimes:
+    """Where a node page learns how long each kernel has been idle, as its user's server judged it:
+    from a node broker, its ``idle_times`` (every slice's for root and the broker's admins, else the
+    caller's own); from a ledger of one's own, the servers' idle files beside it
+    (:func:`~jupyter_vgpu.slices.reports.read_idle`: only this user's own files are read)."""
+    ask = getattr(ledger, "idle_times", None)
+    if callable(ask):
+
+        def from_broker(slices: Sequence[Slice], now: float) -> Mapping[str, float]:
+            try:
+                times = ask()
+            except VGPUError:  # an older broker, or none now: the page shows no idle time
+                return {}
+            live = {s.id for s in slices}
+            return {sid: seconds for sid, seconds in times.items() if sid in live}
+
+        return from_broker
+
+    def from_files(slices: Sequence[Slice], now: float) -> Mapping[str, float]:
+        found = {s.id: read_idle(ledger.path, s.id, now) for s in slices if s.holder_kind == "kernel" and not s.hidden}
+        return {sid: seconds for sid, seconds in found.items() if seconds is not None}
+
+    return from_files
 
 
 class NodeSampler:
@@ -67,12 +99,19 @@ class NodeSampler:
     ``on_reading`` is told every reading once :meth:`start` runs (the first one then, each next one
     on the sampler's thread as it is taken), so that what else follows the node (dcgm-exporter's
     job mapping) takes no reading of its own. What it raises is logged, and the sampler reads on.
+
+    ``idle`` says how long each kernel slice has been idle (the broker's page: what the users'
+    servers told the broker); by default :func:`idle_times_of` the ledger.
     """
 
-    def __init__(self, ledger: Ledger, *, interval: float = 5.0, on_reading: Callable[[NodeReading], None] | None = None) -> None:
+    def __init__(
+        self, ledger: Ledger, *, interval: float = 5.0, on_reading: Callable[[NodeReading], None] | None = None,
+        idle: IdleTimes | None = None,
+    ) -> None:  # fmt: skip
         self.ledger = ledger
         self.interval = interval
         self.on_reading = on_reading
+        self.idle = idle or idle_times_of(ledger)
         self._owners = ProcessOwners()  # remembers each GPU process's slice across readings
         self._reports = ReportCache(ledger.path, report_folder)
         self._stop = threading.Event()
@@ -91,12 +130,13 @@ class NodeSampler:
             self._reports.forget({s.id for s in slices})
             usages = tuple(slice_usage(s, s.pid, attribution, snapshot, None if s.hidden else self._reports.get(s)) for s in slices)
             occupancy = occupancy_of(snapshot, slices, attribution)
+            idle = self.idle(slices, now)
         except VGPUError as error:
             return self._failed(now, str(error), started)
         except Exception as error:  # a bug: say so on the page and in the log, and read again next time
             log.exception("jupyter-vgpu exporter: reading the GPUs and the ledger failed")
             return self._failed(now, f"jupyter-vgpu could not read the GPUs and the ledger: {shorten(error)}.", started)
-        return NodeReading(now, snapshot, occupancy, usages, waiting, seconds=time.perf_counter() - started)
+        return NodeReading(now, snapshot, occupancy, usages, waiting, seconds=time.perf_counter() - started, idle=idle)
 
     def _failed(self, now: float, problem: str, started: float) -> NodeReading:
         snapshot = Snapshot(gpus=(), simulated=self.ledger.inventory.simulated, available=False, message=problem, taken_at=now)
@@ -153,7 +193,7 @@ class NodeCollector(Collector):
         page = Page(EXPORTER_SERIES)
         page.add_exporter(self.hostname, __version__, self.gpus, up=reading.problem is None, taken_at=reading.taken_at)
         if reading.problem is None:
-            page.add(reading, self.hostname)
+            page.add(reading, self.hostname, idle=reading.idle.get)
         yield from page.families()
 
 
@@ -171,11 +211,14 @@ class NodePage:
     With ``job_mapping_dir``, each reading also writes dcgm-exporter's HPC job mapping files there
     (:mod:`jupyter_vgpu.metrics.jobmap`), emptied when the page stops; a folder it may not use is
     one sentence naming ``options`` + ``dcgm-job-mapping-dir``, before anything listens.
+
+    ``idle``: how long each kernel has been idle (:class:`NodeSampler`'s; the broker gives its own).
     """
 
     def __init__(
         self, ledger: Ledger, *, address: str, port: int, hostname: str | None = None, interval: float = 5.0,
         name: str = "exporter", who: str = "The exporter", options: str = "--", job_mapping_dir: str | None = None,
+        idle: IdleTimes | None = None,
     ) -> None:  # fmt: skip
         self.name = name
         self.hostname = hostname or machine_name(ledger.inventory.simulate)
@@ -190,7 +233,7 @@ class NodePage:
                 self.job_mapping.release()
             raise
         try:
-            self.sampler = NodeSampler(ledger, interval=interval, on_reading=self._map_jobs if self.job_mapping else None)
+            self.sampler = NodeSampler(ledger, interval=interval, on_reading=self._map_jobs if self.job_mapping else None, idle=idle)
             registry.register(NodeCollector(self.sampler, self.hostname))
         except BaseException:
             self.server.close()

@@ -7,6 +7,7 @@ dcgm-exporter on the GPU's ``UUID`` (never its index, which containers and cgrou
 * ``jupyter_vgpu_gpu_info{UUID, gpu, hostname, modelName} 1``;
 * ``jupyter_vgpu_slice_info{slice, hostname, user, kernel_id, holder, launcher, tier} 1``;
 * per slice and GPU, ``{slice, UUID, hostname}``: request, limit, used, burst, utilisation;
+* per kernel slice, ``{slice, hostname}``: how long its kernel has been idle, as its server judges;
 * per node, ``{hostname}``: the requests waiting in line and the memory they ask.
 
 The GPU figures (``jupyter_vgpu_gpu_memory_*_bytes`` ...) carry ``UUID`` and ``hostname`` too, beside
@@ -95,6 +96,14 @@ SLICE_SHARE_UTIL = Series(
     "A slice's utilisation of this GPU as a percentage of its share (utilisation / share, at most 100; absent when unknown).",
     _SLICE_GPU,
 )
+# Named apart from a user's server's older jupyter_vgpu_slice_idle_seconds{slice, kernel_id} (the
+# same figure under the label contract's labels: one name never carries two sets of labels).
+SLICE_IDLE = Series(
+    "jupyter_vgpu_slice_kernel_idle_seconds",
+    "Seconds a kernel's slice has run no cell and used no GPU, as its user's server judges it (0: busy now; "
+    "absent for commands and where no server said it lately).",
+    ("slice", "hostname"),
+)
 WAITING = Series("jupyter_vgpu_waiting_requests", "Requests waiting in line for a slice on this node.", ("hostname",))
 WAITING_MEMORY = Series(
     "jupyter_vgpu_waiting_memory_bytes",
@@ -143,13 +152,17 @@ SERVER_SLICE_BURST = Series(
 #: The node's series, in the order a page lists them.
 NODE_SERIES = (
     GPU_INFO, GPU_TOTAL, GPU_USED, GPU_RESERVED, GPU_FOREIGN, GPU_FREE, GPU_UTIL, *TELEMETRY.values(),
-    SLICE_INFO, SLICE_REQUEST, SLICE_LIMIT, SLICE_USED, SLICE_BURST, SLICE_UTIL, SLICE_SHARE_UTIL,
+    SLICE_INFO, SLICE_REQUEST, SLICE_LIMIT, SLICE_USED, SLICE_BURST, SLICE_UTIL, SLICE_SHARE_UTIL, SLICE_IDLE,
     WAITING, WAITING_MEMORY,
 )  # fmt: skip
 #: The node exporter's page: the node's series after its own.
 EXPORTER_SERIES = (NODE_INFO, NODE_UP, NODE_READ_AT, *NODE_SERIES)
 #: A user's server's sums per slice (its page lists them after the node's).
 SERVER_SERIES = (SERVER_SLICE_RESERVED, SERVER_SLICE_USED, SERVER_SLICE_UTIL, SERVER_SLICE_IDLE, SERVER_SLICE_LIMIT, SERVER_SLICE_BURST)
+
+
+#: A slice's idle seconds by its id (None: unknown).
+Idle = Callable[[str], float | None]
 
 
 class Reading(Protocol):
@@ -214,10 +227,13 @@ class Page:
         self._add(NODE_UP, [hostname], 1 if up else 0)
         self._add(NODE_READ_AT, [hostname], taken_at)
 
-    def add(self, reading: Reading, hostname: str, *, shown: Callable[[Slice], bool] = lambda s: True) -> None:
-        """A reading's GPUs, the slices ``shown`` lets through, and its line."""
+    def add(
+        self, reading: Reading, hostname: str, *, shown: Callable[[Slice], bool] = lambda s: True, idle: Idle = lambda sid: None
+    ) -> None:
+        """A reading's GPUs, the slices ``shown`` lets through (``idle``: a slice's idle seconds,
+        None when unknown), and its line."""
         self.add_gpus(reading.occupancy, hostname)
-        self.add_slices([u for u in reading.slices if shown(u.slice)], hostname)
+        self.add_slices([u for u in reading.slices if shown(u.slice)], hostname, idle)
         self.add_line(reading.waiting, reading.occupancy, hostname)
 
     def add_gpus(self, occupancy: Occupancy, hostname: str) -> None:
@@ -237,11 +253,13 @@ class Page:
                 if (value := getattr(gpu, field)) is not None:
                     self._add(series, labels, value)
 
-    def add_slices(self, usages: Sequence[SliceUsage], hostname: str) -> None:
+    def add_slices(self, usages: Sequence[SliceUsage], hostname: str, idle: Idle = lambda sid: None) -> None:
         for usage in usages:
             s = usage.slice
             launcher = s.labels.get(LAUNCHER_LABEL) or DEFAULT_LAUNCHER
             self._add(SLICE_INFO, [s.id, hostname, s.owner, kernel_id(s), s.describe_holder(), launcher, s.tier.value], 1)
+            if (seconds := idle(s.id)) is not None:
+                self._add(SLICE_IDLE, [s.id, hostname], seconds)
             elastic = s.memory_burst_limit is not None
             for uuid, reserved, allowed, total in zip(s.gpus, s.memory, s.memory_allowed, s.memory_total):
                 labels = [s.id, uuid, hostname]
@@ -269,7 +287,7 @@ class Page:
             asked += request.amount_on(entry.total if entry is not None else smallest) * request.gpus
         self._add(WAITING_MEMORY, [hostname], asked)
 
-    def add_server_slices(self, usages: Sequence[SliceUsage], idle: Callable[[str], float | None]) -> None:
+    def add_server_slices(self, usages: Sequence[SliceUsage], idle: Idle) -> None:
         """A user's server's sums per slice (``{slice, kernel_id}``); ``idle``: a slice's idle seconds."""
         for usage in usages:
             labels = [usage.slice.id, kernel_id(usage.slice)]

@@ -216,6 +216,7 @@ class VGPUServer(ServerSettings):
             mode=self.idle_reclaim_mode,
             per_user_seconds=self.idle_reclaim_per_user_seconds,
             ledger_path=ledger_path,
+            tell=self._idle_teller(ledger),
             log=self.log,
         )
         refusals = refusals_of(manager)
@@ -236,6 +237,30 @@ class VGPUServer(ServerSettings):
         self.monitor.listeners.append(self.reclaim.check)
         self.settings[handlers.RECLAIM] = self.reclaim
         return idle_after
+
+    def _idle_teller(self, ledger: Ledger | None) -> Callable[[str, float | None], None] | None:
+        """With a node broker, each kernel's idleness goes to the broker too (its Prometheus page
+        shows it; the idle files in this user's folder are this user's alone), on the monitor's
+        worker thread, which talks to the broker at each tick anyway: never on the event loop.
+        Without one, the node exporter (this user's) reads the idle files."""
+        report = getattr(ledger, "report_idle", None)
+        if not callable(report):
+            return None
+        log = self.log
+
+        def say(slice_id: str, since: float | None) -> None:
+            try:
+                report(slice_id, since)
+            except Exception as error:  # an older broker, or none now: said again within REWRITE_SECONDS
+                log.debug("jupyter-vgpu: the broker was not told slice %s's idleness: %s", slice_id, error)
+
+        def tell(slice_id: str, since: float | None) -> None:
+            try:
+                self.monitor.executor.submit(say, slice_id, since)
+            except RuntimeError:  # the monitor has stopped with the server
+                pass
+
+        return tell
 
     def _log_tiers(self, ledger: Ledger) -> None:
         """Say at start what new slices get on each GPU (the strongest tier that applies there), so

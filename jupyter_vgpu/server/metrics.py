@@ -55,8 +55,9 @@ class VGPUCollector(Collector):
             assert sample is not None
             # The label contract's series name only this user's slices (another user's, from a
             # node broker, are the node exporter's to show); the sums per slice are as before.
-            page.add(sample, host, shown=lambda s: not s.hidden)
-            page.add_server_slices(sample.slices, board.idle_seconds if board is not None else _no_idle)
+            idle = board.idle_seconds if board is not None else _no_idle
+            page.add(sample, host, shown=lambda s: not s.hidden, idle=idle)
+            page.add_server_slices(sample.slices, idle)
         yield from page.families()
         yield from counters.families((count() for count in counted), hostname)
 

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from .conftest import JUPYTER_VGPU, BrokerProcess, Users, wait_until, world_dir
+from .conftest import JUPYTER_VGPU, PYTHON, BrokerProcess, Users, wait_until, world_dir
 
 pytestmark = pytest.mark.slow
 
@@ -57,12 +57,43 @@ def slices(server: Any) -> dict[str, Any]:
     return dict(body)
 
 
+def idle_on_the_brokers_page(broker: BrokerProcess, alice: Any, bob: Any, mine: dict[str, Any]) -> None:
+    """Issue 48, item 3: her server tells the broker her kernel's idle time, which the broker's page
+    shows under her slice (the admin page's cluster view reads it from there) and which grows; bob
+    cannot say anything of her slice."""
+    from .test_broker_metrics import page_url, scrape
+
+    url, sid = page_url(broker), mine["id"]
+
+    def idle() -> float | None:
+        samples = scrape(url).get("jupyter_vgpu_slice_kernel_idle_seconds", [])
+        found = [s for s in samples if s.labels == {"slice": sid, "hostname": "hub-node"}]
+        return found[0].value if found else None
+
+    wait_until(lambda: idle() is not None, timeout=30, what="her kernel's idle time on the broker's page")
+    first = idle()
+    assert first is not None and abs(first - mine["idle_seconds"]) < 5, (first, mine)
+    time.sleep(1.5)
+    later = idle()
+    assert later is not None and later >= first + 1, (first, later)
+    code = (
+        "import sys; from jupyter_vgpu.ledger.broker_client import BrokerClient\n"
+        "try:\n    BrokerClient(sys.argv[1]).call('idle', slice_id=sys.argv[2], since=None)\n"
+        "except Exception as error:\n    print(type(error).__name__, error)"
+    )
+    env = bob.env(**({"PYTHONPATH": os.environ["PYTHONPATH"]} if os.environ.get("PYTHONPATH") else {}))
+    said = bob.run(PYTHON, "-c", code, str(broker.socket), sid, env=env)
+    assert said.stdout == f"NotPermitted Slice {sid} is not yours: only its owner's server says whether its kernel is idle.\n", said
+    assert idle() is not None  # her idle time stays hers
+
+
 def test_another_users_unhelpable_place_in_line_shuts_down_nothing(system_users: Users, broker: BrokerProcess) -> None:
     from jupyter_process import KERNEL_NAME
 
     alice, bob = system_users.alice, system_users.bob
     broker.kill(signal.SIGTERM)
-    broker.env["JUPYTER_VGPU_SIMULATE"] = "2x16GiB"
+    broker.env["JUPYTER_VGPU_SIMULATE"] = "2x16GiB@hub-node"
+    broker.extra += ["--metrics-port", "0", "--metrics-interval", "0.2"]  # its page shows her kernel's idle time
     broker.start()
     home, server = alices_server(alice, broker, [f"--VGPUServer.idle_reclaim_after={AFTER}", f"--VGPUServer.idle_reclaim_notice={NOTICE}"])
     bob_env = bob.env(JUPYTER_VGPU_BROKER=str(broker.socket))
@@ -87,6 +118,7 @@ def test_another_users_unhelpable_place_in_line_shuts_down_nothing(system_users:
             assert mine is not None and mine["idle_notice"] is None, mine
             time.sleep(0.25)
         assert (mine["idle_seconds"] or 0) >= AFTER, mine  # idle, and judged so
+        idle_on_the_brokers_page(broker, alice, bob, mine)
         assert not [e for e in slices(server)["watchdog"]["events"] if e["action"] == "idle"]
         assert commands[1].poll() is None  # still waiting: nothing was freed on GPU 1
 

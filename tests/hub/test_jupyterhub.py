@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -216,9 +217,10 @@ def test_kernels_get_slices_within_quota_and_the_admin_page_lists_them(hub: Hub)
         answer = requests.get(cluster_page, headers={"Authorization": f"token {admin_token}"}, timeout=60)
         assert answer.status_code == 200, answer.text
         found = answer.json()
-        return sorted(s["user"] for s in found["slices"]) == sorted([alice, bob])
+        # each kernel's idle time too: its server tells the broker, whose page Prometheus scrapes (issue 48, item 3)
+        return sorted(s["user"] for s in found["slices"]) == sorted([alice, bob]) and all(s["idle_seconds"] is not None for s in found["slices"])
 
-    wait_until(both_in_cluster, timeout=60, what="alice's and bob's slices in the admin page's cluster")
+    wait_until(both_in_cluster, timeout=60, what="alice's and bob's slices, and their kernels' idle times, in the admin page's cluster")
     (node,) = found["nodes"]
     assert not node["stale"] and [g["booked"] for g in node["gpus"]] == [12 << 30]
     named = {s["user"]: s for s in found["slices"]}
@@ -227,7 +229,7 @@ def test_kernels_get_slices_within_quota_and_the_admin_page_lists_them(hub: Hub)
     assert {u["user"] for u in found["top_unused"]} == {alice, bob}
     assert requests.get(cluster_page, headers={"Authorization": f"token {alice_token}"}, timeout=60).status_code == 403
     html_page = requests.get(f"{hub.url}/services/vgpu/", headers={"Authorization": f"token {admin_token}"}, timeout=60)
-    assert "Top users by memory booked but unused" in html_page.text
+    assert "Top users by memory booked but unused" in html_page.text and "<th>Idle</th>" in html_page.text
 
     # the admin shuts alice's kernel down: through her own server, which frees the slice
     done = requests.post(f"{page}/{rows[alice]['id']}/shutdown", headers={"Authorization": f"token {admin_token}"}, timeout=60)
@@ -276,6 +278,8 @@ def test_an_admin_sees_the_whole_cluster_on_the_admin_page_in_a_browser(hub: Hub
                 row = page.locator("#cluster-slices tr", has_text=f"kernel {started.json()['id'][:8]}")
                 expect(row).to_contain_text("4.0 GiB", timeout=60_000)  # its request, a quarter of 16 GiB
                 expect(row.locator("td").first).to_have_text(alice)
+                # its kernel's idle time, as her server told the broker ("busy" while it runs a cell)
+                expect(row.locator("td").nth(8)).to_have_text(re.compile(r"^(busy|\d+ s|\d+ min)$"), timeout=60_000)
                 expect(page.locator("#nodes tr")).to_have_count(1)
                 expect(page.locator("#cluster-slices tr", has_text=alice)).to_have_count(1, timeout=60_000)  # the earlier test's is gone
                 expect(page.locator("#top tr", has_text=alice).locator("td").nth(1)).to_have_text("4.0 GiB")

@@ -131,6 +131,8 @@ async def test_an_idle_kernel_nobody_waits_for_is_kept_and_its_idle_time_shown(
     assert re.search(rf"{row['id']} [^\n]*? idle \d", flat[: flat.index(row["id"]) + 400])
     metrics = (await jp_fetch("metrics")).body.decode()
     assert f'jupyter_vgpu_slice_idle_seconds{{kernel_id="{kernel.id}",slice="{row["id"]}"}}' in metrics
+    # the same figure under the label contract's labels, as the node's page (and the cluster view) name it
+    assert re.search(rf'^jupyter_vgpu_slice_kernel_idle_seconds\{{hostname="[^"]+",slice="{row["id"]}"\}} \d', metrics, re.M), metrics
     # A restarted kernel's idle time starts again (issue 49: "idle 2 min" right after a restart).
     idle = view["idle_seconds"]
     await jp_fetch("api", "kernels", kernel.id, "restart", method="POST", body="{}")

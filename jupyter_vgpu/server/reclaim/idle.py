@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from jupyter_core.utils import ensure_async
@@ -73,8 +73,12 @@ class IdleSource(Source):
         mode: str = "waiting",
         per_user_seconds: float = 600.0,
         ledger_path: str | None = None,
+        tell: Callable[[str, float | None], None] | None = None,
         log: logging.Logger | None = None,
     ) -> None:
+        """``tell(slice_id, since)``: also say each kernel's idleness elsewhere (the node broker,
+        for the node's Prometheus page): idle since ``since``, or busy now (None); said when it
+        changes and again every :data:`REWRITE_SECONDS`; it must not block (nor raise)."""
         if mode not in MODES:
             raise ValueError(f"idle_reclaim_mode {shorten(mode)} is not one of {', '.join(MODES)}.")
         super().__init__(kernel_manager, watchdog, notice, log)
@@ -86,6 +90,8 @@ class IdleSource(Source):
         self.judged: list[SliceUsage] = []  # this sample's slices that are this source's to judge
         self._kept: dict[str, float] = {}  # slice id -> when its owner last said "Keep it"
         self._written: dict[str, tuple[float, float]] = {}  # slice -> (idle since, written at) in its idle file
+        self.tell = tell
+        self._told: dict[str, tuple[float | None, float]] = {}  # slice -> (idle since or None: busy, told at)
         self._served = ServedUsers(per_user_seconds)  # who had a reclaim lately
         self._pids: dict[str, int | None] = {}  # slice id -> its kernel's process, last sample
 
@@ -123,12 +129,14 @@ class IdleSource(Source):
                 board.withdraw(self.kind, sid)  # a cell, a message, GPU use: kept
                 self.log.info("jupyter-vgpu: %s did something during its idle notice; it is not reclaimed.", usage.slice.describe_holder())
             self._write_idle(sid, since)
+            self._tell(sid, None if since >= now else since)
         live = {u.slice.id for u in self.judged}
         for gone in [s for s in list(idle_since) if s not in live]:
             idle_since.pop(gone, None)
             board.withdraw(self.kind, gone)
             self._kept.pop(gone, None)
             self._written.pop(gone, None)
+            self._told.pop(gone, None)
             self._pids.pop(gone, None)
         return self.after > 0
 
@@ -216,6 +224,20 @@ class IdleSource(Source):
         latest = max(latest, self.executions.last_cell(s.holder) or 0.0)
         previous = idle_since.get(s.id)
         return max(latest, previous or latest)
+
+    def _tell(self, slice_id: str, since: float | None) -> None:
+        """Say the kernel's idleness (since when, or None: busy now) where :attr:`tell` says it:
+        when it changed, else every :data:`REWRITE_SECONDS` so that it stays fresh there."""
+        if self.tell is None:
+            return
+        now = time.time()
+        told = self._told.get(slice_id)
+        if told is not None and now - told[1] < REWRITE_SECONDS:
+            before = told[0]
+            if (before is None and since is None) or (before is not None and since is not None and abs(before - since) < 1.0):
+                return
+        self._told[slice_id] = (since, now)
+        self.tell(slice_id, since)
 
     def _write_idle(self, slice_id: str, since: float) -> None:
         """Where `jupyter vgpu status` and %vgpu read how long the slice has been idle."""
