@@ -94,6 +94,8 @@ def test_every_node_is_shown_and_one_whose_exporter_stops_stays_as_it_last_was(
         rows = {line.split()[0]: line for line in table.stdout.splitlines() if line.startswith("node-")}
         assert "8.0 GiB / 32.0 GiB" in rows["node-a"] and "STALE" not in rows["node-a"], table.stdout
         assert held["id"] in table.stdout and "Your slices:" in table.stdout
+        (row,) = [line.split() for line in table.stdout.splitlines() if line.startswith(held["id"])]
+        assert row[:7] == [held["id"], "node-a", "0", "4.0", "GiB", "0", "B"] and row[7] == "-"  # a command: no idle time
 
         assert b.stop() == 0  # node-b's exporter ends: node-b is stale, never dropped, never zeroed
         view = wait_for_view(prometheus.url, lambda v: node(v, "node-b")["stale"], "node-b stale")

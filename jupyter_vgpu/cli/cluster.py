@@ -104,10 +104,20 @@ def render(view: dict[str, Any]) -> str:
             s["id"], s["hostname"], ",".join(str(g["index"]) if g["index"] is not None else "?" for g in gpus),
             _bytes(sum(g["request"] or 0 for g in gpus)),
             "?" if any(u is None for u in used) else _bytes(sum(used)),
+            _idle(s.get("idle_seconds"), s.get("kernel_id")),
             s["holder"][:60],
         ))  # fmt: skip
-    lines += _table(("SLICE", "NODE", "GPU", "REQUEST", "USED", "HOLDER"), slice_rows)
+    lines += _table(("SLICE", "NODE", "GPU", "REQUEST", "USED", "IDLE", "HOLDER"), slice_rows)
     return "\n".join(lines) + "\n"
+
+
+def _idle(seconds: float | None, kernel_id: str | None) -> str:
+    """A kernel's idle time as its server judges it ("busy" at 0); "-" for a command, "?" unknown."""
+    if not kernel_id:
+        return "-"
+    if seconds is None:
+        return "?"
+    return "busy" if seconds <= 0 else duration(seconds)
 
 
 def _table(header: tuple[str, ...], rows: Sequence[tuple[str, ...]]) -> list[str]:
