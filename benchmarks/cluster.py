@@ -1,0 +1,646 @@
+"""Benchmark: the cluster view (issue 48, item 7) with N simulated nodes scraped by a real Prometheus.
+
+Targets, at 64 nodes: ``GET /api/vgpu/cluster`` p95 < 250 ms and its reply < 64 KiB; the admin
+page's reply < 500 ms. And how each grows with N (4, 16, 64 nodes; 8 GPUs of 80 GiB each, 4 slices a
+GPU, 2 to 4 users a node, a line on most nodes).
+
+How the nodes are made: every node is a real :class:`~jupyter_vgpu.metrics.node.NodePage` (the
+sampler, collector and HTTP server that ``jupyter vgpu exporter`` runs) over a ledger of its own, on
+simulated GPUs of its own name (``{"node": "node-07", ...}``: UUIDs of its own), with 32 slices booked
+through the ledger API for 2 to 4 users (half of them elastic) and places in line. So a page is
+exactly what a real exporter of such a node serves, and its figures move with each reading (every
+5 s). What is shared, to fit 64 nodes on a laptop's two cores, is the rest: the nodes run in one
+process per batch (4, then 12, then 48 nodes), and the slices of slice number i on every node are
+held by one ``sleep`` process (the simulated NVML of each node lists it with that node's memory and
+utilisation), so 64 nodes cost 35 processes, not 2,000 holders and 64 exporters.
+
+Prometheus (Debian's, as the tests run it) scrapes every node every 5 s from a file_sd targets file;
+the nodes of each batch are added to it, so N grows in one Prometheus. Before it starts, node-00's
+series that the history reads are backfilled (``promtool tsdb create-blocks-from openmetrics``) for
+the hour before, one sample per scrape interval with its page's figures, so ``GET
+/api/vgpu/cluster/nodes/node-00/history?seconds=3600`` reads a full hour; the other nodes have only the
+run's minutes (the view's instant queries read the last scrape, except its 7-day look-back for each
+node's last reading, which on a cluster a week old reads a week of samples: see ``--week``).
+
+What is measured at each N, after every target has been scraped at least twice:
+
+* ``GET /api/vgpu/cluster`` through a real ``jupyter server`` with the extension and
+  ``--VGPUServer.prometheus_url``, as the benchmark's Unix user (who holds GPU 0's four slices on every
+  eighth node), over keep-alive HTTP. The server keeps a reply 2 s (``CACHE_SECONDS``); the benchmark
+  starts it with that set to 0 so that every request reads Prometheus (the uncached figure is the one
+  the target is about: a cached reply costs only the HTTP round trip);
+* the same read in this process (``read_cluster`` + ``to_dict`` + orjson, as the handler encodes);
+* the admin view, ``read_cluster(user=None)`` (every slice, named) + ``to_dict`` + orjson, in this
+  process: the hub's admin page that will show it does not exist yet;
+* ``GET /api/vgpu/cluster/nodes/node-00/history?seconds=3600`` through the server;
+* where the time of a read goes: each query replayed alone (Prometheus's answer, JSON decoding,
+  building points), then the assembly, ``to_dict`` and the encoding.
+
+    .venv/bin/python benchmarks/cluster.py [--nodes 4,16,64] [--reps 40] [--json PATH]
+    .venv/bin/python benchmarks/cluster.py --quick          # 4 nodes only, fewer repetitions
+
+The default run takes about 2 to 3 minutes on two shared cores; ``--quick`` about 30 s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import gzip
+import http.client
+import json
+import os
+import pwd
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.parse
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+GPUS = 8
+SLICES_PER_GPU = 4
+SLICES = GPUS * SLICES_PER_GPU
+GiB = 1024**3
+GPU_MEMORY = 80 * GiB
+MODEL = "NVIDIA H100 80GB HBM3"
+#: Each GPU's four slices: (request, limit or None) as fractions of the GPU.
+SHARES = ((0.25, None), (0.2, 0.35), (0.15, None), (0.1, 0.2))
+USERS = ("ada", "alan", "barbara", "claude", "donald", "edsger", "frances", "grace",
+         "john", "ken", "leslie", "margaret", "niklaus", "radia", "tony", "vint")  # fmt: skip
+WAITERS = 3
+READ_SECONDS = 5.0  # each node's sampler (the exporter's default)
+SCRAPE_SECONDS = 5
+HISTORY_SECONDS = 3600
+HISTORY_NODE = "node-00"
+TARGET_USER_P95_MS = 250.0
+TARGET_USER_KIB = 64.0
+TARGET_ADMIN_P95_MS = 500.0
+JOB = "jupyter-vgpu"
+
+
+def percentile(values: list[float], share: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(share * (len(ordered) - 1))))]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def hostname(k: int) -> str:
+    return f"node-{k:02d}"
+
+
+# -- The nodes (a child process per batch) -------------------------------------------------------
+
+
+def node_users(k: int) -> list[str]:
+    return [USERS[(3 * k + u) % len(USERS)] for u in range(2 + k % 3)]
+
+
+def owner(k: int, gpu: int, j: int, me: str) -> str:
+    """Who holds slice ``j`` of ``gpu`` on node ``k``: the benchmark's user GPU 0's on every eighth node."""
+    if gpu == 0 and k % 8 == 0:
+        return me
+    users = node_users(k)
+    return users[(gpu + j) % len(users)]
+
+
+def build_node(work: Path, k: int, holders: list[int], waiters: list[int], me: str) -> Any:
+    """Node ``k``: simulated GPUs named for it, its ledger, 32 slices and its line, and a NodePage."""
+    from jupyter_vgpu.gpus import Inventory
+    from jupyter_vgpu.ledger.sqlite import SQLiteLedger
+    from jupyter_vgpu.metrics.node import NodePage
+    from jupyter_vgpu.slices import Holder, SliceRequest
+    from jupyter_vgpu.slices.records import Actor
+
+    name = hostname(k)
+    folder = work / "nodes" / name
+    folder.mkdir(parents=True)
+    processes = []
+    for i in range(SLICES):
+        gpu, j = divmod(i, SLICES_PER_GPU)
+        request, limit = SHARES[j]
+        use = 0.4 + 0.25 * ((k + i) % 4)  # of the request: 0.4 to 1.15 (an elastic slice bursts above it)
+        used = int(GPU_MEMORY * request * (use if limit else min(use, 0.95)))
+        processes.append({"gpu": gpu, "pid": holders[i], "memory": used, "utilization": (7 * k + 13 * i) % 25})
+    devices = [{"name": MODEL, "memory": GPU_MEMORY, "utilization": min(100, 20 + (k + g) % 60)} for g in range(GPUS)]
+    spec = folder / "gpus.json"
+    spec.write_text(json.dumps({"node": name, "devices": devices, "processes": processes}))
+    ledger = SQLiteLedger(folder / "ledger.sqlite", Inventory(str(spec)))
+    uids = {user: 2000 + n for n, user in enumerate(USERS)} | {me: os.getuid()}
+    for i in range(SLICES):
+        gpu, j = divmod(i, SLICES_PER_GPU)
+        request, limit = SHARES[j]
+        user = owner(k, gpu, j, me)
+        if j == 3:
+            holder = Holder("command", f"python train.py --config runs/{name}-{i}.yaml", pid=holders[i])
+        else:
+            labels = {"kernel_name": "python3-vgpu", "kernel_display_name": "Python 3 (1/4 GPU)", "path": f"{user}/analysis-{i}.ipynb"}
+            holder = Holder("kernel", f"{k:08x}-0000-4000-8000-{i:012x}", pid=holders[i], labels=labels)
+        ledger.acting_for(Actor(user, uids[user])).reserve(SliceRequest.parse(fraction=request, gpu=gpu, limit_fraction=limit), holder)
+    for w in range(k % (WAITERS + 1)):  # 0 to 3 places in line, one of them for a given GPU
+        user = node_users(k)[w % len(node_users(k))]
+        line = SliceRequest.parse(fraction=0.5, gpu=w if w == 1 else None)
+        ledger.acting_for(Actor(user, uids[user])).enqueue(line, Holder("command", f"python sweep.py --trial {w}", pid=waiters[w]))
+    page = NodePage(ledger, address="127.0.0.1", port=0, hostname=name, interval=READ_SECONDS)
+    reading = page.sampler.latest
+    assert reading.problem is None and len(reading.slices) == SLICES, reading.problem
+    return page
+
+
+def serve_nodes(plan: dict[str, Any]) -> None:
+    """The child: build the plan's nodes, say their addresses on stdout, serve until stdin closes."""
+    work, me = Path(plan["work"]), plan["me"]
+    pages = [build_node(work, k, plan["holders"], plan["waiters"], me) for k in range(plan["first"], plan["first"] + plan["count"])]
+    for page in pages:
+        page.start()
+    print("READY " + json.dumps([{"hostname": p.hostname, "address": f"127.0.0.1:{p.server.port}"} for p in pages]), flush=True)
+    sys.stdin.read()
+    for page in pages:
+        page.shutdown()
+    for page in pages:
+        page.stop()
+        page.sampler.ledger.close()
+
+
+class Nodes:
+    """The batches of nodes, each a child process (this file with ``--serve-nodes``)."""
+
+    def __init__(self, work: Path, me: str) -> None:
+        self.work, self.me = work, me
+        self.holders = [subprocess.Popen(["sleep", "3600"]) for _ in range(SLICES + WAITERS)]
+        self.batches: list[subprocess.Popen[str]] = []
+        self.addresses: dict[str, str] = {}
+
+    def grow(self, count: int) -> None:
+        first = len(self.addresses)
+        if count <= first:
+            return
+        plan = {
+            "work": str(self.work), "me": self.me, "first": first, "count": count - first,
+            "holders": [p.pid for p in self.holders[:SLICES]], "waiters": [p.pid for p in self.holders[SLICES:]],
+        }  # fmt: skip
+        path = self.work / f"plan-{first}.json"
+        path.write_text(json.dumps(plan))
+        log = open(self.work / f"nodes-{first}.log", "w")  # noqa: SIM115
+        child = subprocess.Popen(
+            [sys.executable, __file__, "--serve-nodes", str(path)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, text=True
+        )
+        self.batches.append(child)
+        assert child.stdout is not None
+        line = child.stdout.readline()
+        if not line.startswith("READY "):
+            child.kill()
+            raise SystemExit(f"the nodes {first}-{count - 1} did not start:\n{(self.work / f'nodes-{first}.log').read_text()[-3000:]}")
+        self.addresses |= {n["hostname"]: n["address"] for n in json.loads(line[len("READY ") :])}
+
+    def stop(self) -> None:
+        for child in self.batches:
+            assert child.stdin is not None
+            child.stdin.close()
+        for child in self.batches:
+            try:
+                child.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                child.kill()
+                child.wait()
+        for holder in self.holders:
+            holder.kill()
+            holder.wait()
+
+
+# -- Prometheus and the server -------------------------------------------------------------------
+
+PROMETHEUS_CONFIG = """\
+global:
+  scrape_interval: {interval}s
+  scrape_timeout: {interval}s
+  evaluation_interval: {interval}s
+scrape_configs:
+  - job_name: {job}
+    file_sd_configs:
+      - files: ["{targets}/*.json"]
+        refresh_interval: 1s
+"""
+
+
+def backfill(folder: Path, address: str, seconds: int, interval: int) -> int:
+    """The history's series of the node at ``address`` for the ``seconds`` before now, one sample
+    per ``interval`` with its page's figures, as TSDB blocks in ``folder`` (Prometheus's data)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from jupyter_vgpu.metrics import series
+
+    kept = (series.GPU_INFO, series.GPU_TOTAL, series.GPU_RESERVED, series.GPU_USED, series.NODE_UP, series.NODE_READ_AT)
+    names = {s.name for s in (*kept, series.SLICE_INFO, series.SLICE_REQUEST, series.SLICE_USED)}
+    with urllib.request.urlopen(f"http://{address}/metrics", timeout=30) as reply:
+        page = reply.read().decode()
+    end = time.time() - 2 * interval
+    times = [end - seconds + i * interval for i in range(seconds // interval + 1)]
+    lines, samples = [], 0
+    for family in text_string_to_metric_families(page):
+        if family.name not in names:
+            continue
+        lines.append(f"# TYPE {family.name} gauge")
+        for sample in family.samples:
+            labels = {**sample.labels, "job": JOB, "instance": address}
+            text = ",".join(f"{k}={json.dumps(v)}" for k, v in sorted(labels.items()))
+            for at in times:
+                value = at if family.name == series.NODE_READ_AT.name else sample.value
+                lines.append(f"{family.name}{{{text}}} {value!r} {at:.3f}")
+                samples += 1
+    lines.append("# EOF")
+    source = folder.parent / "backfill.om"
+    source.write_text("\n".join(lines) + "\n")
+    subprocess.run(["promtool", "tsdb", "create-blocks-from", "openmetrics", "--quiet", str(source), str(folder)], check=True, timeout=300)
+    return samples
+
+
+class PrometheusServer:
+    def __init__(self, folder: Path, interval: int) -> None:
+        self.folder = folder
+        (folder / "targets").mkdir(parents=True, exist_ok=True)
+        config = folder / "prometheus.yml"
+        config.write_text(PROMETHEUS_CONFIG.format(interval=interval, job=JOB, targets=folder / "targets"))
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        command = [
+            "prometheus", f"--config.file={config}", f"--storage.tsdb.path={folder / 'data'}",
+            f"--web.listen-address=127.0.0.1:{self.port}", "--log.level=warn",
+        ]  # fmt: skip
+        with (folder / "prometheus.log").open("ab") as log:
+            self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+        wait_for(lambda: self.process.poll() is None and _get(f"{self.url}/-/ready") is not None, "Prometheus ready", 60, self.log_tail)
+
+    def scrape(self, addresses: list[str]) -> None:
+        path = self.folder / "targets" / "nodes.json"
+        path.with_suffix(".tmp").write_text(json.dumps([{"targets": addresses}]))
+        os.replace(path.with_suffix(".tmp"), path)
+
+    def query(self, promql: str) -> list[dict[str, Any]]:
+        body = _get(f"{self.url}/api/v1/query?{urllib.parse.urlencode({'query': promql})}")
+        return list(json.loads(body or b"{}").get("data", {}).get("result", []))
+
+    def log_tail(self) -> str:
+        return (self.folder / "prometheus.log").read_text(errors="replace")[-3000:]
+
+    def stop(self) -> None:
+        self.process.terminate()
+        self.process.wait(timeout=60)
+
+
+def _get(url: str) -> bytes | None:
+    try:
+        with urllib.request.urlopen(url, timeout=30) as reply:
+            return bytes(reply.read())
+    except OSError:
+        return None
+
+
+def wait_for(check: Callable[[], Any], what: str, timeout: float, log: Callable[[], str] = lambda: "") -> Any:
+    deadline = time.monotonic() + timeout
+    while not (value := check()):
+        if time.monotonic() > deadline:
+            raise SystemExit(f"timed out after {timeout:.0f} s waiting for {what}\n{log()}")
+        time.sleep(0.25)
+    return value
+
+
+#: The server, its cluster cache set to 0 so that every request reads Prometheus.
+UNCACHED_SERVER = "import sys, jupyter_vgpu.server.cluster as c; c.CACHE_SECONDS = 0.0; from jupyter_server.serverapp import main; sys.exit(main())"
+
+
+class JupyterServer:
+    def __init__(self, work: Path, prometheus: str) -> None:
+        (work / "config").mkdir(parents=True)
+        (work / "config" / "jupyter_server_config.json").write_text(json.dumps({"ServerApp": {"jpserver_extensions": {"jupyter_vgpu": True}}}))
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("JUPYTER", "JPY_"))}
+        env |= {
+            "JUPYTER_CONFIG_DIR": str(work / "config"), "JUPYTER_DATA_DIR": str(work / "data"), "JUPYTER_RUNTIME_DIR": str(work / "runtime"),
+            "JUPYTER_VGPU_LEDGER": str(work / "ledger.sqlite"), "JUPYTER_VGPU_SIMULATE": "1x80GiB@bench-server",
+        }  # fmt: skip
+        self.port, self.token, self.log = free_port(), "benchmark", work / "server.log"
+        command = [
+            sys.executable, "-c", UNCACHED_SERVER, f"--port={self.port}", f"--IdentityProvider.token={self.token}",
+            "--ServerApp.open_browser=False", "--ServerApp.allow_root=True", f"--ServerApp.root_dir={work}",
+            f"--VGPUServer.prometheus_url={prometheus}",
+        ]  # fmt: skip
+        self.process = subprocess.Popen(command, env=env, cwd=work, stdout=subprocess.DEVNULL, stderr=self.log.open("w"))
+        self.connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=60)
+
+    def get(self, path: str) -> tuple[int, bytes, int]:
+        """A GET as a browser makes it (``Accept-Encoding: gzip``): the status, the body (decompressed)
+        and how many bytes came."""
+        try:
+            self.connection.request("GET", path, headers={"Authorization": f"token {self.token}", "Accept-Encoding": "gzip"})
+            response = self.connection.getresponse()
+            body = response.read()
+        except (OSError, http.client.HTTPException):
+            self.connection.close()
+            self.connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=60)
+            raise
+        sent = len(body)
+        if response.getheader("Content-Encoding") == "gzip":
+            body = gzip.decompress(body)
+        return response.status, body, sent
+
+    def wait_ready(self) -> None:
+        def ready() -> bool:
+            if self.process.poll() is not None:
+                raise SystemExit(f"the server exited:\n{self.log.read_text()[-3000:]}")
+            try:
+                return self.get("/api/vgpu/cluster")[0] == 200
+            except (OSError, http.client.HTTPException):
+                return False
+
+        wait_for(ready, "the jupyter server's GET /api/vgpu/cluster", 120, lambda: self.log.read_text()[-3000:])
+
+    def stop(self) -> None:
+        self.connection.close()
+        self.process.terminate()
+        self.process.wait(timeout=30)
+
+
+# -- Measuring ----------------------------------------------------------------------------------
+
+
+def timed(function: Callable[[], Any], reps: int) -> tuple[list[float], Any]:
+    spent, result = [], None
+    for _ in range(reps):
+        start = time.perf_counter()
+        result = function()
+        spent.append((time.perf_counter() - start) * 1000)
+    return spent, result
+
+
+def summary(times: list[float]) -> dict[str, float]:
+    return {"p50_ms": statistics.median(times), "p95_ms": percentile(times, 0.95), "max_ms": max(times)}
+
+
+def encoded(view: Any) -> bytes:
+    import orjson
+
+    return bytes(orjson.dumps(view.to_dict(), option=orjson.OPT_NON_STR_KEYS))  # as the handler writes it
+
+
+def measure(n: int, prometheus: PrometheusServer, server: JupyterServer, me: str, reps: int) -> dict[str, Any]:
+    from jupyter_vgpu.metrics.cluster import read_cluster
+    from jupyter_vgpu.metrics.prometheus import Prometheus
+
+    client = Prometheus(prometheus.url)
+    figures: dict[str, Any] = {"nodes": n, "slices": n * SLICES, "series": len(prometheus.query('{__name__=~"jupyter_vgpu_.+"}'))}
+
+    def http_view() -> tuple[bytes, int]:
+        status, body, sent = server.get("/api/vgpu/cluster")
+        assert status == 200, body[:500]
+        return body, sent
+
+    times, (body, sent) = timed(http_view, reps)
+    reply = json.loads(body)
+    assert len(reply["nodes"]) == n and not any(node["stale"] for node in reply["nodes"]), "a node is stale"
+    figures["user_http"] = summary(times) | {"kib": sent / 1024, "json_kib": len(body) / 1024, "your_slices": len(reply["slices"])}
+
+    times, body = timed(lambda: encoded(read_cluster(client, user=me)), reps)
+    figures["user_direct"] = summary(times) | {"kib": len(body) / 1024}
+
+    times, body = timed(lambda: encoded(read_cluster(client, user=None)), max(3, reps // 2))
+    admin = json.loads(body)
+    assert len(admin["slices"]) == n * SLICES, (len(admin["slices"]), n * SLICES)
+    figures["admin_direct"] = summary(times) | {"json_kib": len(body) / 1024}
+
+    def history() -> tuple[bytes, int]:
+        status, body, sent = server.get(f"/api/vgpu/cluster/nodes/{HISTORY_NODE}/history?seconds={HISTORY_SECONDS}")
+        assert status == 200, body[:500]
+        return body, sent
+
+    times, (body, sent) = timed(history, reps)
+    found = json.loads(body)
+    figures["history_http"] = summary(times) | {"kib": sent / 1024, "json_kib": len(body) / 1024, "points": sum(v is not None for v in found["total"])}
+    figures["profile"] = {"user": profile(client, me), "admin": profile(client, None)}
+    return figures
+
+
+def profile(client: Any, user: str | None, reps: int = 5) -> dict[str, Any]:
+    """Where one read's time goes: each of its queries replayed alone (Prometheus's answer over HTTP,
+    its JSON decoded as the client does, and the client's whole ``query``: those two and the points
+    built), then the whole read (the queries side by side and the assembly), ``to_dict`` and orjson."""
+    import orjson
+
+    from jupyter_vgpu.metrics.cluster import read_cluster
+    from jupyter_vgpu.metrics.prometheus import Prometheus
+
+    asked: list[tuple[str, float | None]] = []
+
+    class Recording(Prometheus):
+        def query(self, promql: str, *, at: float | None = None) -> Any:
+            asked.append((promql, at))
+            return super().query(promql, at=at)
+
+    read_cluster(Recording(client.url), user=user)
+    queries = []
+    for promql, at in asked:
+        params = {"query": promql} | ({"time": f"{at:.3f}"} if at is not None else {})
+        url = f"{client.url}/api/v1/query?{urllib.parse.urlencode(params)}"
+        answer, decode, whole, body, points = [], [], [], b"", []
+        for _ in range(reps):
+            start = time.perf_counter()
+            body = _get(url) or b""
+            answer.append((time.perf_counter() - start) * 1000)
+            start = time.perf_counter()
+            orjson.loads(body)
+            decode.append((time.perf_counter() - start) * 1000)
+            start = time.perf_counter()
+            points = client.query(promql, at=at)
+            whole.append((time.perf_counter() - start) * 1000)
+        queries.append({
+            "query": promql if len(promql) <= 90 else promql[:87] + "...", "kib": len(body) / 1024, "points": len(points),
+            "prometheus_ms": statistics.median(answer), "decode_ms": statistics.median(decode), "query_ms": statistics.median(whole),
+        })  # fmt: skip
+    read, to_dict, encode = [], [], []
+    for _ in range(reps):
+        start = time.perf_counter()
+        view = read_cluster(client, user=user)
+        middle = time.perf_counter()
+        reply = view.to_dict()
+        after = time.perf_counter()
+        orjson.dumps(reply, option=orjson.OPT_NON_STR_KEYS)
+        done = time.perf_counter()
+        read.append((middle - start) * 1000)
+        to_dict.append((after - middle) * 1000)
+        encode.append((done - after) * 1000)
+    return {"queries": queries, "read_ms": statistics.median(read), "to_dict_ms": statistics.median(to_dict), "encode_ms": statistics.median(encode)}
+
+
+def wait_scraped(prometheus: PrometheusServer, n: int, timeout: float) -> None:
+    """Every target up and scraped at least twice, and the view shows every node fresh with its slices."""
+    from jupyter_vgpu.metrics.cluster import read_cluster
+    from jupyter_vgpu.metrics.prometheus import Prometheus
+
+    def scraped() -> bool:
+        up = prometheus.query(f'count_over_time(up{{job="{JOB}"}}[10m]) >= 2 and up{{job="{JOB}"}} == 1')
+        if len(up) < n:
+            return False
+        view = read_cluster(Prometheus(prometheus.url), user=None)
+        return sum(not node.stale for node in view.nodes) == n and len(view.slices) == n * SLICES
+
+    wait_for(scraped, f"{n} nodes scraped twice", timeout, prometheus.log_tail)
+
+
+def load() -> str:
+    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+
+
+def run(counts: list[int], reps: int, interval: int) -> dict[str, Any]:
+    work = Path(tempfile.mkdtemp(prefix="vgpu-bench-cluster-"))
+    me = pwd.getpwuid(os.getuid()).pw_name
+    results: dict[str, Any] = {"load_before": load(), "cpus": os.cpu_count(), "reps": reps, "scrape_seconds": interval, "user": me}
+    nodes = Nodes(work, me)
+    prometheus: PrometheusServer | None = None
+    server: JupyterServer | None = None
+    try:
+        started = time.monotonic()
+        nodes.grow(counts[0])
+        (work / "prometheus" / "data").mkdir(parents=True)
+        every = max(interval, SCRAPE_SECONDS)  # a quick run's 1 s scrapes would make 3,600 samples a series to backfill
+        results["backfilled_samples"] = backfill(work / "prometheus" / "data", nodes.addresses[HISTORY_NODE], HISTORY_SECONDS, every)
+        prometheus = PrometheusServer(work / "prometheus", interval)
+        server = JupyterServer(work / "server", prometheus.url)
+        results["by_nodes"] = []
+        for n in counts:
+            nodes.grow(n)
+            prometheus.scrape([nodes.addresses[hostname(k)] for k in range(n)])
+            wait_scraped(prometheus, n, timeout=60 + 4 * interval)
+            if n == counts[0]:
+                server.wait_ready()
+            print(f"  {n} nodes scraped ({time.monotonic() - started:.0f} s in, load {load()}): measuring", file=sys.stderr, flush=True)
+            results["by_nodes"].append(measure(n, prometheus, server, me, reps))
+        results["seconds"] = time.monotonic() - started
+        results["load_after"] = load()
+        return results
+    finally:
+        for thing in (server, prometheus, nodes):
+            if thing is not None:
+                with contextlib.suppress(Exception):
+                    thing.stop()
+
+
+def week_lookback(counts: list[int], interval: int, reps: int) -> list[dict[str, Any]]:
+    """The view's first query on a cluster a week old: ``last_over_time`` of each node's reading
+    time over 7 days reads every sample of the week. A scratch Prometheus holds a week of
+    ``jupyter_vgpu_node_reading_timestamp_seconds`` for the largest count of nodes, one sample a
+    minute (a quarter of what a 15 s scrape keeps: ``promtool`` takes 30 s for 64 nodes as it is);
+    the query is timed for the first N of them."""
+    from jupyter_vgpu.metrics.cluster import FORGET_AFTER
+    from jupyter_vgpu.metrics.prometheus import Prometheus
+    from jupyter_vgpu.metrics.series import NODE_READ_AT
+
+    folder = Path(tempfile.mkdtemp(prefix="vgpu-bench-cluster-week-"))
+    (folder / "data").mkdir()
+    now, step = time.time(), 60
+    times = [now - FORGET_AFTER + 600 + i * step for i in range(int((FORGET_AFTER - 1200) // step))]
+    with (folder / "week.om").open("w") as out:
+        out.write(f"# TYPE {NODE_READ_AT.name} gauge\n")
+        for k in range(max(counts)):
+            series = f'{NODE_READ_AT.name}{{hostname="{hostname(k)}",instance="10.0.0.{k}:9400",job="{JOB}"}}'
+            out.writelines(f"{series} {at:.3f} {at:.3f}\n" for at in times)
+        out.write("# EOF\n")
+    subprocess.run(["promtool", "tsdb", "create-blocks-from", "openmetrics", "--quiet", str(folder / "week.om"), str(folder / "data")], check=True, timeout=600)
+    (folder / "week.om").unlink()
+    prometheus = PrometheusServer(folder, interval)
+    found = []
+    try:
+        client = Prometheus(prometheus.url)
+        for n in counts:
+            hosts = "|".join(hostname(k) for k in range(n))
+            query = f'last_over_time({NODE_READ_AT.name}{{hostname=~"{hosts}"}}[{int(FORGET_AFTER)}s])'
+            spent, points = timed(lambda q=query: client.query(q, at=now), reps)  # type: ignore[misc]
+            assert len(points) == n, len(points)
+            found.append({"nodes": n, "samples": n * len(times), "sample_seconds": step} | summary(spent))
+    finally:
+        prometheus.stop()
+    return found
+
+
+def report(results: dict[str, Any]) -> dict[str, Any]:
+    rows = results["by_nodes"]
+    print(
+        f"{GPUS} simulated GPUs x 80 GiB a node, {SLICES} slices a node (4 a GPU, half elastic), scraped every {results['scrape_seconds']} s; "
+        f"{results['reps']} reads of each (the admin view's half); {results['cpus']} CPUs, load {results['load_before']} -> {results['load_after']}; "
+        f"{results['seconds']:.0f} s"
+    )
+    print(f"  {'':12} | {'GET /api/vgpu/cluster':^33} | {'the same, here':^15} | {'admin view, here':^24} | {'GET history 1 h':^15}")
+    print(f"  {'nodes series':12} | {'p50':>6} {'p95':>6} {'KiB sent':>8} {'JSON':>9} | {'p50':>6} {'p95':>6}   | {'p50':>6} {'p95':>6} {'JSON KiB':>9}  | {'p50':>6} {'p95':>6}")
+    for r in rows:
+        u, d, a, h = r["user_http"], r["user_direct"], r["admin_direct"], r["history_http"]
+        print(
+            f"  {r['nodes']:>5} {r['series']:>6} | {u['p50_ms']:6.1f} {u['p95_ms']:6.1f} {u['kib']:8.1f} {u['json_kib']:9.1f} | "
+            f"{d['p50_ms']:6.1f} {d['p95_ms']:6.1f}   | {a['p50_ms']:6.1f} {a['p95_ms']:6.1f} {a['json_kib']:9.1f}  | {h['p50_ms']:6.1f} {h['p95_ms']:6.1f}"
+        )
+    first, last = rows[0], rows[-1]
+    growth: dict[str, float] = {}
+    if len(rows) > 1:
+        pairs = {
+            "GET /cluster p95": ("user_http", "p95_ms"), "its JSON": ("user_http", "json_kib"), "admin view p95": ("admin_direct", "p95_ms"),
+            "admin JSON": ("admin_direct", "json_kib"), "GET history p95": ("history_http", "p95_ms"),
+        }  # fmt: skip
+        growth = {label: last[kind][key] / first[kind][key] for label, (kind, key) in pairs.items()}
+        print(f"  growth, {last['nodes']} nodes vs {first['nodes']} (x{last['nodes'] / first['nodes']:g}): " + ", ".join(f"{k} x{v:.1f}" for k, v in growth.items()))
+    n, user, admin = last["nodes"], last["user_http"], last["admin_direct"]
+    checks = {
+        f"GET /api/vgpu/cluster p95 {user['p95_ms']:.0f} ms < {TARGET_USER_P95_MS:g}": user["p95_ms"] < TARGET_USER_P95_MS,
+        f"its reply as sent to a browser (Accept-Encoding: gzip) {user['kib']:.1f} KiB < {TARGET_USER_KIB:g} (its JSON {user['json_kib']:.1f} KiB)": user["kib"] < TARGET_USER_KIB,
+        f"the admin view's reply p95 {admin['p95_ms']:.0f} ms < {TARGET_ADMIN_P95_MS:g}": admin["p95_ms"] < TARGET_ADMIN_P95_MS,
+    }
+    for label, ok in checks.items():
+        print(f"  at {n} nodes: {label}: {'met' if ok else 'NOT met'}" + ("" if n >= 64 else " (the targets are for 64 nodes)"))
+    print(f"  your slices in the view: {', '.join(str(r['user_http']['your_slices']) for r in rows)}; points of the 1 h history with figures: {last['history_http']['points']} of 241")
+    for who in ("user", "admin"):
+        p = last["profile"][who]
+        print(f"  a read at {n} nodes, {who} view: read_cluster {p['read_ms']:.1f} ms, to_dict {p['to_dict_ms']:.1f}, orjson {p['encode_ms']:.1f}; its queries alone:")
+        for q in p["queries"]:
+            print(
+                f"    Prometheus {q['prometheus_ms']:6.1f} ms ({q['kib']:5.0f} KiB, {q['points']:5d} points), decode {q['decode_ms']:5.1f}, "
+                f"query() in all {q['query_ms']:6.1f}: {q['query']}"
+            )
+    for w in results.get("week", []):
+        print(
+            f"  a week's look-back, {w['nodes']:>2} nodes ({w['samples']} samples, one a minute): p50 {w['p50_ms']:.1f} ms, p95 {w['p95_ms']:.1f}"
+            f" (a 15 s scrape keeps {60 // 15}x the samples)"
+        )
+    return {"growth": growth, "targets": checks}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--nodes", default="4,16,64", help="node counts, ascending (default 4,16,64)")
+    parser.add_argument("--reps", type=int, default=40, help="reads timed of each kind at each count (default 40; the admin view's half)")
+    parser.add_argument("--quick", action="store_true", help="4 nodes, at most 10 reads of each")
+    parser.add_argument("--scrape-seconds", type=int, default=SCRAPE_SECONDS, help=f"Prometheus's scrape interval (default {SCRAPE_SECONDS})")
+    parser.add_argument("--week", action="store_true", help="also time the 7-day look-back on a week of readings (about 40 s more at 64 nodes)")
+    parser.add_argument("--json", metavar="PATH", help="write the figures as JSON to PATH")
+    parser.add_argument("--serve-nodes", metavar="PLAN", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.serve_nodes:
+        serve_nodes(json.loads(Path(args.serve_nodes).read_text()))
+        return
+    counts = [4] if args.quick else sorted({int(n) for n in args.nodes.split(",")})
+    reps = min(args.reps, 10) if args.quick else args.reps
+    results = run(counts, reps, args.scrape_seconds)
+    if args.week:
+        results["week"] = week_lookback(counts, args.scrape_seconds, reps)
+    results |= report(results)
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=1))
+
+
+if __name__ == "__main__":
+    main()
