@@ -1,6 +1,6 @@
 """benchmarks/cluster.py on 4 simulated nodes, scraped every second by a real Prometheus: it runs to
 the end through a real server and says what it measured (the figures themselves are the benchmark's
-to judge, on a quiet machine)."""
+to judge, on a quiet machine), and the server sent its cluster replies gzipped, as a browser asks."""
 
 from __future__ import annotations
 
@@ -33,4 +33,6 @@ def test_the_cluster_benchmark_measures_every_view_of_four_nodes(tmp_path: Path)
     assert row["history_http"]["points"] == 241  # the hour before was backfilled
     for kind in ("user_http", "user_direct", "admin_direct", "history_http"):
         assert 0 < row[kind]["p50_ms"] <= row[kind]["p95_ms"], kind
+    for kind in ("user_http", "history_http"):  # sent gzipped to a client that accepts it, as a browser does
+        assert row[kind]["kib"] < row[kind]["json_kib"] / 2, row[kind]
     assert "GET /api/vgpu/cluster p95" in done.stdout and "the admin view's reply p95" in done.stdout

@@ -7,6 +7,7 @@ interval old; the only blocking work (releasing a slice) runs on the monitor's w
 
 from __future__ import annotations
 
+import gzip
 import os
 from typing import Any
 
@@ -134,13 +135,22 @@ class VGPUHandler(APIHandler):
             raise web.HTTPError(400, f"{name} must be a time in seconds since the epoch") from None
         return value if value == value else 0.0  # NaN: no filter
 
+    #: Replies of at least this many bytes go gzip-compressed to a client that accepts it (None: never).
+    compress_from: int | None = None
+
     def write_json(self, data: dict[str, Any]) -> None:
         """Answer ``data`` as JSON (orjson: a full reply of 64 slices' history is ~300 KiB, which
         the standard library's encoder took 7 ms to write, orjson 0.5; numbers as keys become
-        strings, as ``json`` makes them)."""
+        strings, as ``json`` makes them), compressed as :attr:`compress_from` says."""
         self.set_header("Content-Type", "application/json")
         self.set_header("Cache-Control", "no-store")
-        self.finish(orjson.dumps(data, option=orjson.OPT_NON_STR_KEYS))
+        body = orjson.dumps(data, option=orjson.OPT_NON_STR_KEYS)
+        if self.compress_from is not None:
+            self.add_header("Vary", "Accept-Encoding")
+            if len(body) >= self.compress_from and "gzip" in self.request.headers.get("Accept-Encoding", ""):
+                body = gzip.compress(body, compresslevel=6, mtime=0)
+                self.set_header("Content-Encoding", "gzip")
+        self.finish(body)
 
     def fail(self, status: int, message: str) -> None:
         """Answer ``{"message": ...}`` with ``status``. (Not ``HTTPError``: tornado treats its
