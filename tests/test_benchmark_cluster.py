@@ -35,4 +35,4 @@ def test_the_cluster_benchmark_measures_every_view_of_four_nodes(tmp_path: Path)
         assert 0 < row[kind]["p50_ms"] <= row[kind]["p95_ms"], kind
     for kind in ("user_http", "history_http"):  # sent gzipped to a client that accepts it, as a browser does
         assert row[kind]["kib"] < row[kind]["json_kib"] / 2, row[kind]
-    assert "GET /api/vgpu/cluster p95" in done.stdout and "the admin view's reply p95" in done.stdout
+    assert "GET /api/vgpu/cluster p95" in done.stdout and "the admin page's reply p95" in done.stdout
