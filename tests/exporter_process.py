@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import queue
+import re
 import subprocess
 import sys
 import threading
@@ -83,3 +84,10 @@ def scrape(url: str) -> dict[str, list[Sample]]:
     with urllib.request.urlopen(url, timeout=10) as reply:
         text = reply.read().decode()
     return {family.name: family.samples for family in text_string_to_metric_families(text)}
+
+
+def job_mapping(folder: Path) -> dict[str, str]:
+    """A dcgm-exporter job-mapping folder as dcgm-exporter reads it: each file named by a GPU
+    index (``0``, ``1.2``), not the writer's temporary files (``.jupyter-vgpu-*``, renamed over
+    them), which may come and go between listing the folder and opening one."""
+    return {p.name: p.read_text() for p in sorted(folder.iterdir()) if re.fullmatch(r"\d+(\.\d+)?", p.name)}

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from exporter_process import JUPYTER_VGPU, Node, listening, node_env, start_exporter
+from exporter_process import JUPYTER_VGPU, Node, job_mapping, listening, node_env, start_exporter
 from prometheus_process import PrometheusProcess, start_prometheus
 
 from jupyter_vgpu.gpus import Inventory
@@ -129,7 +129,7 @@ def dcgm_page(template: str, uuids: dict[str, str], hostname: str, mapping: Path
     """The recorded page as dcgm-exporter would show node ``hostname``'s GPUs now: their UUIDs, and
     each GPU's lines repeated once per job id of its mapping file, labelled ``hpc_job`` (its
     hpcMapper, read at every collection); a GPU whose file is empty or missing keeps its lines."""
-    jobs = {p.name: p.read_text().splitlines() for p in mapping.iterdir() if re.fullmatch(r"\d+(\.\d+)?", p.name) and p.is_file()}
+    jobs = {name: text.splitlines() for name, text in job_mapping(mapping).items()}
     lines = []
     for line in template.splitlines():
         sample = re.match(r'^\w+\{gpu="(\d+)",UUID="([^"]+)"', line)
@@ -275,7 +275,7 @@ def test_dcgm_exporters_figures_are_labelled_with_our_gpus_slices_and_users(clus
     prometheus, mapping = cluster.prometheus, cluster.mapping
     (info,) = prometheus.query('jupyter_vgpu_slice_info{hostname="node-a", job="jupyter-vgpu"}')
     slice_id = info["metric"]["slice"]
-    assert {p.name: p.read_text() for p in mapping.iterdir()} == {"0": f"{slice_id}\n", "1": ""}
+    assert job_mapping(mapping) == {"0": f"{slice_id}\n", "1": ""}
 
     on_uuid = prometheus.query(
         "DCGM_FI_DEV_FB_USED * on(UUID) group_left(hostname) max by (UUID, hostname) (jupyter_vgpu_gpu_info)"
@@ -296,6 +296,6 @@ def test_dcgm_exporters_figures_are_labelled_with_our_gpus_slices_and_users(clus
     while (mapping / "0").read_text():
         assert time.monotonic() < deadline, "node-a's slice ended but GPU 0's job mapping file still names it"
         time.sleep(0.05)
-    assert {p.name: p.read_text() for p in mapping.iterdir()} == {"0": "", "1": ""}
+    assert job_mapping(mapping) == {"0": "", "1": ""}
     prometheus.wait_for('DCGM_FI_DEV_FB_USED{hpc_job!=""}', lambda r: not r, "DCGM's figures without the ended slice's id")
     assert len(prometheus.query('DCGM_FI_DEV_FB_USED{gpu="0"}')) == 1  # the GPU's figures stay, unlabelled

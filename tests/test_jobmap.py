@@ -16,6 +16,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from exporter_process import job_mapping
 
 from jupyter_vgpu.errors import InvalidRequest
 from jupyter_vgpu.gpus import Inventory
@@ -34,6 +35,13 @@ A100_MIG = {
 
 
 def files(folder: Path) -> dict[str, str]:
+    """As dcgm-exporter reads the folder. (Run 33: listing every name met the writer's temporary
+    file, renamed away before it was opened.)"""
+    return job_mapping(folder)
+
+
+def every_file(folder: Path) -> dict[str, str]:
+    """Every name in the folder (where no writer runs)."""
     return {p.name: p.read_text() for p in sorted(folder.iterdir())}
 
 
@@ -88,7 +96,7 @@ def test_a_new_run_empties_files_an_earlier_one_left_and_its_half_written_ones(t
     (folder / "README").write_text("not a GPU's file: left alone\n")
     mapping = JobMapping(folder)
     mapping.write({"0": ("aaaaaaaaaaaa",)})
-    assert files(folder) == {
+    assert every_file(folder) == {
         ".jupyter-vgpu-1-5e6f7a8b": "being written by another exporter now: left", "0": "aaaaaaaaaaaa\n", "3": "",
         "README": "not a GPU's file: left alone\n",
     }  # fmt: skip
