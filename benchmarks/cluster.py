@@ -54,7 +54,6 @@ import json
 import os
 import pwd
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -65,6 +64,8 @@ import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from benchstats import free_port, percentile
 
 GPUS = 8
 SLICES_PER_GPU = 4
@@ -85,17 +86,6 @@ TARGET_USER_P95_MS = 250.0
 TARGET_USER_KIB = 64.0
 TARGET_ADMIN_P95_MS = 500.0
 JOB = "jupyter-vgpu"
-
-
-def percentile(values: list[float], share: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(round(share * (len(ordered) - 1))))]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def hostname(k: int) -> str:

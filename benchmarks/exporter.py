@@ -30,15 +30,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from benchstats import percentile
+
 GPUS = 8
 SLICES = 64
 READINGS = 50
 TARGET_P95_MS = 20.0
-
-
-def percentile(values: list[float], share: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(round(share * (len(ordered) - 1))))]
 
 
 def count_nvml_calls() -> Counter[str]:

@@ -29,16 +29,10 @@ import urllib.request
 import uuid
 from pathlib import Path
 
+from benchstats import free_port
+
 TOKEN = "bench-token"
 KERNEL = "python3-vgpu-1-4"
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def env_in(folder: Path, **extra: str) -> dict[str, str]:

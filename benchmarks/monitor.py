@@ -23,13 +23,14 @@ from __future__ import annotations
 import http.client
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from benchstats import free_port, percentile
 
 GPUS = 8
 SLICES = 64
@@ -39,17 +40,6 @@ REQUESTS = 300
 # within the benchmark; a real server takes 300 s to reach the same size.
 SERVER_INTERVAL = 0.25
 HISTORY_SECONDS = 15.0
-
-
-def percentile(values: list[float], share: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(round(share * (len(ordered) - 1))))]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def main() -> None:
