@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import grp
-import pwd
 import sys
 from typing import Any
 
@@ -34,20 +32,8 @@ def add_parser(commands: Any) -> None:
     parser.set_defaults(handler=report)
 
 
-def _groups(user: str) -> list[str]:
-    try:
-        entry = pwd.getpwnam(user)
-    except KeyError:
-        return []
-    names = {g.gr_name for g in grp.getgrall() if user in g.gr_mem}
-    try:
-        names.add(grp.getgrgid(entry.pw_gid).gr_name)
-    except KeyError:
-        pass
-    return sorted(names)
-
-
 def report(args: argparse.Namespace) -> int:
+    from ..accounts import user_groups
     from ..errors import InvalidRequest
     from ..metrics.report import memory_hours, span_seconds
     from .cluster import site_prometheus
@@ -56,7 +42,7 @@ def report(args: argparse.Namespace) -> int:
     if args.step is not None and not 1 <= args.step <= since:
         raise InvalidRequest(f"--step {args.step:g} is not allowed: give 1 to {since:g} seconds (the period).")
     prometheus = site_prometheus(args.prometheus, "report")
-    rows = memory_hours(prometheus, since=since, by=args.by, step=args.step, groups_of=_groups)
+    rows = memory_hours(prometheus, since=since, by=args.by, step=args.step, groups_of=user_groups)
     heading = {"user": "USER", "group": "GROUP", "node": "NODE"}[args.by]
     if args.csv:
         out = csv.writer(sys.stdout, lineterminator="\n")

@@ -28,6 +28,7 @@ from typing import Any
 
 import psutil
 
+from ..accounts import user_groups
 from ..enforcement import by_tier
 from ..errors import InvalidRequest, LeftLine, NotPermitted, SliceUnavailable, VGPUError
 from ..gpus.model import GPUProcess, Snapshot
@@ -53,7 +54,7 @@ from . import quota as quotas
 from .callers import Caller as Caller  # re-exported: callers of the broker name it here
 from .callers import PolicySource as PolicySource
 from .callers import process_uid, user_name
-from .policy import Quota, user_groups
+from .policy import Quota
 
 log = logging.getLogger("jupyter_vgpu.broker")
 

@@ -29,10 +29,8 @@ user's own server sets none (``c.VGPUServer.prometheus_url``).
 
 from __future__ import annotations
 
-import grp
 import json
 import math
-import pwd
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -329,30 +327,6 @@ class Policy:
 
     def is_admin(self, user: str, groups: list[str]) -> bool:
         return user == "root" or user in self.admin_users or bool(self.admin_groups.intersection(groups))
-
-
-def user_groups(user: str) -> list[str]:
-    """The names of every group ``user`` belongs to (primary first); [] for unknown users."""
-    try:
-        entry = pwd.getpwnam(user)
-    except KeyError:
-        return []
-    names = []
-    for gid in [entry.pw_gid, *[g for g in _grouplist(user, entry.pw_gid) if g != entry.pw_gid]]:
-        try:
-            names.append(grp.getgrgid(gid).gr_name)
-        except KeyError:
-            continue
-    return names
-
-
-def _grouplist(user: str, gid: int) -> list[int]:
-    import os
-
-    try:
-        return list(os.getgrouplist(user, gid))
-    except OSError:
-        return [gid]
 
 
 class VGPUPolicy(Configurable):
