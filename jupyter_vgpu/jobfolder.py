@@ -25,7 +25,7 @@ import re
 import shutil
 import stat
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 from .errors import InvalidConfig
@@ -38,6 +38,8 @@ JOB_ID = re.compile(r"[0-9]{1,10}")
 #: Who made a kernel folder: ``<pid> <start time in clock ticks>`` (a folder whose maker has gone
 #: is stale).
 STARTER = ".starter"
+#: The ledger's name in a job's or a kernel's folder.
+LEDGER = "ledger.sqlite"
 
 
 def job_id(env: Mapping[str, str]) -> str:
@@ -49,7 +51,29 @@ def job_id(env: Mapping[str, str]) -> str:
 
 
 def _cluster(env: Mapping[str, str]) -> str:
-    return re.sub(r"[^A-Za-z0-9_-]", "_", env.get(CLUSTER, "").strip())[:64] or "slurm"
+    """The cluster's name in folder names: ``SLURM_CLUSTER_NAME``, which Slurm sets in a batch
+    script but not in every step (``srun --jobid=N`` from outside the job has none), else the
+    ``ClusterName`` of slurm.conf (``SLURM_CONF``, else /etc/slurm/slurm.conf), so that every
+    process of one job finds the same folder; else "slurm". Lowercase, as Slurm keeps it."""
+    name = env.get(CLUSTER, "").strip() or _configured_cluster(env.get("SLURM_CONF", "").strip() or DEFAULT_CONF)
+    return re.sub(r"[^a-z0-9_-]", "_", name.lower())[:64] or "slurm"
+
+
+#: Where Slurm's commands read their configuration without ``SLURM_CONF``.
+DEFAULT_CONF = "/etc/slurm/slurm.conf"
+
+
+def _configured_cluster(conf: str) -> str:
+    """``ClusterName`` in the slurm.conf at ``conf`` ("" when it says none or cannot be read)."""
+    try:
+        with open(conf, errors="replace") as handle:
+            for line in handle:
+                key, _, value = line.split("#", 1)[0].partition("=")
+                if key.strip().lower() == "clustername":
+                    return value.strip()
+    except OSError:
+        return ""
+    return ""
 
 
 def not_private(path: Path, uid: int) -> str | None:
@@ -73,6 +97,23 @@ def not_private(path: Path, uid: int) -> str | None:
 FRESH_NAMES = 64
 
 
+def _runtime_dir(env: Mapping[str, str], uid: int) -> Path | None:
+    """``$XDG_RUNTIME_DIR`` when it is a private folder of ``uid``'s."""
+    runtime = env.get("XDG_RUNTIME_DIR", "").strip()
+    if runtime and os.path.isabs(runtime) and not_private(Path(runtime), uid) is None:
+        return Path(runtime)
+    return None
+
+
+def _base_names(env: Mapping[str, str], uid: int) -> Iterator[Path]:
+    """The names :func:`user_base` tries in turn: ``<TMPDIR or /tmp>/jupyter-vgpu-<uid>``, then
+    ``.1``, ``.2`` ... up to :data:`FRESH_NAMES`."""
+    tmp = env.get("TMPDIR", "").strip() or "/tmp"
+    first = Path(tmp if os.path.isabs(tmp) else "/tmp") / f"jupyter-vgpu-{uid}"
+    for number in range(FRESH_NAMES + 1):
+        yield first if number == 0 else first.with_name(f"{first.name}.{number}")
+
+
 def user_base(env: Mapping[str, str]) -> Path:
     """This user's private folder on this node for job folders: ``$XDG_RUNTIME_DIR`` when it is
     this user's, else ``<TMPDIR or /tmp>/jupyter-vgpu-<uid>``, made 0700 (or found so). A folder of
@@ -81,14 +122,11 @@ def user_base(env: Mapping[str, str]) -> Path:
     the job finds the same one (hardening round five, M3: one ``mkdir`` by another user locked this
     one out of Slurm). When every name is taken, one sentence (InvalidConfig) says so."""
     uid = os.geteuid()
-    runtime = env.get("XDG_RUNTIME_DIR", "").strip()
-    if runtime and os.path.isabs(runtime) and not_private(Path(runtime), uid) is None:
-        return Path(runtime)
-    tmp = env.get("TMPDIR", "").strip() or "/tmp"
-    first = Path(tmp if os.path.isabs(tmp) else "/tmp") / f"jupyter-vgpu-{uid}"
+    runtime = _runtime_dir(env, uid)
+    if runtime is not None:
+        return runtime
     taken = ""
-    for number in range(FRESH_NAMES + 1):
-        base = first if number == 0 else first.with_name(f"{first.name}.{number}")
+    for base in _base_names(env, uid):
         try:
             os.mkdir(base, 0o700)
         except FileExistsError:
@@ -107,10 +145,35 @@ def user_base(env: Mapping[str, str]) -> Path:
     )
 
 
+def found_user_base(env: Mapping[str, str], uid: int) -> Path | None:
+    """The folder :func:`user_base` gives the processes of ``uid`` that have ``env``, found and
+    never made (a node exporter looking for a job's ledgers): None where there is none yet. A
+    folder of that name that is not ``uid``'s private one is passed over, as :func:`user_base`
+    passes it over, so nobody else can put a folder in its place."""
+    runtime = _runtime_dir(env, uid)
+    if runtime is not None:
+        return runtime
+    for base in _base_names(env, uid):
+        if not os.path.lexists(base):
+            return None  # user_base would have made this one: none of the next names is the user's
+        if not_private(base, uid) is None:
+            return base
+    return None
+
+
+def job_ledgers(base: Path, env: Mapping[str, str], uid: int) -> list[Path]:
+    """The ledgers of the Slurm job that ``env`` names in ``uid``'s folder ``base``: the job's
+    (``job-<cluster>-<job id>``) and its kernels' (``kernel-<cluster>-<job id>-*``), those whose
+    folder is ``uid``'s private one and holds a ledger file."""
+    prefix = f"{_cluster(env)}-{job_id(env)}"
+    folders = [base / f"job-{prefix}", *sorted(base.glob(f"kernel-{prefix}-*"))]
+    return [folder / LEDGER for folder in folders if not_private(folder, uid) is None and os.path.isfile(folder / LEDGER)]
+
+
 def job_ledger_path(env: Mapping[str, str]) -> Path:
     """The ledger every process of this job shares when it names none:
     ``<user base>/job-<cluster>-<job id>/ledger.sqlite``."""
-    return user_base(env) / f"job-{_cluster(env)}-{job_id(env)}" / "ledger.sqlite"
+    return user_base(env) / f"job-{_cluster(env)}-{job_id(env)}" / LEDGER
 
 
 def _starter_alive(folder: Path) -> bool:

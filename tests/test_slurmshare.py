@@ -175,8 +175,14 @@ def test_a_jobs_ledger_is_on_the_nodes_own_disk_in_a_private_folder_of_the_users
     monkeypatch.setenv("TMPDIR", str(tmp_path))
     monkeypatch.setenv("SLURM_JOB_ID", "1234")
     monkeypatch.setenv("SLURMD_NODENAME", "node1")
+    monkeypatch.setenv("SLURM_CONF", str(tmp_path / "no-slurm.conf"))
     base = tmp_path / f"jupyter-vgpu-{os.geteuid()}"
     assert VGPU().resolved_ledger_path == base / "job-slurm-1234" / "ledger.sqlite"
+    # A step without SLURM_CLUSTER_NAME (srun --jobid from outside the job) finds the batch script's
+    # folder through slurm.conf's ClusterName: one job, one ledger.
+    (tmp_path / "slurm.conf").write_text("# a site's\nClusterName=Gpu-East # the cluster\nSlurmctldPort=6817\n")
+    monkeypatch.setenv("SLURM_CONF", str(tmp_path / "slurm.conf"))
+    assert VGPU().resolved_ledger_path == base / "job-gpu-east-1234" / "ledger.sqlite"
     assert oct(base.stat().st_mode & 0o777) == "0o700"
     monkeypatch.setenv("SLURM_CLUSTER_NAME", "gpu-east")
     assert VGPU().resolved_ledger_path == base / "job-gpu-east-1234" / "ledger.sqlite"  # another cluster's job 1234 is another

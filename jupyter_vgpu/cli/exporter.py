@@ -47,6 +47,12 @@ def add_parser(commands: Any) -> None:
         "holding the ids of the slices on it; give dcgm-exporter --hpc-job-mapping-dir DIR), so its figures carry "
         "hpc_job=<slice id>. Created if missing; a folder of this user's that nobody else can write to",
     )  # fmt: skip
+    parser.add_argument(
+        "--jobs", action="store_true",
+        help="also the slices of every job that a launcher's engine runs on this node, booked in ledgers of the jobs' own "
+        "(each job's read as its user): run as root on such a node, with --hostname the node's name there when that "
+        "is not this machine's name. docs/cluster.md, 'Scraping every node'",
+    )  # fmt: skip
     parser.set_defaults(handler=exporter)
 
 
@@ -60,7 +66,7 @@ def exporter(args: argparse.Namespace) -> int:
     try:
         page = NodePage(
             ledger, address=args.address, port=args.port, hostname=args.hostname, interval=args.interval,
-            job_mapping_dir=args.dcgm_job_mapping_dir,
+            job_mapping_dir=args.dcgm_job_mapping_dir, jobs=args.jobs,
         )  # fmt: skip
         for signum in (signal.SIGTERM, signal.SIGINT):
             signal.signal(signum, lambda *_: page.shutdown())

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import sys
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -40,7 +40,7 @@ from ..units import shorten
 if TYPE_CHECKING:
     from jupyter_client.provisioning.local_provisioner import LocalProvisioner
 
-    from ..slices import SliceRequest
+    from ..slices import Slice, SliceRequest
     from .elsewhere import Elsewhere
 
 #: The label that names a slice's launcher (absent: ``local``).
@@ -235,6 +235,14 @@ class Launcher(ABC):
         from ..slices.reports import report_dir
 
         return report_dir(ledger_path)
+
+
+    def node_jobs(self, node: str) -> Callable[[], Sequence[Slice]] | None:
+        """Where this launcher's engine runs jobs on the node ``node`` whose processes book in
+        ledgers of their own (a Slurm job's): what reads every slice booked there, which a node
+        exporter calls at each reading beside its own ledger (``jupyter vgpu exporter --jobs``).
+        None (the default): its kernels book in this host's ledger, or on no node of ours."""
+        return None
 
 
 class LocalLauncher(Launcher):

@@ -70,6 +70,33 @@ def _check_folder(folder: Path) -> None:
         )
 
 
+def open_read_only(path: Path, timeout: float, where: str) -> sqlite3.Connection:
+    """A connection that reads the existing ledger at ``path`` with SQLite alone, without the
+    writers' turn, after checking its schema; what stops it is one sentence (LedgerError) that ends
+    with ``where`` ("in its read-only folder F"). SQLite reads a WAL file without writing only
+    through its ``-shm``; where there is none and no ``-wal`` either (the last connection ended),
+    the file holds every commit and is read as it stands (``immutable``)."""
+    wal = path.with_name(path.name + "-wal")
+    mode = "ro" if os.path.lexists(wal) else "ro&immutable=1"
+    try:
+        db = sqlite3.connect(uri(path, mode), uri=True, timeout=timeout, isolation_level=None, check_same_thread=False)
+    except sqlite3.Error as error:
+        raise LedgerError(f"The ledger {path} cannot be read {where}: {error}.") from None
+    db.row_factory = sqlite3.Row
+    try:
+        row = db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+        version = schema_version(row[0]) if row is not None else 0
+    except sqlite3.Error as error:
+        close_without_checkpoint(db)
+        raise LedgerError(f"The ledger {path} cannot be read {where}: {error}.") from None
+    if version != SCHEMA_VERSION:
+        close_without_checkpoint(db)
+        raise LedgerError(
+            f"The ledger {path} has schema {version} and this jupyter-vgpu reads {SCHEMA_VERSION}; {where} it cannot be upgraded."
+        )
+    return db
+
+
 class Connection:
     """This process's one connection to one ledger file, shared by its :class:`LedgerFile`\\ s."""
 
@@ -108,10 +135,8 @@ class Connection:
 
     # -- opening ----------------------------------------------------------------------------
     def _open_read_only(self, allowed: bool) -> None:
-        """Read the ledger of a folder this user can only read (``status``), with SQLite alone and no
-        writers' turn; or say in one sentence why it cannot be used. SQLite reads a WAL file without
-        writing only through its ``-shm``; where there is none and no ``-wal`` either (the last
-        connection ended), the file holds every commit and is read as it stands (``immutable``)."""
+        """Read the ledger of a folder this user can only read (``status``) with :func:`open_read_only`;
+        or say in one sentence why it cannot be used."""
         folder = self.path.parent
         if self._existing() is None:
             raise LedgerError(
@@ -120,26 +145,7 @@ class Connection:
             )
         if not allowed:
             raise LedgerError(self.read_only_sentence())
-        mode = "ro" if os.path.lexists(self.wal_path) else "ro&immutable=1"
-        try:
-            db = sqlite3.connect(
-                uri(self.path, mode), uri=True, timeout=self.timeout, isolation_level=None, check_same_thread=False
-            )
-        except sqlite3.Error as error:
-            raise LedgerError(f"The ledger {self.path} cannot be read in its read-only folder {folder}: {error}.") from None
-        db.row_factory = sqlite3.Row
-        try:
-            row = db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
-            version = schema_version(row[0]) if row is not None else 0
-        except sqlite3.Error as error:
-            close_without_checkpoint(db)
-            raise LedgerError(f"The ledger {self.path} cannot be read in its read-only folder {folder}: {error}.") from None
-        if version != SCHEMA_VERSION:
-            close_without_checkpoint(db)
-            raise LedgerError(
-                f"The ledger {self.path} has schema {version} and this jupyter-vgpu reads {SCHEMA_VERSION}; in its "
-                f"read-only folder {folder} it cannot be upgraded."
-            )
+        db = open_read_only(self.path, self.timeout, f"in its read-only folder {folder}")
         self.db, self.turn, self.identity = db, None, self._existing()
 
     def read_only_sentence(self) -> str:

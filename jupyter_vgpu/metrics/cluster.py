@@ -3,8 +3,10 @@ and line, and the slices one user may see (every slice, named, for an admin).
 
 Read with a fixed set of instant queries, asked side by side:
 
-1. each node's last reading, over ``forget_after`` (``last_over_time`` of the exporters'
-   ``jupyter_vgpu_node_reading_timestamp_seconds``): every node that reported since then;
+1. each node's last reading in the last hour (``last_over_time`` of the exporters'
+   ``jupyter_vgpu_node_reading_timestamp_seconds``), and every node that reported within
+   ``forget_after`` from Prometheus's index (no sample read); a node silent for longer than the
+   hour has its last reading asked alone (:func:`last_readings`);
 2. the node series now (GPUs, line, whether the exporter could read its node);
 3. the slices now: the user's only (``slice_info{user=...}``, then their per-GPU and idle series
    asked by slice id and joined on ``slice, hostname``), or every one for an admin;
@@ -55,6 +57,11 @@ from .series import (
 STALE_AFTER = 60.0
 #: A node that has not reported for this long is forgotten (a node taken out of the cluster).
 FORGET_AFTER = 7 * 86400.0
+#: How far back each node's last reading is read at once. A node silent longer (up to
+#: ``FORGET_AFTER``) is found in Prometheus's index (``/api/v1/series``: no sample read) and its last
+#: reading asked alone: a week's look-back for every node read every sample of the week (63 ms at
+#: 64 nodes with one reading a minute, four times that at a 15 s scrape; benchmarks/cluster.py --week).
+RECENT = 3600.0
 #: How far after its last reading a stale node's last scrape is looked for (Prometheus's own look-back).
 LAST_SCRAPE_WINDOW = 300.0
 #: At most this many stale nodes get their last figures read (each costs a query); the rest say so.
@@ -201,10 +208,8 @@ def read_cluster(
     mine = f"{SLICE_INFO.name}{{user={string(user)}}}" if user is not None else SLICE_INFO.name
     slice_series = f'__name__=~"{_names(_PER_SLICE)}"'
     with ThreadPoolExecutor(max_workers=4, thread_name_prefix="jupyter-vgpu-cluster") as pool:
-        asked = [
-            pool.submit(prometheus.query, query, at=now)
-            for query in (f"last_over_time({NODE_READ_AT.name}[{int(forget_after)}s])", f'{{__name__=~"{_names(_NODE)}"}}')
-        ]
+        readings = pool.submit(last_readings, prometheus, now, forget_after)
+        current_answer = pool.submit(prometheus.query, f'{{__name__=~"{_names(_NODE)}"}}', at=now)
         # An admin's: every slice's (a series without its slice's info is left out below). A
         # user's: their slices' only, asked by id once their infos are in, which Prometheus
         # answers from its index (a join alone makes it read every slice's: 70 ms at 64 nodes).
@@ -217,11 +222,8 @@ def read_cluster(
             per_gpu = prometheus.query(f"{{{slice_series}, slice=~{pattern}}} and on(slice, hostname) {mine}", at=now)
         else:
             per_gpu = []
-        seen, current = (answer.result() for answer in asked)
-        last_reading: dict[str, float] = {}
-        for point in seen:
-            host = point.labels.get("hostname", "")
-            last_reading[host] = max(point.value, last_reading.get(host, 0.0))
+        current = current_answer.result()
+        last_reading, silent = readings.result()
         by_host = _by_host(current)
         fresh = {
             host
@@ -229,10 +231,20 @@ def read_cluster(
             if any(p.name == NODE_UP.name and p.value == 1 for p in points)
             and now - _latest(points, NODE_READ_AT, default=now) <= stale_after
         }
-        hosts = sorted((set(last_reading) | set(by_host)) - {""})
+        hosts = sorted((set(last_reading) | set(by_host) | silent) - {""})
         stale = [h for h in hosts if h not in fresh]
         read = stale[:MAX_STALE_READS]
-        last_scrapes = dict(zip(read, pool.map(lambda h: _last_scrape(prometheus, h, last_reading.get(h), now), read)))
+
+        def last_of(host: str) -> list[Point]:
+            at = last_reading.get(host)
+            if at is None and host in silent:  # silent for over an hour: its last reading asked alone
+                found = prometheus.query(f"last_over_time({NODE_READ_AT.name}{{hostname={string(host)}}}[{int(forget_after)}s])", at=now)
+                at = max((p.value for p in found), default=None)
+                if at is not None:
+                    last_reading[host] = at
+            return _last_scrape(prometheus, host, at, now)
+
+        last_scrapes = dict(zip(read, pool.map(last_of, read)))
     nodes: list[ClusterNode] = []
     slice_points = list(_dedup(infos)) + list(_dedup(per_gpu))
     for host in hosts:
@@ -253,6 +265,17 @@ def read_cluster(
 
 
 _SLICE_NAMES = {s.name for s in _PER_SLICE}
+
+
+def last_readings(prometheus: Prometheus, now: float, forget_after: float) -> tuple[dict[str, float], set[str]]:
+    """Each node's last reading within :data:`RECENT` (one query over the hour's samples), and the
+    nodes that reported within ``forget_after`` but not in that hour (from the index alone)."""
+    recent: dict[str, float] = {}
+    for point in prometheus.query(f"last_over_time({NODE_READ_AT.name}[{int(min(RECENT, forget_after))}s])", at=now):
+        host = point.labels.get("hostname", "")
+        recent[host] = max(point.value, recent.get(host, 0.0))
+    known = {labels.get("hostname", "") for labels in prometheus.series(NODE_READ_AT.name, start=now - forget_after, end=now)}
+    return recent, known - set(recent) - {""}
 
 
 def _key(point: Point) -> tuple[str, str | None, str | None, str | None]:

@@ -102,13 +102,17 @@ class NodeSampler:
 
     ``idle`` says how long each kernel slice has been idle (the broker's page: what the users'
     servers told the broker); by default :func:`idle_times_of` the ledger.
+
+    ``extra`` gives slices booked in other ledgers of the node at each reading (a Slurm node's
+    jobs: :func:`_jobs_on`), read beside the ledger's own.
     """
 
     def __init__(
         self, ledger: Ledger, *, interval: float = 5.0, on_reading: Callable[[NodeReading], None] | None = None,
-        idle: IdleTimes | None = None,
+        idle: IdleTimes | None = None, extra: Callable[[], Sequence[Slice]] | None = None,
     ) -> None:  # fmt: skip
         self.ledger = ledger
+        self.extra = extra
         self.interval = interval
         self.on_reading = on_reading
         self.idle = idle or idle_times_of(ledger)
@@ -125,6 +129,7 @@ class NodeSampler:
             self.ledger.check_split()
             snapshot = self.ledger.inventory.snapshot(telemetry=True)
             slices = [s for s in self.ledger.slices() if s.hidden or held(s)]
+            slices += [s for s in self.extra() if held(s)] if self.extra is not None else []
             waiting = tuple(self.ledger.waiting())
             attribution = self._owners.attribute(snapshot, {s.id: s.pid for s in slices})
             self._reports.forget({s.id for s in slices})
@@ -197,6 +202,14 @@ class NodeCollector(Collector):
         yield from page.families()
 
 
+def _jobs_on(node: str) -> Callable[[], Sequence[Slice]]:
+    """Every slice the jobs of every launcher's engine book on ``node`` in ledgers of their own."""
+    from ..launch.launchers import every
+
+    readers = [reader for launcher in every() if (reader := launcher.node_jobs(node)) is not None]
+    return lambda: [found for reader in readers for found in reader()]
+
+
 class NodePage:
     """The node's Prometheus page over ``ledger``: a :class:`NodeSampler` reading it every
     ``interval`` seconds, a :class:`NodeCollector` naming the node ``hostname`` (default: the
@@ -213,12 +226,15 @@ class NodePage:
     one sentence naming ``options`` + ``dcgm-job-mapping-dir``, before anything listens.
 
     ``idle``: how long each kernel has been idle (:class:`NodeSampler`'s; the broker gives its own).
+    ``jobs``: also the slices of the jobs that launchers' engines run on this node, named
+    ``hostname`` there, in ledgers of their own (:meth:`~jupyter_vgpu.launch.launchers.Launcher.node_jobs`:
+    a Slurm node's jobs).
     """
 
     def __init__(
         self, ledger: Ledger, *, address: str, port: int, hostname: str | None = None, interval: float = 5.0,
         name: str = "exporter", who: str = "The exporter", options: str = "--", job_mapping_dir: str | None = None,
-        idle: IdleTimes | None = None,
+        idle: IdleTimes | None = None, jobs: bool = False,
     ) -> None:  # fmt: skip
         self.name = name
         self.hostname = hostname or machine_name(ledger.inventory.simulate)
@@ -233,7 +249,10 @@ class NodePage:
                 self.job_mapping.release()
             raise
         try:
-            self.sampler = NodeSampler(ledger, interval=interval, on_reading=self._map_jobs if self.job_mapping else None, idle=idle)
+            extra = _jobs_on(self.hostname) if jobs else None
+            self.sampler = NodeSampler(
+                ledger, interval=interval, on_reading=self._map_jobs if self.job_mapping else None, idle=idle, extra=extra
+            )  # fmt: skip
             registry.register(NodeCollector(self.sampler, self.hostname))
         except BaseException:
             self.server.close()
@@ -293,7 +312,9 @@ class NodePage:
         problem = self.sampler.latest.problem
         print(
             f"jupyter-vgpu {self.name}: the GPUs and slices of {self.hostname} at {self.server.url(host)}\n"
-            f"  GPUs: {ledger.inventory.describe()}; slices: {ledger.location()}; read every {self.sampler.interval:g} s"
+            f"  GPUs: {ledger.inventory.describe()}; slices: {ledger.location()}"
+            + (f" and those of the jobs on {self.hostname}" if self.sampler.extra else "")
+            + f"; read every {self.sampler.interval:g} s"
             + (f"\n  dcgm-exporter's job mapping (slice ids per GPU): {self.job_mapping.folder}" if self.job_mapping else "")
             + (f"\n  Not readable now: {problem}" if problem else ""),
             file=sys.stderr,

@@ -34,7 +34,7 @@ import signal
 import sys
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -70,7 +70,7 @@ from .views import SlurmViews
 if TYPE_CHECKING:
     from jupyter_client.provisioning.local_provisioner import LocalProvisioner
 
-    from ...slices import SliceRequest
+    from ...slices import Slice, SliceRequest
 
 #: Seconds between looks at a pending job's reason and place.
 PENDING_POLL = 1.0
@@ -401,6 +401,12 @@ class SlurmLauncher(SlurmViews, Launcher):
         from ...slices.holders import process_alive
 
         return process_alive(pid, start, stamp)  # srun, on this host
+
+    def node_jobs(self, node: str) -> Callable[[], Sequence[Slice]]:
+        """Every Slurm job's slices on ``node``, each job's ledgers read as its user (:mod:`.jobs`)."""
+        from .jobs import SlurmJobs
+
+        return SlurmJobs(node)
 
     def report_folder(self, ledger_path: str | Path, labels: Mapping[str, str]) -> Path:
         return report_root()

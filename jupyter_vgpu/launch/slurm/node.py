@@ -186,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
     from ...config import ENV_LEDGER
     from ...errors import InvalidConfig
     from ...gpus.slurmshare import in_job
-    from ...jobfolder import kernel_folder, remove
+    from ...jobfolder import LEDGER, kernel_folder, remove
 
     own: Path | None = None
     if in_job(env):
@@ -196,7 +196,7 @@ def main(argv: list[str] | None = None) -> int:
             write_job_file(env, None, folder=folder, launch=launch, ports=ports, refused=str(error))
             print(f"jupyter vgpu: {error}", file=sys.stderr)
             return 1
-        env[ENV_LEDGER] = str(own / "ledger.sqlite")  # never the login node's, which srun passed on
+        env[ENV_LEDGER] = str(own / LEDGER)  # never the login node's, which srun passed on
     try:
         return _run_kernel(env, args, folder=folder, launch=launch, ports=ports)
     finally:
