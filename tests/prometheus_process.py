@@ -117,3 +117,25 @@ def start_prometheus(folder: Path, *, port: int | None = None, timeout: float = 
             server.stop()
             raise AssertionError(f"prometheus was not ready in {timeout} s:\n{server.log_tail()}")
         time.sleep(0.1)
+
+
+def backfill(data: Path, page: str, times: Sequence[float], **labels: str) -> None:
+    """An exporter's ``page`` as if Prometheus had scraped it at each of ``times`` (past), its
+    samples given ``labels`` too (``job``, ``instance``), written as TSDB blocks into ``data``
+    (a Prometheus's storage, before it starts) with ``promtool tsdb create-blocks-from openmetrics``."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    lines = []
+    for family in text_string_to_metric_families(page):
+        lines.append(f"# TYPE {family.name} gauge")
+        for sample in family.samples:
+            text = ",".join(f"{k}={json.dumps(v)}" for k, v in sorted({**sample.labels, **labels}.items()))
+            for at in times:
+                value = at if family.name == "jupyter_vgpu_node_reading_timestamp_seconds" else sample.value
+                lines.append(f"{family.name}{{{text}}} {value!r} {at:.3f}")
+    data.mkdir(parents=True, exist_ok=True)
+    source = data.parent / "backfill.om"
+    source.write_text("\n".join([*lines, "# EOF"]) + "\n")
+    promtool = shutil.which("promtool") or "/usr/bin/promtool"
+    subprocess.run([promtool, "tsdb", "create-blocks-from", "openmetrics", "--quiet", str(source), str(data)], check=True, timeout=120, capture_output=True)
+

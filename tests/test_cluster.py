@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 from exporter_process import JUPYTER_VGPU, listening, start_exporter
-from prometheus_process import PrometheusProcess, start_prometheus
+from prometheus_process import PrometheusProcess, backfill, start_prometheus
 
 GiB = 1024**3
 pytestmark = pytest.mark.timeout(240)
@@ -114,6 +114,41 @@ def test_every_node_is_shown_and_one_whose_exporter_stops_stays_as_it_last_was(
         holder.wait(timeout=30)
         for exporter in (a, b):
             exporter.stop()
+
+
+def test_a_node_silent_for_hours_is_still_shown_as_it_last_was_and_one_silent_for_over_a_week_is_forgotten(tmp_path: Path) -> None:
+    """The view reads the last hour's readings at once and finds older nodes in Prometheus's index:
+    a node whose exporter last answered two hours ago (its scrapes backfilled into Prometheus's
+    storage) is still listed, stale, with its last figures; one silent for eight days is not."""
+    old = listening(start_exporter(tmp_path / "old", "node-old", "1x8GiB@node-old", named=False))
+    holder = subprocess.Popen([*JUPYTER_VGPU, "run", "-q", "-p", "1/2", "--", "cat"], env=old.env, stdin=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 60
+        while 'jupyter_vgpu_slice_info{' not in (page := urllib.request.urlopen(old.url, timeout=10).read().decode()):
+            assert time.monotonic() < deadline, page
+            time.sleep(0.2)
+    finally:
+        assert holder.stdin is not None
+        holder.stdin.close()
+        holder.wait(timeout=30)
+        old.stop()
+    now = time.time()
+    data = tmp_path / "prometheus" / "data"
+    last = now - 2 * 3600
+    backfill(data, page, [last - 60 * i for i in range(60, -1, -1)], job="jupyter-vgpu", instance="10.0.0.1:9401")
+    forgotten = page.replace('"node-old"', '"node-gone"')
+    backfill(data, forgotten, [now - 8 * 86400 - 60 * i for i in range(10, -1, -1)], job="jupyter-vgpu", instance="10.0.0.2:9401")
+    prometheus = start_prometheus(tmp_path / "prometheus")
+    try:
+        view = cluster(prometheus.url)
+    finally:
+        prometheus.stop()
+    assert [n["hostname"] for n in view["nodes"]] == ["node-old"]
+    (shown,) = view["nodes"]
+    assert shown["stale"] and shown["last_seen"] == pytest.approx(last, abs=1)
+    assert [(g["total"], g["booked"]) for g in shown["gpus"]] == [(8 * GiB, 4 * GiB)]  # its last scrape's figures
+    assert shown["problem"].startswith("node-old has not been seen for 2 h") and "its exporter does not answer Prometheus" in shown["problem"], shown
+    assert [s["hostname"] for s in view["slices"]] == ["node-old"]
 
 
 def idle_kernel(env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> str:
