@@ -59,8 +59,8 @@ STALE_AFTER = 60.0
 FORGET_AFTER = 7 * 86400.0
 #: How far back each node's last reading is read at once. A node silent longer (up to
 #: ``FORGET_AFTER``) is found in Prometheus's index (``/api/v1/series``: no sample read) and its last
-#: reading asked alone: a week's look-back for every node read every sample of the week (63 ms at
-#: 64 nodes with one reading a minute, four times that at a 15 s scrape; benchmarks/cluster.py --week).
+#: reading asked alone: a week's look-back for every node read every sample of the week (79 ms at
+#: 64 nodes with one reading a minute, against 24 ms this way; benchmarks/cluster.py --week).
 RECENT = 3600.0
 #: How far after its last reading a stale node's last scrape is looked for (Prometheus's own look-back).
 LAST_SCRAPE_WINDOW = 300.0
@@ -71,6 +71,9 @@ _NODE = (GPU_INFO, GPU_TOTAL, GPU_RESERVED, GPU_USED, GPU_FREE, GPU_UTIL, WAITIN
 _SLICE_GPU = (SLICE_REQUEST, SLICE_LIMIT, SLICE_USED, SLICE_BURST, SLICE_UTIL, SLICE_SHARE_UTIL)
 #: The per-slice series (``{slice, hostname}``), read with the per-GPU ones.
 _PER_SLICE = (*_SLICE_GPU, SLICE_IDLE)
+#: The per-slice series, one per series of the label contract whoever scraped it, without
+#: the labels of who did (``job``, ``instance``): what Prometheus encodes and this module decodes.
+_PER_SERIES = "max by (__name__, slice, UUID, hostname)"
 
 
 def _names(series: Iterable[Series]) -> str:
@@ -213,13 +216,13 @@ def read_cluster(
         # An admin's: every slice's (a series without its slice's info is left out below). A
         # user's: their slices' only, asked by id once their infos are in, which Prometheus
         # answers from its index (a join alone makes it read every slice's: 70 ms at 64 nodes).
-        everyone = pool.submit(prometheus.query, f"{{{slice_series}}}", at=now) if user is None else None
+        everyone = pool.submit(prometheus.query, f"{_PER_SERIES} ({{{slice_series}}})", at=now) if user is None else None
         infos = prometheus.query(mine, at=now)
         if everyone is not None:
             per_gpu = everyone.result()
         elif ids := sorted({p.labels.get("slice", "") for p in infos}):
             pattern = string("|".join(re.escape(i) for i in ids))
-            per_gpu = prometheus.query(f"{{{slice_series}, slice=~{pattern}}} and on(slice, hostname) {mine}", at=now)
+            per_gpu = prometheus.query(f"{_PER_SERIES} ({{{slice_series}, slice=~{pattern}}}) and on(slice, hostname) {mine}", at=now)
         else:
             per_gpu = []
         current = current_answer.result()
