@@ -36,6 +36,8 @@ GiB = 1024**3
 DASHBOARD = Path(__file__).parents[1] / "docs" / "grafana" / "jupyter-vgpu.json"
 DCGM_PAGE = Path(__file__).parent / "fixtures" / "dcgm-exporter" / "metrics-4.5.3-4.8.2.txt"
 NOBODY = 65534
+#: DCGM_FI_DEV_FB_USED of GPU 1 in the recorded page (MiB)
+GPU1_FB_USED = "462"
 AS_NOBODY = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", "--"]
 #: What Grafana puts in place of the template variables: "All", then every value picked (a regex).
 ALL = {"hostname": ".*", "user": ".*"}
@@ -123,6 +125,7 @@ class Cluster:
     mapping: Path  # node-a's job mapping folder
     uuids: dict[str, str]  # node-a's GPUs' UUIDs, by index
     holders: dict[str, subprocess.Popen[bytes]]
+    kernel: str  # the idle kernel's slice on node-a's GPU 1
 
 
 def dcgm_page(template: str, uuids: dict[str, str], hostname: str, mapping: Path) -> str:
@@ -197,9 +200,10 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         started.append(start_exporter(folder / "a", "node-a", "2x16GiB@node-a", named=False, args=["--dcgm-job-mapping-dir", str(mapping)]))
         started.append(start_exporter(b_folder, "node-b", "1x8GiB@node-b", named=False, env=b_env, prefix=AS_NOBODY))
         a, b = (listening(node) for node in started)
-        command = [*JUPYTER_VGPU, "run", "-q", "-p", "1/4", "--", "cat"]
+        command = [*JUPYTER_VGPU, "run", "-q", "--gpu", "0", "-p", "1/4", "--", "cat"]  # on GPU 0: the idle kernel is on GPU 1
         holders["root"] = subprocess.Popen(command, env=a.env, stdin=subprocess.PIPE)
         holders["nobody"] = subprocess.Popen([*AS_NOBODY, *command], env=b_env, cwd="/", stdin=subprocess.PIPE)
+        kernel = idle_kernel(Path(a.env["JUPYTER_VGPU_LEDGER"]))
         uuids = {str(g.index): g.uuid for g in Inventory("2x16GiB@node-a").snapshot().gpus}
         template = DCGM_PAGE.read_text()
         server = _page_server(lambda: dcgm_page(template, uuids, "node-a", mapping))
@@ -208,11 +212,12 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         prometheus.scrape("grafana-server", [a.address], job="jupyter-server")  # node-a's series twice, as a user's server serves them
         for promql, count, what in (
             ('jupyter_vgpu_gpu_info{hostname="node-a"}', 4, "node-a's two GPUs from both jobs"),
-            ('jupyter_vgpu_slice_info{job="jupyter-vgpu"}', 2, "root's slice on node-a and nobody's on node-b"),
-            ('DCGM_FI_DEV_FB_USED{hpc_job!=""}', 1, "DCGM's figures of node-a's GPU 0 labelled with its slice"),
+            ('jupyter_vgpu_slice_info{job="jupyter-vgpu"}', 3, "root's slices on node-a (a command's, an idle kernel's) and nobody's on node-b"),
+            ('jupyter_vgpu_slice_kernel_idle_seconds{job="jupyter-vgpu"}', 1, "the kernel's idle time on node-a"),
+            ('DCGM_FI_DEV_FB_USED{hpc_job!=""}', 2, "DCGM's figures of node-a's GPUs labelled with their slices"),
         ):
             prometheus.wait_for(promql, _counts(count), what)
-        yield Cluster(prometheus, a, b, mapping, uuids, holders)
+        yield Cluster(prometheus, a, b, mapping, uuids, holders, kernel)
     finally:
         for holder in holders.values():
             _stop(holder)
@@ -222,6 +227,22 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
             server.shutdown()
         prometheus.stop()
         shutil.rmtree(b_folder, ignore_errors=True)
+
+
+def idle_kernel(ledger_path: Path) -> str:
+    """A kernel's slice of root's, 1/8 of node-a's GPU 1, held by this process (alive for the
+    module) and idle for 10 minutes as its server would write (slices.reports.write_idle)."""
+    from jupyter_vgpu.ledger.sqlite import SQLiteLedger
+    from jupyter_vgpu.slices import Holder, SliceRequest
+    from jupyter_vgpu.slices.reports import write_idle
+
+    ledger = SQLiteLedger(ledger_path, Inventory("2x16GiB@node-a"))
+    try:
+        held = ledger.reserve(SliceRequest.parse(fraction=0.125, gpu=1), Holder("kernel", "8d2e-idle-kernel", pid=os.getpid()))
+        write_idle(ledger.path, held.id, time.time() - 600)
+    finally:
+        ledger.close()
+    return held.id
 
 
 def _counts(count: int) -> Callable[[list[dict[str, Any]]], bool]:
@@ -249,16 +270,20 @@ def test_every_query_of_the_dashboard_answers_and_counts_each_gpu_once(cluster: 
 
     assert _value(by_title("GPUs")) == 3
     assert _value(by_title("GPU memory")) == 40 * GiB  # 2 x 16 + 8, node-a counted once
-    assert _value(by_title("Booked")) == 6 * GiB  # root's 4 GiB on node-a, nobody's 2 GiB on node-b
-    assert _value(by_title("Slices")) == 2 and _value(by_title("Requests waiting")) == 0
+    assert _value(by_title("Booked")) == 8 * GiB  # root's 4 + 2 GiB on node-a, nobody's 2 GiB on node-b
+    assert _value(by_title("Slices")) == 3 and _value(by_title("Requests waiting")) == 0
     booked = {r["metric"]["user"]: float(r["value"][1]) for r in by_title("Top users by memory booked")}
-    assert booked == {"root": 4 * GiB, "nobody": 2 * GiB}
+    assert booked == {"root": 6 * GiB, "nobody": 2 * GiB}
     unused = {r["metric"]["user"]: float(r["value"][1]) for r in by_title("Top users by memory booked but unused")}
     assert unused == booked  # `cat` uses no GPU memory
     only_nobody = {r["metric"]["user"] for r in by_title("Booked by user", {"hostname": "node-b", "user": ".*"})}
     assert only_nobody == {"nobody"}
     slices = {(r["metric"]["hostname"], r["metric"]["user"], r["metric"]["holder"]) for r in by_title("Top slices by memory booked but unused")}
-    assert slices == {("node-a", "root", "cat"), ("node-b", "nobody", "cat")}
+    assert slices == {("node-a", "root", "cat"), ("node-b", "nobody", "cat"), ("node-a", "root", "kernel 8d2e-idl")}  # a kernel without a notebook: its id, short
+    (idle,) = by_title("Kernels idle longest")
+    assert (idle["metric"]["slice"], idle["metric"]["user"], idle["metric"]["kernel_id"]) == (cluster.kernel, "root", "8d2e-idle-kernel")
+    assert 590 <= float(idle["value"][1]) <= 900
+    assert not by_title("Kernels idle longest", {"hostname": ".*", "user": "nobody"})  # the user picked: his kernels only
 
 
 def test_the_variables_list_the_nodes_and_users(cluster: Cluster) -> None:
@@ -273,29 +298,29 @@ def test_dcgm_exporters_figures_are_labelled_with_our_gpus_slices_and_users(clus
     hostname; joined on hpc_job, the slice's user. When the slice ends its file is emptied, and
     DCGM's figures of that GPU lose the label."""
     prometheus, mapping = cluster.prometheus, cluster.mapping
-    (info,) = prometheus.query('jupyter_vgpu_slice_info{hostname="node-a", job="jupyter-vgpu"}')
+    (info,) = prometheus.query('jupyter_vgpu_slice_info{hostname="node-a", job="jupyter-vgpu", holder="cat"}')
     slice_id = info["metric"]["slice"]
-    assert job_mapping(mapping) == {"0": f"{slice_id}\n", "1": ""}
+    assert job_mapping(mapping) == {"0": f"{slice_id}\n", "1": f"{cluster.kernel}\n"}
 
     on_uuid = prometheus.query(
         "DCGM_FI_DEV_FB_USED * on(UUID) group_left(hostname) max by (UUID, hostname) (jupyter_vgpu_gpu_info)"
     )
     assert sorted((r["metric"]["gpu"], r["metric"]["UUID"], r["metric"]["hostname"], r["metric"].get("hpc_job")) for r in on_uuid) == [
-        ("0", cluster.uuids["0"], "node-a", slice_id), ("1", cluster.uuids["1"], "node-a", None),
+        ("0", cluster.uuids["0"], "node-a", slice_id), ("1", cluster.uuids["1"], "node-a", cluster.kernel),
     ]  # fmt: skip
     on_job = prometheus.query(
         "DCGM_FI_DEV_FB_USED * on(hpc_job) group_left(user, hostname) "
         'label_replace(max by (slice, hostname, user) (jupyter_vgpu_slice_info), "hpc_job", "$1", "slice", "(.*)")'
     )
-    assert [(r["metric"]["user"], r["metric"]["hpc_job"], r["metric"]["UUID"], r["value"][1]) for r in on_job] == [
-        ("root", slice_id, cluster.uuids["0"], "20149")
-    ]
+    assert sorted((r["metric"]["user"], r["metric"]["hpc_job"], r["metric"]["UUID"], r["value"][1]) for r in on_job) == sorted([
+        ("root", slice_id, cluster.uuids["0"], "20149"), ("root", cluster.kernel, cluster.uuids["1"], GPU1_FB_USED),
+    ])  # fmt: skip
 
     _stop(cluster.holders["root"])
     deadline = time.monotonic() + 30
     while (mapping / "0").read_text():
         assert time.monotonic() < deadline, "node-a's slice ended but GPU 0's job mapping file still names it"
         time.sleep(0.05)
-    assert job_mapping(mapping) == {"0": "", "1": ""}
-    prometheus.wait_for('DCGM_FI_DEV_FB_USED{hpc_job!=""}', lambda r: not r, "DCGM's figures without the ended slice's id")
+    assert job_mapping(mapping) == {"0": "", "1": f"{cluster.kernel}\n"}
+    prometheus.wait_for('DCGM_FI_DEV_FB_USED{gpu="0", hpc_job!=""}', lambda r: not r, "DCGM's figures without the ended slice's id")
     assert len(prometheus.query('DCGM_FI_DEV_FB_USED{gpu="0"}')) == 1  # the GPU's figures stay, unlabelled
