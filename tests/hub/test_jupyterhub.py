@@ -221,6 +221,8 @@ def test_kernels_get_slices_within_quota_and_the_admin_page_lists_them(hub: Hub)
         return sorted(s["user"] for s in found["slices"]) == sorted([alice, bob]) and all(s["idle_seconds"] is not None for s in found["slices"])
 
     wait_until(both_in_cluster, timeout=60, what="alice's and bob's slices, and their kernels' idle times, in the admin page's cluster")
+    gzipped = requests.get(cluster_page, headers={"Authorization": f"token {admin_token}", "Accept-Encoding": "gzip"}, timeout=60)
+    assert gzipped.headers.get("Content-Encoding") == "gzip" and gzipped.json()["nodes"] == found["nodes"]  # as a browser gets it
     (node,) = found["nodes"]
     assert not node["stale"] and [g["booked"] for g in node["gpus"]] == [12 << 30]
     named = {s["user"]: s for s in found["slices"]}
