@@ -196,7 +196,8 @@ class BrokerServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
 def _prepare_socket_path(path: Path) -> None:
     """Make sure only the broker's user can change what the socket's path names: its folder is a
     real folder of that user that nobody else can write to (else another user could swap the
-    socket for a link, or listen there first). A socket left by a broker that died is removed."""
+    socket for a link, or listen there first). A socket left by a broker that died is removed; nothing
+    else at the path ever is (a typo in ``--socket`` must not delete a file)."""
     if not os.path.lexists(path.parent):
         path.parent.mkdir(parents=True, mode=0o755)
         os.chmod(path.parent, 0o755)
@@ -212,16 +213,22 @@ def _prepare_socket_path(path: Path) -> None:
             "can write to (the default /run/jupyter-vgpu is made so)."
         )
     if os.path.lexists(path):
-        if stat.S_ISSOCK(os.lstat(path).st_mode):
-            probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            try:
-                probe.connect(str(path))
-            except OSError:
-                pass  # left behind by a broker that died
-            else:
-                raise LedgerError(f"Another jupyter-vgpu broker already listens on {path}.")
-            finally:
-                probe.close()
+        mode = os.lstat(path).st_mode
+        if not stat.S_ISSOCK(mode):
+            what = "a folder" if stat.S_ISDIR(mode) else "a link" if stat.S_ISLNK(mode) else "a file that is not a socket"
+            raise LedgerError(
+                f"The broker's socket path {path} is {what}, which the broker never removes; give the path of the socket "
+                "to make, e.g. /run/jupyter-vgpu/broker.sock."
+            )
+        probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            probe.connect(str(path))
+        except OSError:
+            pass  # left behind by a broker that died
+        else:
+            raise LedgerError(f"Another jupyter-vgpu broker already listens on {path}.")
+        finally:
+            probe.close()
         path.unlink()
 
 

@@ -440,6 +440,27 @@ def test_the_broker_refuses_a_socket_folder_others_can_write_to(tmp_path: Path) 
     assert stat.S_IMODE(target.stat().st_mode) == 0o600 and target.read_text() == "secret"
 
 
+@pytest.mark.parametrize("kind", ["folder", "file", "link"])
+def test_the_broker_removes_nothing_but_an_old_socket_at_its_socket_path(tmp_path: Path, kind: str) -> None:
+    """A typo in --socket (a folder, a file of the admin's) is one sentence, and what is there stays."""
+    (folder := tmp_path / "run").mkdir(mode=0o755)
+    there = folder / "broker.sock"
+    if kind == "folder":
+        there.mkdir()
+    elif kind == "file":
+        there.write_text("notes")
+    else:
+        there.symlink_to(tmp_path / "elsewhere")
+    started = subprocess.run(
+        [JUPYTER_VGPU, "broker", "--socket", str(there), "--ledger", str(tmp_path / "state" / "l.sqlite")],
+        capture_output=True, text=True, timeout=60, env={**os.environ, "JUPYTER_VGPU_SIMULATE": "1x16GiB"},
+    )  # fmt: skip
+    assert started.returncode != 0 and "Traceback" not in started.stderr, started.stderr
+    what = {"folder": "a folder", "file": "a file that is not a socket", "link": "a link"}[kind]
+    assert f"The broker's socket path {there} is {what}, which the broker never removes" in started.stderr, started.stderr
+    assert os.path.lexists(there) and (kind != "file" or there.read_text() == "notes")
+
+
 def test_the_socket_is_world_writable_from_the_start(broker: BrokerProcess) -> None:
     assert stat.S_IMODE(os.lstat(broker.socket).st_mode) == 0o666
 
