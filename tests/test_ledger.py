@@ -294,6 +294,20 @@ def test_waiting_in_line_is_first_come_first_served(ledger: Ledger) -> None:
     assert ledger.waiting() == []
 
 
+def test_a_place_pinned_to_a_gpu_by_its_uuid_is_waited_behind_by_one_pinned_to_it_by_index(ledger: Ledger) -> None:
+    """`--gpu 0` and `--gpu GPU-...` name one GPU: the later waits behind the earlier (they were
+    compared as written, so the later took the GPU given back before the first in line)."""
+    gpu0 = ledger.reserve(SliceRequest.parse(1.0, gpu="0"), Holder("command", "all of 0"))
+    bob = ledger.acting_for(Actor("bob", 4242))
+    whole = bob.enqueue(SliceRequest.parse(1.0, gpu=gpu0.gpus[0]), Holder("command", "bob: GPU 0 by its UUID"))
+    quarter = ledger.enqueue(SliceRequest.parse(0.25, gpu="0"), Holder("command", "a quarter of GPU 0 by its index"))
+    assert bob.try_grant(whole, final=False) is None and ledger.try_grant(quarter, final=False) is None
+    ledger.release(gpu0.id)
+    assert ledger.try_grant(quarter, final=False) is None  # bob's whole GPU asked first, and fits now
+    granted = bob.try_grant(whole, final=False)
+    assert granted is not None and granted.gpu_indices == (0,)
+
+
 def test_a_request_that_fits_now_passes_a_place_that_cannot_be_placed(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

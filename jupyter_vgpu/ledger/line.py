@@ -6,11 +6,11 @@ from __future__ import annotations
 import json
 import sqlite3
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from ..errors import InvalidRequest, NotPermitted
 from ..slices.occupancy import GPUOccupancy
-from ..slices.placement import Placement, needs, place
+from ..slices.placement import Placement, needs, place, same_gpu
 from ..slices.request import SliceRequest
 
 #: A place in line whose requester has not asked for it for this many seconds is dropped: a
@@ -26,10 +26,13 @@ MAX_WAITING = 256
 BACKFILL_SECONDS = 120.0
 
 
-def ahead(db: sqlite3.Connection, request: SliceRequest, uid: int, ticket: int | None) -> list[sqlite3.Row]:
+def ahead(
+    db: sqlite3.Connection, request: SliceRequest, uid: int, ticket: int | None, gpus: Sequence[GPUOccupancy]
+) -> list[sqlite3.Row]:
     """The earlier places in line this request waits behind: first come, first served, with
     two bounds on what others can hold back (README.md, "Waiting in line"): another user
-    blocks it with their earliest place only, and a place pinned to another GPU not at all."""
+    blocks it with their earliest place only, and a place pinned to another GPU of ``gpus`` not
+    at all (``0`` and GPU 0's UUID are one GPU)."""
     rows = db.execute(
         "SELECT ticket, uid, owner, request, created FROM queue" + (" WHERE ticket < ?" if ticket is not None else "")
         + " ORDER BY ticket",
@@ -43,7 +46,7 @@ def ahead(db: sqlite3.Connection, request: SliceRequest, uid: int, ticket: int |
         if row["uid"] != uid and not first_of_user:
             continue
         pinned = json.loads(row["request"]).get("gpu")
-        if pinned is not None and request.gpu is not None and str(pinned) != str(request.gpu):
+        if pinned is not None and request.gpu is not None and not same_gpu(str(pinned), str(request.gpu), gpus):
             continue
         ahead.append(row)
     return ahead

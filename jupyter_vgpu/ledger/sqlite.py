@@ -267,8 +267,8 @@ class SQLiteLedger(Ledger):
         slices = read_slices(db)
         dead = {s.id for s in self._reap(db, slices)}
         live = [s for s in slices if s.id not in dead]
-        earlier = line.ahead(db, request, fields["uid"], ticket)
         gpus = self._occupancy(db, snapshot, live).gpus
+        earlier = line.ahead(db, request, fields["uid"], ticket, gpus)
         placement = place(request, gpus, allowance=self.allowance_for, allowed=self.allowed_gpus)
         if placement.permanent:
             raise NeverFits(f"{placement.reason} Waiting cannot help: ask for less.")  # the reason names the request

@@ -8,7 +8,7 @@ several GPUs uses only GPUs that are not in MIG mode.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 
 from ..enforcement import Tier, tier_of
@@ -59,6 +59,20 @@ class Placement:
         return tier_of([g.gpu for g, _ in self.chosen], sum(1 for i in self.instances if i is not None))
 
 
+def names_gpu(pin: str, gpu: GPUOccupancy) -> bool:
+    """Whether a request's ``gpu`` (an index, a UUID, or a UUID's first 8 characters or more)
+    names ``gpu``."""
+    return pin in (str(gpu.index), gpu.uuid) or (len(pin) >= 8 and gpu.uuid.startswith(pin))
+
+
+def same_gpu(pin: str, other: str, gpus: Sequence[GPUOccupancy]) -> bool:
+    """Whether two requests' pins name one GPU (``0`` and its UUID do); pins naming no GPU here
+    are the same when written the same."""
+    mine = {g.uuid for g in gpus if names_gpu(pin, g)}
+    theirs = {g.uuid for g in gpus if names_gpu(other, g)}
+    return bool(mine & theirs) if mine or theirs else pin == other
+
+
 def place(
     request: SliceRequest,
     gpus: Collection[GPUOccupancy],
@@ -76,7 +90,7 @@ def place(
         return Placement(reason="There is no GPU to reserve on.", permanent=True)
     gpus = candidates
     if request.gpu is not None:
-        pinned = [g for g in gpus if request.gpu in (str(g.index), g.uuid) or (len(request.gpu) >= 8 and g.uuid.startswith(request.gpu))]
+        pinned = [g for g in gpus if names_gpu(request.gpu, g)]
         if not pinned:
             known = ", ".join(f"{g.index} ({g.uuid})" for g in gpus)
             raise InvalidRequest(f"GPU {shorten(request.gpu)} does not exist; use an index or UUID of: {known}.")
