@@ -19,6 +19,7 @@ A :class:`Page` is filled at scrape time and then yielded: nothing lingers after
 
 from __future__ import annotations
 
+import functools
 import socket
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -178,9 +179,12 @@ class Reading(Protocol):
     def waiting(self) -> Sequence[Waiter]: ...
 
 
+@functools.lru_cache(maxsize=16)
 def machine_name(simulate: str = "") -> str:
     """The ``hostname`` label's default: the machine's name, as dcgm-exporter's ``Hostname``; on
-    simulated GPUs of a named machine (``JUPYTER_VGPU_SIMULATE=2x16GiB@node-a``), that name."""
+    simulated GPUs of a named machine (``JUPYTER_VGPU_SIMULATE=2x16GiB@node-a``), that name. Asked
+    once per process and spec (a server's ``/metrics`` asks at every scrape, and a JSON simulation
+    file's name would be read from the file each time)."""
     if simulate:
         from ..errors import InvalidConfig
         from ..gpus.simulate_spec import simulated_node
