@@ -6,6 +6,7 @@
  */
 import * as React from 'react';
 
+import { Legend, useChanged } from '../charts/legend';
 import { clockTime } from '../charts/scales';
 import { sortNodes } from '../format/format';
 import { VGPUApiError } from '../store/api';
@@ -115,31 +116,18 @@ export function ClusterView(props: IClusterViewProps): JSX.Element | null {
 
 /** How to read the nodes' bars, once. */
 function ClusterLegend(): JSX.Element {
-  const items: [string, string, string][] = [
-    ['reserved', 'booked', "Memory every user's slices book: pale"],
-    ['used', 'used', 'Memory in use: solid'],
-    ['free', 'free', 'Memory a new slice could get: empty']
-  ];
   return (
-    <ul
-      className="jp-vgpu-Legend jp-vgpu-ClusterLegend"
-      aria-label="How to read the nodes' bars"
+    <Legend
+      keys={[
+        ['reserved', 'booked', "Memory every user's slices book: pale"],
+        ['used', 'used', 'Memory in use: solid'],
+        ['free', 'free', 'Memory a new slice could get: empty']
+      ]}
+      label="How to read the nodes' bars"
+      className="jp-vgpu-ClusterLegend"
     >
-      {items.map(([kind, label, title]) => (
-        <li
-          key={kind}
-          className={`jp-vgpu-Legend-item jp-vgpu-mod-${kind}`}
-          title={title}
-        >
-          <span
-            className={`jp-vgpu-Legend-swatch jp-vgpu-mod-${kind}`}
-            aria-hidden="true"
-          />
-          {label}
-        </li>
-      ))}
       <li className="jp-vgpu-Legend-item">one part per GPU</li>
-    </ul>
+    </Legend>
   );
 }
 
@@ -148,14 +136,7 @@ export function ClusterSection(props: {
   model: ClusterModel;
 }): JSX.Element | null {
   const { model } = props;
-  const [, setVersion] = React.useState(0);
-  React.useEffect(() => {
-    const changed = () => setVersion(n => n + 1);
-    model.changed.connect(changed);
-    return () => {
-      model.changed.disconnect(changed);
-    };
-  }, [model]);
+  useChanged(model);
   const store = model.store;
   return (
     <ClusterView

@@ -16,6 +16,7 @@ import { formatBytes, gatewayText } from '../format/format';
 import { HistoryStore, ISliceHistory } from '../store/historyapi';
 import { dashboardIcon } from '../icons';
 import { GPUModel } from '../store/model';
+import { useChanged } from '../charts/legend';
 import { clockTime } from '../charts/scales';
 import { SliceTimeline } from './timeline';
 import { ChartCard } from './chartcard';
@@ -346,16 +347,9 @@ export function Dashboard(props: {
   cluster?: ClusterModel;
 }): JSX.Element {
   const { model, cluster } = props;
-  const [, setVersion] = React.useState(0);
   const [span, setSpan] = React.useState(DEFAULT_RANGE);
   const [zoom, setZoom] = React.useState<[number, number] | null>(null);
-  React.useEffect(() => {
-    const changed = () => setVersion(n => n + 1);
-    model.changed.connect(changed);
-    return () => {
-      model.changed.disconnect(changed);
-    };
-  }, [model]);
+  useChanged(model);
   return (
     <DashboardView
       store={model.store}

@@ -2,7 +2,7 @@
  * The small pictures: a GPU's stacked memory bar, a slice's used-vs-reserved bar, a sparkline.
  */
 import * as React from 'react';
-
+import { Legend, LegendKey } from '../charts/legend';
 import { IDevice, ISlice } from '../store/api';
 import {
   burstsHeldText,
@@ -277,7 +277,7 @@ function ElasticBar(props: {
  * (hatched in its colour) and the mark where its request ends.
  */
 export function BarLegend(props: { elastic?: boolean }): JSX.Element {
-  const items: [string, string, string][] = [
+  const items: LegendKey[] = [
     [
       'used',
       'used',
@@ -311,23 +311,7 @@ export function BarLegend(props: { elastic?: boolean }): JSX.Element {
       ]
     );
   }
-  return (
-    <ul className="jp-vgpu-Legend" aria-label="How to read the memory bars">
-      {items.map(([kind, label, title]) => (
-        <li
-          key={kind}
-          className={`jp-vgpu-Legend-item jp-vgpu-mod-${kind}`}
-          title={title}
-        >
-          <span
-            className={`jp-vgpu-Legend-swatch jp-vgpu-mod-${kind}`}
-            aria-hidden="true"
-          />
-          {label}
-        </li>
-      ))}
-    </ul>
-  );
+  return <Legend keys={items} label="How to read the memory bars" />;
 }
 
 /** Utilisation over the last samples, 0-100 %, as a line. */
