@@ -12,7 +12,7 @@ import threading
 import time
 import urllib.request
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
@@ -27,6 +27,16 @@ class Node:
     env: dict[str, str]
     process: subprocess.Popen[str]
     url: str = ""
+    #: What it said on stderr so far (read on a thread once :func:`listening` ran).
+    said: list[str] = field(default_factory=list)
+
+    def wait_said(self, words: str, timeout: float = 30) -> str:
+        """Its stderr once it has said ``words``."""
+        deadline = time.monotonic() + timeout
+        while words not in (text := "".join(self.said)):
+            assert time.monotonic() < deadline, f"the exporter did not say {words!r} in {timeout} s: {text}"
+            time.sleep(0.05)
+        return text
 
     @property
     def address(self) -> str:
@@ -65,7 +75,7 @@ def listening(node: Node, timeout: float = 60) -> Node:
     """Read the exporter's stderr until it says its URL (a thread drains it afterwards)."""
     lines: queue.Queue[str] = queue.Queue()
     assert node.process.stderr is not None
-    threading.Thread(target=lambda: [lines.put(line) for line in node.process.stderr], daemon=True).start()  # type: ignore[union-attr]
+    threading.Thread(target=lambda: [(lines.put(line), node.said.append(line)) for line in node.process.stderr], daemon=True).start()  # type: ignore[union-attr]
     said = []
     deadline = time.monotonic() + timeout
     while not node.url:

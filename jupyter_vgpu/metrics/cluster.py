@@ -330,7 +330,7 @@ def _last_scrape(prometheus: Prometheus, host: str, last_reading: float | None, 
 
 def _why_stale(host: str, current: Sequence[Point], node: ClusterNode, now: float) -> str:
     if any(p.name == NODE_UP.name and p.value == 0 for p in current):
-        problem = f"{host}'s exporter answers but cannot read the node's GPUs or ledger"
+        problem = f"{host}'s exporter answers but cannot read the node's GPUs, its ledger or its jobs (its log says why)"
     elif current:
         problem = f"{host}'s exporter has not read the node for {duration(now - (node.last_seen or now))}"
     elif node.last_seen is not None:

@@ -109,5 +109,6 @@ def test_an_exporter_that_cannot_ask_slurm_shows_its_node_down_never_empty(tmp_p
         page = scrape(node.url)
         assert [sample.value for sample in page["jupyter_vgpu_node_up"]] == [0]
         assert not page.get("jupyter_vgpu_gpu_memory_reserved_bytes") and not page.get("jupyter_vgpu_slice_info")
+        node.wait_said("The Slurm jobs on node1 cannot be listed: scontrol is not installed here (slurm-client).")  # its log says why
     finally:
         node.stop()
