@@ -11,7 +11,6 @@ from ..config import ENV_LEDGER, load_settings
 from ..enforcement import setting_problems
 from ..errors import InvalidConfig, InvalidRequest
 from ..ledger.broker_client import DEFAULT_LEDGER, DEFAULT_SOCKET, ENV_BROKER
-from ..units import shorten
 from . import options
 
 
@@ -38,9 +37,9 @@ def add_parser(commands: Any) -> None:
         "--policy", metavar="FILE", default=None,
         help="quotas: a JSON file, or a jupyterhub_config.py whose c.VGPUPolicy is read (re-read when it changes)",
     )
-    parser.add_argument("--reap-interval", type=_seconds, default=5.0, metavar="SECONDS", help="how often dead holders' slices are freed")
+    parser.add_argument("--reap-interval", type=options.seconds("--reap-interval", 0.1, 86400), default=5.0, metavar="SECONDS", help="how often dead holders' slices are freed")
     parser.add_argument(
-        "--waiter-timeout", type=_seconds, default=30.0, metavar="SECONDS",
+        "--waiter-timeout", type=options.seconds("--waiter-timeout", 0.1, 86400), default=30.0, metavar="SECONDS",
         help="drop a place in line whose requester stopped asking for it this long ago (default 30)",
     )
     parser.add_argument(
@@ -76,16 +75,6 @@ def add_parser(commands: Any) -> None:
     )  # fmt: skip
     parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     parser.set_defaults(handler=broker)
-
-
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not 0.1 <= value <= 86400:
-        raise argparse.ArgumentTypeError(f"{shorten(text)} is not a number of seconds from 0.1 to 86400")
-    return value
 
 
 def broker(args: argparse.Namespace) -> int:

@@ -43,19 +43,24 @@ def hostname(option: str) -> Callable[[str], str]:
     return check
 
 
-def interval(option: str) -> Callable[[str], float]:
-    """The type of ``option``: how often the node is read, 0.1 to 3600 seconds."""
+def seconds(option: str, low: float, high: float) -> Callable[[str], float]:
+    """The type of ``option``: a number of seconds from ``low`` to ``high``."""
 
     def check(text: str) -> float:
         try:
             value = float(text)
         except ValueError:
             value = -1.0
-        if not 0.1 <= value <= 3600:
-            raise argparse.ArgumentTypeError(f"{option} {shorten(text)} is not a number of seconds from 0.1 to 3600")
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"{option} {shorten(text)} is not a number of seconds from {low:g} to {high:g}")
         return value
 
     return check
+
+
+def interval(option: str) -> Callable[[str], float]:
+    """The type of ``option``: how often the node is read, 0.1 to 3600 seconds."""
+    return seconds(option, 0.1, 3600)
 
 
 def folder(option: str) -> Callable[[str], str]:
