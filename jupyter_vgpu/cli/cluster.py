@@ -11,7 +11,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..errors import InvalidConfig
-from ..metrics.cluster import duration, node_totals, read_cluster
+from ..metrics.cluster import read_cluster
+from ..metrics.clusterview import duration, node_totals
 from ..metrics.prometheus import ENV_PROMETHEUS, Prometheus
 from ..units import format_bytes
 

@@ -32,7 +32,8 @@ from tornado import web
 from tornado.httpclient import AsyncHTTPClient, HTTPClientError, HTTPRequest
 
 from ..errors import InvalidConfig, SliceNotFound, VGPUError
-from ..metrics.cluster import read_cluster, top_users
+from ..metrics.cluster import read_cluster
+from ..metrics.clusterview import top_users
 from ..metrics.prometheus import Prometheus, PrometheusUnavailable
 from ..slices import occupancy_of
 from ..slices.holders import attribute
