@@ -101,3 +101,31 @@ def job_mapping(folder: Path) -> dict[str, str]:
     index (``0``, ``1.2``), not the writer's temporary files (``.jupyter-vgpu-*``, renamed over
     them), which may come and go between listing the folder and opening one."""
     return {p.name: p.read_text() for p in sorted(folder.iterdir()) if re.fullmatch(r"\d+(\.\d+)?", p.name)}
+
+
+def page_with_slice(url: str, timeout: float = 60) -> str:
+    """An exporter's page once it shows a slice (its sampler has read the ledger since it was booked)."""
+    deadline = time.monotonic() + timeout
+    while "jupyter_vgpu_slice_info{" not in (page := urllib.request.urlopen(url, timeout=10).read().decode()):
+        assert time.monotonic() < deadline, f"the page at {url} showed no slice in {timeout} s:\n{page}"
+        time.sleep(0.1)
+    return page
+
+
+def idle_kernel(env: dict[str, str], *, fraction: float, kernel_id: str) -> str:
+    """A kernel's slice on GPU 1 of the node whose environment is ``env`` (its simulated GPUs and
+    ledger), held by this process, idle for 10 minutes as its server writes it beside the ledger
+    (slices.reports.write_idle): the node's exporter, the same user, reads it. Its slice id."""
+    from jupyter_vgpu.gpus import Inventory
+    from jupyter_vgpu.ledger.sqlite import SQLiteLedger
+    from jupyter_vgpu.slices import Holder, SliceRequest
+    from jupyter_vgpu.slices.reports import write_idle
+
+    ledger = SQLiteLedger(env["JUPYTER_VGPU_LEDGER"], Inventory(env["JUPYTER_VGPU_SIMULATE"]))
+    try:
+        held = ledger.reserve(SliceRequest.parse(fraction=fraction, gpu=1), Holder("kernel", kernel_id, pid=os.getpid()))
+        write_idle(ledger.path, held.id, time.time() - 600)
+    finally:
+        ledger.close()
+    return held.id
+

@@ -11,13 +11,12 @@ import os
 import subprocess
 import threading
 import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from exporter_process import JUPYTER_VGPU, listening, start_exporter
+from exporter_process import JUPYTER_VGPU, idle_kernel, listening, page_with_slice, start_exporter
 from prometheus_process import PrometheusProcess, backfill, start_prometheus
 
 GiB = 1024**3
@@ -59,12 +58,12 @@ def node(view: dict[str, Any], hostname: str) -> dict[str, Any]:
 
 
 def test_every_node_is_shown_and_one_whose_exporter_stops_stays_as_it_last_was(
-    prometheus: PrometheusProcess, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    prometheus: PrometheusProcess, tmp_path: Path
 ) -> None:
     a = listening(start_exporter(tmp_path / "a", "node-a", "2x16GiB@node-a", named=False))
     b = listening(start_exporter(tmp_path / "b", "node-b", "1x8GiB@node-b", named=False))
     holder = subprocess.Popen([*JUPYTER_VGPU, "run", "-q", "--gpu", "0", "-p", "1/4", "--", "cat"], env=a.env, stdin=subprocess.PIPE)
-    kernel = idle_kernel(a.env, monkeypatch)  # on GPU 1, its server's idle file beside node-a's ledger
+    kernel = idle_kernel(a.env, fraction=0.25, kernel_id="5c1f0a2b-idle")  # on GPU 1, its server's idle file beside node-a's ledger
     try:
         prometheus.scrape("every-node", [a.address, b.address])
         mine = {"node-a", "node-b"}
@@ -123,10 +122,7 @@ def test_a_node_silent_for_hours_is_still_shown_as_it_last_was_and_one_silent_fo
     old = listening(start_exporter(tmp_path / "old", "node-old", "1x8GiB@node-old", named=False))
     holder = subprocess.Popen([*JUPYTER_VGPU, "run", "-q", "-p", "1/2", "--", "cat"], env=old.env, stdin=subprocess.PIPE)
     try:
-        deadline = time.monotonic() + 60
-        while 'jupyter_vgpu_slice_info{' not in (page := urllib.request.urlopen(old.url, timeout=10).read().decode()):
-            assert time.monotonic() < deadline, page
-            time.sleep(0.2)
+        page = page_with_slice(old.url)
     finally:
         assert holder.stdin is not None
         holder.stdin.close()
@@ -149,25 +145,6 @@ def test_a_node_silent_for_hours_is_still_shown_as_it_last_was_and_one_silent_fo
     assert [(g["total"], g["booked"]) for g in shown["gpus"]] == [(8 * GiB, 4 * GiB)]  # its last scrape's figures
     assert shown["problem"].startswith("node-old has not been seen for 2 h") and "its exporter does not answer Prometheus" in shown["problem"], shown
     assert [s["hostname"] for s in view["slices"]] == ["node-old"]
-
-
-def idle_kernel(env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> str:
-    """A kernel's slice (held by this process) on GPU 1 of the node whose environment is ``env``, idle
-    for 10 minutes as its server wrote (slices.reports.write_idle): its exporter, the same user, reads it."""
-    from jupyter_vgpu.ledger import open_ledger
-    from jupyter_vgpu.slices import Holder, SliceRequest
-    from jupyter_vgpu.slices.reports import write_idle
-
-    for key in ("JUPYTER_VGPU_SIMULATE", "JUPYTER_VGPU_LEDGER"):
-        monkeypatch.setenv(key, env[key])
-    monkeypatch.delenv("JUPYTER_VGPU_BROKER", raising=False)
-    ledger = open_ledger()
-    try:
-        held = ledger.reserve(SliceRequest.parse(fraction=0.25, gpu=1), Holder("kernel", "5c1f0a2b-idle", pid=os.getpid()))
-        write_idle(ledger.path, held.id, time.time() - 600)
-    finally:
-        ledger.close()
-    return held.id
 
 
 class _Page(http.server.BaseHTTPRequestHandler):
@@ -194,15 +171,7 @@ def test_a_scrape_cut_halfway_never_shows_half_a_node(prometheus: PrometheusProc
     c = listening(start_exporter(tmp_path / "c", "node-c", "2x16GiB@node-c", named=False))
     holder = subprocess.Popen([*JUPYTER_VGPU, "run", "-q", "-p", "1/2", "--", "cat"], env=c.env, stdin=subprocess.PIPE)
     try:
-
-        def page() -> bytes:
-            with urllib.request.urlopen(c.url, timeout=10) as reply:
-                return bytes(reply.read())
-
-        deadline = time.monotonic() + 60
-        while b"jupyter_vgpu_slice_info{" not in (recorded := page()):
-            assert time.monotonic() < deadline, "node-c's page never showed the slice"
-            time.sleep(0.1)
+        recorded = page_with_slice(c.url).encode()
     finally:
         assert holder.stdin is not None
         holder.stdin.close()

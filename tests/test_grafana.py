@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from exporter_process import JUPYTER_VGPU, Node, job_mapping, listening, node_env, start_exporter
+from exporter_process import JUPYTER_VGPU, Node, idle_kernel, job_mapping, listening, node_env, start_exporter
 from prometheus_process import PrometheusProcess, start_prometheus
 
 from jupyter_vgpu.gpus import Inventory
@@ -203,7 +203,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         command = [*JUPYTER_VGPU, "run", "-q", "--gpu", "0", "-p", "1/4", "--", "cat"]  # on GPU 0: the idle kernel is on GPU 1
         holders["root"] = subprocess.Popen(command, env=a.env, stdin=subprocess.PIPE)
         holders["nobody"] = subprocess.Popen([*AS_NOBODY, *command], env=b_env, cwd="/", stdin=subprocess.PIPE)
-        kernel = idle_kernel(Path(a.env["JUPYTER_VGPU_LEDGER"]))
+        kernel = idle_kernel(a.env, fraction=0.125, kernel_id="8d2e-idle-kernel")  # root's, on node-a's GPU 1
         uuids = {str(g.index): g.uuid for g in Inventory("2x16GiB@node-a").snapshot().gpus}
         template = DCGM_PAGE.read_text()
         server = _page_server(lambda: dcgm_page(template, uuids, "node-a", mapping))
@@ -227,22 +227,6 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
             server.shutdown()
         prometheus.stop()
         shutil.rmtree(b_folder, ignore_errors=True)
-
-
-def idle_kernel(ledger_path: Path) -> str:
-    """A kernel's slice of root's, 1/8 of node-a's GPU 1, held by this process (alive for the
-    module) and idle for 10 minutes as its server would write (slices.reports.write_idle)."""
-    from jupyter_vgpu.ledger.sqlite import SQLiteLedger
-    from jupyter_vgpu.slices import Holder, SliceRequest
-    from jupyter_vgpu.slices.reports import write_idle
-
-    ledger = SQLiteLedger(ledger_path, Inventory("2x16GiB@node-a"))
-    try:
-        held = ledger.reserve(SliceRequest.parse(fraction=0.125, gpu=1), Holder("kernel", "8d2e-idle-kernel", pid=os.getpid()))
-        write_idle(ledger.path, held.id, time.time() - 600)
-    finally:
-        ledger.close()
-    return held.id
 
 
 def _counts(count: int) -> Callable[[list[dict[str, Any]]], bool]:
