@@ -45,6 +45,10 @@ def test_every_launcher_keeps_the_contract(with_faraway: None, tmp_path: Path) -
         assert launcher.check_options([]) == []
         if launcher.books_elsewhere:  # its kernels are seen through its own words
             assert launcher.title and launcher.runs and launcher.option and launcher.label, launcher.name
+        reader = launcher.node_jobs("node1")  # what a node's exporter --jobs reads beside its ledger
+        assert reader is None or callable(reader), launcher.name
+    # Only Slurm's jobs book in ledgers of their own on a node (tests/slurm/test_node_exporter.py)
+    assert [name for name, launcher in every.items() if launcher.node_jobs("node1") is not None] == ["slurm"]
     assert every["local"].title == "" and every["local"].rows(env) == []
     with pytest.raises(Exception, match="launcher local takes no options; got '--x'"):
         every["local"].check_options(["--x"])
