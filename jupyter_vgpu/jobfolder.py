@@ -40,6 +40,8 @@ JOB_ID = re.compile(r"[0-9]{1,10}")
 STARTER = ".starter"
 #: The ledger's name in a job's or a kernel's folder.
 LEDGER = "ledger.sqlite"
+#: Where Slurm's commands read their configuration without ``SLURM_CONF``.
+DEFAULT_CONF = "/etc/slurm/slurm.conf"
 
 
 def job_id(env: Mapping[str, str]) -> str:
@@ -57,10 +59,6 @@ def _cluster(env: Mapping[str, str]) -> str:
     process of one job finds the same folder; else "slurm". Lowercase, as Slurm keeps it."""
     name = env.get(CLUSTER, "").strip() or _configured_cluster(env.get("SLURM_CONF", "").strip() or DEFAULT_CONF)
     return re.sub(r"[^a-z0-9_-]", "_", name.lower())[:64] or "slurm"
-
-
-#: Where Slurm's commands read their configuration without ``SLURM_CONF``.
-DEFAULT_CONF = "/etc/slurm/slurm.conf"
 
 
 def _configured_cluster(conf: str) -> str:

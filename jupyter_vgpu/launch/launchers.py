@@ -236,7 +236,6 @@ class Launcher(ABC):
 
         return report_dir(ledger_path)
 
-
     def node_jobs(self, node: str) -> Callable[[], Sequence[Slice]] | None:
         """Where this launcher's engine runs jobs on the node ``node`` whose processes book in
         ledgers of their own (a Slurm job's): what reads every slice booked there, which a node

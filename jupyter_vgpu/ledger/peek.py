@@ -1,6 +1,6 @@
 """Reading a ledger once without joining it: its slices as they stand, with SQLite alone (no
 writers' turn, no connection kept, nothing written). A Slurm node's exporter reads each job's
-ledger on its node this way (:mod:`jupyter_vgpu.metrics.slurmjobs`); the ledger's own processes
+ledger on its node this way (:mod:`jupyter_vgpu.launch.slurm.jobs`); the ledger's own processes
 never notice."""
 
 from __future__ import annotations

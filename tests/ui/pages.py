@@ -159,5 +159,5 @@ def one_tab(browser: Any, module: str, *, height: int = 800, **options: Any) -> 
         try:
             page.screenshot(path=str(ARTIFACTS / f"last-page-{module.rsplit('.', 1)[-1]}.png"))
         except Exception:
-            pass
+            pass  # a page that crashed takes no picture; the test's own failure says what happened
         context.close()

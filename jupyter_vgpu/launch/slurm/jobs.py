@@ -34,6 +34,7 @@ import subprocess
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 
 from ...errors import VGPUError
 from ...jobfolder import JOB, JOB_ID, found_user_base, job_ledgers
@@ -74,8 +75,8 @@ def jobs_on_node(node: str, *, timeout: float = SCONTROL_TIMEOUT) -> dict[str, l
         fields = line.split()
         if len(fields) >= 2 and fields[0].isdigit() and JOB_ID.fullmatch(fields[1]):
             jobs.setdefault(fields[1], []).append(int(fields[0]))
-    said = (done.stderr.strip() or done.stdout.strip()).splitlines()
     if done.returncode != 0 and not jobs and not any(words in done.stderr.lower() for words in NO_STEPS):
+        said = (done.stderr.strip() or done.stdout.strip()).splitlines()
         raise VGPUError(f"The Slurm jobs on {node} cannot be listed: `{' '.join(argv)}` says {shorten(said[-1] if said else done.returncode)}.")
     return jobs
 
@@ -85,8 +86,8 @@ def job_of(job_id: str, pids: list[int]) -> Job | None:
     none can, they have ended)."""
     for pid in pids:
         try:
-            status = open(f"/proc/{pid}/status").read()  # noqa: SIM115 - a /proc file, read whole
-            environ = open(f"/proc/{pid}/environ", "rb").read()  # noqa: SIM115
+            status = Path(f"/proc/{pid}/status").read_text()
+            environ = Path(f"/proc/{pid}/environ").read_bytes()
         except OSError:
             continue
         ids = {key: value.split() for key, _, value in (line.partition(":") for line in status.splitlines()) if key in ("Uid", "Gid")}
@@ -106,14 +107,14 @@ def acting_as(uid: int, gid: int) -> Iterator[None]:
     if uid == os.geteuid():
         yield
         return
-    groups, egid = os.getgroups(), os.getegid()
+    groups, egid, euid = os.getgroups(), os.getegid(), os.geteuid()
     os.setgroups([gid])
     os.setegid(gid)
     os.seteuid(uid)
     try:
         yield
     finally:
-        os.seteuid(0)
+        os.seteuid(euid)
         os.setegid(egid)
         os.setgroups(groups)
 
